@@ -1,0 +1,87 @@
+-- claim.lua: take units on the user's HOME shard, or place a hold when the slice cannot
+-- cover the request so the caller can try another shard while the user's count is held.
+-- One atomic step: window, replay, limit, stock, decrement, user count, XADD, PUBLISH.
+--
+-- KEYS[1] stock slice       {T}:stock:<sku>
+-- KEYS[2] shard meta        {T}:meta:<sku>      hash: limit, start, end (ms)
+-- KEYS[3] user counts       {T}:users:<sku>     hash: user -> units held (holds included)
+-- KEYS[4] user sequence     {T}:useq:<sku>      hash: user -> last user_seq
+-- KEYS[5] holds             {T}:holds:<sku>     hash: "user|seq" -> "qty|expires_ms"
+-- KEYS[6] claims stream     {T}:claims
+-- KEYS[7] request result    {T}:req:<sku>:<len>:<user>:<rid>  (unused when ARGV[5] == "")
+-- ARGV[1] sku   ARGV[2] user   ARGV[3] qty (>= 1)   ARGV[4] now_ms (gateway clock)
+-- ARGV[5] request id or ""   ARGV[6] this shard id   ARGV[7] hold ttl ms (0 = no hold)
+-- ARGV[8] request result ttl s   ARGV[9] events channel
+-- Returns (never nil):
+--   {1, claim_id, user_seq, remaining}   CLAIMED
+--   {2, claim_id, shard, qty}            REPLAY of an earlier success under this request id
+--   {3, user_seq, remaining}             HOLD placed; caller must settle it
+--   {4}                                  IN_PROGRESS: this request id is held right now
+--   {10, remaining}                      SOLD_OUT on this shard (no hold wanted)
+--   {11, held}                           LIMIT_REACHED
+--   {12} NOT_STARTED   {13} ENDED   {14} NOT_PREHEATED   {15} BAD_ARGUMENT
+
+local qty = tonumber(ARGV[3])
+local now = tonumber(ARGV[4])
+if not qty or qty < 1 or not now then
+  return {15}
+end
+
+local meta = redis.call('HMGET', KEYS[2], 'limit', 'start', 'end')
+local stock = redis.call('GET', KEYS[1])
+if not stock or not meta[1] then
+  return {14}
+end
+stock = tonumber(stock)
+if now < tonumber(meta[2]) then
+  return {12}
+end
+if now >= tonumber(meta[3]) then
+  return {13}
+end
+
+local user = ARGV[2]
+local rid = ARGV[5]
+if rid ~= '' then
+  local seen = redis.call('GET', KEYS[7])
+  if seen == 'P' then
+    return {4}
+  elseif seen then
+    local claim_id, shard, q = string.match(seen, '^([^|]+)|([^|]+)|([^|]+)$')
+    return {2, claim_id, tonumber(shard), tonumber(q)}
+  end
+end
+
+local held = tonumber(redis.call('HGET', KEYS[3], user) or '0')
+if held + qty > tonumber(meta[1]) then
+  return {11, held}
+end
+
+local hold_ttl = tonumber(ARGV[7])
+if stock < qty and hold_ttl == 0 then
+  return {10, stock}
+end
+
+redis.call('HINCRBY', KEYS[3], user, qty)
+local seq = redis.call('HINCRBY', KEYS[4], user, 1)
+
+if stock < qty then
+  redis.call('HSET', KEYS[5], user .. '|' .. seq, qty .. '|' .. (now + hold_ttl))
+  if rid ~= '' then
+    redis.call('SET', KEYS[7], 'P', 'EX', ARGV[8])
+  end
+  return {3, seq, stock}
+end
+
+local remaining = redis.call('DECRBY', KEYS[1], qty)
+local id = redis.call('XADD', KEYS[6], '*',
+  'sku', ARGV[1], 'user', user, 'qty', qty, 'seq', seq,
+  'shard', ARGV[6], 'home', ARGV[6], 'rid', rid, 'ts', ARGV[4])
+local claim_id = ARGV[6] .. '-' .. id
+if remaining == 0 then
+  redis.call('PUBLISH', ARGV[9], 'empty ' .. ARGV[1] .. ' ' .. ARGV[6])
+end
+if rid ~= '' then
+  redis.call('SET', KEYS[7], claim_id .. '|' .. ARGV[6] .. '|' .. qty, 'EX', ARGV[8])
+end
+return {1, claim_id, seq, remaining}

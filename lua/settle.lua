@@ -1,0 +1,37 @@
+-- settle.lua: ends a hold on the user's HOME shard. Keep it when the second chance took
+-- units (the count already includes them), undo it when it did not. Also used by the
+-- consumer to resolve holds a crashed gateway left behind, after checking the ledger.
+--
+-- KEYS[1] user counts     {T}:users:<sku>
+-- KEYS[2] holds           {T}:holds:<sku>
+-- KEYS[3] request result  {T}:req:<sku>:<len>:<user>:<rid>  (unused when ARGV[4] == "")
+-- ARGV[1] user   ARGV[2] user_seq   ARGV[3] "keep" | "undo"   ARGV[4] request id or ""
+-- ARGV[5] stored answer "claim_id|shard|qty" (keep only)   ARGV[6] request result ttl s
+-- Returns (never nil):
+--   {30, qty}   SETTLED
+--   {31}        HOLD_GONE: no such hold (already settled or resolved)
+--   {15}        BAD_ARGUMENT
+
+local field = ARGV[1] .. '|' .. ARGV[2]
+local hold = redis.call('HGET', KEYS[2], field)
+if not hold then
+  return {31}
+end
+local qty = tonumber(string.match(hold, '^(%d+)|'))
+if not qty or (ARGV[3] ~= 'keep' and ARGV[3] ~= 'undo') then
+  return {15}
+end
+redis.call('HDEL', KEYS[2], field)
+if ARGV[3] == 'keep' then
+  if ARGV[4] ~= '' then
+    redis.call('SET', KEYS[3], ARGV[5], 'EX', ARGV[6])
+  end
+else
+  if redis.call('HINCRBY', KEYS[1], ARGV[1], -qty) <= 0 then
+    redis.call('HDEL', KEYS[1], ARGV[1])
+  end
+  if ARGV[4] ~= '' then
+    redis.call('DEL', KEYS[3])
+  end
+end
+return {30, qty}

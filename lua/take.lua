@@ -1,0 +1,42 @@
+-- take.lua: the second chance. Takes units from a shard that is NOT the user's home, while
+-- the home shard holds the user's count. Only stock and the record: limit and replay were
+-- settled on the home shard under the hold.
+--
+-- KEYS[1] stock slice    {T}:stock:<sku>
+-- KEYS[2] shard meta     {T}:meta:<sku>
+-- KEYS[3] claims stream  {T}:claims
+-- ARGV[1] sku   ARGV[2] user   ARGV[3] qty   ARGV[4] now_ms   ARGV[5] user_seq (from the hold)
+-- ARGV[6] home shard   ARGV[7] request id or ""   ARGV[8] this shard id   ARGV[9] events channel
+-- Returns (never nil):
+--   {1, claim_id, remaining}   CLAIMED
+--   {10, remaining}            SOLD_OUT on this shard
+--   {12} NOT_STARTED   {13} ENDED   {14} NOT_PREHEATED   {15} BAD_ARGUMENT
+
+local qty = tonumber(ARGV[3])
+local now = tonumber(ARGV[4])
+if not qty or qty < 1 or not now then
+  return {15}
+end
+local meta = redis.call('HMGET', KEYS[2], 'start', 'end')
+local stock = redis.call('GET', KEYS[1])
+if not stock or not meta[1] then
+  return {14}
+end
+if now < tonumber(meta[1]) then
+  return {12}
+end
+if now >= tonumber(meta[2]) then
+  return {13}
+end
+stock = tonumber(stock)
+if stock < qty then
+  return {10, stock}
+end
+local remaining = redis.call('DECRBY', KEYS[1], qty)
+local id = redis.call('XADD', KEYS[3], '*',
+  'sku', ARGV[1], 'user', ARGV[2], 'qty', qty, 'seq', ARGV[5],
+  'shard', ARGV[8], 'home', ARGV[6], 'rid', ARGV[7], 'ts', ARGV[4])
+if remaining == 0 then
+  redis.call('PUBLISH', ARGV[9], 'empty ' .. ARGV[1] .. ' ' .. ARGV[8])
+end
+return {1, ARGV[8] .. '-' .. id, remaining}

@@ -1,0 +1,56 @@
+//! One error type for every Redis-facing call, which says which operation failed and
+//! whether a retry can help.
+
+use std::time::Duration;
+
+/// Errors from [`crate::StockClient`] and the claim protocol.
+#[derive(Debug, thiserror::Error)]
+pub enum StockError {
+    /// Redis answered with an error, or the connection failed.
+    #[error("redis {op}: {source}")]
+    Redis {
+        op: &'static str,
+        #[source]
+        source: redis::RedisError,
+    },
+    /// No answer within the bound. For a write the outcome is unknown: the script may have
+    /// run. Callers answer 503 and let reconciliation settle the books.
+    #[error("redis {op}: no answer within {after:?}")]
+    Timeout { op: &'static str, after: Duration },
+    /// A script answered something outside its documented codes: a version mismatch
+    /// between the Lua files and this crate, never a client mistake.
+    #[error("redis {op}: unexpected script reply: {detail}")]
+    Protocol { op: &'static str, detail: String },
+    /// The caller passed something the keyspace cannot hold.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+}
+
+impl StockError {
+    /// True when the same call may succeed later (connection trouble, timeouts, cluster
+    /// moves). Client mistakes and protocol mismatches are never retryable.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            StockError::Redis { source, .. } => {
+                source.is_io_error()
+                    || source.is_timeout()
+                    || source.is_connection_dropped()
+                    || source.is_connection_refusal()
+                    || source.is_cluster_error()
+            }
+            StockError::Timeout { .. } => true,
+            StockError::Protocol { .. } | StockError::InvalidArgument(_) => false,
+        }
+    }
+
+    /// True when a write may or may not have happened (timeout or dropped connection).
+    pub fn is_ambiguous(&self) -> bool {
+        match self {
+            StockError::Timeout { .. } => true,
+            StockError::Redis { source, .. } => {
+                source.is_timeout() || source.is_connection_dropped() || source.is_io_error()
+            }
+            _ => false,
+        }
+    }
+}

@@ -1,0 +1,85 @@
+//! Key naming for every Redis key flashgate uses. All per-shard keys carry the shard's hash
+//! tag, so one Lua script can touch all of them on Redis Cluster.
+
+use crate::placement::{Placement, ShardId};
+
+/// Pub/Sub channel for shard events (`empty <sku> <shard>`, `restock <sku> <shard>`).
+/// Plain Pub/Sub is broadcast to every node of a cluster, so it needs no hash tag.
+pub const EVENTS_CHANNEL: &str = "fg:events";
+/// Set of every preheated SKU, so a gateway can resync its whole cache.
+pub const SKU_SET: &str = "fg:skus";
+
+/// SKU-wide metadata hash written at preheat and cached by gateways.
+pub fn sku_meta(sku: u64) -> String {
+    format!("fg:sku:{sku}")
+}
+
+/// The keys of one shard for one SKU.
+#[derive(Debug, Clone)]
+pub struct ShardKeys {
+    tag: String,
+    sku: u64,
+}
+
+impl ShardKeys {
+    pub fn new(placement: &Placement, shard: ShardId, sku: u64) -> Self {
+        Self {
+            tag: placement.tag(shard).to_owned(),
+            sku,
+        }
+    }
+
+    /// Stock slice (integer). Missing means "not preheated".
+    pub fn stock(&self) -> String {
+        format!("{{{}}}:stock:{}", self.tag, self.sku)
+    }
+    /// Per-shard copy of limit and window, so scripts never trust a gateway's cache.
+    pub fn meta(&self) -> String {
+        format!("{{{}}}:meta:{}", self.tag, self.sku)
+    }
+    /// user → units held (holds included); lives on the user's home shard only.
+    pub fn users(&self) -> String {
+        format!("{{{}}}:users:{}", self.tag, self.sku)
+    }
+    /// user → last user_seq handed out; never decreases, so ledger keys stay unique.
+    pub fn user_seq(&self) -> String {
+        format!("{{{}}}:useq:{}", self.tag, self.sku)
+    }
+    /// `user|seq` → `qty|expires_ms` for holds placed while a second chance runs.
+    pub fn holds(&self) -> String {
+        format!("{{{}}}:holds:{}", self.tag, self.sku)
+    }
+    /// Claim ids whose units went back to this slice (release idempotency, stock side).
+    pub fn released_stock(&self) -> String {
+        format!("{{{}}}:relstock:{}", self.tag, self.sku)
+    }
+    /// Claim ids whose units went back to the user's count (release idempotency, user side).
+    pub fn released_user(&self) -> String {
+        format!("{{{}}}:reluser:{}", self.tag, self.sku)
+    }
+    /// Stored answer for a request id of a user; `None` request ids use a fixed key the
+    /// scripts never touch (Cluster needs every script key in the shard's slot).
+    pub fn request(&self, user: &str, request_id: Option<&str>) -> String {
+        match request_id {
+            Some(rid) => format!(
+                "{{{}}}:req:{}:{}:{}:{}",
+                self.tag,
+                self.sku,
+                user.len(),
+                user,
+                rid
+            ),
+            None => format!("{{{}}}:req:-", self.tag),
+        }
+    }
+}
+
+/// The claims stream of a shard.
+pub fn claims_stream(placement: &Placement, shard: ShardId) -> String {
+    format!("{{{}}}:claims", placement.tag(shard))
+}
+
+/// The dead-letter stream of a shard (poison entries moved by the consumer).
+pub fn dead_letter_stream(placement: &Placement, shard: ShardId) -> String {
+    format!("{{{}}}:dead", placement.tag(shard))
+}

@@ -1,0 +1,37 @@
+//! flashgate's stock core: where stock lives in Redis and how a claim takes it.
+//!
+//! Layout:
+//! - [`placement`]: pure math. SKU → shards, user → home shard, second-chance order,
+//!   per-shard hash tags spread over the cluster's slots.
+//! - [`keys`]: the name of every Redis key and channel.
+//! - `lua/` (repository root): the scripts; [`StockClient`] runs them by EVALSHA.
+//! - [`outcome`]: typed requests and results; no raw script code leaves the crate.
+//! - [`protocol`]: the whole claim (home shard, hold, second chance, settle).
+//! - [`record`]: the claim record codec shared with the consumer.
+//! - [`conn`]: one connection type for single Redis and Redis Cluster.
+
+mod client;
+pub mod conn;
+mod error;
+pub mod keys;
+pub mod outcome;
+pub mod placement;
+pub mod protocol;
+pub mod record;
+mod reply;
+mod scripts;
+
+pub use client::{StockClient, StockConfig};
+pub use conn::{RedisConn, RedisTarget, Timeouts};
+pub use error::StockError;
+pub use outcome::*;
+pub use placement::{Placement, ShardId};
+pub use record::ClaimRecord;
+
+/// Milliseconds since the Unix epoch: the gateway clock passed to every script.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}

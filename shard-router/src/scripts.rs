@@ -1,0 +1,52 @@
+//! The Lua scripts, embedded at build time. `redis::Script` keeps each SHA1 and runs
+//! EVALSHA, loading the script (on every primary of a cluster) when Redis answers NOSCRIPT,
+//! so a `SCRIPT FLUSH` or a restarted Redis costs one extra round trip, not an error.
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+pub(crate) static CLAIM: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/claim.lua")));
+pub(crate) static TAKE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/take.lua")));
+pub(crate) static SETTLE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/settle.lua")));
+pub(crate) static PREHEAT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/preheat.lua")));
+pub(crate) static RELEASE_STOCK: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/release_stock.lua")));
+pub(crate) static RELEASE_USER: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/release_user.lua")));
+
+/// Every script, for loading them all ahead of traffic (readiness).
+pub(crate) fn all() -> [&'static Script; 6] {
+    [
+        &CLAIM,
+        &TAKE,
+        &SETTLE,
+        &PREHEAT,
+        &RELEASE_STOCK,
+        &RELEASE_USER,
+    ]
+}
+
+/// Script return codes (see the header of each file in `lua/`).
+pub(crate) mod code {
+    pub(crate) const CLAIMED: i64 = 1;
+    pub(crate) const REPLAY: i64 = 2;
+    pub(crate) const HOLD: i64 = 3;
+    pub(crate) const IN_PROGRESS: i64 = 4;
+    pub(crate) const SOLD_OUT: i64 = 10;
+    pub(crate) const LIMIT: i64 = 11;
+    pub(crate) const NOT_STARTED: i64 = 12;
+    pub(crate) const ENDED: i64 = 13;
+    pub(crate) const NOT_PREHEATED: i64 = 14;
+    pub(crate) const BAD_ARGUMENT: i64 = 15;
+    pub(crate) const PREHEATED: i64 = 20;
+    pub(crate) const LIVE: i64 = 21;
+    pub(crate) const SETTLED: i64 = 30;
+    pub(crate) const HOLD_GONE: i64 = 31;
+    pub(crate) const RELEASED: i64 = 40;
+    pub(crate) const ALREADY_RELEASED: i64 = 41;
+}
