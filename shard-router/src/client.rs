@@ -54,8 +54,8 @@ pub struct StockClient {
 
 impl StockClient {
     pub async fn connect(cfg: StockConfig) -> Result<Self, StockError> {
-        let placement = Placement::new(cfg.shards)
-            .map_err(|e| StockError::InvalidArgument(e.to_string()))?;
+        let placement =
+            Placement::new(cfg.shards).map_err(|e| StockError::InvalidArgument(e.to_string()))?;
         let conn = RedisConn::connect(&cfg.target, cfg.timeouts).await?;
         Ok(Self {
             conn,
@@ -91,11 +91,7 @@ impl StockClient {
         }
     }
 
-    async fn run(
-        &self,
-        op: &'static str,
-        inv: &ScriptInvocation<'_>,
-    ) -> Result<Reply, StockError> {
+    async fn run(&self, op: &'static str, inv: &ScriptInvocation<'_>) -> Result<Reply, StockError> {
         let mut conn = self.conn.clone();
         let value: Value = self.bounded(op, inv.invoke_async(&mut conn)).await?;
         Reply::parse(op, value)
@@ -392,7 +388,12 @@ impl StockClient {
             .filter_map(|(field, value)| {
                 let (user, seq) = field.rsplit_once('|')?;
                 let (qty, exp) = value.split_once('|')?;
-                Some((user.to_owned(), seq.parse().ok()?, qty.parse().ok()?, exp.parse().ok()?))
+                Some((
+                    user.to_owned(),
+                    seq.parse().ok()?,
+                    qty.parse().ok()?,
+                    exp.parse().ok()?,
+                ))
             })
             .collect())
     }

@@ -74,13 +74,18 @@ pub struct Claim {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClaimOutcome {
     /// Units taken; `rerouted` when a second chance on another shard gave them.
-    Claimed { claim: Claim, rerouted: bool },
+    Claimed {
+        claim: Claim,
+        rerouted: bool,
+    },
     /// The same request id succeeded before: the same answer, no second unit.
     Replay(Claim),
     /// No shard of the SKU can cover the request.
     SoldOut,
     /// The user already holds `held` units and `held + qty` passes the limit.
-    LimitReached { held: u32 },
+    LimitReached {
+        held: u32,
+    },
     NotStarted,
     Ended,
     /// The SKU's slices are missing: no campaign, or Redis lost it. Never read as zero.
@@ -137,7 +142,9 @@ pub enum Settlement {
 /// Outcome of `settle.lua`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SettleOutcome {
-    Settled { qty: u32 },
+    Settled {
+        qty: u32,
+    },
     /// Already settled, or resolved by the consumer.
     HoldGone,
 }
@@ -145,9 +152,13 @@ pub enum SettleOutcome {
 /// Outcome of `preheat.lua` on one shard.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PreheatOutcome {
-    Preheated { slice: i64 },
+    Preheated {
+        slice: i64,
+    },
     /// A slice existed and was left as it is.
-    Live { current: i64 },
+    Live {
+        current: i64,
+    },
 }
 
 /// Outcome of one release step (stock side or user side).

@@ -44,11 +44,11 @@ impl Placement {
     /// Builds the placement for `shards` stock shards.
     ///
     /// Tag choice: shard `s` owns the slot window `[s*16384/S, (s+1)*16384/S)`, and its tag is
-    /// `fg:<s>:<n>` for the smallest `n >= 0` whose CRC16 slot falls inside that window.
-    /// `redis-cli --cluster create` gives each of M masters one contiguous, equal run of
-    /// slots, so S evenly spaced windows land on the masters as evenly as S and M allow
-    /// (16 shards on 3 masters: 6/5/5). The search is deterministic, so every process
-    /// derives the same tags.
+    /// `fg:<s>:<n>` for the smallest `n >= 0` whose CRC16 slot falls in the middle
+    /// sixteenth of that window (at least ±8 slots around its centre). `redis-cli --cluster
+    /// create` gives each of M masters one contiguous, equal run of slots, so S evenly
+    /// spaced slots land on the masters as evenly as S and M allow (16 shards on 3
+    /// masters: 6/5/5). The search is deterministic, so every process derives the same tags.
     pub fn new(shards: u16) -> Result<Self, BadShardCount> {
         if shards == 0 || shards > MAX_SHARDS {
             return Err(BadShardCount(shards));
@@ -125,6 +125,12 @@ pub fn slot_of_tag(tag: &str) -> u16 {
 fn find_tag(shard: u16, shards: u16) -> String {
     let lo = u32::from(shard) * u32::from(CLUSTER_SLOTS) / u32::from(shards);
     let hi = (u32::from(shard) + 1) * u32::from(CLUSTER_SLOTS) / u32::from(shards);
+    // Aim at the middle of the window: evenly spaced points split over M equal runs of
+    // slots differ by at most one per run, for any M, which a point anywhere in the
+    // window does not guarantee.
+    let mid = (lo + hi) / 2;
+    let half = ((hi - lo) / 16).max(8);
+    let (lo, hi) = (lo.max(mid - half), hi.min(mid + half));
     (0u32..)
         .map(|n| format!("fg:{shard}:{n}"))
         .find(|tag| (lo..hi).contains(&u32::from(slot_of_tag(tag))))

@@ -61,7 +61,9 @@ pub async fn claim(
 ) -> Result<ClaimOutcome, StockError> {
     req.validate()?;
     if req.sku != meta.sku {
-        return Err(StockError::InvalidArgument("request and metadata SKUs differ".into()));
+        return Err(StockError::InvalidArgument(
+            "request and metadata SKUs differ".into(),
+        ));
     }
     let placement = client.placement();
     let home = placement.home_shard(meta.sku, meta.width, &req.user);

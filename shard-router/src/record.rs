@@ -34,7 +34,8 @@ pub struct RecordError {
 
 impl ClaimRecord {
     /// Field names in the order the scripts write them.
-    pub const FIELDS: [&'static str; 8] = ["sku", "user", "qty", "seq", "shard", "home", "rid", "ts"];
+    pub const FIELDS: [&'static str; 8] =
+        ["sku", "user", "qty", "seq", "shard", "home", "rid", "ts"];
 
     /// Decodes a stream entry. `fields` are the entry's name/value pairs in any order.
     pub fn decode<'a>(
@@ -53,7 +54,8 @@ impl ClaimRecord {
                 vals[i] = Some(text);
             }
         }
-        let get = |i: usize| vals[i].ok_or_else(|| err(format!("missing field {}", Self::FIELDS[i])));
+        let get =
+            |i: usize| vals[i].ok_or_else(|| err(format!("missing field {}", Self::FIELDS[i])));
         fn num<T: std::str::FromStr>(
             name: &str,
             text: &str,

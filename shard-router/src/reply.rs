@@ -34,7 +34,10 @@ impl Reply {
     pub(crate) fn int(&self, i: usize) -> Result<i64, StockError> {
         match self.fields.get(i) {
             Some(Value::Int(n)) => Ok(*n),
-            other => Err(protocol(self.op, format!("field {i}: expected integer, got {other:?}"))),
+            other => Err(protocol(
+                self.op,
+                format!("field {i}: expected integer, got {other:?}"),
+            )),
         }
     }
 
@@ -43,7 +46,10 @@ impl Reply {
             Some(Value::BulkString(b)) => String::from_utf8(b.clone())
                 .map_err(|_| protocol(self.op, format!("field {i} is not UTF-8"))),
             Some(Value::SimpleString(s)) => Ok(s.clone()),
-            other => Err(protocol(self.op, format!("field {i}: expected string, got {other:?}"))),
+            other => Err(protocol(
+                self.op,
+                format!("field {i}: expected string, got {other:?}"),
+            )),
         }
     }
 

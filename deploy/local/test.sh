@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Runs every test of flashgate. Installs (apt-get) and starts what the tests need:
+# redis-server and redis-cli (tests start private servers and clusters on free ports)
+# and MariaDB on 127.0.0.1:3306.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+cd "$FG_ROOT"
+
+ensure_rust
+ensure_redis
+ensure_mariadb
+
+say "cargo fmt --check"
+cargo fmt --all -- --check
+say "cargo test --workspace"
+# Cluster tests start several redis-server processes each; two test threads fit 2 cores.
+cargo test --workspace --locked -- --test-threads="${FG_TEST_THREADS:-2}"

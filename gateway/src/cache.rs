@@ -1,0 +1,247 @@
+//! The local sold-out cache: per SKU, its metadata and which of its shards are known empty.
+//!
+//! Fed by three sources: the outcomes of the claims this gateway runs (through
+//! [`EmptyShards`]), the `empty` / `restock` Pub/Sub events (`events.rs`), and a full resync
+//! from Redis whenever the subscriber (re)connects. Entries expire after `--cache-ttl-ms`,
+//! so any missed event heals within that bound: the next request reloads the SKU from Redis.
+//! "No such SKU" is remembered for `--unknown-sku-ttl-ms` only, so a freshly preheated
+//! campaign becomes visible quickly while unknown SKUs cannot flood Redis.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use moka::sync::Cache;
+use shard_router::protocol::EmptyShards;
+use shard_router::{ShardId, SkuMeta, StockClient, StockError};
+use tokio::sync::OnceCell;
+
+use crate::metrics::CACHE_EVENTS;
+
+/// What this gateway knows about one preheated SKU.
+#[derive(Debug)]
+pub(crate) struct SkuState {
+    pub(crate) meta: SkuMeta,
+    shards: Vec<ShardId>,
+    /// Parallel to `shards`.
+    empty: Vec<AtomicBool>,
+}
+
+impl SkuState {
+    fn new(meta: SkuMeta, shards: Vec<ShardId>) -> Self {
+        let empty = shards.iter().map(|_| AtomicBool::new(false)).collect();
+        Self {
+            meta,
+            shards,
+            empty,
+        }
+    }
+
+    fn slot(&self, shard: ShardId) -> Option<&AtomicBool> {
+        let i = self.shards.iter().position(|&s| s == shard)?;
+        self.empty.get(i)
+    }
+
+    /// Marks a shard empty or not; shards outside the SKU are ignored.
+    pub(crate) fn set(&self, shard: ShardId, empty: bool) {
+        if let Some(flag) = self.slot(shard) {
+            flag.store(empty, Ordering::Relaxed);
+        }
+    }
+
+    /// Every shard is known empty: the SKU is sold out as far as this gateway knows.
+    pub(crate) fn all_empty(&self) -> bool {
+        self.empty.iter().all(|e| e.load(Ordering::Relaxed))
+    }
+
+    pub(crate) fn shards(&self) -> &[ShardId] {
+        &self.shards
+    }
+
+    pub(crate) fn empty_shards(&self) -> Vec<ShardId> {
+        self.shards
+            .iter()
+            .zip(&self.empty)
+            .filter(|(_, e)| e.load(Ordering::Relaxed))
+            .map(|(s, _)| *s)
+            .collect()
+    }
+
+    /// Replaces the empty set with what Redis says now. A missing slice is not "empty":
+    /// the claim itself will report "not preheated".
+    fn rebuild(&self, slices: &[(ShardId, Option<i64>)]) {
+        for (shard, slice) in slices {
+            self.set(*shard, matches!(slice, Some(v) if *v <= 0));
+        }
+    }
+}
+
+impl EmptyShards for SkuState {
+    fn is_empty(&self, sku: u64, shard: ShardId) -> bool {
+        sku == self.meta.sku && self.slot(shard).is_some_and(|e| e.load(Ordering::Relaxed))
+    }
+
+    fn set_empty(&self, sku: u64, shard: ShardId, empty: bool) {
+        if sku == self.meta.sku {
+            self.set(shard, empty);
+        }
+    }
+}
+
+/// One cache entry. The cell lets concurrent first requests for a SKU share one load.
+#[derive(Debug)]
+struct Slot {
+    state: OnceCell<Option<Arc<SkuState>>>,
+    created: Instant,
+}
+
+/// The sold-out cache. Cheap to clone; clones share the entries.
+#[derive(Clone)]
+pub(crate) struct SoldOutCache {
+    entries: Cache<u64, Arc<Slot>>,
+    unknown_ttl: Duration,
+}
+
+impl SoldOutCache {
+    pub(crate) fn new(capacity: u64, ttl: Duration, unknown_ttl: Duration) -> Self {
+        Self {
+            entries: Cache::builder()
+                .max_capacity(capacity)
+                .time_to_live(ttl)
+                .build(),
+            unknown_ttl,
+        }
+    }
+
+    /// The SKU's state, loading it from Redis on a miss. `Ok(None)`: no such SKU.
+    pub(crate) async fn get(
+        &self,
+        client: &StockClient,
+        sku: u64,
+    ) -> Result<Option<Arc<SkuState>>, StockError> {
+        let slot = self.entries.get_with(sku, new_slot);
+        if let Some(known) = slot.state.get() {
+            match known {
+                Some(state) => {
+                    event("hit");
+                    return Ok(Some(state.clone()));
+                }
+                None if slot.created.elapsed() < self.unknown_ttl => {
+                    event("unknown");
+                    return Ok(None);
+                }
+                // Unknown for long enough: forget it and look again.
+                None => self.entries.invalidate(&sku),
+            }
+        }
+        let slot = self.entries.get_with(sku, new_slot);
+        event("miss");
+        let state = slot
+            .state
+            .get_or_try_init(|| load(client, sku))
+            .await
+            .inspect_err(|_| event("load_error"))?;
+        Ok(state.clone())
+    }
+
+    /// The state if it is loaded; never touches Redis (for Pub/Sub events).
+    pub(crate) fn peek(&self, sku: u64) -> Option<Arc<SkuState>> {
+        self.entries.get(&sku)?.state.get()?.clone()
+    }
+
+    /// Drops a SKU, e.g. when Redis says it is not preheated any more.
+    pub(crate) fn invalidate(&self, sku: u64) {
+        event("invalidate");
+        self.entries.invalidate(&sku);
+    }
+
+    /// Applies an `empty` / `restock` event.
+    pub(crate) fn apply(&self, sku: u64, shard: ShardId, empty: bool) {
+        if let Some(state) = self.peek(sku) {
+            event(if empty { "empty" } else { "restock" });
+            state.set(shard, empty);
+        }
+    }
+
+    /// Re-reads every loaded SKU's slices and rebuilds its empty set: events may have been
+    /// missed while the subscriber was away. A SKU that fails to resync is dropped, so its
+    /// next request reloads it.
+    pub(crate) async fn resync(&self, client: &StockClient) {
+        let loaded: Vec<(u64, Arc<SkuState>)> = self
+            .entries
+            .iter()
+            .filter_map(|(sku, slot)| Some((*sku, slot.state.get()?.clone()?)))
+            .collect();
+        for (sku, state) in loaded {
+            match client.slices(sku, state.meta.width).await {
+                Ok(slices) => {
+                    state.rebuild(&slices);
+                    event("resync");
+                }
+                Err(e) => {
+                    tracing::warn!(sku, error = %e, "resync failed; dropping the cache entry");
+                    event("resync_error");
+                    self.entries.invalidate(&sku);
+                }
+            }
+        }
+    }
+}
+
+fn new_slot() -> Arc<Slot> {
+    Arc::new(Slot {
+        state: OnceCell::new(),
+        created: Instant::now(),
+    })
+}
+
+async fn load(client: &StockClient, sku: u64) -> Result<Option<Arc<SkuState>>, StockError> {
+    let Some(meta) = client.sku_meta(sku).await? else {
+        return Ok(None);
+    };
+    let shards = client.placement().shards_of(sku, meta.width);
+    let slices = client.slices(sku, meta.width).await?;
+    let state = SkuState::new(meta, shards);
+    state.rebuild(&slices);
+    Ok(Some(Arc::new(state)))
+}
+
+fn event(kind: &'static str) {
+    metrics::counter!(CACHE_EVENTS, "event" => kind).increment(1);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state() -> SkuState {
+        let meta = SkuMeta {
+            sku: 7,
+            stock: 4,
+            width: 2,
+            limit: 1,
+            start_ms: 0,
+            end_ms: 1,
+        };
+        SkuState::new(meta, vec![3, 4])
+    }
+
+    #[test]
+    fn sold_out_only_when_every_shard_is_empty() {
+        let s = state();
+        assert!(!s.all_empty());
+        s.set_empty(7, 3, true);
+        assert!(!s.all_empty());
+        s.set_empty(8, 4, true); // another SKU: ignored
+        assert!(!s.all_empty());
+        s.set(4, true);
+        assert!(s.all_empty());
+        assert_eq!(s.empty_shards(), vec![3, 4]);
+        s.rebuild(&[(3, Some(0)), (4, Some(2))]);
+        assert_eq!(s.empty_shards(), vec![3]);
+        s.rebuild(&[(3, None)]);
+        assert!(!s.is_empty(7, 3), "a missing slice is not read as empty");
+        s.set(9, true); // not a shard of the SKU
+        assert!(!s.all_empty());
+    }
+}

@@ -1,0 +1,235 @@
+//! Gateway configuration: every setting is a flag and a `FLASHGATE_*` environment variable.
+//! [`Config::validate`] turns a bad combination into one [`ConfigError`] line naming the
+//! setting, so a misconfigured process exits before it binds anything.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+use hyper::header::HeaderName;
+use shard_router::placement::MAX_SHARDS;
+use shard_router::{RedisTarget, StockConfig, Timeouts};
+
+/// Largest body cap accepted: a claim is a few hundred bytes, so anything bigger is a mistake.
+pub const MAX_BODY_CAP: usize = 1 << 20;
+
+/// What a successful claim waits for before it is answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Durability {
+    /// Answer as soon as the primary ran the script.
+    None,
+    /// Also `WAIT 1 <wait-ms>` on the claim's shard; a miss is counted in
+    /// `flashgate_replication_unconfirmed_total` (the unit stays taken either way).
+    Replica,
+}
+
+/// Settings of one gateway process.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "flashgate-gateway", version, about = "flashgate HTTP claim gateway")]
+pub struct Config {
+    /// Address of the claim API.
+    #[arg(long, env = "FLASHGATE_LISTEN", default_value = "0.0.0.0:8080")]
+    pub listen: SocketAddr,
+    /// Address of the admin listener (`/metrics`); kept apart so scrapes never compete
+    /// with claims for connection slots.
+    #[arg(long, env = "FLASHGATE_ADMIN_LISTEN", default_value = "127.0.0.1:9090")]
+    pub admin_listen: SocketAddr,
+    /// Redis URL, or with `--redis-cluster` a comma-separated list of seed nodes.
+    #[arg(long, env = "FLASHGATE_REDIS", default_value = "redis://127.0.0.1:6379")]
+    pub redis: String,
+    /// Treat `--redis` as Redis Cluster seed nodes.
+    #[arg(long, env = "FLASHGATE_REDIS_CLUSTER")]
+    pub redis_cluster: bool,
+    /// Stock shard count S; must match every other process of the deployment.
+    #[arg(long, env = "FLASHGATE_SHARDS", default_value_t = shard_router::placement::DEFAULT_SHARDS)]
+    pub shards: u16,
+    /// Durability of an acknowledged claim.
+    #[arg(long, env = "FLASHGATE_DURABILITY", value_enum, default_value_t = Durability::None)]
+    pub durability: Durability,
+    /// `WAIT` timeout in replica mode (ms); must stay below `--redis-timeout-ms`.
+    #[arg(long, env = "FLASHGATE_WAIT_MS", default_value_t = 50)]
+    pub wait_ms: u64,
+    /// Header set by the trusted auth layer in front; when set, the user comes from it and
+    /// a `user` field in the body must match it.
+    #[arg(long, env = "FLASHGATE_USER_HEADER")]
+    pub user_header: Option<String>,
+    /// Open client connections at most; more wait in the kernel backlog.
+    #[arg(long, env = "FLASHGATE_MAX_CONNECTIONS", default_value_t = 10_000)]
+    pub max_connections: usize,
+    /// Requests being served at most; past it claims are shed with 503 `overloaded`.
+    #[arg(long, env = "FLASHGATE_MAX_IN_FLIGHT", default_value_t = 2_048)]
+    pub max_in_flight: usize,
+    /// Largest accepted request body in bytes.
+    #[arg(long, env = "FLASHGATE_MAX_BODY_BYTES", default_value_t = 4_096)]
+    pub max_body_bytes: usize,
+    /// Claims per second per user (0 = no limit).
+    #[arg(long, env = "FLASHGATE_USER_RATE", default_value_t = 5)]
+    pub user_rate: u32,
+    /// Burst allowance of the per-user limit.
+    #[arg(long, env = "FLASHGATE_USER_BURST", default_value_t = 10)]
+    pub user_burst: u32,
+    /// A client must send its full request head within this (ms), else the connection
+    /// is closed (slowloris guard).
+    #[arg(long, env = "FLASHGATE_HEADER_TIMEOUT_MS", default_value_t = 5_000)]
+    pub header_timeout_ms: u64,
+    /// A client must send its full body within this (ms), else 408.
+    #[arg(long, env = "FLASHGATE_BODY_TIMEOUT_MS", default_value_t = 5_000)]
+    pub body_timeout_ms: u64,
+    /// Redis connect timeout (ms).
+    #[arg(long, env = "FLASHGATE_REDIS_CONNECT_TIMEOUT_MS", default_value_t = 500)]
+    pub redis_connect_timeout_ms: u64,
+    /// Bound on every Redis call (ms); a claim past it answers 503 `unavailable`.
+    #[arg(long, env = "FLASHGATE_REDIS_TIMEOUT_MS", default_value_t = 500)]
+    pub redis_timeout_ms: u64,
+    /// Life of a sold-out cache entry (ms). This is the bound on how long a missed
+    /// `restock` (or any other missed event) can leave this gateway wrong.
+    #[arg(long, env = "FLASHGATE_CACHE_TTL_MS", default_value_t = 5_000)]
+    pub cache_ttl_ms: u64,
+    /// How long "no such SKU" is remembered (ms), so unknown SKUs cannot flood Redis.
+    #[arg(long, env = "FLASHGATE_UNKNOWN_SKU_TTL_MS", default_value_t = 1_000)]
+    pub unknown_sku_ttl_ms: u64,
+    /// SKUs held in the sold-out cache at most.
+    #[arg(long, env = "FLASHGATE_CACHE_CAPACITY", default_value_t = 100_000)]
+    pub cache_capacity: u64,
+    /// Period of the Redis readiness probe (ms).
+    #[arg(long, env = "FLASHGATE_PROBE_INTERVAL_MS", default_value_t = 1_000)]
+    pub probe_interval_ms: u64,
+    /// After a shutdown signal, keep serving (not ready) this long so load balancers
+    /// notice, before the listeners close (ms).
+    #[arg(long, env = "FLASHGATE_DRAIN_DELAY_MS", default_value_t = 0)]
+    pub drain_delay_ms: u64,
+    /// In-flight requests get this long to finish after the listeners close (ms).
+    #[arg(long, env = "FLASHGATE_SHUTDOWN_GRACE_MS", default_value_t = 10_000)]
+    pub shutdown_grace_ms: u64,
+}
+
+/// One bad setting, printed as one line.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid {setting}: {reason}")]
+pub struct ConfigError {
+    pub setting: &'static str,
+    pub reason: String,
+}
+
+fn bad(setting: &'static str, reason: impl Into<String>) -> ConfigError {
+    ConfigError {
+        setting,
+        reason: reason.into(),
+    }
+}
+
+impl Config {
+    /// Defaults with a given Redis, for tests and embedding.
+    pub fn for_redis(redis: &str, cluster: bool) -> Self {
+        let mut args = vec!["flashgate-gateway", "--redis", redis];
+        if cluster {
+            args.push("--redis-cluster");
+        }
+        Self::parse_from(args)
+    }
+
+    /// Checks every setting against the others; the error names the first bad one.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.redis_target()?;
+        if self.shards == 0 || self.shards > MAX_SHARDS {
+            return Err(bad("--shards", format!("{} is outside 1..={MAX_SHARDS}", self.shards)));
+        }
+        if self.listen == self.admin_listen && self.listen.port() != 0 {
+            return Err(bad("--admin-listen", "must differ from --listen"));
+        }
+        if let Some(h) = &self.user_header {
+            HeaderName::try_from(h.as_str())
+                .map_err(|_| bad("--user-header", format!("{h:?} is not a header name")))?;
+        }
+        let positive: [(&'static str, u64); 8] = [
+            ("--max-connections", self.max_connections as u64),
+            ("--max-in-flight", self.max_in_flight as u64),
+            ("--header-timeout-ms", self.header_timeout_ms),
+            ("--body-timeout-ms", self.body_timeout_ms),
+            ("--redis-connect-timeout-ms", self.redis_connect_timeout_ms),
+            ("--redis-timeout-ms", self.redis_timeout_ms),
+            ("--cache-ttl-ms", self.cache_ttl_ms),
+            ("--probe-interval-ms", self.probe_interval_ms),
+        ];
+        if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
+            return Err(bad(name, "must be greater than 0"));
+        }
+        if self.max_body_bytes < 64 || self.max_body_bytes > MAX_BODY_CAP {
+            return Err(bad(
+                "--max-body-bytes",
+                format!("{} is outside 64..={MAX_BODY_CAP}", self.max_body_bytes),
+            ));
+        }
+        if self.user_rate > 0 && self.user_burst == 0 {
+            return Err(bad("--user-burst", "must be at least 1 when --user-rate is set"));
+        }
+        if self.durability == Durability::Replica
+            && (self.wait_ms == 0 || self.wait_ms >= self.redis_timeout_ms)
+        {
+            return Err(bad(
+                "--wait-ms",
+                "must be in 1..--redis-timeout-ms in replica mode",
+            ));
+        }
+        Ok(())
+    }
+
+    pub fn redis_target(&self) -> Result<RedisTarget, ConfigError> {
+        RedisTarget::parse(&self.redis, self.redis_cluster)
+            .map_err(|e| bad("--redis", e.to_string()))
+    }
+
+    /// Node URLs to subscribe to (any node of a cluster receives every PUBLISH).
+    pub fn pubsub_nodes(&self) -> Vec<String> {
+        match self.redis_target() {
+            Ok(RedisTarget::Single(url)) => vec![url],
+            Ok(RedisTarget::Cluster(nodes)) => nodes,
+            Err(_) => Vec::new(),
+        }
+    }
+
+    pub fn stock_config(&self) -> Result<StockConfig, ConfigError> {
+        let mut cfg = StockConfig::new(self.redis_target()?, self.shards);
+        cfg.timeouts = Timeouts {
+            connect: ms(self.redis_connect_timeout_ms),
+            response: ms(self.redis_timeout_ms),
+        };
+        Ok(cfg)
+    }
+}
+
+pub(crate) fn ms(v: u64) -> Duration {
+    Duration::from_millis(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Config {
+        let mut all = vec!["gw"];
+        all.extend_from_slice(args);
+        Config::parse_from(all)
+    }
+
+    #[test]
+    fn defaults_are_valid() {
+        parse(&[]).validate().unwrap();
+    }
+
+    #[test]
+    fn bad_settings_name_themselves() {
+        let cases: &[(&[&str], &str)] = &[
+            (&["--shards", "0"], "--shards"),
+            (&["--max-in-flight", "0"], "--max-in-flight"),
+            (&["--max-body-bytes", "10"], "--max-body-bytes"),
+            (&["--user-header", "bad header"], "--user-header"),
+            (&["--redis", "a:1,b:2"], "--redis"),
+            (&["--durability", "replica", "--wait-ms", "900"], "--wait-ms"),
+        ];
+        for (args, setting) in cases {
+            let err = parse(args).validate().unwrap_err();
+            assert_eq!(err.setting, *setting, "{args:?}: {err}");
+        }
+    }
+}

@@ -1,0 +1,88 @@
+//! Metric names (DESIGN.md "Metrics") and the Prometheus recorder. Names live here only, so
+//! the dashboard, the alert rules and the tests have one place to agree with.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use tokio::sync::watch;
+
+/// Counter `{route, status}`: every HTTP answer.
+pub const REQUESTS: &str = "flashgate_requests_total";
+/// Histogram `{route}`: server time per request, seconds.
+pub const REQUEST_SECONDS: &str = "flashgate_request_duration_seconds";
+/// Counter `{outcome}`: how claims ended. `claimed` and `rerouted` partition the successes
+/// (home shard vs second chance); `sold_out_cache` never touched Redis.
+pub const CLAIMS: &str = "flashgate_claims_total";
+/// Histogram `{op}`: Redis time of a claim (`claim`, every script of the protocol) and of
+/// `WAIT` (`wait`), seconds.
+pub const REDIS_SECONDS: &str = "flashgate_redis_duration_seconds";
+/// Gauge: requests being served.
+pub const IN_FLIGHT: &str = "flashgate_in_flight_requests";
+/// Gauge: open client connections.
+pub const CONNECTIONS: &str = "flashgate_open_connections";
+/// Counter `{event}`: sold-out cache traffic (hit, miss, load_error, unknown, empty,
+/// restock, resync, resync_error, invalidate).
+pub const CACHE_EVENTS: &str = "flashgate_cache_events_total";
+/// Counter: Pub/Sub (re)connections after the first.
+pub const PUBSUB_RECONNECTS: &str = "flashgate_pubsub_reconnects_total";
+/// Counter: claims answered in replica mode whose `WAIT` saw no replica acknowledge.
+pub const REPLICATION_UNCONFIRMED: &str = "flashgate_replication_unconfirmed_total";
+/// Gauge: 1 while `/readyz` answers 200.
+pub const READY: &str = "flashgate_ready";
+
+/// Claim outcomes (values of the `outcome` label).
+pub mod outcome {
+    pub const CLAIMED: &str = "claimed";
+    pub const REROUTED: &str = "rerouted";
+    pub const REPLAY: &str = "replay";
+    pub const SOLD_OUT_CACHE: &str = "sold_out_cache";
+    pub const SOLD_OUT_REDIS: &str = "sold_out_redis";
+    pub const LIMIT_REACHED: &str = "limit_reached";
+    /// Turned away before Redis: bad input, rate limit, overload, window, unknown SKU.
+    pub const REJECTED: &str = "rejected";
+    /// The same request id is being served right now.
+    pub const IN_PROGRESS: &str = "in_progress";
+    /// Redis trouble: nothing (or, when ambiguous, possibly something) was taken.
+    pub const UNAVAILABLE: &str = "unavailable";
+}
+
+// Buckets from 50µs: the sold-out path is answered in microseconds, the claim path in
+// well under a millisecond of server time; the tail buckets catch Redis trouble.
+const LATENCY_BUCKETS: &[f64] = &[
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+    1.0, 2.5,
+];
+
+static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// Installs the process-wide recorder once and returns its handle. Later calls (several
+/// gateways in one test process) share it. If another recorder was installed first, the
+/// handle renders an empty page rather than failing the gateway.
+pub fn install() -> PrometheusHandle {
+    HANDLE
+        .get_or_init(|| {
+            let builder = PrometheusBuilder::new()
+                .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), LATENCY_BUCKETS)
+                .expect("bucket list is non-empty");
+            let recorder = builder.build_recorder();
+            let handle = recorder.handle();
+            if metrics::set_global_recorder(recorder).is_err() {
+                tracing::warn!("a metrics recorder was already installed; /metrics stays empty");
+            }
+            handle
+        })
+        .clone()
+}
+
+/// Runs the recorder's upkeep (histogram buffers) until shutdown; without the exporter's
+/// own HTTP listener nobody else does.
+pub(crate) async fn upkeep(handle: PrometheusHandle, mut shutdown: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(5));
+    loop {
+        tokio::select! {
+            _ = tick.tick() => handle.run_upkeep(),
+            _ = shutdown.wait_for(|s| *s) => return,
+        }
+    }
+}

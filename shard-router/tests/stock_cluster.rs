@@ -1,0 +1,75 @@
+//! Stock-core scenarios on a private 3-master Redis Cluster.
+
+mod common;
+mod scenarios;
+
+use common::Env;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrency() {
+    scenarios::concurrency(Env::cluster()).await;
+}
+
+#[tokio::test]
+async fn uneven_drain() {
+    scenarios::uneven_drain(Env::cluster()).await;
+}
+
+#[tokio::test]
+async fn limit_across_reroutes() {
+    scenarios::limit_across_reroutes(Env::cluster()).await;
+}
+
+#[tokio::test]
+async fn replay() {
+    scenarios::replay(Env::cluster()).await;
+}
+
+#[tokio::test]
+async fn release_twice() {
+    scenarios::release_twice(Env::cluster()).await;
+}
+
+#[tokio::test]
+async fn script_flush() {
+    scenarios::script_flush(Env::cluster()).await;
+}
+
+#[tokio::test]
+async fn not_preheated() {
+    scenarios::not_preheated(Env::cluster()).await;
+}
+
+#[tokio::test]
+async fn window() {
+    scenarios::window(Env::cluster()).await;
+}
+
+/// The shard tags spread over the masters of a real cluster made by
+/// `redis-cli --cluster create` (16 shards on 3 masters: 6/5/5), and Redis agrees with our
+/// slot arithmetic for every shard key.
+#[test]
+fn tags_spread_over_real_masters() {
+    use shard_router::placement::slot_of_tag;
+    use std::collections::HashMap;
+    let env = Env::cluster();
+    let Env::Cluster(cluster) = &env else {
+        unreachable!()
+    };
+    let placement = shard_router::Placement::new(common::SHARDS).unwrap();
+    let mut conn = cluster.nodes()[0].connection();
+    let mut per_master: HashMap<u16, u32> = HashMap::new();
+    for s in 0..common::SHARDS {
+        let key = shard_router::keys::ShardKeys::new(&placement, s, 1).stock();
+        let slot: u16 = redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(&key)
+            .query(&mut conn)
+            .unwrap();
+        assert_eq!(slot, slot_of_tag(placement.tag(s)), "slot of {key}");
+        *per_master.entry(cluster.master_of(slot)).or_default() += 1;
+    }
+    let mut counts: Vec<u32> = per_master.into_values().collect();
+    counts.sort_unstable();
+    assert_eq!(counts, vec![5, 5, 6]);
+}

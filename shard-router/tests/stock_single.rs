@@ -1,0 +1,46 @@
+//! Stock-core scenarios on a private single Redis.
+
+mod common;
+mod scenarios;
+
+use common::Env;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrency() {
+    scenarios::concurrency(Env::single()).await;
+}
+
+#[tokio::test]
+async fn uneven_drain() {
+    scenarios::uneven_drain(Env::single()).await;
+}
+
+#[tokio::test]
+async fn limit_across_reroutes() {
+    scenarios::limit_across_reroutes(Env::single()).await;
+}
+
+#[tokio::test]
+async fn replay() {
+    scenarios::replay(Env::single()).await;
+}
+
+#[tokio::test]
+async fn release_twice() {
+    scenarios::release_twice(Env::single()).await;
+}
+
+#[tokio::test]
+async fn script_flush() {
+    scenarios::script_flush(Env::single()).await;
+}
+
+#[tokio::test]
+async fn not_preheated() {
+    scenarios::not_preheated(Env::single()).await;
+}
+
+#[tokio::test]
+async fn window() {
+    scenarios::window(Env::single()).await;
+}

@@ -1,0 +1,113 @@
+//! A private Redis Cluster: `masters × (1 + replicas)` nodes joined by
+//! `redis-cli --cluster create`, usable once every node reports `cluster_state:ok`.
+
+use std::process::Command;
+use std::time::Duration;
+
+use crate::{wait_until, RedisServer};
+
+/// A running local cluster owned by the test.
+pub struct RedisCluster {
+    nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    pub fn start(masters: usize, replicas: usize) -> Self {
+        assert!(
+            masters >= 3,
+            "redis-cli --cluster create needs at least 3 masters"
+        );
+        let nodes: Vec<RedisServer> = (0..masters * (1 + replicas))
+            .map(|_| {
+                RedisServer::start_with(&[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-node-timeout",
+                    "2000",
+                ])
+            })
+            .collect();
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port()))
+            .collect();
+        let out = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addrs)
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
+            .output()
+            .expect("redis-cli must be installed (see .ci/run)");
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster create failed: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let cluster = Self { nodes };
+        cluster.wait_ok();
+        cluster
+    }
+
+    /// Waits until every node sees the whole slot space served.
+    pub fn wait_ok(&self) {
+        for n in &self.nodes {
+            wait_until("cluster_state:ok", Duration::from_secs(30), || {
+                let info: String = redis::cmd("CLUSTER")
+                    .arg("INFO")
+                    .query(&mut n.connection())
+                    .unwrap_or_default();
+                info.contains("cluster_state:ok") && info.contains("cluster_slots_ok:16384")
+            });
+        }
+    }
+
+    /// `redis://127.0.0.1:PORT` of every node.
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
+    }
+
+    pub fn nodes(&self) -> &[RedisServer] {
+        &self.nodes
+    }
+
+    pub fn nodes_mut(&mut self) -> &mut [RedisServer] {
+        &mut self.nodes
+    }
+
+    /// `(first slot, last slot, master port)` for every slot range, from `CLUSTER SLOTS`.
+    pub fn slot_ranges(&self) -> Vec<(u16, u16, u16)> {
+        let v: redis::Value = redis::cmd("CLUSTER")
+            .arg("SLOTS")
+            .query(&mut self.nodes[0].connection())
+            .expect("CLUSTER SLOTS");
+        let redis::Value::Array(ranges) = v else {
+            panic!("CLUSTER SLOTS: not an array")
+        };
+        ranges
+            .into_iter()
+            .map(|r| {
+                let redis::Value::Array(items) = r else {
+                    panic!("CLUSTER SLOTS: range not an array")
+                };
+                let int = |v: &redis::Value| match v {
+                    redis::Value::Int(i) => *i as u16,
+                    other => panic!("CLUSTER SLOTS: not an int: {other:?}"),
+                };
+                let redis::Value::Array(master) = &items[2] else {
+                    panic!("CLUSTER SLOTS: master not an array")
+                };
+                (int(&items[0]), int(&items[1]), int(&master[1]))
+            })
+            .collect()
+    }
+
+    /// The port of the master serving `slot`.
+    pub fn master_of(&self, slot: u16) -> u16 {
+        self.slot_ranges()
+            .into_iter()
+            .find(|(lo, hi, _)| (*lo..=*hi).contains(&slot))
+            .map(|(_, _, port)| port)
+            .expect("every slot is served")
+    }
+}
