@@ -429,6 +429,45 @@ impl StockClient {
         Ok(ReleaseOutcome { stock, user })
     }
 
+    /// `WAIT replicas ms` on the node that owns `shard`: how many replicas confirmed this
+    /// connection's writes so far (the claim just made included). WAIT cannot run inside a
+    /// script, so durability mode `replica` calls this after a successful claim.
+    /// `wait` is capped below the response timeout, which bounds every call on the
+    /// connection, WAIT included.
+    pub async fn wait_replicas(
+        &self,
+        shard: ShardId,
+        replicas: u32,
+        wait: Duration,
+    ) -> Result<u32, StockError> {
+        let wait = wait.min(self.cfg.timeouts.response * 4 / 5);
+        let mut cmd = redis::cmd("WAIT");
+        cmd.arg(replicas).arg(wait.as_millis() as u64);
+        let after = wait + self.cfg.timeouts.response;
+        let fut = async {
+            match self.conn.clone() {
+                RedisConn::Single(mut c) => cmd.query_async::<i64>(&mut c).await,
+                RedisConn::Cluster(mut c) => {
+                    use redis::cluster_routing::{
+                        Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr,
+                    };
+                    let slot = crate::placement::slot_of_tag(self.placement.tag(shard));
+                    let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
+                        Route::new(slot, SlotAddr::Master),
+                    ));
+                    let v = c.route_command(cmd, route).await?;
+                    Ok(redis::from_redis_value::<i64>(v)?)
+                }
+            }
+        };
+        match tokio::time::timeout(after, fut).await {
+            Ok(r) => r
+                .map(|n| n.max(0) as u32)
+                .map_err(|source| StockError::Redis { op: "wait", source }),
+            Err(_) => Err(StockError::Timeout { op: "wait", after }),
+        }
+    }
+
     /// Units the user holds of a SKU (holds included), read from the home shard.
     pub async fn user_count(&self, sku: u64, width: u16, user: &str) -> Result<u32, StockError> {
         let home = self.placement.home_shard(sku, width, user);

@@ -73,3 +73,29 @@ fn tags_spread_over_real_masters() {
     counts.sort_unstable();
     assert_eq!(counts, vec![5, 5, 6]);
 }
+
+/// `WAIT` is routed to the master that owns the claim's shard, whose replica confirms it.
+#[tokio::test]
+async fn wait_replicas_reaches_the_shard_master() {
+    use shard_router::{ClaimOutcome, RedisTarget, StockClient, StockConfig};
+    let cluster = test_support::RedisCluster::start(3, 1);
+    let client = StockClient::connect(StockConfig::new(
+        RedisTarget::Cluster(cluster.urls()),
+        common::SHARDS,
+    ))
+    .await
+    .unwrap();
+    let meta = common::open_meta(2001, 16, 16, 1);
+    client.preheat(&meta).await.unwrap();
+    for u in ["w1", "w2", "w3"] {
+        let o = common::claim_once(&client, &meta, &common::req(meta.sku, u, None)).await;
+        let ClaimOutcome::Claimed { claim, .. } = o else {
+            panic!("{o:?}")
+        };
+        let acked = client
+            .wait_replicas(claim.shard, 1, std::time::Duration::from_millis(300))
+            .await
+            .unwrap();
+        assert_eq!(acked, 1, "the shard's replica confirms");
+    }
+}

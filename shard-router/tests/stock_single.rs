@@ -44,3 +44,17 @@ async fn not_preheated() {
 async fn window() {
     scenarios::window(Env::single()).await;
 }
+
+/// Without replicas, `WAIT` reports 0 confirmations after its timeout instead of hanging.
+#[tokio::test]
+async fn wait_replicas_without_replicas() {
+    let env = Env::single();
+    let client = env.client().await;
+    let t = std::time::Instant::now();
+    let n = client
+        .wait_replicas(0, 1, std::time::Duration::from_millis(100))
+        .await
+        .unwrap();
+    assert_eq!(n, 0);
+    assert!(t.elapsed() < std::time::Duration::from_secs(2));
+}

@@ -2,6 +2,7 @@
 //! `redis-server`, a local Redis Cluster made with `redis-cli --cluster create`, and
 //! MariaDB (see `mariadb`). Each guard kills what it started when dropped.
 
+pub mod mariadb;
 mod ports;
 mod redis_cluster;
 mod redis_server;

@@ -49,7 +49,8 @@ impl RedisCluster {
         cluster
     }
 
-    /// Waits until every node sees the whole slot space served.
+    /// Waits until every node sees the whole slot space served and every replica has
+    /// finished its first sync (until then WAIT cannot be confirmed).
     pub fn wait_ok(&self) {
         for n in &self.nodes {
             wait_until("cluster_state:ok", Duration::from_secs(30), || {
@@ -58,6 +59,13 @@ impl RedisCluster {
                     .query(&mut n.connection())
                     .unwrap_or_default();
                 info.contains("cluster_state:ok") && info.contains("cluster_slots_ok:16384")
+            });
+            wait_until("replica link up", Duration::from_secs(30), || {
+                let info: String = redis::cmd("INFO")
+                    .arg("replication")
+                    .query(&mut n.connection())
+                    .unwrap_or_default();
+                !info.contains("role:slave") || info.contains("master_link_status:up")
             });
         }
     }
