@@ -51,8 +51,9 @@ impl RedisCluster {
 
     /// Waits until every node sees the whole slot space served and every replica has
     /// finished its first sync (until then WAIT cannot be confirmed).
+    /// Killed nodes are skipped, so this also waits out a failover.
     pub fn wait_ok(&self) {
-        for n in &self.nodes {
+        for n in self.nodes.iter().filter(|n| n.pid().is_some()) {
             wait_until("cluster_state:ok", Duration::from_secs(30), || {
                 let info: String = redis::cmd("CLUSTER")
                     .arg("INFO")
@@ -85,9 +86,14 @@ impl RedisCluster {
 
     /// `(first slot, last slot, master port)` for every slot range, from `CLUSTER SLOTS`.
     pub fn slot_ranges(&self) -> Vec<(u16, u16, u16)> {
+        let live = self
+            .nodes
+            .iter()
+            .find(|n| n.pid().is_some())
+            .expect("a live node");
         let v: redis::Value = redis::cmd("CLUSTER")
             .arg("SLOTS")
-            .query(&mut self.nodes[0].connection())
+            .query(&mut live.connection())
             .expect("CLUSTER SLOTS");
         let redis::Value::Array(ranges) = v else {
             panic!("CLUSTER SLOTS: not an array")
@@ -108,6 +114,14 @@ impl RedisCluster {
                 (int(&items[0]), int(&items[1]), int(&master[1]))
             })
             .collect()
+    }
+
+    /// Index in [`Self::nodes`] of the node listening on `port`.
+    pub fn node_index(&self, port: u16) -> usize {
+        self.nodes
+            .iter()
+            .position(|n| n.port() == port)
+            .expect("a node on that port")
     }
 
     /// The port of the master serving `slot`.

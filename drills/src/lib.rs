@@ -1,0 +1,22 @@
+//! Fault drills in the style of Jepsen: keep a sale running, inject a fault, then compare
+//! what clients were told (acknowledged claims) with what the system recorded.
+//!
+//! - [`load`]: bounded claim load against the stock core, collecting every answer.
+//! - [`verdict`]: acknowledged vs recorded → lost, duplicated, oversold, over the limit.
+//! - `tests/`: one file per fault family; each drill prints its [`Figures`] line.
+
+pub mod load;
+pub mod verdict;
+
+pub use verdict::{Figures, Verdict};
+
+/// Sends `sig` (`STOP`, `CONT`, `KILL`) to a process.
+pub fn signal(pid: u32, sig: &str) {
+    let ok = std::process::Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    assert!(ok, "kill -{sig} {pid} failed");
+}

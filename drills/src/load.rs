@@ -1,0 +1,114 @@
+//! A bounded claim load against the stock core: `tasks` loops, each claiming with fresh
+//! users until `duration` passes, recording every answer. Replica durability waits for
+//! one replica after each success and counts the claim as acknowledged only when it came.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use shard_router::protocol::{self, LocalEmptyShards};
+use shard_router::{now_ms, Claim, ClaimOutcome, ClaimRequest, SkuMeta, StockClient};
+
+/// What a client is told counts as an acknowledgement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// Acknowledged when the primary ran the script.
+    None,
+    /// Acknowledged only when `WAIT 1` confirmed a replica has it.
+    Replica,
+}
+
+/// Everything the clients saw.
+#[derive(Debug, Default)]
+pub struct Answers {
+    pub acknowledged: Vec<(String, Claim)>,
+    /// Successes whose replication was not confirmed (not acknowledged).
+    pub unconfirmed: u64,
+    pub sold_out: u64,
+    pub errors: u64,
+    /// Errors where Redis may or may not have run the script.
+    pub ambiguous: u64,
+    pub other: u64,
+    /// When the last error was seen: with the fault's start, the time to recover.
+    pub last_error: Option<Instant>,
+}
+
+/// Runs the load; returns when every task is done (at most `duration` plus one Redis
+/// timeout).
+pub async fn run(
+    client: &StockClient,
+    meta: &SkuMeta,
+    tasks: usize,
+    duration: Duration,
+    durability: Durability,
+) -> Answers {
+    let answers = Arc::new(Mutex::new(Answers::default()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let empties = Arc::new(LocalEmptyShards::default());
+    let deadline = Instant::now() + duration;
+    let mut handles = Vec::new();
+    for t in 0..tasks {
+        let (client, meta, answers, empties, stop) = (
+            client.clone(),
+            meta.clone(),
+            answers.clone(),
+            empties.clone(),
+            stop.clone(),
+        );
+        handles.push(tokio::spawn(async move {
+            let mut n = 0u64;
+            while Instant::now() < deadline && !stop.load(Ordering::Relaxed) {
+                n += 1;
+                let req = ClaimRequest {
+                    sku: meta.sku,
+                    user: format!("d{t}-{n}"),
+                    qty: 1,
+                    request_id: None,
+                };
+                let out = protocol::claim(&client, &meta, &req, empties.as_ref(), now_ms()).await;
+                let confirmed = match &out {
+                    Ok(ClaimOutcome::Claimed { claim, .. }) => match durability {
+                        Durability::None => true,
+                        Durability::Replica => matches!(
+                            client
+                                .wait_replicas(claim.shard, 1, Duration::from_millis(200))
+                                .await,
+                            Ok(n) if n >= 1
+                        ),
+                    },
+                    _ => false,
+                };
+                let failed = out.is_err();
+                {
+                    let mut a = answers.lock().unwrap_or_else(|p| p.into_inner());
+                    match out {
+                        Ok(ClaimOutcome::Claimed { claim, .. }) if confirmed => {
+                            a.acknowledged.push((req.user, claim));
+                        }
+                        Ok(ClaimOutcome::Claimed { .. }) => a.unconfirmed += 1,
+                        Ok(ClaimOutcome::SoldOut) => {
+                            a.sold_out += 1;
+                            stop.store(true, Ordering::Relaxed);
+                        }
+                        Ok(_) => a.other += 1,
+                        Err(ref e) => {
+                            a.errors += 1;
+                            a.ambiguous += u64::from(e.is_ambiguous());
+                            a.last_error = Some(Instant::now());
+                        }
+                    }
+                }
+                if failed {
+                    // Back off a little so a dead node is not hammered in a loop.
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        }));
+    }
+    for h in handles {
+        h.await.expect("load task");
+    }
+    Arc::try_unwrap(answers)
+        .map(|m| m.into_inner().unwrap_or_else(|p| p.into_inner()))
+        .unwrap_or_else(|_| panic!("answers still shared"))
+}
