@@ -6,7 +6,7 @@
 -- KEYS[2] shard meta        {T}:meta:<sku>      hash: limit, start, end (ms)
 -- KEYS[3] user counts       {T}:users:<sku>     hash: user -> units held (holds included)
 -- KEYS[4] user sequence     {T}:useq:<sku>      hash: user -> last user_seq
--- KEYS[5] holds             {T}:holds:<sku>     hash: "user|seq" -> "qty|expires_ms"
+-- KEYS[5] holds             {T}:holds:<sku>     hash: "user|seq" -> "qty|expires_ms|request_id"
 -- KEYS[6] claims stream     {T}:claims
 -- KEYS[7] request result    {T}:req:<sku>:<len>:<user>:<rid>  (unused when ARGV[5] == "")
 -- ARGV[1] sku   ARGV[2] user   ARGV[3] qty (>= 1)   ARGV[4] now_ms (gateway clock)
@@ -33,13 +33,8 @@ if not stock or not meta[1] then
   return {14}
 end
 stock = tonumber(stock)
-if now < tonumber(meta[2]) then
-  return {12}
-end
-if now >= tonumber(meta[3]) then
-  return {13}
-end
 
+-- Replay first: a retried success gets its first answer, even once the window closed.
 local user = ARGV[2]
 local rid = ARGV[5]
 if rid ~= '' then
@@ -50,6 +45,13 @@ if rid ~= '' then
     local claim_id, shard, q = string.match(seen, '^([^|]+)|([^|]+)|([^|]+)$')
     return {2, claim_id, tonumber(shard), tonumber(q)}
   end
+end
+
+if now < tonumber(meta[2]) then
+  return {12}
+end
+if now >= tonumber(meta[3]) then
+  return {13}
 end
 
 local held = tonumber(redis.call('HGET', KEYS[3], user) or '0')
@@ -66,7 +68,7 @@ redis.call('HINCRBY', KEYS[3], user, qty)
 local seq = redis.call('HINCRBY', KEYS[4], user, 1)
 
 if stock < qty then
-  redis.call('HSET', KEYS[5], user .. '|' .. seq, qty .. '|' .. (now + hold_ttl))
+  redis.call('HSET', KEYS[5], user .. '|' .. seq, qty .. '|' .. (now + hold_ttl) .. '|' .. rid)
   if rid ~= '' then
     redis.call('SET', KEYS[7], 'P', 'EX', ARGV[8])
   end

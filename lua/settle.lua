@@ -3,7 +3,7 @@
 -- consumer to resolve holds a crashed gateway left behind, after checking the ledger.
 --
 -- KEYS[1] user counts     {T}:users:<sku>
--- KEYS[2] holds           {T}:holds:<sku>
+-- KEYS[2] holds           {T}:holds:<sku>     hash: "user|seq" -> "qty|expires_ms|request_id"
 -- KEYS[3] request result  {T}:req:<sku>:<len>:<user>:<rid>  (unused when ARGV[4] == "")
 -- ARGV[1] user   ARGV[2] user_seq   ARGV[3] "keep" | "undo"   ARGV[4] request id or ""
 -- ARGV[5] stored answer "claim_id|shard|qty" (keep only)   ARGV[6] request result ttl s

@@ -10,6 +10,8 @@ ensure_rust
 ensure_redis
 ensure_mariadb
 
+say "deploy checks (promtool, haproxy, compose, dashboard)"
+./deploy/check.sh
 say "cargo fmt --check"
 cargo fmt --all -- --check
 say "cargo test --workspace"

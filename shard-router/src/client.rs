@@ -373,12 +373,8 @@ impl StockClient {
         }
     }
 
-    /// Holds standing on a shard for a SKU: `(user, user_seq, qty, expires_ms)`.
-    pub async fn holds(
-        &self,
-        sku: u64,
-        shard: ShardId,
-    ) -> Result<Vec<(String, u64, u32, i64)>, StockError> {
+    /// Holds standing on a shard for a SKU.
+    pub async fn holds(&self, sku: u64, shard: ShardId) -> Result<Vec<Hold>, StockError> {
         let mut conn = self.conn.clone();
         let raw: Vec<(String, String)> = self
             .bounded("holds", conn.hgetall(self.keys(shard, sku).holds()))
@@ -387,13 +383,17 @@ impl StockClient {
             .into_iter()
             .filter_map(|(field, value)| {
                 let (user, seq) = field.rsplit_once('|')?;
-                let (qty, exp) = value.split_once('|')?;
-                Some((
-                    user.to_owned(),
-                    seq.parse().ok()?,
-                    qty.parse().ok()?,
-                    exp.parse().ok()?,
-                ))
+                let mut parts = value.splitn(3, '|');
+                let (qty, exp, rid) = (parts.next()?, parts.next()?, parts.next().unwrap_or(""));
+                Some(Hold {
+                    sku,
+                    home: shard,
+                    user: user.to_owned(),
+                    user_seq: seq.parse().ok()?,
+                    qty: qty.parse().ok()?,
+                    expires_ms: exp.parse().ok()?,
+                    request_id: (!rid.is_empty()).then(|| rid.to_owned()),
+                })
             })
             .collect())
     }

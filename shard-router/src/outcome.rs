@@ -139,6 +139,20 @@ pub enum Settlement {
     Undo,
 }
 
+/// A hold standing on a home shard while (or because) a second chance ran.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hold {
+    pub sku: u64,
+    pub home: u16,
+    pub user: String,
+    pub user_seq: u64,
+    pub qty: u32,
+    /// Past this (gateway clock) the consumer may resolve it against the ledger.
+    pub expires_ms: i64,
+    /// The request id being served, so resolving the hold also settles its replay answer.
+    pub request_id: Option<String>,
+}
+
 /// Outcome of `settle.lua`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SettleOutcome {

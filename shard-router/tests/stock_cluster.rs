@@ -41,6 +41,11 @@ async fn not_preheated() {
 }
 
 #[tokio::test]
+async fn hold_left_behind() {
+    scenarios::hold_left_behind(Env::cluster()).await;
+}
+
+#[tokio::test]
 async fn window() {
     scenarios::window(Env::cluster()).await;
 }

@@ -395,4 +395,134 @@ pub async fn window(env: Env) {
     .unwrap();
     assert_eq!(o, ClaimOutcome::Ended);
     assert_eq!(slices_total(&client, &meta).await, 10);
+
+    // A success replays under its request id even after the window closed.
+    let meta = open_meta(1010, 10, 2, 1);
+    client.preheat(&meta).await.expect("preheat");
+    let r = req(meta.sku, "late", Some("l1"));
+    let ClaimOutcome::Claimed { claim, .. } = claim_once(&client, &meta, &r).await else {
+        panic!("claim")
+    };
+    let after_end = protocol::claim(
+        &client,
+        &meta,
+        &r,
+        &LocalEmptyShards::default(),
+        meta.end_ms,
+    )
+    .await
+    .unwrap();
+    assert_eq!(after_end, ClaimOutcome::Replay(claim));
+}
+
+/// A gateway that dies between hold and settle leaves the hold standing: the same request
+/// id answers InProgress (never a second unit), the hold lists its request id, and whoever
+/// resolves it (the consumer, against the ledger) settles the replay answer too.
+pub async fn hold_left_behind(env: Env) {
+    use shard_router::{HomeOutcome, Settlement, TakeOutcome};
+    let client = env.client().await;
+    let meta = open_meta(1009, 4, 2, 2);
+    client.preheat(&meta).await.expect("preheat");
+    let home = client.placement().home_shard(meta.sku, meta.width, "gina");
+    for u in users_with_home(&client, &meta, home, "h", 2) {
+        claim_once(&client, &meta, &req(meta.sku, &u, None)).await;
+    }
+    let r = req(meta.sku, "gina", Some("g1"));
+    let now = now_ms();
+    let HomeOutcome::Hold { user_seq, .. } =
+        client.claim_home(&r, home, now, true).await.expect("home")
+    else {
+        panic!("expected a hold")
+    };
+    // The "gateway" takes a unit elsewhere and dies before settling.
+    let other = client
+        .placement()
+        .shards_of(meta.sku, meta.width)
+        .into_iter()
+        .find(|s| *s != home)
+        .expect("second shard");
+    let TakeOutcome::Claimed { claim_id, .. } = client
+        .take(&r, other, home, user_seq, now)
+        .await
+        .expect("take")
+    else {
+        panic!("expected a take")
+    };
+    assert_eq!(
+        claim_once(&client, &meta, &r).await,
+        ClaimOutcome::InProgress
+    );
+    let holds = client.holds(meta.sku, home).await.expect("holds");
+    assert_eq!(holds.len(), 1);
+    assert_eq!(holds[0].request_id.as_deref(), Some("g1"));
+    assert_eq!(holds[0].user_seq, user_seq);
+
+    let claim = shard_router::Claim {
+        claim_id,
+        sku: meta.sku,
+        shard: other,
+        qty: 1,
+    };
+    client
+        .settle(
+            meta.sku,
+            home,
+            "gina",
+            user_seq,
+            Some("g1"),
+            &Settlement::Keep(claim.clone()),
+        )
+        .await
+        .expect("settle");
+    assert_eq!(
+        claim_once(&client, &meta, &r).await,
+        ClaimOutcome::Replay(claim)
+    );
+    assert_eq!(
+        client
+            .user_count(meta.sku, meta.width, "gina")
+            .await
+            .unwrap(),
+        1
+    );
+
+    // Undo: a hold whose second chance never ran gives the count back.
+    let r2 = req(meta.sku, "gina", Some("g2"));
+    let HomeOutcome::Hold { user_seq, .. } = client
+        .claim_home(&r2, home, now_ms(), true)
+        .await
+        .expect("home")
+    else {
+        panic!("expected a hold")
+    };
+    assert_eq!(
+        client
+            .user_count(meta.sku, meta.width, "gina")
+            .await
+            .unwrap(),
+        2
+    );
+    client
+        .settle(
+            meta.sku,
+            home,
+            "gina",
+            user_seq,
+            Some("g2"),
+            &Settlement::Undo,
+        )
+        .await
+        .expect("undo");
+    assert_eq!(
+        client
+            .user_count(meta.sku, meta.width, "gina")
+            .await
+            .unwrap(),
+        1
+    );
+    assert!(matches!(
+        claim_once(&client, &meta, &r2).await,
+        ClaimOutcome::Claimed { rerouted: true, .. }
+    ));
+    assert_no_holds(&client, &meta).await;
 }
