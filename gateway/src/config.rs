@@ -25,7 +25,11 @@ pub enum Durability {
 
 /// Settings of one gateway process.
 #[derive(Debug, Clone, Parser)]
-#[command(name = "flashgate-gateway", version, about = "flashgate HTTP claim gateway")]
+#[command(
+    name = "flashgate-gateway",
+    version,
+    about = "flashgate HTTP claim gateway"
+)]
 pub struct Config {
     /// Address of the claim API.
     #[arg(long, env = "FLASHGATE_LISTEN", default_value = "0.0.0.0:8080")]
@@ -35,7 +39,11 @@ pub struct Config {
     #[arg(long, env = "FLASHGATE_ADMIN_LISTEN", default_value = "127.0.0.1:9090")]
     pub admin_listen: SocketAddr,
     /// Redis URL, or with `--redis-cluster` a comma-separated list of seed nodes.
-    #[arg(long, env = "FLASHGATE_REDIS", default_value = "redis://127.0.0.1:6379")]
+    #[arg(
+        long,
+        env = "FLASHGATE_REDIS",
+        default_value = "redis://127.0.0.1:6379"
+    )]
     pub redis: String,
     /// Treat `--redis` as Redis Cluster seed nodes.
     #[arg(long, env = "FLASHGATE_REDIS_CLUSTER")]
@@ -76,7 +84,11 @@ pub struct Config {
     #[arg(long, env = "FLASHGATE_BODY_TIMEOUT_MS", default_value_t = 5_000)]
     pub body_timeout_ms: u64,
     /// Redis connect timeout (ms).
-    #[arg(long, env = "FLASHGATE_REDIS_CONNECT_TIMEOUT_MS", default_value_t = 500)]
+    #[arg(
+        long,
+        env = "FLASHGATE_REDIS_CONNECT_TIMEOUT_MS",
+        default_value_t = 500
+    )]
     pub redis_connect_timeout_ms: u64,
     /// Bound on every Redis call (ms); a claim past it answers 503 `unavailable`.
     #[arg(long, env = "FLASHGATE_REDIS_TIMEOUT_MS", default_value_t = 500)]
@@ -132,7 +144,10 @@ impl Config {
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.redis_target()?;
         if self.shards == 0 || self.shards > MAX_SHARDS {
-            return Err(bad("--shards", format!("{} is outside 1..={MAX_SHARDS}", self.shards)));
+            return Err(bad(
+                "--shards",
+                format!("{} is outside 1..={MAX_SHARDS}", self.shards),
+            ));
         }
         if self.listen == self.admin_listen && self.listen.port() != 0 {
             return Err(bad("--admin-listen", "must differ from --listen"));
@@ -161,7 +176,10 @@ impl Config {
             ));
         }
         if self.user_rate > 0 && self.user_burst == 0 {
-            return Err(bad("--user-burst", "must be at least 1 when --user-rate is set"));
+            return Err(bad(
+                "--user-burst",
+                "must be at least 1 when --user-rate is set",
+            ));
         }
         if self.durability == Durability::Replica
             && (self.wait_ms == 0 || self.wait_ms >= self.redis_timeout_ms)
@@ -225,7 +243,10 @@ mod tests {
             (&["--max-body-bytes", "10"], "--max-body-bytes"),
             (&["--user-header", "bad header"], "--user-header"),
             (&["--redis", "a:1,b:2"], "--redis"),
-            (&["--durability", "replica", "--wait-ms", "900"], "--wait-ms"),
+            (
+                &["--durability", "replica", "--wait-ms", "900"],
+                "--wait-ms",
+            ),
         ];
         for (args, setting) in cases {
             let err = parse(args).validate().unwrap_err();

@@ -1,1 +1,74 @@
-fn main() {}
+//! `flashgate-gateway`: parse the configuration, set up logging, bind, and [`gateway::run`]
+//! until SIGTERM or SIGINT.
+
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Parser;
+use gateway::{Config, Listeners};
+use tokio::net::TcpListener;
+
+const NAME: &str = "flashgate-gateway";
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cfg = match Config::try_parse() {
+        Ok(cfg) => cfg,
+        Err(e) if !e.use_stderr() => {
+            // --help / --version
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            let msg = e.to_string();
+            let first = msg.lines().next().unwrap_or("bad arguments");
+            eprintln!("{NAME}: {}", first.trim_start_matches("error: "));
+            return ExitCode::from(2);
+        }
+    };
+    if let Err(e) = cfg.validate() {
+        eprintln!("{NAME}: {e}");
+        return ExitCode::from(2);
+    }
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    match serve(cfg).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{NAME}: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve(cfg: Config) -> anyhow::Result<()> {
+    let api = TcpListener::bind(cfg.listen)
+        .await
+        .with_context(|| format!("cannot bind --listen {}", cfg.listen))?;
+    let admin = TcpListener::bind(cfg.admin_listen)
+        .await
+        .with_context(|| format!("cannot bind --admin-listen {}", cfg.admin_listen))?;
+    tracing::info!(api = %cfg.listen, admin = %cfg.admin_listen, "listening");
+    gateway::run(cfg, Listeners { api, admin }, signal()).await?;
+    Ok(())
+}
+
+/// Resolves on the first SIGTERM or SIGINT.
+async fn signal() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot watch SIGTERM; only SIGINT stops the gateway");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}

@@ -50,8 +50,8 @@ pub mod outcome {
 // Buckets from 50µs: the sold-out path is answered in microseconds, the claim path in
 // well under a millisecond of server time; the tail buckets catch Redis trouble.
 const LATENCY_BUCKETS: &[f64] = &[
-    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
-    1.0, 2.5,
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+    2.5,
 ];
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
@@ -75,6 +75,16 @@ pub fn install() -> PrometheusHandle {
         .clone()
 }
 
+/// Registers the series that only move on rare events, so dashboards and alerts see a 0
+/// instead of a missing series.
+pub(crate) fn register_defaults() {
+    metrics::counter!(PUBSUB_RECONNECTS).increment(0);
+    metrics::counter!(REPLICATION_UNCONFIRMED).increment(0);
+    metrics::gauge!(IN_FLIGHT).increment(0.0);
+    metrics::gauge!(CONNECTIONS).increment(0.0);
+    metrics::gauge!(READY).set(0.0);
+}
+
 /// Runs the recorder's upkeep (histogram buffers) until shutdown; without the exporter's
 /// own HTTP listener nobody else does.
 pub(crate) async fn upkeep(handle: PrometheusHandle, mut shutdown: watch::Receiver<bool>) {
@@ -82,7 +92,7 @@ pub(crate) async fn upkeep(handle: PrometheusHandle, mut shutdown: watch::Receiv
     loop {
         tokio::select! {
             _ = tick.tick() => handle.run_upkeep(),
-            _ = shutdown.wait_for(|s| *s) => return,
+            _ = crate::stopped(&mut shutdown) => return,
         }
     }
 }

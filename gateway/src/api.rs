@@ -1,0 +1,102 @@
+//! Request routing for both listeners, and the per-request bookkeeping (in-flight cap,
+//! request counter and latency by route). Handlers live in `api/`, one route each.
+
+mod claim;
+mod input;
+mod probes;
+pub(crate) mod reply;
+mod sku;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response};
+
+use crate::app::App;
+use crate::metrics::{outcome, CLAIMS, REQUESTS, REQUEST_SECONDS};
+use reply::{Body, Reply};
+
+/// The claim API listener.
+pub(crate) async fn api(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
+    let started = Instant::now();
+    let path = req.uri().path().to_owned();
+    let (route, reply) = match (path.as_str(), req.method()) {
+        ("/healthz", &Method::GET) => ("healthz", probes::healthz()),
+        ("/readyz", &Method::GET) => ("readyz", probes::readyz(&app)),
+        ("/healthz" | "/readyz", _) => ("probe", Reply::method_not_allowed("GET")),
+        ("/v1/claims", &Method::POST) => (
+            "claims",
+            admitted(&app, true, claim::handle(&app, req)).await,
+        ),
+        ("/v1/claims", _) => ("claims", Reply::method_not_allowed("POST")),
+        (p, m) => match p.strip_prefix("/v1/skus/") {
+            Some(sku) if m == Method::GET => {
+                ("sku", admitted(&app, false, sku::handle(&app, sku)).await)
+            }
+            Some(_) => ("sku", Reply::method_not_allowed("GET")),
+            None => ("other", Reply::not_found(p)),
+        },
+    };
+    finish(route, started, reply.into_response())
+}
+
+/// The admin listener.
+pub(crate) async fn admin(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
+    let started = Instant::now();
+    let (route, resp) = match (req.uri().path(), req.method()) {
+        ("/metrics", &Method::GET) => ("metrics", probes::metrics(&app)),
+        ("/healthz", &Method::GET) => ("healthz", probes::healthz().into_response()),
+        ("/readyz", &Method::GET) => ("readyz", probes::readyz(&app).into_response()),
+        ("/metrics" | "/healthz" | "/readyz", _) => {
+            ("admin", Reply::method_not_allowed("GET").into_response())
+        }
+        (p, _) => ("admin", Reply::not_found(p).into_response()),
+    };
+    finish(route, started, resp)
+}
+
+/// Runs `handler` under an in-flight slot, or sheds the request at once.
+async fn admitted(
+    app: &App,
+    is_claim: bool,
+    handler: impl std::future::Future<Output = Reply>,
+) -> Reply {
+    match app.admission.enter() {
+        Some(_slot) => handler.await,
+        None => {
+            if is_claim {
+                metrics::counter!(CLAIMS, "outcome" => outcome::REJECTED).increment(1);
+            }
+            Reply::overloaded()
+        }
+    }
+}
+
+fn finish(route: &'static str, started: Instant, resp: Response<Body>) -> Response<Body> {
+    metrics::counter!(REQUESTS, "route" => route, "status" => status_label(resp.status().as_u16()))
+        .increment(1);
+    metrics::histogram!(REQUEST_SECONDS, "route" => route).record(started.elapsed().as_secs_f64());
+    resp
+}
+
+/// Status codes as static labels, so the hot path does not allocate a label string.
+fn status_label(code: u16) -> &'static str {
+    match code {
+        200 => "200",
+        201 => "201",
+        400 => "400",
+        403 => "403",
+        404 => "404",
+        405 => "405",
+        408 => "408",
+        409 => "409",
+        410 => "410",
+        413 => "413",
+        415 => "415",
+        429 => "429",
+        500 => "500",
+        503 => "503",
+        _ => "other",
+    }
+}

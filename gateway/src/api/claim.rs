@@ -1,0 +1,226 @@
+//! `POST /v1/claims`: validate, answer from the sold-out cache when it can, run the claim
+//! protocol otherwise, and map every outcome to the DESIGN.md status table.
+//!
+//! Order matters for cost: the cheap memory-only answers (unknown SKU, qty over the limit,
+//! outside the window, sold out) come before the per-user rate limit, and the rate limit
+//! before any Redis call. A sold-out SKU therefore costs no Redis call and no limiter entry.
+
+use std::time::Instant;
+
+use hyper::body::Incoming;
+use hyper::{Request, StatusCode};
+use serde_json::{Map, Value};
+use shard_router::protocol::{self, EmptyShards};
+use shard_router::{now_ms, Claim, ClaimOutcome, StockError};
+
+use super::input::{read_claim, InputRules};
+use super::reply::Reply;
+use crate::app::App;
+use crate::durability;
+use crate::metrics::{outcome, CLAIMS, REDIS_SECONDS};
+
+pub(crate) async fn handle(app: &App, req: Request<Incoming>) -> Reply {
+    let (outcome, reply) = claim(app, req).await;
+    metrics::counter!(CLAIMS, "outcome" => outcome).increment(1);
+    reply
+}
+
+async fn claim(app: &App, req: Request<Incoming>) -> (&'static str, Reply) {
+    let rules = InputRules {
+        max_body: app.max_body,
+        body_timeout: app.body_timeout,
+        user_header: app.user_header.as_ref(),
+    };
+    let req = match read_claim(req, &rules).await {
+        Ok(r) => r,
+        Err(reply) => return (outcome::REJECTED, reply),
+    };
+    let Some(client) = app.link.client() else {
+        return (
+            outcome::UNAVAILABLE,
+            Reply::unavailable("not connected to redis yet; nothing was taken"),
+        );
+    };
+    let state = match app.cache.get(client, req.sku).await {
+        Ok(Some(s)) => s,
+        Ok(None) => return (outcome::REJECTED, unknown_sku(req.sku)),
+        Err(e) => return (outcome::UNAVAILABLE, redis_trouble(&e)),
+    };
+    let meta = &state.meta;
+    if req.qty > meta.limit {
+        let msg = format!(
+            "field `qty` is {}, the limit of sku {} is {}",
+            req.qty, meta.sku, meta.limit
+        );
+        return (
+            outcome::REJECTED,
+            Reply::bad_request(msg).with("limit", meta.limit),
+        );
+    }
+    let now = now_ms();
+    if now < meta.start_ms {
+        return (
+            outcome::REJECTED,
+            window("not_started", meta.sku, meta.start_ms),
+        );
+    }
+    if now >= meta.end_ms {
+        return (outcome::REJECTED, window("ended", meta.sku, meta.end_ms));
+    }
+    if state.all_empty() {
+        return (outcome::SOLD_OUT_CACHE, sold_out(meta.sku));
+    }
+    if let Err(wait) = app.admission.check_user(&req.user) {
+        let reply = Reply::error(
+            StatusCode::TOO_MANY_REQUESTS,
+            "rate_limited",
+            "too many claims from this user; retry later",
+        )
+        .retry_after(wait.as_secs_f64().ceil() as u64);
+        return (outcome::REJECTED, reply);
+    }
+
+    let started = Instant::now();
+    let result = protocol::claim(client, meta, &req, &*state as &dyn EmptyShards, now).await;
+    metrics::histogram!(REDIS_SECONDS, "op" => "claim").record(started.elapsed().as_secs_f64());
+    match result {
+        Ok(ClaimOutcome::Claimed { claim, rerouted }) => {
+            if let Some(reply) = unconfirmed(app, client, &claim).await {
+                return (outcome::UNAVAILABLE, reply);
+            }
+            let kind = if rerouted {
+                outcome::REROUTED
+            } else {
+                outcome::CLAIMED
+            };
+            (kind, claimed(StatusCode::CREATED, &claim))
+        }
+        Ok(ClaimOutcome::Replay(claim)) => {
+            if let Some(reply) = unconfirmed(app, client, &claim).await {
+                return (outcome::UNAVAILABLE, reply);
+            }
+            (outcome::REPLAY, claimed(StatusCode::OK, &claim))
+        }
+        Ok(ClaimOutcome::SoldOut) => (outcome::SOLD_OUT_REDIS, sold_out(meta.sku)),
+        Ok(ClaimOutcome::LimitReached { held }) => {
+            let reply = Reply::error(
+                StatusCode::CONFLICT,
+                "limit_reached",
+                format!(
+                    "user already holds {held} of sku {}, the limit is {}",
+                    meta.sku, meta.limit
+                ),
+            )
+            .with("held", held)
+            .with("limit", meta.limit);
+            (outcome::LIMIT_REACHED, reply)
+        }
+        Ok(ClaimOutcome::NotStarted) => (
+            outcome::REJECTED,
+            window("not_started", meta.sku, meta.start_ms),
+        ),
+        Ok(ClaimOutcome::Ended) => (outcome::REJECTED, window("ended", meta.sku, meta.end_ms)),
+        Ok(ClaimOutcome::NotPreheated) => {
+            // Metadata without slices: the campaign is gone or Redis lost it. Forget the
+            // cached metadata so the next request looks again.
+            app.cache.invalidate(meta.sku);
+            (outcome::REJECTED, unknown_sku(meta.sku))
+        }
+        // Another request with this request id holds the user's count right now; its
+        // answer will be stored for replay. 409 (a conflict with a concurrent request)
+        // with Retry-After: retrying the same request id returns that answer.
+        Ok(ClaimOutcome::InProgress) => {
+            let reply = Reply::error(
+                StatusCode::CONFLICT,
+                "in_progress",
+                "a request with this request_id is being served; retry with the same request_id",
+            )
+            .retry_after(1);
+            (outcome::IN_PROGRESS, reply)
+        }
+        Err(StockError::InvalidArgument(m)) => (outcome::REJECTED, Reply::bad_request(m)),
+        Err(e) => (outcome::UNAVAILABLE, redis_trouble(&e)),
+    }
+}
+
+/// In replica mode, the 503 for a claim no replica confirmed. Taken and recorded on the
+/// primary, but a failover now could lose it, so it is not acknowledged: a retry with the
+/// same request_id replays it once it is safe, or claims afresh if it was lost.
+async fn unconfirmed(
+    app: &App,
+    client: &shard_router::StockClient,
+    claim: &Claim,
+) -> Option<Reply> {
+    let wait = app.replica_wait?;
+    if durability::confirm(client, claim.shard, wait).await {
+        return None;
+    }
+    Some(
+        Reply::unavailable(
+            "the claim is taken but no replica confirmed it yet; retry with the same request_id to learn the outcome",
+        )
+        .with("claim_id", claim.claim_id.as_str())
+        .with("unconfirmed", true),
+    )
+}
+
+fn claimed(status: StatusCode, c: &Claim) -> Reply {
+    let mut body = Map::new();
+    body.insert("claim_id".into(), Value::from(c.claim_id.as_str()));
+    body.insert("sku".into(), Value::from(c.sku));
+    body.insert("shard".into(), Value::from(c.shard));
+    body.insert("qty".into(), Value::from(c.qty));
+    Reply::json(status, "claimed", body)
+}
+
+pub(crate) fn sold_out(sku: u64) -> Reply {
+    Reply::error(
+        StatusCode::GONE,
+        "sold_out",
+        format!("sku {sku} is sold out"),
+    )
+    .with("sku", sku)
+}
+
+pub(crate) fn unknown_sku(sku: u64) -> Reply {
+    Reply::error(
+        StatusCode::NOT_FOUND,
+        "unknown_sku",
+        format!("sku {sku} has no campaign or is not preheated"),
+    )
+    .with("sku", sku)
+}
+
+fn window(kind: &str, sku: u64, at_ms: i64) -> Reply {
+    let msg = match kind {
+        "not_started" => format!("the sale of sku {sku} starts at {at_ms} ms"),
+        _ => format!("the sale of sku {sku} ended at {at_ms} ms"),
+    };
+    Reply::error(StatusCode::FORBIDDEN, kind, msg).with("sku", sku)
+}
+
+/// Redis trouble. Internals stay in the log; the client learns whether anything may have
+/// been taken. Any Redis-side failure (connection, timeout, an error reply such as OOM)
+/// is 503; a script reply this build does not understand is a deployment bug, so 500.
+pub(crate) fn redis_trouble(e: &StockError) -> Reply {
+    match e {
+        StockError::Protocol { .. } | StockError::InvalidArgument(_) => {
+            tracing::error!(error = %e, "stock protocol failure");
+            Reply::error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "internal error",
+            )
+        }
+        _ if e.is_ambiguous() => {
+            tracing::debug!(error = %e, "redis did not answer");
+            Reply::unavailable(
+                "stock service did not answer in time; retry with the same request_id to learn the outcome",
+            )
+        }
+        _ => {
+            tracing::debug!(error = %e, "redis unavailable");
+            Reply::unavailable("stock service unavailable; nothing was taken")
+        }
+    }
+}

@@ -1,0 +1,178 @@
+//! Reading and checking a claim request: content type, body size and time, JSON shape,
+//! field ranges, and the user (body field or trusted header). Everything here runs before
+//! any Redis call, and every failure is a [`Reply`] saying what was wrong.
+
+use std::time::Duration;
+
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use hyper::body::Incoming;
+use hyper::header::{HeaderName, CONTENT_LENGTH, CONTENT_TYPE};
+use hyper::{Request, StatusCode};
+use serde::Deserialize;
+use shard_router::outcome::MAX_ID_LEN;
+use shard_router::ClaimRequest;
+
+use super::reply::Reply;
+
+/// The JSON body of `POST /v1/claims`. Unknown fields are refused so a typo
+/// (`"quantity"`) is an error instead of a silent default.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ClaimBody {
+    sku: u64,
+    user: Option<String>,
+    qty: Option<u32>,
+    request_id: Option<String>,
+}
+
+/// What the claim handler needs to read a request.
+pub(crate) struct InputRules<'a> {
+    pub(crate) max_body: usize,
+    pub(crate) body_timeout: Duration,
+    pub(crate) user_header: Option<&'a HeaderName>,
+}
+
+/// Reads and validates the request into a [`ClaimRequest`] (qty defaults to 1; the
+/// per-SKU limit is checked later against the cached metadata).
+pub(crate) async fn read_claim(
+    req: Request<Incoming>,
+    rules: &InputRules<'_>,
+) -> Result<ClaimRequest, Reply> {
+    let (parts, body) = req.into_parts();
+    check_content_type(parts.headers.get(CONTENT_TYPE))?;
+    let declared = parts
+        .headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > rules.max_body as u64) {
+        return Err(too_large(rules.max_body));
+    }
+    let header_user = match rules.user_header {
+        Some(name) => Some(header_user(&parts.headers, name)?),
+        None => None,
+    };
+
+    let collected = tokio::time::timeout(
+        rules.body_timeout,
+        Limited::new(body, rules.max_body).collect(),
+    )
+    .await
+    .map_err(|_| {
+        Reply::error(
+            StatusCode::REQUEST_TIMEOUT,
+            "bad_request",
+            format!("body not received within {:?}", rules.body_timeout),
+        )
+    })?;
+    let bytes = match collected {
+        Ok(c) => c.to_bytes(),
+        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
+            return Err(too_large(rules.max_body))
+        }
+        Err(e) => return Err(Reply::bad_request(format!("reading body: {e}"))),
+    };
+
+    let body: ClaimBody = serde_json::from_slice(&bytes)
+        .map_err(|e| Reply::bad_request(format!("invalid JSON body: {e}")))?;
+    let user = match (header_user, body.user) {
+        (Some(h), Some(b)) if h != b => {
+            return Err(Reply::bad_request(
+                "field `user` differs from the authenticated user",
+            ))
+        }
+        (Some(h), _) => h,
+        (None, Some(b)) => b,
+        (None, None) => return Err(Reply::bad_request("missing field `user`")),
+    };
+    check_id("user", &user)?;
+    if let Some(rid) = &body.request_id {
+        check_id("request_id", rid)?;
+    }
+    let qty = body.qty.unwrap_or(1);
+    if qty == 0 {
+        return Err(Reply::bad_request("field `qty` must be at least 1"));
+    }
+    Ok(ClaimRequest {
+        sku: body.sku,
+        user,
+        qty,
+        request_id: body.request_id,
+    })
+}
+
+fn too_large(max: usize) -> Reply {
+    Reply::error(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "bad_request",
+        format!("body larger than {max} bytes"),
+    )
+}
+
+/// Accepts `application/json` with any parameters (`; charset=utf-8`).
+fn check_content_type(v: Option<&hyper::header::HeaderValue>) -> Result<(), Reply> {
+    let ok = v
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json"));
+    if ok {
+        Ok(())
+    } else {
+        Err(Reply::error(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "bad_request",
+            "content type must be application/json",
+        ))
+    }
+}
+
+fn header_user(headers: &hyper::HeaderMap, name: &HeaderName) -> Result<String, Reply> {
+    let v = headers
+        .get(name)
+        .ok_or_else(|| Reply::bad_request(format!("missing header {name}")))?;
+    v.to_str()
+        .map(str::to_owned)
+        .map_err(|_| Reply::bad_request(format!("header {name} is not visible ASCII")))
+}
+
+/// Ids become parts of Redis keys and stream records: 1..=64 bytes, no control characters.
+fn check_id(field: &str, v: &str) -> Result<(), Reply> {
+    if v.is_empty() || v.len() > MAX_ID_LEN {
+        return Err(Reply::bad_request(format!(
+            "field `{field}` must be 1..={MAX_ID_LEN} bytes, got {}",
+            v.len()
+        )));
+    }
+    if v.chars().any(char::is_control) {
+        return Err(Reply::bad_request(format!(
+            "field `{field}` must not contain control characters"
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn content_types() {
+        let ok = |s: &'static str| {
+            check_content_type(Some(&hyper::header::HeaderValue::from_static(s))).is_ok()
+        };
+        assert!(ok("application/json"));
+        assert!(ok("Application/JSON; charset=utf-8"));
+        assert!(!ok("text/plain"));
+        assert!(!ok("application/jsonx"));
+        assert!(check_content_type(None).is_err());
+    }
+
+    #[test]
+    fn ids() {
+        assert!(check_id("user", "alice").is_ok());
+        assert!(check_id("user", "").is_err());
+        assert!(check_id("user", &"x".repeat(65)).is_err());
+        assert!(check_id("user", &"x".repeat(64)).is_ok());
+        assert!(check_id("user", "a\nb").is_err());
+    }
+}

@@ -1,0 +1,118 @@
+//! Every answer is built here: one JSON shape (`status` + a human `error` for rejections),
+//! `Retry-After` where the client should come back, `Allow` on 405. Handlers return a
+//! [`Reply`]; nothing else writes a response.
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::header::{HeaderValue, ALLOW, CONTENT_TYPE, RETRY_AFTER};
+use hyper::{Response, StatusCode};
+use serde_json::{Map, Value};
+
+pub(crate) type Body = Full<Bytes>;
+
+/// An answer on its way out.
+#[derive(Debug)]
+pub(crate) struct Reply {
+    pub(crate) status: StatusCode,
+    body: Value,
+    retry_after: Option<u64>,
+    allow: Option<&'static str>,
+}
+
+impl Reply {
+    /// A JSON answer; `body` must be an object (it gets the `status` field).
+    pub(crate) fn json(status: StatusCode, kind: &str, mut body: Map<String, Value>) -> Self {
+        body.insert("status".into(), kind.into());
+        Self {
+            status,
+            body: Value::Object(body),
+            retry_after: None,
+            allow: None,
+        }
+    }
+
+    /// A rejection: `{"status": kind, "error": message}`.
+    pub(crate) fn error(status: StatusCode, kind: &str, message: impl Into<String>) -> Self {
+        let mut body = Map::new();
+        body.insert("error".into(), message.into().into());
+        Self::json(status, kind, body)
+    }
+
+    pub(crate) fn bad_request(message: impl Into<String>) -> Self {
+        Self::error(StatusCode::BAD_REQUEST, "bad_request", message)
+    }
+
+    pub(crate) fn not_found(path: &str) -> Self {
+        Self::error(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("no route for {path}"),
+        )
+    }
+
+    pub(crate) fn method_not_allowed(allow: &'static str) -> Self {
+        let mut r = Self::error(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method_not_allowed",
+            format!("only {allow} is allowed here"),
+        );
+        r.allow = Some(allow);
+        r
+    }
+
+    pub(crate) fn overloaded() -> Self {
+        Self::error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "overloaded",
+            "too many requests in flight; nothing was taken, retry shortly",
+        )
+        .retry_after(1)
+    }
+
+    pub(crate) fn unavailable(message: impl Into<String>) -> Self {
+        Self::error(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message).retry_after(1)
+    }
+
+    /// Adds a field to the body.
+    pub(crate) fn with(mut self, key: &str, value: impl Into<Value>) -> Self {
+        if let Value::Object(m) = &mut self.body {
+            m.insert(key.into(), value.into());
+        }
+        self
+    }
+
+    pub(crate) fn retry_after(mut self, secs: u64) -> Self {
+        self.retry_after = Some(secs.max(1));
+        self
+    }
+
+    pub(crate) fn into_response(self) -> Response<Body> {
+        let mut bytes = serde_json::to_vec(&self.body).unwrap_or_else(|_| b"{}".to_vec());
+        bytes.push(b'\n');
+        let mut resp = Response::new(Full::new(Bytes::from(bytes)));
+        *resp.status_mut() = self.status;
+        let h = resp.headers_mut();
+        h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        if let Some(secs) = self.retry_after {
+            h.insert(RETRY_AFTER, HeaderValue::from(secs));
+        }
+        if let Some(allow) = self.allow {
+            h.insert(ALLOW, HeaderValue::from_static(allow));
+        }
+        resp
+    }
+}
+
+/// Plain text (the Prometheus page).
+pub(crate) fn text(status: StatusCode, content_type: &'static str, body: String) -> Response<Body> {
+    let mut resp = Response::new(Full::new(Bytes::from(body)));
+    *resp.status_mut() = status;
+    resp.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    resp
+}
+
+/// `{"status": "ok"}`-style small answers.
+pub(crate) fn status_only(status: StatusCode, kind: &str) -> Reply {
+    Reply::json(status, kind, Map::new())
+}

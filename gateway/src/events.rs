@@ -1,0 +1,150 @@
+//! The Pub/Sub subscriber feeding the sold-out cache with `empty <sku> <shard>` and
+//! `restock <sku> <shard>` events. A plain PUBLISH reaches every node of a cluster, so one
+//! connection to any node is enough; on failure the next node in the list is tried.
+//!
+//! Every (re)connect is followed by a full resync of the cache *after* SUBSCRIBE returned,
+//! so nothing published while the subscriber was away is lost for longer than the resync.
+//! A ping every few seconds detects a half-open connection that would otherwise stay silent.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use shard_router::keys::EVENTS_CHANNEL;
+use shard_router::ShardId;
+use tokio::sync::watch;
+
+use crate::cache::SoldOutCache;
+use crate::link::Link;
+use crate::metrics::PUBSUB_RECONNECTS;
+
+const PING_EVERY: Duration = Duration::from_secs(3);
+const BACKOFF_MIN: Duration = Duration::from_millis(50);
+const BACKOFF_MAX: Duration = Duration::from_secs(2);
+
+/// A parsed event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ShardEvent {
+    pub(crate) sku: u64,
+    pub(crate) shard: ShardId,
+    pub(crate) empty: bool,
+}
+
+impl ShardEvent {
+    pub(crate) fn parse(msg: &str) -> Option<Self> {
+        let mut parts = msg.split(' ');
+        let empty = match parts.next()? {
+            "empty" => true,
+            "restock" => false,
+            _ => return None,
+        };
+        let sku = parts.next()?.parse().ok()?;
+        let shard = parts.next()?.parse().ok()?;
+        parts.next().is_none().then_some(Self { sku, shard, empty })
+    }
+}
+
+/// Runs until shutdown.
+pub(crate) async fn subscribe(
+    nodes: Vec<String>,
+    link: Arc<Link>,
+    cache: SoldOutCache,
+    timeout: Duration,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    // Resync needs the client: wait for the first connection.
+    let Some(client) = link.wait_client(&mut shutdown).await else {
+        return;
+    };
+    let mut backoff = BACKOFF_MIN;
+    let mut attempt: usize = 0;
+    let mut connected_before = false;
+    while !*shutdown.borrow() {
+        let node = &nodes[attempt % nodes.len().max(1)];
+        attempt += 1;
+        let (mut sink, mut stream) = match connect(node, timeout).await {
+            Ok(ps) => ps.split(),
+            Err(e) => {
+                tracing::warn!(node = %node, error = %e, "pubsub connect failed");
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff) => {}
+                    _ = crate::stopped(&mut shutdown) => return,
+                }
+                backoff = (backoff * 2).min(BACKOFF_MAX);
+                continue;
+            }
+        };
+        if connected_before {
+            metrics::counter!(PUBSUB_RECONNECTS).increment(1);
+        }
+        connected_before = true;
+        backoff = BACKOFF_MIN;
+        cache.resync(&client).await;
+        tracing::info!(node = %node, "pubsub subscribed; cache resynced");
+
+        let mut ping = tokio::time::interval(PING_EVERY);
+        ping.tick().await;
+        loop {
+            tokio::select! {
+                msg = stream.next() => {
+                    let Some(msg) = msg else {
+                        tracing::warn!(node = %node, "pubsub connection lost");
+                        break;
+                    };
+                    let text: String = msg.get_payload().unwrap_or_default();
+                    match ShardEvent::parse(&text) {
+                        Some(ev) => cache.apply(ev.sku, ev.shard, ev.empty),
+                        None => tracing::debug!(payload = %text, "ignoring unknown event"),
+                    }
+                }
+                _ = ping.tick() => {
+                    let alive = tokio::time::timeout(timeout, sink.ping::<redis::Value>()).await;
+                    if !matches!(alive, Ok(Ok(_))) {
+                        tracing::warn!(node = %node, "pubsub ping failed");
+                        break;
+                    }
+                }
+                _ = crate::stopped(&mut shutdown) => return,
+            }
+        }
+    }
+}
+
+async fn connect(node: &str, timeout: Duration) -> redis::RedisResult<redis::aio::PubSub> {
+    let fut = async {
+        let mut ps = redis::Client::open(node)?.get_async_pubsub().await?;
+        ps.subscribe(EVENTS_CHANNEL).await?;
+        Ok(ps)
+    };
+    tokio::time::timeout(timeout, fut)
+        .await
+        .unwrap_or_else(|_| {
+            Err(redis::RedisError::from((
+                redis::ErrorKind::Io,
+                "pubsub connect timed out",
+            )))
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_events() {
+        let ev = |sku, shard, empty| Some(ShardEvent { sku, shard, empty });
+        assert_eq!(ShardEvent::parse("empty 42 3"), ev(42, 3, true));
+        assert_eq!(ShardEvent::parse("restock 42 15"), ev(42, 15, false));
+        for bad in [
+            "",
+            "empty",
+            "empty 42",
+            "empty x 1",
+            "empty 1 2 3",
+            "drain 1 2",
+            "empty 1 -2",
+        ] {
+            assert_eq!(ShardEvent::parse(bad), None, "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,151 @@
+//! flashgate's HTTP claim gateway.
+//!
+//! Layout:
+//! - [`config`]: flags / `FLASHGATE_*` variables and their validation.
+//! - `server.rs`: accept loops, connection cap, header timeout, graceful drain.
+//! - `api.rs` + `api/`: routing and one file per route (`claim`, `sku`, `probes`), request
+//!   parsing (`input`) and every response shape (`reply`).
+//! - `admission.rs`: in-flight cap and per-user rate limit.
+//! - `cache.rs`: the sold-out cache; `events.rs`: the Pub/Sub subscriber feeding it.
+//! - `link.rs`: the Redis connection and readiness probe; `durability.rs`: `WAIT`.
+//! - [`metrics`]: metric names and the Prometheus recorder.
+//!
+//! [`run`] serves until a shutdown future resolves; tests call it in-process on
+//! `127.0.0.1:0` listeners.
+
+mod admission;
+mod api;
+mod app;
+mod cache;
+pub mod config;
+mod durability;
+mod events;
+mod link;
+pub mod metrics;
+mod server;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use hyper::header::HeaderName;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::admission::Admission;
+use crate::app::App;
+use crate::cache::SoldOutCache;
+use crate::config::{ms, Durability};
+use crate::link::Link;
+use crate::server::ServeOpts;
+
+pub use config::{Config, ConfigError};
+
+/// The two bound listeners (bound by the caller, so tests can use port 0).
+pub struct Listeners {
+    pub api: TcpListener,
+    pub admin: TcpListener,
+}
+
+/// Runs the gateway until `shutdown` resolves, then drains: readiness goes false, after
+/// `--drain-delay-ms` the listeners close, in-flight requests get `--shutdown-grace-ms`
+/// to finish, and the background tasks stop.
+pub async fn run(
+    cfg: Config,
+    listeners: Listeners,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), ConfigError> {
+    cfg.validate()?;
+    let stock_cfg = cfg.stock_config()?;
+    let handle = metrics::install();
+    metrics::register_defaults();
+    let link = Arc::new(Link::default());
+    let cache = SoldOutCache::new(
+        cfg.cache_capacity,
+        ms(cfg.cache_ttl_ms),
+        ms(cfg.unknown_sku_ttl_ms),
+    );
+    let admission = Arc::new(Admission::new(
+        cfg.max_in_flight,
+        cfg.user_rate,
+        cfg.user_burst,
+    ));
+    let app = Arc::new(App {
+        link: link.clone(),
+        cache: cache.clone(),
+        admission: admission.clone(),
+        user_header: cfg
+            .user_header
+            .as_deref()
+            .and_then(|h| HeaderName::try_from(h).ok()),
+        max_body: cfg.max_body_bytes,
+        body_timeout: ms(cfg.body_timeout_ms),
+        replica_wait: (cfg.durability == Durability::Replica).then(|| ms(cfg.wait_ms)),
+        metrics: handle.clone(),
+    });
+
+    // Background tasks stop last (they serve the draining requests too).
+    let (bg_tx, bg_rx) = watch::channel(false);
+    let mut background = tokio::task::JoinSet::new();
+    background.spawn({
+        let link = link.clone();
+        let rx = bg_rx.clone();
+        let interval = ms(cfg.probe_interval_ms);
+        async move { link.probe(stock_cfg, interval, rx).await }
+    });
+    background.spawn(events::subscribe(
+        cfg.pubsub_nodes(),
+        link.clone(),
+        cache,
+        ms(cfg.redis_connect_timeout_ms).max(ms(cfg.redis_timeout_ms)),
+        bg_rx.clone(),
+    ));
+    background.spawn(admission.sweep(bg_rx.clone()));
+    background.spawn(metrics::upkeep(handle, bg_rx));
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let grace = ms(cfg.shutdown_grace_ms);
+    let api = tokio::spawn(server::serve(
+        listeners.api,
+        app.clone(),
+        api::api,
+        ServeOpts {
+            max_connections: cfg.max_connections,
+            header_timeout: ms(cfg.header_timeout_ms),
+            grace,
+        },
+        stop_rx.clone(),
+    ));
+    let admin = tokio::spawn(server::serve(
+        listeners.admin,
+        app,
+        api::admin,
+        ServeOpts {
+            max_connections: 64,
+            header_timeout: ms(cfg.header_timeout_ms),
+            grace,
+        },
+        stop_rx,
+    ));
+
+    shutdown.await;
+    tracing::info!("shutdown requested; draining");
+    link.start_draining();
+    tokio::time::sleep(ms(cfg.drain_delay_ms)).await;
+    let _ = stop_tx.send(true);
+    for (name, task) in [("api", api), ("admin", admin)] {
+        if let Err(e) = task.await {
+            tracing::error!(listener = name, error = %e, "listener task failed");
+        }
+    }
+    let _ = bg_tx.send(true);
+    while background.join_next().await.is_some() {}
+    tracing::info!("gateway stopped");
+    Ok(())
+}
+
+/// Resolves once a shutdown watch turns true (or its sender is gone). Every background
+/// loop selects on it.
+pub(crate) async fn stopped(rx: &mut watch::Receiver<bool>) {
+    // The guard `wait_for` returns is not Send; drop it here, not across the caller's await.
+    let _ = rx.wait_for(|s| *s).await.map(|_| ());
+}

@@ -1,0 +1,236 @@
+//! Shared test plumbing: a real gateway on `127.0.0.1:0` in this process, a small HTTP
+//! client, preheating through shard-router, and reading the metrics page.
+#![allow(dead_code, unreachable_pub)]
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use gateway::{Config, Listeners};
+use http_body_util::{BodyExt, Full};
+use hyper::{HeaderMap, Method, Request, StatusCode};
+use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use hyper_util::rt::TokioExecutor;
+use serde_json::Value;
+use shard_router::{now_ms, RedisTarget, SkuMeta, StockClient, StockConfig};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+/// A gateway running in this process; stops (and waits) on `stop`, aborts on drop.
+pub struct Gateway {
+    pub api: SocketAddr,
+    pub admin: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl Gateway {
+    pub async fn start(cfg: Config) -> Self {
+        let api = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let admin = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let (api_addr, admin_addr) = (api.local_addr().unwrap(), admin.local_addr().unwrap());
+        let (tx, rx) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            gateway::run(cfg, Listeners { api, admin }, async {
+                let _ = rx.await;
+            })
+            .await
+            .expect("valid config");
+        });
+        let gw = Self {
+            api: api_addr,
+            admin: admin_addr,
+            stop: Some(tx),
+            task: Some(task),
+        };
+        gw.wait_ready().await;
+        gw
+    }
+
+    pub async fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok((StatusCode::OK, _, _)) = get(self.api, "/readyz").await {
+                return;
+            }
+            assert!(Instant::now() < deadline, "gateway never became ready");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Sends the shutdown signal without waiting.
+    pub fn signal_stop(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+    }
+
+    /// Signals shutdown and waits for `run` to return.
+    pub async fn stop(mut self) {
+        self.signal_stop();
+        if let Some(t) = self.task.take() {
+            tokio::time::timeout(Duration::from_secs(15), t)
+                .await
+                .expect("gateway stops within the grace period")
+                .unwrap();
+        }
+    }
+
+    pub fn task(&mut self) -> JoinHandle<()> {
+        self.task.take().unwrap()
+    }
+
+    pub async fn metrics(&self) -> String {
+        let (status, _, body) = request(self.admin, Method::GET, "/metrics", None, &[])
+            .await
+            .unwrap();
+        assert_eq!(status, StatusCode::OK);
+        String::from_utf8(body.to_vec()).unwrap()
+    }
+
+    pub async fn claim(&self, body: Value) -> Answer {
+        post_json(self.api, "/v1/claims", &body.to_string()).await
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        if let Some(t) = self.task.take() {
+            t.abort();
+        }
+    }
+}
+
+/// Test defaults: fast probes, no per-user rate limit unless a test sets one.
+pub fn config(redis: &str, cluster: bool) -> Config {
+    let mut cfg = Config::for_redis(redis, cluster);
+    cfg.probe_interval_ms = 100;
+    cfg.user_rate = 0;
+    cfg.cache_ttl_ms = 60_000;
+    cfg.shutdown_grace_ms = 5_000;
+    cfg
+}
+
+/// An HTTP answer: status, headers, JSON body (Null when not JSON).
+#[derive(Debug)]
+pub struct Answer {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Value,
+}
+
+impl Answer {
+    pub fn kind(&self) -> &str {
+        self.body["status"].as_str().unwrap_or("")
+    }
+}
+
+fn client() -> Client<HttpConnector, Full<Bytes>> {
+    thread_local! {
+        static CLIENT: Client<HttpConnector, Full<Bytes>> =
+            Client::builder(TokioExecutor::new()).build_http();
+    }
+    CLIENT.with(Clone::clone)
+}
+
+pub async fn request(
+    addr: SocketAddr,
+    method: Method,
+    path: &str,
+    body: Option<(&str, &str)>,
+    headers: &[(&str, &str)],
+) -> Result<(StatusCode, HeaderMap, Bytes), String> {
+    let mut b = Request::builder()
+        .method(method)
+        .uri(format!("http://{addr}{path}"));
+    for (k, v) in headers {
+        b = b.header(*k, *v);
+    }
+    let req = match body {
+        Some((ctype, text)) => b
+            .header("content-type", ctype)
+            .body(Full::new(Bytes::from(text.to_owned()))),
+        None => b.body(Full::new(Bytes::new())),
+    }
+    .unwrap();
+    let fut = async {
+        let resp = client().request(req).await.map_err(|e| e.to_string())?;
+        let (parts, body) = resp.into_parts();
+        let bytes = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
+        Ok((parts.status, parts.headers, bytes))
+    };
+    tokio::time::timeout(Duration::from_secs(10), fut)
+        .await
+        .map_err(|_| "timeout".to_string())?
+}
+
+pub async fn get(addr: SocketAddr, path: &str) -> Result<(StatusCode, HeaderMap, Value), String> {
+    let (s, h, b) = request(addr, Method::GET, path, None, &[]).await?;
+    Ok((s, h, serde_json::from_slice(&b).unwrap_or(Value::Null)))
+}
+
+pub async fn post_json(addr: SocketAddr, path: &str, body: &str) -> Answer {
+    let (status, headers, bytes) = request(
+        addr,
+        Method::POST,
+        path,
+        Some(("application/json", body)),
+        &[],
+    )
+    .await
+    .expect("request completes");
+    Answer {
+        status,
+        headers,
+        body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    }
+}
+
+/// A stock client on the same Redis, for preheating and checking the books.
+pub async fn stock_client(redis: &str, cluster: bool) -> StockClient {
+    let target = RedisTarget::parse(redis, cluster).unwrap();
+    let client = StockClient::connect(StockConfig::new(target, 16))
+        .await
+        .unwrap();
+    client.load_scripts().await.unwrap();
+    client
+}
+
+/// Preheats a SKU whose sale is open now.
+pub async fn preheat(
+    client: &StockClient,
+    sku: u64,
+    stock: u64,
+    width: u16,
+    limit: u32,
+) -> SkuMeta {
+    let meta = SkuMeta {
+        sku,
+        stock,
+        width,
+        limit,
+        start_ms: now_ms() - 60_000,
+        end_ms: now_ms() + 3_600_000,
+    };
+    client.preheat(&meta).await.unwrap();
+    meta
+}
+
+/// Sum of a SKU's slices as Redis has them.
+pub async fn slices_left(client: &StockClient, meta: &SkuMeta) -> i64 {
+    client
+        .slices(meta.sku, meta.width)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(_, v)| v.unwrap())
+        .sum()
+}
+
+/// The value of one series (`name{labels}` exactly as rendered), or 0.
+pub fn metric(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0.0)
+}
