@@ -2,7 +2,7 @@
 //! request counter and latency by route). Handlers live in `api/`, one route each.
 
 mod claim;
-mod input;
+pub(crate) mod input;
 mod probes;
 pub(crate) mod reply;
 mod sku;

@@ -10,6 +10,8 @@
 //! - `link.rs`: the Redis connection and readiness probe; `durability.rs`: `WAIT`.
 //! - [`metrics`]: metric names and the Prometheus recorder.
 //!
+//! [`parse_claim`] is the socket-free part of reading a claim, public for fuzzing.
+//!
 //! [`run`] serves until a shutdown future resolves; tests call it in-process on
 //! `127.0.0.1:0` listeners.
 
@@ -38,6 +40,7 @@ use crate::config::{ms, Durability};
 use crate::link::Link;
 use crate::server::ServeOpts;
 
+pub use api::input::{parse_claim, Rejection};
 pub use config::{Config, ConfigError};
 
 /// The two bound listeners (bound by the caller, so tests can use port 0).

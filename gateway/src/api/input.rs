@@ -4,6 +4,8 @@
 
 use std::time::Duration;
 
+use bytes::Bytes;
+use futures::FutureExt;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use hyper::body::Incoming;
 use hyper::header::{HeaderName, CONTENT_LENGTH, CONTENT_TYPE};
@@ -73,7 +75,38 @@ pub(crate) async fn read_claim(
         Err(e) => return Err(Reply::bad_request(format!("reading body: {e}"))),
     };
 
-    let body: ClaimBody = serde_json::from_slice(&bytes)
+    parse_body(&bytes, header_user.as_deref())
+}
+
+/// A claim body refused before any Redis call, as the client receives it: the HTTP status
+/// and the JSON body (`{"status": "bad_request", "error": ...}`).
+#[derive(Debug, Clone)]
+pub struct Rejection {
+    pub status: StatusCode,
+    pub body: Bytes,
+}
+
+/// The pure part of reading a claim: JSON shape and field ranges of `body`, with the user
+/// from the trusted header when there is one. No I/O, so it can be fuzzed without a socket;
+/// [`read_claim`] runs exactly this after the content type, size and header checks.
+pub fn parse_claim(body: &[u8], header_user: Option<&str>) -> Result<ClaimRequest, Rejection> {
+    parse_body(body, header_user).map_err(|reply| {
+        let status = reply.status;
+        // A `Full` body is ready at once; nothing here waits.
+        let body = reply
+            .into_response()
+            .into_body()
+            .collect()
+            .now_or_never()
+            .and_then(Result::ok)
+            .map(|c| c.to_bytes())
+            .unwrap_or_default();
+        Rejection { status, body }
+    })
+}
+
+fn parse_body(bytes: &[u8], header_user: Option<&str>) -> Result<ClaimRequest, Reply> {
+    let body: ClaimBody = serde_json::from_slice(bytes)
         .map_err(|e| Reply::bad_request(format!("invalid JSON body: {e}")))?;
     let user = match (header_user, body.user) {
         (Some(h), Some(b)) if h != b => {
@@ -81,7 +114,7 @@ pub(crate) async fn read_claim(
                 "field `user` differs from the authenticated user",
             ))
         }
-        (Some(h), _) => h,
+        (Some(h), _) => h.to_owned(),
         (None, Some(b)) => b,
         (None, None) => return Err(Reply::bad_request("missing field `user`")),
     };
