@@ -3,29 +3,14 @@
 
 mod common;
 
-use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use hyper::StatusCode;
-use serde_json::{json, Value};
+use serde_json::json;
 use shard_router::keys::ShardKeys;
 use shard_router::ReleaseRequest;
 use test_support::RedisServer;
-
-async fn view(api: SocketAddr, sku: u64) -> Value {
-    let (status, _, v) = get(api, &format!("/v1/skus/{sku}")).await.unwrap();
-    assert_eq!(status, StatusCode::OK, "{v}");
-    v
-}
-
-async fn wait_sold_out(api: SocketAddr, sku: u64, want: bool, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while view(api, sku).await["sold_out"] != want {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn second_gateway_follows_sell_out_resync_and_restock() {

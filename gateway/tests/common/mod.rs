@@ -234,3 +234,19 @@ pub fn metric(text: &str, series: &str) -> f64 {
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
         .unwrap_or(0.0)
 }
+
+/// The gateway's view of a SKU (`GET /v1/skus/{sku}`).
+pub async fn view(api: SocketAddr, sku: u64) -> Value {
+    let (status, _, v) = get(api, &format!("/v1/skus/{sku}")).await.unwrap();
+    assert_eq!(status, StatusCode::OK, "{v}");
+    v
+}
+
+/// Polls the view until its `sold_out` flag is `want` (5 s at most).
+pub async fn wait_sold_out(api: SocketAddr, sku: u64, want: bool, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while view(api, sku).await["sold_out"] != want {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
