@@ -18,8 +18,9 @@ pub const MAX_BODY_CAP: usize = 1 << 20;
 pub enum Durability {
     /// Answer as soon as the primary ran the script.
     None,
-    /// Also `WAIT 1 <wait-ms>` on the claim's shard; a miss is counted in
-    /// `flashgate_replication_unconfirmed_total` (the unit stays taken either way).
+    /// Also `WAIT 1 <wait-ms>` on the claim's shard, and acknowledge (201) only when a
+    /// replica confirmed; a miss answers 503 with the claim id (retry with the same
+    /// request_id) and is counted in `flashgate_replication_unconfirmed_total`.
     Replica,
 }
 
