@@ -1,1 +1,118 @@
-fn main() {}
+//! `bench`: thin entry point. Parses the command line and hands each subcommand to its
+//! module; `anyhow` lives only in the binary (`main.rs`, `cmd/`).
+
+mod cmd;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "bench",
+    about = "flashgate load generator and capacity-planning harness"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Claims/s of the stock core in-process, on a private single Redis and a private
+    /// 3-master cluster, side by side.
+    Core(bench::core::CoreOpts),
+    /// Drive the bare hyper baseline server: the machine's HTTP limit.
+    Baseline(BaselineOpts),
+    /// Drive a flash sale against gateway(s), check the invariants, write reports.
+    Run(Box<cmd::run::RunOpts>),
+    /// Step the offered rate until p99 passes the SLO or errors appear: knee and capacity.
+    Sweep(Box<cmd::sweep::SweepOpts>),
+    /// The same scenario on a fresh stack per row, one feature switched per row.
+    Ablate(Box<cmd::ablate::AblateOpts>),
+    /// Start a local stack (Redis, consumer + database, gateways) until Ctrl-C.
+    Stack {
+        #[command(flatten)]
+        opts: cmd::stack::StackOpts,
+        /// Stop after this many seconds instead of waiting for Ctrl-C.
+        #[arg(long = "for")]
+        for_s: Option<u64>,
+    },
+    /// Internal: the baseline server process.
+    #[command(hide = true)]
+    ServeBaseline {
+        #[arg(long)]
+        listen: std::net::SocketAddr,
+    },
+}
+
+#[derive(clap::Args)]
+struct BaselineOpts {
+    #[command(flatten)]
+    scenario: bench::cli::ScenarioArgs,
+    /// Directory for report.json, report.md and timeline.svg.
+    #[arg(long)]
+    out: Option<std::path::PathBuf>,
+    #[arg(long)]
+    quiet: bool,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    match Cli::parse().cmd {
+        Cmd::Core(opts) => {
+            let report = bench::core::run(&opts).await.context("bench core")?;
+            println!("{}", bench::core::render(&report));
+            if let Some(path) = &opts.json {
+                std::fs::write(path, serde_json::to_vec_pretty(&report)?)
+                    .with_context(|| format!("write {}", path.display()))?;
+            }
+        }
+        Cmd::Baseline(o) => {
+            let s = o.scenario.scenario()?;
+            let r = cmd::run::baseline(&s, !o.quiet)
+                .await
+                .context("bench baseline")?;
+            println!("{}", bench::markdown::run_summary(&r));
+            cmd::run::write_outputs(o.out.as_deref(), &r, None)?;
+        }
+        Cmd::Run(o) => {
+            let r = cmd::run::run(&o).await.context("bench run")?;
+            println!("{}", bench::markdown::run_summary(&r));
+            if r.invariants.as_ref().is_some_and(|i| !i.passed) {
+                anyhow::bail!("invariant check failed");
+            }
+        }
+        Cmd::Sweep(o) => {
+            let (_, md) = cmd::sweep::sweep(&o).await.context("bench sweep")?;
+            println!("{md}");
+        }
+        Cmd::Ablate(o) => {
+            let (rows, md) = cmd::ablate::ablate(&o).await.context("bench ablate")?;
+            println!("{md}");
+            for (name, r) in &rows {
+                if let Ok(r) = r {
+                    println!("{name}:\n{}", bench::markdown::run_summary(r));
+                }
+            }
+        }
+        Cmd::Stack { opts, for_s } => {
+            let st = cmd::stack::Stack::start(&opts)
+                .await
+                .context("bench stack")?;
+            println!("{}", st.describe());
+            match for_s {
+                Some(s) => tokio::time::sleep(std::time::Duration::from_secs(s)).await,
+                None => {
+                    eprintln!("stack up; Ctrl-C stops it");
+                    tokio::signal::ctrl_c().await?;
+                }
+            }
+            eprintln!("stopping ...");
+            drop(st);
+        }
+        Cmd::ServeBaseline { listen } => bench::baseline::serve(listen)
+            .await
+            .with_context(|| format!("baseline server on {listen}"))?,
+    }
+    Ok(())
+}

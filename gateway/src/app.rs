@@ -20,5 +20,8 @@ pub(crate) struct App {
     pub(crate) body_timeout: Duration,
     /// `Some(wait)` in replica durability mode.
     pub(crate) replica_wait: Option<Duration>,
+    /// Ablation switches (`--no-sold-out-cache`, `--no-second-chance`).
+    pub(crate) sold_out_cache: bool,
+    pub(crate) second_chance: bool,
     pub(crate) metrics: PrometheusHandle,
 }

@@ -13,6 +13,12 @@ use shard_router::{RedisTarget, StockConfig, Timeouts};
 /// Largest body cap accepted: a claim is a few hundred bytes, so anything bigger is a mistake.
 pub const MAX_BODY_CAP: usize = 1 << 20;
 
+/// Bounds of `--max-header-bytes`: hyper cannot read a head into less than 8 KiB, and a
+/// claim's head (a few short headers, a token from the auth layer) never needs more than
+/// a small multiple of it.
+pub const MIN_HEADER_BYTES: usize = 8_192;
+pub const MAX_HEADER_CAP: usize = 1 << 20;
+
 /// What a successful claim waits for before it is answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Durability {
@@ -71,6 +77,12 @@ pub struct Config {
     /// Largest accepted request body in bytes.
     #[arg(long, env = "FLASHGATE_MAX_BODY_BYTES", default_value_t = 4_096)]
     pub max_body_bytes: usize,
+    /// Largest request head (request line and headers) in bytes; a bigger one is refused
+    /// with 431 and the connection closed. It bounds the memory a connection pins while
+    /// its head arrives: hyper's own default is ~400 KiB, which 10 000 slow connections
+    /// would turn into 4 GB.
+    #[arg(long, env = "FLASHGATE_MAX_HEADER_BYTES", default_value_t = 16_384)]
+    pub max_header_bytes: usize,
     /// Claims per second per user (0 = no limit).
     #[arg(long, env = "FLASHGATE_USER_RATE", default_value_t = 5)]
     pub user_rate: u32,
@@ -114,6 +126,14 @@ pub struct Config {
     /// In-flight requests get this long to finish after the listeners close (ms).
     #[arg(long, env = "FLASHGATE_SHUTDOWN_GRACE_MS", default_value_t = 10_000)]
     pub shutdown_grace_ms: u64,
+    /// Ablation: never answer from the sold-out cache and pass no empty-shard knowledge to
+    /// the claim protocol, so every claim goes to Redis (for measuring what the cache buys).
+    #[arg(long, env = "FLASHGATE_NO_SOLD_OUT_CACHE")]
+    pub no_sold_out_cache: bool,
+    /// Ablation: no second chance; a claim whose home slice is empty is sold out (for
+    /// measuring what rerouting buys; users hashed to an empty shard lose).
+    #[arg(long, env = "FLASHGATE_NO_SECOND_CHANCE")]
+    pub no_second_chance: bool,
 }
 
 /// One bad setting, printed as one line.
@@ -174,6 +194,15 @@ impl Config {
             return Err(bad(
                 "--max-body-bytes",
                 format!("{} is outside 64..={MAX_BODY_CAP}", self.max_body_bytes),
+            ));
+        }
+        if !(MIN_HEADER_BYTES..=MAX_HEADER_CAP).contains(&self.max_header_bytes) {
+            return Err(bad(
+                "--max-header-bytes",
+                format!(
+                    "{} is outside {MIN_HEADER_BYTES}..={MAX_HEADER_CAP}",
+                    self.max_header_bytes
+                ),
             ));
         }
         if self.user_rate > 0 && self.user_burst == 0 {
@@ -242,6 +271,8 @@ mod tests {
             (&["--shards", "0"], "--shards"),
             (&["--max-in-flight", "0"], "--max-in-flight"),
             (&["--max-body-bytes", "10"], "--max-body-bytes"),
+            (&["--max-header-bytes", "4096"], "--max-header-bytes"),
+            (&["--max-header-bytes", "2000000"], "--max-header-bytes"),
             (&["--user-header", "bad header"], "--user-header"),
             (&["--redis", "a:1,b:2"], "--redis"),
             (

@@ -83,6 +83,8 @@ pub async fn run(
         max_body: cfg.max_body_bytes,
         body_timeout: ms(cfg.body_timeout_ms),
         replica_wait: (cfg.durability == Durability::Replica).then(|| ms(cfg.wait_ms)),
+        sold_out_cache: !cfg.no_sold_out_cache,
+        second_chance: !cfg.no_second_chance,
         metrics: handle.clone(),
     });
 
@@ -114,6 +116,7 @@ pub async fn run(
         ServeOpts {
             max_connections: cfg.max_connections,
             header_timeout: ms(cfg.header_timeout_ms),
+            max_header_bytes: cfg.max_header_bytes,
             grace,
         },
         stop_rx.clone(),
@@ -125,6 +128,7 @@ pub async fn run(
         ServeOpts {
             max_connections: 64,
             header_timeout: ms(cfg.header_timeout_ms),
+            max_header_bytes: cfg.max_header_bytes,
             grace,
         },
         stop_rx,

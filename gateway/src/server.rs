@@ -1,6 +1,7 @@
 //! Accepting connections and draining them. One accept loop per listener: a `Semaphore`
 //! caps open connections (past it, new ones wait in the kernel backlog, which is bounded),
-//! hyper serves HTTP/1.1 with keep-alive and a header read timeout, and on stop the
+//! hyper serves HTTP/1.1 with keep-alive, a header read timeout and a cap on the size of
+//! a request head (so a slow connection pins little memory), and on stop the
 //! listener closes, every connection is asked to finish its current request, and whatever
 //! is still running after the grace period is aborted.
 
@@ -27,6 +28,8 @@ use crate::metrics::CONNECTIONS;
 pub(crate) struct ServeOpts {
     pub(crate) max_connections: usize,
     pub(crate) header_timeout: Duration,
+    /// Read buffer cap, which is the cap on a request head (431 past it).
+    pub(crate) max_header_bytes: usize,
     pub(crate) grace: Duration,
 }
 
@@ -47,6 +50,7 @@ pub(crate) async fn serve<H, F>(
     let mut http = http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(opts.header_timeout)
+        .max_buf_size(opts.max_header_bytes)
         .keep_alive(true);
 
     loop {

@@ -257,3 +257,50 @@ async fn replica_mode_acknowledges_confirmed_claims_on_a_cluster() {
     // in this binary counts misses concurrently. The 201s above are the confirmation.)
     gw.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ablation_switches_change_behaviour() {
+    let redis = RedisServer::start();
+    let stock = stock_client(&redis.url(), false).await;
+
+    // --no-second-chance: users of a drained home shard are turned away although stock
+    // is left on the other shard.
+    let meta = preheat(&stock, 7101, 4, 2, 1).await;
+    let mut cfg = config(&redis.url(), false);
+    cfg.no_second_chance = true;
+    let gw = Gateway::start(cfg).await;
+    let home = stock.placement().shards_of(meta.sku, meta.width)[0];
+    let users: Vec<String> = (0..)
+        .map(|n| format!("n{n}"))
+        .filter(|u| stock.placement().home_shard(meta.sku, meta.width, u) == home)
+        .take(3)
+        .collect();
+    for u in &users[..2] {
+        let a = gw.claim(json!({"sku": meta.sku, "user": u})).await;
+        assert_eq!(a.status, StatusCode::CREATED, "{}", a.body);
+    }
+    let a = gw.claim(json!({"sku": meta.sku, "user": users[2]})).await;
+    assert_eq!(a.status, StatusCode::GONE, "no reroute: {}", a.body);
+    assert_eq!(slices_left(&stock, &meta).await, 2, "stock left elsewhere");
+    gw.stop().await;
+
+    // --no-sold-out-cache: a sold-out SKU still costs a script call per claim.
+    let meta = preheat(&stock, 7102, 1, 1, 1).await;
+    let mut cfg = config(&redis.url(), false);
+    cfg.no_sold_out_cache = true;
+    let gw = Gateway::start(cfg).await;
+    let a = gw.claim(json!({"sku": meta.sku, "user": "c0"})).await;
+    assert_eq!(a.status, StatusCode::CREATED, "{}", a.body);
+    let before = script_calls(&redis);
+    for i in 0..20 {
+        let a = gw
+            .claim(json!({"sku": meta.sku, "user": format!("c{}", i + 1)}))
+            .await;
+        assert_eq!(a.status, StatusCode::GONE);
+    }
+    assert!(
+        script_calls(&redis) >= before + 20,
+        "every claim went to Redis"
+    );
+    gw.stop().await;
+}

@@ -59,6 +59,19 @@ pub async fn claim(
     empties: &dyn EmptyShards,
     now_ms: i64,
 ) -> Result<ClaimOutcome, StockError> {
+    claim_with(client, meta, req, empties, now_ms, true).await
+}
+
+/// [`claim`] with the second chance switchable: `second_chance = false` is the ablation
+/// that shows what rerouting buys (a claim whose home slice is empty is sold out).
+pub async fn claim_with(
+    client: &StockClient,
+    meta: &SkuMeta,
+    req: &ClaimRequest,
+    empties: &dyn EmptyShards,
+    now_ms: i64,
+    second_chance: bool,
+) -> Result<ClaimOutcome, StockError> {
     req.validate()?;
     if req.sku != meta.sku {
         return Err(StockError::InvalidArgument(
@@ -67,9 +80,13 @@ pub async fn claim(
     }
     let placement = client.placement();
     let home = placement.home_shard(meta.sku, meta.width, &req.user);
-    let others = placement.second_chances(meta.sku, meta.width, &req.user, |s| {
-        empties.is_empty(meta.sku, s)
-    });
+    let others = if second_chance {
+        placement.second_chances(meta.sku, meta.width, &req.user, |s| {
+            empties.is_empty(meta.sku, s)
+        })
+    } else {
+        Vec::new()
+    };
 
     let user_seq = match client
         .claim_home(req, home, now_ms, !others.is_empty())

@@ -67,7 +67,7 @@ async fn claim(app: &App, req: Request<Incoming>) -> (&'static str, Reply) {
     if now >= meta.end_ms {
         return (outcome::REJECTED, window("ended", meta.sku, meta.end_ms));
     }
-    if state.all_empty() {
+    if app.sold_out_cache && state.all_empty() {
         return (outcome::SOLD_OUT_CACHE, sold_out(meta.sku));
     }
     if let Err(wait) = app.admission.check_user(&req.user) {
@@ -81,7 +81,9 @@ async fn claim(app: &App, req: Request<Incoming>) -> (&'static str, Reply) {
     }
 
     let started = Instant::now();
-    let result = protocol::claim(client, meta, &req, &*state as &dyn EmptyShards, now).await;
+    let blind = protocol::LocalEmptyShards::default();
+    let empties: &dyn EmptyShards = if app.sold_out_cache { &*state } else { &blind };
+    let result = protocol::claim_with(client, meta, &req, empties, now, app.second_chance).await;
     metrics::histogram!(REDIS_SECONDS, "op" => "claim").record(started.elapsed().as_secs_f64());
     match result {
         Ok(ClaimOutcome::Claimed { claim, rerouted }) => {

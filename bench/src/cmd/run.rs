@@ -1,0 +1,298 @@
+//! `bench run` and `bench baseline`: offer a scenario's load to the gateway(s) or to the
+//! bare baseline server, then check the invariants and write the reports.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use shard_router::{RedisTarget, SkuMeta, StockClient, StockConfig};
+
+use bench::baseline::BaselineProc;
+use bench::cli::ScenarioArgs;
+use bench::http::Target;
+use bench::invariants::{self, InvariantReport};
+use bench::loadgen::{self, LoadSpec};
+use bench::mysql::Mysql;
+use bench::report::{BaselineRatios, Report};
+use bench::scenario::Scenario;
+use bench::workload::Workload;
+use bench::{markdown, svg};
+
+use super::stack::{Stack, StackOpts};
+
+/// Path of the claim API.
+pub(crate) const CLAIM_PATH: &str = "/v1/claims";
+
+/// Where the system under test is, and what to do around the load.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct SystemArgs {
+    /// Gateway URL(s), comma-separated or repeated; connections are spread round-robin.
+    #[arg(
+        long = "target",
+        value_delimiter = ',',
+        default_value = "http://127.0.0.1:8080"
+    )]
+    pub(crate) targets: Vec<String>,
+    /// Redis the gateways use (URL or host:port list): preheats the SKUs and checks the
+    /// invariants. Without it only client-side checks run.
+    #[arg(long)]
+    pub(crate) redis: Option<String>,
+    #[arg(long)]
+    pub(crate) redis_cluster: bool,
+    /// Stock shard count S of the deployment.
+    #[arg(long, default_value_t = 16)]
+    pub(crate) shards: u16,
+    /// Leave the SKUs as they are (they were preheated elsewhere).
+    #[arg(long)]
+    pub(crate) no_preheat: bool,
+    /// Ledger URL (mysql://user@host:port/db): checks ledger rows == successes once the
+    /// consumer has drained.
+    #[arg(long)]
+    pub(crate) mysql: Option<String>,
+    /// Consumer binary: campaigns are created in MySQL and preheated through it, so the
+    /// ledger knows them. Without it, SKUs are preheated straight into Redis.
+    #[arg(long)]
+    pub(crate) consumer_bin: Option<PathBuf>,
+    /// Longest wait for the consumer to drain before the ledger check (s).
+    #[arg(long, default_value_t = 60)]
+    pub(crate) drain_timeout_s: u64,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct RunOpts {
+    #[command(flatten)]
+    pub(crate) scenario: ScenarioArgs,
+    #[command(flatten)]
+    pub(crate) system: SystemArgs,
+    /// Also drive the bare hyper baseline with the same load, and print the ratios.
+    #[arg(long)]
+    pub(crate) compare_baseline: bool,
+    /// Directory for report.json, report.md and timeline.svg.
+    #[arg(long)]
+    pub(crate) out: Option<PathBuf>,
+    /// No progress bar (logs, CI).
+    #[arg(long)]
+    pub(crate) quiet: bool,
+    /// Start a local stack for this run and stop it after (see `bench stack --help`).
+    #[arg(long)]
+    pub(crate) stack: bool,
+    #[command(flatten)]
+    pub(crate) stack_opts: StackOpts,
+}
+
+/// Points the run at a started stack; SKU widths shrink to the stack's shard count.
+pub(crate) fn use_stack(sys: &mut SystemArgs, st: &Stack, s: &mut Scenario) {
+    sys.targets = st.gateway_urls();
+    sys.redis = Some(st.redis.addr_list());
+    sys.redis_cluster = st.redis.is_cluster();
+    sys.shards = st.shards;
+    sys.mysql = st.mysql_url.clone();
+    sys.consumer_bin = st.consumer_bin.clone();
+    for k in &mut s.skus {
+        k.width = k.width.min(st.shards);
+    }
+}
+
+/// A unique prefix for this run's users and request ids: `b<unix ms>-`, [a-z0-9-] only.
+pub(crate) fn run_tag(prefix: &str) -> String {
+    format!("{prefix}{}-", shard_router::now_ms())
+}
+
+/// Creates (through the consumer when given) and preheats every SKU of the scenario.
+pub(crate) async fn prepare(sys: &SystemArgs, s: &Scenario) -> anyhow::Result<Option<StockClient>> {
+    let Some(redis) = &sys.redis else {
+        return Ok(None);
+    };
+    let target = RedisTarget::parse(redis, sys.redis_cluster)?;
+    let client = StockClient::connect(StockConfig::new(target, sys.shards)).await?;
+    if sys.no_preheat {
+        return Ok(Some(client));
+    }
+    let now = shard_router::now_ms();
+    for sku in &s.skus {
+        let meta = SkuMeta {
+            sku: sku.id,
+            stock: sku.stock,
+            width: sku.width,
+            limit: s.limit,
+            start_ms: now - 60_000,
+            end_ms: now + 24 * 3_600_000,
+        };
+        match &sys.consumer_bin {
+            Some(bin) => consumer_campaign(bin, sys, &meta).await?,
+            None => {
+                let out = client.preheat(&meta).await?;
+                if out
+                    .iter()
+                    .any(|(_, o)| matches!(o, shard_router::PreheatOutcome::Live { .. }))
+                {
+                    eprintln!(
+                        "warning: SKU {} was already live; its slices were kept as they are",
+                        sku.id
+                    );
+                }
+            }
+        }
+    }
+    Ok(Some(client))
+}
+
+async fn consumer_campaign(bin: &Path, sys: &SystemArgs, m: &SkuMeta) -> anyhow::Result<()> {
+    let steps: [Vec<String>; 2] = [
+        [
+            "campaign",
+            "--sku",
+            &m.sku.to_string(),
+            "--stock",
+            &m.stock.to_string(),
+            "--width",
+            &m.width.to_string(),
+            "--limit",
+            &m.limit.to_string(),
+            "--start-ms",
+            &m.start_ms.to_string(),
+            "--end-ms",
+            &m.end_ms.to_string(),
+        ]
+        .map(str::to_owned)
+        .to_vec(),
+        vec!["preheat".to_owned(), m.sku.to_string()],
+    ];
+    for args in steps {
+        consumer(bin, sys, &args).await?;
+    }
+    Ok(())
+}
+
+/// Runs one consumer admin subcommand against the system's Redis and ledger.
+async fn consumer(bin: &Path, sys: &SystemArgs, args: &[String]) -> anyhow::Result<String> {
+    let mut common = vec![
+        "--redis".to_owned(),
+        sys.redis.clone().unwrap_or_default(),
+        "--shards".to_owned(),
+        sys.shards.to_string(),
+    ];
+    if sys.redis_cluster {
+        common.push("--redis-cluster".into());
+    }
+    if let Some(url) = &sys.mysql {
+        common.extend(["--mysql".to_owned(), url.clone()]);
+    }
+    let out = tokio::time::timeout(
+        Duration::from_secs(30),
+        tokio::process::Command::new(bin)
+            .args(&common)
+            .args(args)
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await??;
+    anyhow::ensure!(
+        out.status.success(),
+        "{} {}: {}",
+        bin.display(),
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn targets(urls: &[String]) -> anyhow::Result<Vec<Target>> {
+    urls.iter()
+        .map(|u| Target::parse(u, CLAIM_PATH).map_err(anyhow::Error::msg))
+        .collect()
+}
+
+/// Drives the bare baseline server with the scenario's load.
+pub(crate) async fn baseline(s: &Scenario, progress: bool) -> anyhow::Result<Report> {
+    let server = tokio::task::spawn_blocking(BaselineProc::start).await??;
+    let mut spec = LoadSpec::from_scenario(s, targets(&[server.url()])?, run_tag("base"));
+    spec.progress = progress;
+    let r = loadgen::drive(spec, Arc::new(Workload::new(s))).await;
+    drop(server);
+    Ok(Report::from_load("baseline", &s.name, &r))
+}
+
+/// Drives the gateways and checks the invariants; `tag` prefixes users and request ids.
+pub(crate) async fn against_system(
+    sys: &SystemArgs,
+    s: &Scenario,
+    client: Option<&StockClient>,
+    tag: String,
+    progress: bool,
+) -> anyhow::Result<Report> {
+    let mut spec = LoadSpec::from_scenario(s, targets(&sys.targets)?, tag.clone());
+    spec.progress = progress;
+    let r = loadgen::drive(spec, Arc::new(Workload::new(s))).await;
+    let mut report = Report::from_load("run", &s.name, &r);
+    let claims = &r.rec.claims;
+    let mut checks = invariants::client_checks(s, claims);
+    if let Some(c) = client {
+        checks.extend(invariants::redis_checks(c, s, claims).await);
+    }
+    if let Some(url) = &sys.mysql {
+        let db = Mysql::parse(url)?;
+        let limit = Duration::from_secs(sys.drain_timeout_s);
+        checks.extend(invariants::ledger_checks(&db, s, claims, &tag, limit).await);
+        if let Some(bin) = &sys.consumer_bin {
+            // Reconcile now, so the drift checked is measured after this run drained.
+            for sku in &s.skus {
+                if let Err(e) =
+                    consumer(bin, sys, &["reconcile".to_owned(), sku.id.to_string()]).await
+                {
+                    eprintln!("warning: reconcile of SKU {}: {e:#}", sku.id);
+                }
+            }
+        }
+        checks.extend(invariants::drift_checks(&db, s).await);
+    }
+    report.invariants = Some(InvariantReport::new(checks));
+    Ok(report)
+}
+
+/// `bench run`.
+pub(crate) async fn run(o: &RunOpts) -> anyhow::Result<Report> {
+    let mut s = o.scenario.scenario()?;
+    let mut sys = o.system.clone();
+    let stack = if o.stack {
+        let st = Stack::start(&o.stack_opts).await?;
+        eprint!("{}", st.describe());
+        use_stack(&mut sys, &st, &mut s);
+        Some(st)
+    } else {
+        None
+    };
+    let base = if o.compare_baseline {
+        eprintln!("baseline: bare hyper server, same load ...");
+        Some(baseline(&s, !o.quiet).await?)
+    } else {
+        None
+    };
+    let client = prepare(&sys, &s).await?;
+    eprintln!("run: {} against {:?} ...", s.name, sys.targets);
+    let mut report = against_system(&sys, &s, client.as_ref(), run_tag("b"), !o.quiet).await?;
+    drop(stack);
+    report.baseline = base.as_ref().map(|b| BaselineRatios::of(&report, b));
+    write_outputs(o.out.as_deref(), &report, base.as_ref())?;
+    Ok(report)
+}
+
+/// Writes report.json, report.md and timeline.svg (and the baseline's) into `dir`.
+pub(crate) fn write_outputs(
+    dir: Option<&Path>,
+    r: &Report,
+    base: Option<&Report>,
+) -> anyhow::Result<()> {
+    let Some(dir) = dir else { return Ok(()) };
+    std::fs::create_dir_all(dir)?;
+    std::fs::write(dir.join("report.json"), serde_json::to_vec_pretty(r)?)?;
+    let mut md = markdown::run_summary(r);
+    if let Some(b) = base {
+        md.push('\n');
+        md.push_str(&markdown::run_summary(b));
+        std::fs::write(dir.join("baseline.json"), serde_json::to_vec_pretty(b)?)?;
+    }
+    std::fs::write(dir.join("report.md"), md)?;
+    std::fs::write(dir.join("timeline.svg"), svg::timeline(r))?;
+    Ok(())
+}

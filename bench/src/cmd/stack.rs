@@ -1,0 +1,320 @@
+//! `bench stack`: a whole local flashgate on free loopback ports, from locally built
+//! binaries: Redis (single, or a 3-master cluster), a fresh database on a MariaDB server,
+//! the consumer, and N gateways. Every process is owned by [`Stack`] and stopped on drop:
+//! SIGTERM first (gateways drain, the consumer flushes its batch), SIGKILL after a bound.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use bench::mysql::Mysql;
+use bench::servers::{free_port, wait_until, LocalRedis, RedisProc};
+
+/// How long a process may take to become ready (a consumer applies migrations first).
+const READY_LIMIT: Duration = Duration::from_secs(30);
+/// How long a process gets to exit after SIGTERM before SIGKILL.
+const STOP_GRACE: Duration = Duration::from_secs(10);
+/// The MariaDB server the stack creates its database on.
+pub(crate) const DEFAULT_MYSQL_SERVER: &str = "mysql://root@127.0.0.1:3306/mysql";
+
+/// A feature switched off (or on) so its effect becomes a measured row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Ablation {
+    /// Gateways run without the local sold-out cache (`--no-sold-out-cache`).
+    NoSoldOutCache,
+    /// One stock shard: every SKU on one slot (`--shards 1`, width 1).
+    Shards1,
+    /// No second chance on another shard (`--no-second-chance`).
+    NoSecondChance,
+    /// `--durability replica`: WAIT 1 after each claim; Redis gets a replica.
+    Replica,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct StackOpts {
+    /// Redis Cluster with 3 masters instead of a single node.
+    #[arg(long)]
+    pub(crate) cluster: bool,
+    #[arg(long, default_value_t = 1)]
+    pub(crate) gateways: usize,
+    /// Stock shard count S.
+    #[arg(long, default_value_t = 16)]
+    pub(crate) stack_shards: u16,
+    /// MariaDB server to create the stack's database on (the URL's database is ignored).
+    #[arg(long, default_value = DEFAULT_MYSQL_SERVER)]
+    pub(crate) mysql_server: String,
+    /// Start no consumer and no database (Redis-only invariant checks).
+    #[arg(long)]
+    pub(crate) no_consumer: bool,
+    #[arg(long)]
+    pub(crate) gateway_bin: Option<PathBuf>,
+    #[arg(long)]
+    pub(crate) consumer_bin_path: Option<PathBuf>,
+    /// Extra gateway flag, repeatable (`--gateway-arg=--user-rate=0`).
+    #[arg(long = "gateway-arg", allow_hyphen_values = true)]
+    pub(crate) gateway_args: Vec<String>,
+    /// Ablations, repeatable.
+    #[arg(long, value_enum)]
+    pub(crate) ablation: Vec<Ablation>,
+}
+
+impl StackOpts {
+    pub(crate) fn shards(&self) -> u16 {
+        if self.ablation.contains(&Ablation::Shards1) {
+            1
+        } else {
+            self.stack_shards
+        }
+    }
+}
+
+/// A child process stopped with SIGTERM, then SIGKILL, on drop.
+struct Proc {
+    name: String,
+    child: Child,
+}
+
+impl Proc {
+    fn spawn(name: String, cmd: &mut Command) -> anyhow::Result<Self> {
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| anyhow::anyhow!("spawn {name}: {e}"))?;
+        Ok(Self { name, child })
+    }
+
+    /// Fails with the process's stderr if it already exited.
+    fn check_alive(&mut self) -> anyhow::Result<()> {
+        if let Ok(Some(status)) = self.child.try_wait() {
+            let mut err = String::new();
+            if let Some(mut e) = self.child.stderr.take() {
+                let _ = e.read_to_string(&mut err);
+            }
+            anyhow::bail!("{} exited ({status}): {}", self.name, err.trim());
+        }
+        Ok(())
+    }
+
+    fn stop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(Some(_))) {
+            return;
+        }
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .stderr(Stdio::null())
+            .status();
+        let deadline = Instant::now() + STOP_GRACE;
+        while Instant::now() < deadline {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        eprintln!(
+            "{} did not stop within {STOP_GRACE:?}; killing it",
+            self.name
+        );
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// `GET path` answered 200, within a short bound.
+fn http_ok(addr: SocketAddr, path: &str) -> bool {
+    let probe = || -> std::io::Result<bool> {
+        let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(300))?;
+        s.set_read_timeout(Some(Duration::from_millis(500)))?;
+        write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
+        let mut head = [0u8; 12];
+        s.read_exact(&mut head)?;
+        Ok(head.starts_with(b"HTTP/1.") && &head[9..12] == b"200")
+    };
+    probe().unwrap_or(false)
+}
+
+/// A binary: the flag, else next to this executable, else the workspace's target dirs.
+fn find_bin(flag: Option<&Path>, name: &str) -> anyhow::Result<PathBuf> {
+    if let Some(p) = flag {
+        return Ok(p.to_owned());
+    }
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    if let Some(d) = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(Path::to_owned))
+    {
+        dirs.push(d);
+    }
+    let ws = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    dirs.push(ws.join("target/release"));
+    dirs.push(ws.join("target/debug"));
+    dirs.into_iter()
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+        .ok_or_else(|| anyhow::anyhow!("no {name} binary found; build it or pass its path"))
+}
+
+/// The running stack.
+pub(crate) struct Stack {
+    // Field order is drop order: gateways first, Redis last.
+    gateways: Vec<(Proc, SocketAddr, SocketAddr)>,
+    consumer: Option<Proc>,
+    _replica: Option<RedisProc>,
+    pub(crate) redis: LocalRedis,
+    pub(crate) mysql_url: Option<String>,
+    pub(crate) consumer_bin: Option<PathBuf>,
+    pub(crate) shards: u16,
+    db: Option<(Mysql, String)>,
+}
+
+impl Stack {
+    pub(crate) async fn start(o: &StackOpts) -> anyhow::Result<Self> {
+        let o = o.clone();
+        tokio::task::spawn_blocking(move || Self::start_blocking(&o)).await?
+    }
+
+    fn start_blocking(o: &StackOpts) -> anyhow::Result<Self> {
+        let shards = o.shards();
+        let redis = LocalRedis::start(if o.cluster { 3 } else { 1 })?;
+        let replica = match (o.ablation.contains(&Ablation::Replica), &redis) {
+            (true, LocalRedis::Single(primary)) => {
+                let p = primary.port().to_string();
+                Some(RedisProc::start(&["--replicaof", "127.0.0.1", &p])?)
+            }
+            _ => None,
+        };
+        let mut stack = Self {
+            gateways: Vec::new(),
+            consumer: None,
+            _replica: replica,
+            redis,
+            mysql_url: None,
+            consumer_bin: None,
+            shards,
+            db: None,
+        };
+        let mut common = vec![
+            "--redis".to_owned(),
+            stack.redis.addr_list(),
+            "--shards".to_owned(),
+            shards.to_string(),
+        ];
+        if stack.redis.is_cluster() {
+            common.push("--redis-cluster".into());
+        }
+        if !o.no_consumer {
+            let server = Mysql::parse(&o.mysql_server)?;
+            let db = format!("fg_bench_{}", shard_router::now_ms());
+            server.query_blocking(&format!("CREATE DATABASE `{db}`"))?;
+            let url = format!(
+                "mysql://{}{}@{}:{}/{db}",
+                server.user,
+                server
+                    .password
+                    .as_ref()
+                    .map(|p| format!(":{p}"))
+                    .unwrap_or_default(),
+                server.host,
+                server.port
+            );
+            stack.db = Some((server, db));
+            let bin = find_bin(o.consumer_bin_path.as_deref(), "consumer")?;
+            let admin = SocketAddr::from(([127, 0, 0, 1], free_port()?));
+            let mut p = Proc::spawn(
+                "consumer".into(),
+                Command::new(&bin).args(&common).args([
+                    "--mysql",
+                    &url,
+                    "run",
+                    "--admin-addr",
+                    &admin.to_string(),
+                ]),
+            )?;
+            wait_ready(&mut p, admin, "/healthz")?;
+            stack.consumer = Some(p);
+            stack.mysql_url = Some(url);
+            stack.consumer_bin = Some(bin);
+        }
+        let bin = find_bin(o.gateway_bin.as_deref(), "gateway")?;
+        for i in 0..o.gateways {
+            let api = SocketAddr::from(([127, 0, 0, 1], free_port()?));
+            let admin = SocketAddr::from(([127, 0, 0, 1], free_port()?));
+            let mut cmd = Command::new(&bin);
+            cmd.args(&common).args([
+                "--listen",
+                &api.to_string(),
+                "--admin-listen",
+                &admin.to_string(),
+            ]);
+            for a in &o.ablation {
+                match a {
+                    Ablation::NoSoldOutCache => cmd.arg("--no-sold-out-cache"),
+                    Ablation::NoSecondChance => cmd.arg("--no-second-chance"),
+                    Ablation::Replica => cmd.args(["--durability", "replica"]),
+                    Ablation::Shards1 => &mut cmd,
+                };
+            }
+            cmd.args(&o.gateway_args);
+            let mut p = Proc::spawn(format!("gateway {i}"), &mut cmd)?;
+            wait_ready(&mut p, api, "/readyz")?;
+            stack.gateways.push((p, api, admin));
+        }
+        Ok(stack)
+    }
+
+    pub(crate) fn gateway_urls(&self) -> Vec<String> {
+        self.gateways
+            .iter()
+            .map(|(_, a, _)| format!("http://{a}"))
+            .collect()
+    }
+
+    pub(crate) fn describe(&self) -> String {
+        let mut s = format!("redis: {}\n", self.redis.addr_list());
+        if let Some(u) = &self.mysql_url {
+            s.push_str(&format!("mysql: {u}\n"));
+        }
+        for (i, (_, api, admin)) in self.gateways.iter().enumerate() {
+            s.push_str(&format!(
+                "gateway {i}: http://{api} (metrics http://{admin}/metrics)\n"
+            ));
+        }
+        s
+    }
+}
+
+fn wait_ready(p: &mut Proc, addr: SocketAddr, path: &str) -> anyhow::Result<()> {
+    let name = p.name.clone();
+    let mut exited = None;
+    let r = wait_until(&format!("{name} {path}"), READY_LIMIT, || {
+        if let Err(e) = p.check_alive() {
+            exited = Some(e);
+            return true;
+        }
+        http_ok(addr, path)
+    });
+    if let Some(e) = exited {
+        return Err(e);
+    }
+    Ok(r?)
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        // Gateways first (no new claims), then the consumer flushes, then the database goes.
+        self.gateways.clear();
+        self.consumer = None;
+        if let Some((server, db)) = self.db.take() {
+            let _ = server.query_blocking(&format!("DROP DATABASE IF EXISTS `{db}`"));
+        }
+    }
+}

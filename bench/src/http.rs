@@ -1,0 +1,171 @@
+//! One keep-alive HTTP/1.1 connection of the load generator. Each worker owns exactly one,
+//! so "N connections" means N sockets, as a fleet of clients would open. A failed or
+//! timed-out exchange drops the socket (its state is unknown) and the next send reconnects.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http1::{self, SendRequest};
+use hyper::{Method, Request};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+
+use crate::outcome::Outcome;
+
+/// Bound on connecting, so a dead target shows up as errors, not as a hang.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Answers larger than this are cut: a claim answer is a few hundred bytes.
+const MAX_ANSWER: usize = 64 * 1024;
+
+/// Where requests go: a socket address plus the Host header and path.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub addr: SocketAddr,
+    pub host: String,
+    pub path: String,
+}
+
+impl Target {
+    /// Parses `http://host:port[/path]`; `default_path` is used when the URL has none.
+    pub fn parse(url: &str, default_path: &str) -> Result<Self, String> {
+        let uri: hyper::Uri = url.parse().map_err(|e| format!("{url}: {e}"))?;
+        if uri.scheme_str() != Some("http") {
+            return Err(format!("{url}: only http:// targets are supported"));
+        }
+        let auth = uri.authority().ok_or(format!("{url}: no host"))?;
+        let port = auth.port_u16().unwrap_or(80);
+        let host = auth.host().trim_start_matches('[').trim_end_matches(']');
+        let ip = if host == "localhost" {
+            "127.0.0.1".parse().expect("literal")
+        } else {
+            host.parse()
+                .map_err(|_| format!("{url}: host must be an IP address or localhost"))?
+        };
+        let path = match uri.path() {
+            "" | "/" => default_path.to_owned(),
+            p => p.to_owned(),
+        };
+        Ok(Self {
+            addr: SocketAddr::new(ip, port),
+            host: auth.as_str().to_owned(),
+            path,
+        })
+    }
+}
+
+/// The answer to one request, as far as the bench cares.
+#[derive(Debug)]
+pub struct Answer {
+    pub outcome: Outcome,
+    /// Body of a 200/201 (claim id for the invariant check); empty otherwise.
+    pub body: Bytes,
+}
+
+/// A lazily (re)connected HTTP/1.1 connection.
+pub struct Conn {
+    target: Target,
+    sender: Option<SendRequest<Full<Bytes>>>,
+    timeout: Duration,
+}
+
+impl Conn {
+    pub fn new(target: Target, timeout: Duration) -> Self {
+        Self {
+            target,
+            sender: None,
+            timeout,
+        }
+    }
+
+    /// Opens the socket ahead of the first request.
+    pub async fn warm(&mut self) {
+        let _ = self.connect().await;
+    }
+
+    async fn connect(&mut self) -> Result<&mut SendRequest<Full<Bytes>>, Outcome> {
+        if self.sender.as_ref().is_none_or(|s| s.is_closed()) {
+            let stream =
+                tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(self.target.addr))
+                    .await
+                    .map_err(|_| Outcome::Timeout)?
+                    .map_err(|_| Outcome::TransportError)?;
+            let _ = stream.set_nodelay(true);
+            let (sender, conn) = http1::handshake(TokioIo::new(stream))
+                .await
+                .map_err(|_| Outcome::TransportError)?;
+            // The connection task ends when the sender is dropped or the peer closes.
+            tokio::spawn(async move {
+                let _ = conn.await;
+            });
+            self.sender = Some(sender);
+        }
+        Ok(self.sender.as_mut().expect("just set"))
+    }
+
+    /// POSTs `body` as JSON and classifies the answer; never panics on network data.
+    pub async fn post(&mut self, body: Bytes) -> Answer {
+        let timeout = self.timeout;
+        match tokio::time::timeout(timeout, self.exchange(body)).await {
+            Ok(Ok(a)) => a,
+            Ok(Err(outcome)) => {
+                self.sender = None;
+                Answer {
+                    outcome,
+                    body: Bytes::new(),
+                }
+            }
+            Err(_) => {
+                self.sender = None;
+                Answer {
+                    outcome: Outcome::Timeout,
+                    body: Bytes::new(),
+                }
+            }
+        }
+    }
+
+    async fn exchange(&mut self, body: Bytes) -> Result<Answer, Outcome> {
+        let (host, path) = (self.target.host.clone(), self.target.path.clone());
+        let sender = self.connect().await?;
+        sender.ready().await.map_err(|_| Outcome::TransportError)?;
+        let req = Request::builder()
+            .method(Method::POST)
+            .uri(path)
+            .header(hyper::header::HOST, host)
+            .header(hyper::header::CONTENT_TYPE, "application/json")
+            .body(Full::new(body))
+            .map_err(|_| Outcome::TransportError)?;
+        let resp = sender
+            .send_request(req)
+            .await
+            .map_err(|_| Outcome::TransportError)?;
+        let status = resp.status().as_u16();
+        let body = http_body_util::Limited::new(resp.into_body(), MAX_ANSWER)
+            .collect()
+            .await
+            .map_err(|_| Outcome::TransportError)?
+            .to_bytes();
+        Ok(Answer {
+            outcome: Outcome::classify(status, &body),
+            body,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_targets() {
+        let t = Target::parse("http://127.0.0.1:8080", "/v1/claims").unwrap();
+        assert_eq!(t.addr.port(), 8080);
+        assert_eq!(t.path, "/v1/claims");
+        let t = Target::parse("http://localhost:9/x", "/v1/claims").unwrap();
+        assert_eq!(t.path, "/x");
+        assert!(Target::parse("https://127.0.0.1:1", "/").is_err());
+        assert!(Target::parse("http://example.com:1", "/").is_err());
+    }
+}

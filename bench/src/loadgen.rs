@@ -1,0 +1,218 @@
+//! The load generator: N workers, one connection each, pulling request indices from one
+//! shared counter.
+//! - Closed loop: a worker sends its next request as soon as it has the previous answer.
+//! - Open loop: request `k` is due at `t0 + k / rate`; a worker takes the next index,
+//!   sleeps until it is due, sends, and measures from the due time. When every connection
+//!   is busy, requests fall behind schedule and that wait is counted in their latency,
+//!   which is what a user would have seen (no coordinated omission).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressStyle};
+use tokio::sync::Barrier;
+
+use crate::http::{Conn, Target};
+use crate::outcome::{ClaimAnswer, Outcome};
+use crate::recorder::{AckedClaim, Live, Recorder};
+use crate::scenario::{Mode, Scenario};
+use crate::workload::Workload;
+
+/// Everything a load run needs besides the request generator.
+#[derive(Debug, Clone)]
+pub struct LoadSpec {
+    pub targets: Vec<Target>,
+    pub mode: Mode,
+    pub connections: usize,
+    /// Requests/s, open loop only.
+    pub rate: f64,
+    /// Measured length; zero = bounded by `max_requests` only.
+    pub duration: Duration,
+    pub warmup: Duration,
+    /// Zero = no cap.
+    pub max_requests: u64,
+    pub timeout: Duration,
+    /// Prefix of users and request ids, unique per run.
+    pub tag: String,
+    pub progress: bool,
+}
+
+impl LoadSpec {
+    pub fn from_scenario(s: &Scenario, targets: Vec<Target>, tag: String) -> Self {
+        // Warm-up only makes sense for time-bound runs; a request-bound run (a fixed
+        // sale of N requests) measures every request.
+        let warmup = if s.duration_s > 0.0 {
+            Duration::from_secs_f64(s.warmup_s)
+        } else {
+            Duration::ZERO
+        };
+        Self {
+            targets,
+            mode: s.load.mode,
+            connections: s.load.connections,
+            rate: s.load.rate,
+            duration: Duration::from_secs_f64(s.duration_s.max(0.0)),
+            warmup,
+            max_requests: s.requests,
+            timeout: Duration::from_millis(s.load.timeout_ms),
+            tag,
+            progress: true,
+        }
+    }
+}
+
+/// The merged result of a load run.
+pub struct LoadResult {
+    pub rec: Recorder,
+    pub spec: LoadSpec,
+    /// Requests sent per second, scheduled (open loop) or achieved (closed loop).
+    pub offered_rate: f64,
+}
+
+impl LoadResult {
+    /// Answers per second over the measured window.
+    pub fn throughput(&self) -> f64 {
+        let w = self.rec.measured_window().as_secs_f64();
+        if w > 0.0 {
+            self.rec.measured_total() as f64 / w
+        } else {
+            0.0
+        }
+    }
+}
+
+/// Runs the load and returns what every worker saw.
+pub async fn drive(spec: LoadSpec, workload: Arc<Workload>) -> LoadResult {
+    // Connections open before the clock starts (as wrk does): a storm of 1 000 connects
+    // on a small machine measures SYN backlogs, not the server.
+    let gate = Arc::new(Barrier::new(spec.connections + 1));
+    let clock: Arc<OnceLock<Instant>> = Arc::new(OnceLock::new());
+    let next = Arc::new(AtomicU64::new(0));
+    let live = Arc::new(Live::default());
+    let interval = Duration::from_secs_f64(1.0 / spec.rate.max(1e-3));
+    let mut workers = Vec::with_capacity(spec.connections);
+    for w in 0..spec.connections {
+        let target = spec.targets[w % spec.targets.len()].clone();
+        let (next, live, workload, spec, gate, clock) = (
+            next.clone(),
+            live.clone(),
+            workload.clone(),
+            spec.clone(),
+            gate.clone(),
+            clock.clone(),
+        );
+        workers.push(tokio::spawn(async move {
+            let mut conn = Conn::new(target, spec.timeout);
+            // A failed warm connect is retried (and counted) by the first send.
+            let _ = tokio::time::timeout(spec.timeout, conn.warm()).await;
+            gate.wait().await;
+            let start = *clock.get_or_init(Instant::now);
+            let end = (!spec.duration.is_zero()).then(|| start + spec.warmup + spec.duration);
+            let mut rec = Recorder::new(start, spec.warmup);
+            loop {
+                let k = next.fetch_add(1, Ordering::Relaxed);
+                if spec.max_requests > 0 && k >= spec.max_requests {
+                    break;
+                }
+                let due = match spec.mode {
+                    Mode::Closed => Instant::now(),
+                    Mode::Open => start + interval.mul_f64(k as f64),
+                };
+                if end.is_some_and(|e| due >= e) {
+                    break;
+                }
+                if spec.mode == Mode::Open {
+                    tokio::time::sleep_until(due.into()).await;
+                }
+                let req = workload.request(k);
+                let answer = conn.post(req.body(&spec.tag)).await;
+                let done = Instant::now();
+                if answer.outcome == Outcome::Claimed {
+                    if let Some(a) = ClaimAnswer::parse(&answer.body) {
+                        rec.claims.push(AckedClaim {
+                            sku: req.sku,
+                            user: req.user,
+                            claim_id: a.claim_id,
+                            qty: a.qty.unwrap_or(req.qty),
+                        });
+                    }
+                }
+                rec.record(
+                    answer.outcome,
+                    done.saturating_duration_since(due),
+                    done,
+                    &live,
+                );
+            }
+            rec
+        }));
+    }
+    gate.wait().await;
+    let start = *clock.get_or_init(Instant::now);
+    let bar = spec.progress.then(|| progress(&spec, live.clone(), start));
+    let mut rec = Recorder::new(start, spec.warmup);
+    for w in workers {
+        if let Ok(r) = w.await {
+            rec.merge(r);
+        }
+    }
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    let offered_rate = match spec.mode {
+        Mode::Open => spec.rate,
+        Mode::Closed => {
+            let secs = rec
+                .last
+                .map(|l| l.saturating_duration_since(start).as_secs_f64())
+                .unwrap_or(0.0);
+            if secs > 0.0 {
+                rec.total() as f64 / secs
+            } else {
+                0.0
+            }
+        }
+    };
+    LoadResult {
+        rec,
+        spec,
+        offered_rate,
+    }
+}
+
+/// A progress bar over time (or requests, for request-bound runs), fed from [`Live`].
+fn progress(spec: &LoadSpec, live: Arc<Live>, start: Instant) -> ProgressBar {
+    let by_time = !spec.duration.is_zero();
+    let len = if by_time {
+        (spec.warmup + spec.duration).as_millis() as u64
+    } else {
+        spec.max_requests
+    };
+    let bar = ProgressBar::new(len);
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {wide_bar} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let b = bar.clone();
+    tokio::spawn(async move {
+        // Ends with the bar: `finish_and_clear` marks it finished.
+        while !b.is_finished() {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            let done = live.done.load(Ordering::Relaxed);
+            let secs = start.elapsed().as_secs_f64().max(1e-3);
+            b.set_position(if by_time {
+                start.elapsed().as_millis() as u64
+            } else {
+                done
+            });
+            b.set_message(format!(
+                "{done} answers, {:.0}/s, claimed {}, errors {}",
+                done as f64 / secs,
+                live.claimed.load(Ordering::Relaxed),
+                live.errors.load(Ordering::Relaxed)
+            ));
+        }
+    });
+    bar
+}

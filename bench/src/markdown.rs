@@ -1,0 +1,79 @@
+//! Markdown summaries of reports, for issue notes and CI logs.
+
+use std::fmt::Write;
+
+use crate::latency::fmt_us;
+use crate::report::Report;
+
+/// The summary of one run.
+pub fn run_summary(r: &Report) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "### {} — {} ({:?} loop)\n", r.kind, r.scenario, r.mode);
+    let _ = writeln!(s, "| metric | value |\n| --- | ---: |");
+    let _ = writeln!(s, "| connections | {} |", r.connections);
+    let _ = writeln!(s, "| offered | {:.0} req/s |", r.offered_rps);
+    let _ = writeln!(s, "| answers | {} |", r.requests);
+    let _ = writeln!(s, "| measured window | {:.2} s |", r.measured_s);
+    let _ = writeln!(s, "| throughput | {:.0} req/s |", r.throughput_rps);
+    let _ = writeln!(s, "| claims/s | {:.0} |", r.claims_per_s);
+    let _ = writeln!(
+        s,
+        "| errors | {} ({:.2}%) |",
+        r.errors,
+        100.0 * r.error_ratio()
+    );
+    if let Some(b) = &r.baseline {
+        let _ = writeln!(
+            s,
+            "| baseline (bare hyper) | {:.0} req/s, p99 {} |",
+            b.baseline_rps,
+            fmt_us(b.baseline_p99_us)
+        );
+        let _ = writeln!(s, "| throughput / baseline | {:.2} |", b.throughput_ratio);
+        let _ = writeln!(s, "| p99 / baseline p99 | {:.2} |", b.p99_ratio);
+    }
+    let _ = writeln!(
+        s,
+        "\n| outcome | count | p50 | p90 | p99 | p99.9 | max |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+    );
+    let all = std::iter::once(("all (measured)", r.latency.count, Some(&r.latency)));
+    let rows = r
+        .outcomes
+        .iter()
+        .map(|(name, n)| (name.as_str(), *n, r.latency_by_outcome.get(name.as_str())));
+    for (name, n, p) in all.chain(rows) {
+        match p {
+            Some(p) => {
+                let _ = writeln!(
+                    s,
+                    "| {name} | {n} | {} | {} | {} | {} | {} |",
+                    fmt_us(p.p50_us),
+                    fmt_us(p.p90_us),
+                    fmt_us(p.p99_us),
+                    fmt_us(p.p999_us),
+                    fmt_us(p.max_us)
+                );
+            }
+            None => {
+                let _ = writeln!(s, "| {name} | {n} | – | – | – | – | – |");
+            }
+        }
+    }
+    if let Some(inv) = &r.invariants {
+        let _ = writeln!(
+            s,
+            "\n**Invariants: {}**\n\n| check | result | detail |\n| --- | --- | --- |",
+            if inv.passed { "PASS" } else { "FAIL" }
+        );
+        for c in &inv.checks {
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} |",
+                c.name,
+                if c.passed { "pass" } else { "FAIL" },
+                c.detail
+            );
+        }
+    }
+    s
+}

@@ -1,0 +1,151 @@
+//! The machine-readable report. Field names are part of the bench's contract (dashboards
+//! and CI read them); `SCHEMA` changes when one is renamed or removed.
+//!
+//! | field | meaning |
+//! | --- | --- |
+//! | `schema` | version of this layout |
+//! | `kind` | `run`, `baseline` or `sweep-step` |
+//! | `scenario` | scenario name |
+//! | `mode`, `connections`, `offered_rps` | how load was offered (`offered_rps`: scheduled rate in open loop, achieved in closed loop) |
+//! | `requests` | answers received, warm-up included |
+//! | `measured_s` | length of the measured window (after warm-up) |
+//! | `throughput_rps` | answers/s in the measured window |
+//! | `claims_per_s` | `claimed` answers/s in the measured window |
+//! | `latency` | percentiles (µs) of every measured answer |
+//! | `latency_by_outcome` | the same per outcome |
+//! | `outcomes` | answers per outcome over the whole run |
+//! | `errors` | answers that were not served (sheds, failures, timeouts) |
+//! | `timeline` | per second: answers per outcome |
+//! | `invariants` | verdict and checks (absent when not checked) |
+//! | `baseline` | the bare-hyper figures and the ratios (absent without `--compare-baseline`) |
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::invariants::InvariantReport;
+use crate::latency::Percentiles;
+use crate::loadgen::LoadResult;
+use crate::outcome::Outcome;
+use crate::scenario::Mode;
+
+pub const SCHEMA: u32 = 1;
+
+/// One second of the run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TimelinePoint {
+    pub t_s: u64,
+    pub outcomes: BTreeMap<String, u64>,
+}
+
+/// Baseline figures and the ratios of the run against them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BaselineRatios {
+    pub baseline_rps: f64,
+    pub baseline_p99_us: u64,
+    /// run throughput / baseline throughput.
+    pub throughput_ratio: f64,
+    /// run p99 / baseline p99.
+    pub p99_ratio: f64,
+}
+
+impl BaselineRatios {
+    pub fn of(run: &Report, base: &Report) -> Self {
+        let div = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
+        Self {
+            baseline_rps: base.throughput_rps,
+            baseline_p99_us: base.latency.p99_us,
+            throughput_ratio: div(run.throughput_rps, base.throughput_rps),
+            p99_ratio: div(run.latency.p99_us as f64, base.latency.p99_us as f64),
+        }
+    }
+}
+
+/// The report of one load run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    pub schema: u32,
+    pub kind: String,
+    pub scenario: String,
+    pub mode: Mode,
+    pub connections: usize,
+    pub offered_rps: f64,
+    pub requests: u64,
+    pub measured_s: f64,
+    pub throughput_rps: f64,
+    pub claims_per_s: f64,
+    pub latency: Percentiles,
+    pub latency_by_outcome: BTreeMap<String, Percentiles>,
+    pub outcomes: BTreeMap<String, u64>,
+    pub errors: u64,
+    pub timeline: Vec<TimelinePoint>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub invariants: Option<InvariantReport>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<BaselineRatios>,
+}
+
+impl Report {
+    pub fn from_load(kind: &str, scenario: &str, r: &LoadResult) -> Self {
+        let rec = &r.rec;
+        let window = rec.measured_window().as_secs_f64();
+        let per_s = |n: u64| if window > 0.0 { n as f64 / window } else { 0.0 };
+        let mut outcomes = BTreeMap::new();
+        let mut by_outcome = BTreeMap::new();
+        for o in Outcome::ALL {
+            let n = rec.count(o);
+            if n > 0 {
+                outcomes.insert(o.name().to_owned(), n);
+            }
+            let h = &rec.hists[o.index()];
+            if !h.is_empty() {
+                by_outcome.insert(o.name().to_owned(), Percentiles::of(h));
+            }
+        }
+        let timeline = rec
+            .timeline
+            .iter()
+            .enumerate()
+            .map(|(t, row)| TimelinePoint {
+                t_s: t as u64,
+                outcomes: Outcome::ALL
+                    .iter()
+                    .filter(|o| row[o.index()] > 0)
+                    .map(|o| (o.name().to_owned(), row[o.index()]))
+                    .collect(),
+            })
+            .collect();
+        Self {
+            schema: SCHEMA,
+            kind: kind.to_owned(),
+            scenario: scenario.to_owned(),
+            mode: r.spec.mode,
+            connections: r.spec.connections,
+            offered_rps: r.offered_rate,
+            requests: rec.total(),
+            measured_s: window,
+            throughput_rps: r.throughput(),
+            claims_per_s: per_s(rec.measured[Outcome::Claimed.index()]),
+            latency: Percentiles::of(&rec.all),
+            latency_by_outcome: by_outcome,
+            outcomes,
+            errors: Outcome::ALL
+                .iter()
+                .filter(|o| !o.is_served())
+                .map(|o| rec.count(*o))
+                .sum(),
+            timeline,
+            invariants: None,
+            baseline: None,
+        }
+    }
+
+    /// Answers that were not served, as a share of all answers.
+    pub fn error_ratio(&self) -> f64 {
+        if self.requests == 0 {
+            0.0
+        } else {
+            self.errors as f64 / self.requests as f64
+        }
+    }
+}

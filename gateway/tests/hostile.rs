@@ -1,0 +1,620 @@
+//! Fault drill 8 (hostile input), socket half: a real gateway on `127.0.0.1:0` and a real
+//! Redis, attacked over raw TCP while a normal client keeps claiming.
+//!
+//! - slowloris: hundreds of connections trickling a request head byte by byte (and some
+//!   sending nothing) are cut off by the header read timeout, and normal claims stay fast;
+//! - the connection cap: past it, new connections wait, and service resumes as soon as the
+//!   hogs leave or are cut off;
+//! - oversized bodies (declared or chunked) are 413 JSON and take nothing;
+//! - header floods (many headers, one huge header, a huge request line) are refused without
+//!   harming the server;
+//! - a wrong content type is 415 JSON and takes nothing.
+//!
+//! Every drill prints one `drill=...` line of figures.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::Value;
+use shard_router::SkuMeta;
+use test_support::RedisServer;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::task::JoinSet;
+
+/// Bound on any single exchange in these tests.
+const EXCHANGE_LIMIT: Duration = Duration::from_secs(5);
+
+/// What came back on a raw connection.
+#[derive(Debug)]
+struct RawAnswer {
+    /// HTTP status, `None` when the server closed without answering.
+    status: Option<u16>,
+    /// JSON body (`Null` when none or not JSON).
+    body: Value,
+}
+
+impl RawAnswer {
+    fn kind(&self) -> &str {
+        self.body["status"].as_str().unwrap_or("")
+    }
+}
+
+fn parse_answer(buf: &[u8]) -> RawAnswer {
+    let text = String::from_utf8_lossy(buf);
+    let status = text
+        .strip_prefix("HTTP/1.1 ")
+        .and_then(|r| r.get(..3))
+        .and_then(|s| s.parse().ok());
+    let body = text
+        .split_once("\r\n\r\n")
+        .and_then(|(_, b)| serde_json::from_str(b.trim()).ok())
+        .unwrap_or(Value::Null);
+    RawAnswer { status, body }
+}
+
+/// Sends `request` (in pieces, ignoring write errors: the server may refuse and close
+/// before it has read everything) while reading the answer until the server closes.
+async fn raw_exchange(addr: SocketAddr, request: Vec<u8>) -> RawAnswer {
+    let stream = TcpStream::connect(addr).await.expect("connect");
+    let (mut rd, mut wr) = stream.into_split();
+    let writer = tokio::spawn(async move {
+        for piece in request.chunks(16 * 1024) {
+            if wr.write_all(piece).await.is_err() {
+                return;
+            }
+        }
+        // Keep the write half open: closing it could end the exchange early.
+        tokio::time::sleep(EXCHANGE_LIMIT).await;
+    });
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let deadline = Instant::now() + EXCHANGE_LIMIT;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, rd.read(&mut chunk)).await {
+            Ok(Ok(0)) | Ok(Err(_)) | Err(_) => break,
+            Ok(Ok(n)) => {
+                buf.extend_from_slice(&chunk[..n]);
+                if complete(&buf) {
+                    break;
+                }
+            }
+        }
+    }
+    writer.abort();
+    parse_answer(&buf)
+}
+
+/// A full response head plus `content-length` bytes of body has arrived.
+fn complete(buf: &[u8]) -> bool {
+    let text = String::from_utf8_lossy(buf);
+    let Some((head, body)) = text.split_once("\r\n\r\n") else {
+        return false;
+    };
+    let len = head
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("content-length")
+                .then(|| v.trim().parse::<usize>().ok())?
+        })
+        .unwrap_or(usize::MAX);
+    body.len() >= len
+}
+
+/// A well-formed claim on its own connection.
+fn claim_request(sku: u64, user: &str) -> Vec<u8> {
+    let body = format!(r#"{{"sku":{sku},"user":"{user}"}}"#);
+    format!(
+        "POST /v1/claims HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+/// One normal claim; returns its answer and latency.
+async fn normal_claim(addr: SocketAddr, sku: u64, user: &str) -> (RawAnswer, Duration) {
+    let started = Instant::now();
+    let a = raw_exchange(addr, claim_request(sku, user)).await;
+    (a, started.elapsed())
+}
+
+fn p99(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v.get((v.len() * 99).div_ceil(100).saturating_sub(1))
+        .copied()
+        .unwrap_or_default()
+}
+
+/// Claim-script calls Redis has served (EVALSHA + EVAL).
+fn script_calls(redis: &RedisServer) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut redis.connection())
+        .expect("INFO commandstats");
+    info.lines()
+        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+struct Setup {
+    redis: RedisServer,
+    gw: Gateway,
+    stock: shard_router::StockClient,
+    meta: SkuMeta,
+}
+
+async fn setup(sku: u64, stock_units: u64, tune: impl FnOnce(&mut gateway::Config)) -> Setup {
+    let redis = RedisServer::start();
+    let stock = stock_client(&redis.url(), false).await;
+    let meta = preheat(&stock, sku, stock_units, 4, 1).await;
+    let mut cfg = config(&redis.url(), false);
+    tune(&mut cfg);
+    let gw = Gateway::start(cfg).await;
+    Setup {
+        redis,
+        gw,
+        stock,
+        meta,
+    }
+}
+
+/// A connection that sends `head` one byte per `every`, and reports how long the server
+/// kept it open (`None`: still open when the test gave up at `give_up`).
+async fn trickle(
+    addr: SocketAddr,
+    head: &'static [u8],
+    every: Duration,
+    give_up: Duration,
+) -> Option<Duration> {
+    let stream = TcpStream::connect(addr).await.ok()?;
+    let started = Instant::now();
+    let (mut rd, mut wr) = stream.into_split();
+    let write = async {
+        for byte in head.iter().cycle() {
+            if wr.write_all(std::slice::from_ref(byte)).await.is_err() {
+                return;
+            }
+            tokio::time::sleep(every).await;
+        }
+    };
+    let read = async {
+        let mut sink = [0u8; 512];
+        // Anything but more data (EOF, reset) means the server let go. A 408 answer is
+        // fine too; the close that follows ends the loop.
+        while let Ok(n) = rd.read(&mut sink).await {
+            if n == 0 {
+                break;
+            }
+        }
+    };
+    tokio::select! {
+        _ = read => Some(started.elapsed()),
+        _ = write => Some(started.elapsed()),
+        _ = tokio::time::sleep(give_up) => None,
+    }
+}
+
+/// A connection that sends nothing at all.
+async fn silent(addr: SocketAddr, give_up: Duration) -> Option<Duration> {
+    let mut stream = TcpStream::connect(addr).await.ok()?;
+    let started = Instant::now();
+    let mut sink = [0u8; 64];
+    match tokio::time::timeout(give_up, stream.read(&mut sink)).await {
+        Ok(_) => Some(started.elapsed()),
+        Err(_) => None,
+    }
+}
+
+const SLOW_HEAD: &[u8] = b"POST /v1/claims HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nx-padding: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slowloris_does_not_starve_normal_clients() {
+    const SLOW: usize = 200;
+    const SILENT: usize = 20;
+    let header_timeout = Duration::from_millis(1_000);
+    let s = setup(8001, 10_000, |c| {
+        c.header_timeout_ms = header_timeout.as_millis() as u64;
+    })
+    .await;
+    let addr = s.gw.api;
+
+    let mut attackers = JoinSet::new();
+    for _ in 0..SLOW {
+        attackers.spawn(trickle(
+            addr,
+            SLOW_HEAD,
+            Duration::from_millis(100),
+            Duration::from_secs(6),
+        ));
+    }
+    for _ in 0..SILENT {
+        attackers.spawn(silent(addr, Duration::from_secs(6)));
+    }
+
+    // The normal client claims one unit per fresh user, back to back, for 2.5 s.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let started = Instant::now();
+    let mut latencies = Vec::new();
+    let mut ok = 0usize;
+    let mut i = 0;
+    while started.elapsed() < Duration::from_millis(2_500) && i < 2_000 {
+        let (a, took) = normal_claim(addr, s.meta.sku, &format!("normal-{i}")).await;
+        assert_eq!(a.status, Some(201), "normal claim {i}: {:?}", a.body);
+        ok += 1;
+        latencies.push(took);
+        i += 1;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    let mut cut = Vec::new();
+    let mut still_open = 0usize;
+    while let Some(r) = attackers.join_next().await {
+        match r.expect("attacker task") {
+            Some(d) => cut.push(d),
+            None => still_open += 1,
+        }
+    }
+    let max = latencies.iter().max().copied().unwrap_or_default();
+    let p99 = p99(latencies);
+    let earliest = cut.iter().min().copied().unwrap_or_default();
+    let latest = cut.iter().max().copied().unwrap_or_default();
+    println!(
+        "drill=slowloris slow_conns={SLOW} silent_conns={SILENT} header_timeout_ms={} normal_ok={ok} normal_p99_ms={} normal_max_ms={} cut_off={} still_open={still_open} cut_after_ms={}..{}",
+        header_timeout.as_millis(),
+        p99.as_millis(),
+        max.as_millis(),
+        cut.len(),
+        earliest.as_millis(),
+        latest.as_millis(),
+    );
+    assert!(ok >= 20, "the normal client got through only {ok} claims");
+    assert!(max < Duration::from_secs(1), "a normal claim took {max:?}");
+    assert_eq!(
+        still_open, 0,
+        "slow connections outlived the header timeout"
+    );
+    assert_eq!(cut.len(), SLOW + SILENT);
+    assert!(
+        earliest >= header_timeout - Duration::from_millis(100),
+        "cut before the header timeout: {earliest:?}"
+    );
+    assert!(
+        latest < header_timeout * 3,
+        "a slow connection lasted {latest:?}"
+    );
+    assert_eq!(
+        slices_left(&s.stock, &s.meta).await,
+        s.meta.stock as i64 - ok as i64,
+        "exactly the normal claims took stock"
+    );
+    s.gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_cap_queues_then_recovers() {
+    const CAP: usize = 16;
+    let header_timeout = Duration::from_millis(1_500);
+    let s = setup(8002, 100, |c| {
+        c.max_connections = CAP;
+        c.header_timeout_ms = header_timeout.as_millis() as u64;
+    })
+    .await;
+    let addr = s.gw.api;
+
+    // Hogs: full slots, each holding a half-sent head.
+    let open_hogs = || async move {
+        let mut hogs = Vec::new();
+        for _ in 0..CAP {
+            let mut h = TcpStream::connect(addr).await.expect("connect hog");
+            h.write_all(b"POST /v1/claims HTTP/1.1\r\nhost: x\r\n")
+                .await
+                .expect("hog head");
+            hogs.push(h);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        hogs
+    };
+
+    // Phase 1: while the hogs hold every slot a new client waits; when they leave it is
+    // served at once.
+    let hogs = open_hogs().await;
+    let waiting = tokio::spawn(normal_claim(addr, s.meta.sku, "cap-1"));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!waiting.is_finished(), "served past the connection cap");
+    let released = Instant::now();
+    drop(hogs);
+    let (a, _) = waiting.await.expect("claim task");
+    let resume_after_drop = released.elapsed();
+    assert_eq!(a.status, Some(201), "{:?}", a.body);
+    assert!(
+        resume_after_drop < Duration::from_secs(1),
+        "served {resume_after_drop:?} after the hogs left"
+    );
+
+    // Phase 2: hogs that stay are cut off by the header timeout, which frees the slots.
+    let hogs = open_hogs().await;
+    let started = Instant::now();
+    let (a, waited) = normal_claim(addr, s.meta.sku, "cap-2").await;
+    assert_eq!(a.status, Some(201), "{:?}", a.body);
+    assert!(
+        waited >= Duration::from_millis(500) && waited < header_timeout * 2,
+        "waited {waited:?} behind hogs cut after {header_timeout:?}"
+    );
+    // A hog that waited in the backlog is cut one timeout after it was accepted.
+    let deadline = started + header_timeout * 3;
+    let mut cut = 0;
+    for mut h in hogs {
+        let mut sink = [0u8; 64];
+        let left = deadline.saturating_duration_since(Instant::now());
+        if let Ok(Ok(0) | Err(_)) = tokio::time::timeout(left, h.read(&mut sink)).await {
+            cut += 1;
+        }
+    }
+    // And afterwards service is normal again.
+    let (a, after) = normal_claim(addr, s.meta.sku, "cap-3").await;
+    assert_eq!(a.status, Some(201), "{:?}", a.body);
+    assert!(after < Duration::from_secs(1), "{after:?}");
+    println!(
+        "drill=conn_cap max_connections={CAP} hogs={CAP} resume_after_drop_ms={} waited_behind_stuck_hogs_ms={} hogs_cut={cut} after_ms={}",
+        resume_after_drop.as_millis(),
+        waited.as_millis(),
+        after.as_millis(),
+    );
+    assert_eq!(cut, CAP, "every stuck hog was cut off");
+    s.gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_bodies_are_413_and_take_nothing() {
+    let s = setup(8003, 100, |c| c.body_timeout_ms = 1_000).await;
+    let addr = s.gw.api;
+    let max = config(&s.redis.url(), false).max_body_bytes;
+    let calls = script_calls(&s.redis);
+    let head = |extra: &str| {
+        format!(
+            "POST /v1/claims HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n{extra}\r\n"
+        )
+    };
+    // A claim whose `user` is padded out to `len` bytes.
+    let padded = |len: usize| {
+        let prefix = format!(r#"{{"sku":{},"user":""#, s.meta.sku);
+        let mut b = prefix.into_bytes();
+        b.resize(len.saturating_sub(2), b'u');
+        b.extend_from_slice(b"\"}");
+        b
+    };
+    let chunked = |body: &[u8], chunk: usize| {
+        let mut out = head("transfer-encoding: chunked\r\n").into_bytes();
+        for c in body.chunks(chunk) {
+            out.extend_from_slice(format!("{:x}\r\n", c.len()).as_bytes());
+            out.extend_from_slice(c);
+            out.extend_from_slice(b"\r\n");
+        }
+        out.extend_from_slice(b"0\r\n\r\n");
+        out
+    };
+
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        (
+            "declared 10 MB, nothing sent",
+            head("content-length: 10000000\r\n").into_bytes(),
+        ),
+        (
+            "declared u64::MAX",
+            head(&format!("content-length: {}\r\n", u64::MAX)).into_bytes(),
+        ),
+        ("declared and sent cap+1", {
+            let body = padded(max + 1);
+            let mut r = head(&format!("content-length: {}\r\n", body.len())).into_bytes();
+            r.extend_from_slice(&body);
+            r
+        }),
+        ("sent 1 MB", {
+            let body = padded(1 << 20);
+            let mut r = head(&format!("content-length: {}\r\n", body.len())).into_bytes();
+            r.extend_from_slice(&body);
+            r
+        }),
+        (
+            "chunked, small chunks past the cap",
+            chunked(&padded(max * 4), 256),
+        ),
+        (
+            "chunked, one chunk past the cap",
+            chunked(&padded(max + 1), max + 1),
+        ),
+        ("chunked, huge declared chunk", {
+            let mut r = head("transfer-encoding: chunked\r\n").into_bytes();
+            r.extend_from_slice(b"7fffffff\r\n");
+            r.extend_from_slice(&padded(max + 100));
+            r
+        }),
+    ];
+    let n = cases.len();
+    let mut worst = Duration::ZERO;
+    for (name, req) in cases {
+        let started = Instant::now();
+        let a = raw_exchange(addr, req).await;
+        worst = worst.max(started.elapsed());
+        assert_eq!(a.status, Some(413), "{name}: {:?}", a.body);
+        assert_eq!(a.kind(), "bad_request", "{name}: {:?}", a.body);
+        assert!(a.body["error"].as_str().is_some(), "{name}");
+    }
+    // The cap itself is accepted (it is a cap, not a limit minus one).
+    let at_cap = {
+        let body = padded(max);
+        let mut r = head(&format!("content-length: {}\r\n", body.len())).into_bytes();
+        r.extend_from_slice(&body);
+        raw_exchange(addr, r).await
+    };
+    assert_eq!(
+        at_cap.status,
+        Some(400),
+        "a {max}-byte user is refused as a field, not as a size: {:?}",
+        at_cap.body
+    );
+
+    let left = slices_left(&s.stock, &s.meta).await;
+    let calls_after = script_calls(&s.redis);
+    println!(
+        "drill=oversized cases={n} all_413=true worst_ms={} script_calls={} stock_before={} stock_after={left}",
+        worst.as_millis(),
+        calls_after - calls,
+        s.meta.stock,
+    );
+    assert!(worst < Duration::from_secs(2), "a rejection took {worst:?}");
+    assert_eq!(calls_after, calls, "oversized bodies reached a script");
+    assert_eq!(left, s.meta.stock as i64, "oversized bodies took stock");
+    let (a, _) = normal_claim(addr, s.meta.sku, "after-oversized").await;
+    assert_eq!(a.status, Some(201), "{:?}", a.body);
+    s.gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn header_floods_are_refused_without_harm() {
+    const FLOODERS: usize = 40;
+    let s = setup(8004, 1_000, |_| {}).await;
+    let addr = s.gw.api;
+    let calls = script_calls(&s.redis);
+    let body = format!(r#"{{"sku":{},"user":"flood"}}"#, s.meta.sku);
+    let with_head = |extra: String| {
+        format!(
+            "POST /v1/claims HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n{extra}\r\n{body}",
+            body.len()
+        )
+        .into_bytes()
+    };
+    let many_headers = |n: usize| (0..n).map(|i| format!("x-h{i}: v\r\n")).collect::<String>();
+    let floods: Vec<(&str, Vec<u8>)> = vec![
+        ("300 headers", with_head(many_headers(300))),
+        ("3000 headers", with_head(many_headers(3_000))),
+        (
+            "one 64 KiB header",
+            with_head(format!("x-big: {}\r\n", "a".repeat(64 * 1024))),
+        ),
+        (
+            "one 1 MiB header",
+            with_head(format!("x-big: {}\r\n", "a".repeat(1 << 20))),
+        ),
+        ("64 KiB request line", {
+            let mut r =
+                format!("POST /v1/claims?{} HTTP/1.1\r\n", "q".repeat(64 * 1024)).into_bytes();
+            r.extend_from_slice(&with_head(String::new())[b"POST /v1/claims HTTP/1.1\r\n".len()..]);
+            r
+        }),
+    ];
+
+    // Each flood alone: refused with 431 (or 414), or the connection closed unanswered.
+    let mut outcomes = Vec::new();
+    for (name, req) in &floods {
+        let a = raw_exchange(addr, req.clone()).await;
+        assert!(
+            matches!(a.status, None | Some(431) | Some(414)),
+            "{name}: answered {:?} {:?}",
+            a.status,
+            a.body
+        );
+        outcomes.push(format!(
+            "{}={}",
+            name.replace(' ', "_"),
+            a.status.map_or("closed".into(), |c| c.to_string())
+        ));
+    }
+
+    // All of them at once from many connections while the normal client claims.
+    let refused = Arc::new(AtomicU64::new(0));
+    let mut flooders = JoinSet::new();
+    for i in 0..FLOODERS {
+        let req = floods[i % floods.len()].1.clone();
+        let refused = refused.clone();
+        flooders.spawn(async move {
+            let a = raw_exchange(addr, req).await;
+            if matches!(a.status, None | Some(431) | Some(414)) {
+                refused.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+    }
+    let mut latencies = Vec::new();
+    for i in 0..50 {
+        let (a, took) = normal_claim(addr, s.meta.sku, &format!("normal-{i}")).await;
+        assert_eq!(a.status, Some(201), "normal claim {i}: {:?}", a.body);
+        latencies.push(took);
+    }
+    while flooders.join_next().await.is_some() {}
+    let max = latencies.iter().max().copied().unwrap_or_default();
+    let left = slices_left(&s.stock, &s.meta).await;
+    let calls_after = script_calls(&s.redis);
+    println!(
+        "drill=header_flood {} flooders={FLOODERS} refused={} normal_ok={} normal_p99_ms={} normal_max_ms={} script_calls={}",
+        outcomes.join(" "),
+        refused.load(Ordering::Relaxed),
+        latencies.len(),
+        p99(latencies).as_millis(),
+        max.as_millis(),
+        calls_after - calls,
+    );
+    assert_eq!(refused.load(Ordering::Relaxed), FLOODERS as u64);
+    assert!(max < Duration::from_secs(1), "a normal claim took {max:?}");
+    assert_eq!(
+        left,
+        s.meta.stock as i64 - 50,
+        "only the normal claims took stock"
+    );
+    s.gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_content_type_is_415() {
+    let s = setup(8005, 100, |_| {}).await;
+    let addr = s.gw.api;
+    let calls = script_calls(&s.redis);
+    let body = format!(r#"{{"sku":{},"user":"ct"}}"#, s.meta.sku);
+    let types: &[Option<&str>] = &[
+        None,
+        Some("text/plain"),
+        Some("application/x-www-form-urlencoded"),
+        Some("multipart/form-data; boundary=x"),
+        Some("application/jsonx"),
+        Some("application/json-patch+json"),
+        Some("json"),
+        Some(""),
+    ];
+    for ct in types {
+        let ct_line = ct
+            .map(|c| format!("content-type: {c}\r\n"))
+            .unwrap_or_default();
+        let req = format!(
+            "POST /v1/claims HTTP/1.1\r\nhost: x\r\n{ct_line}content-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let a = raw_exchange(addr, req.into_bytes()).await;
+        assert_eq!(a.status, Some(415), "{ct:?}: {:?}", a.body);
+        assert_eq!(a.kind(), "bad_request", "{ct:?}");
+    }
+    let left = slices_left(&s.stock, &s.meta).await;
+    let calls_after = script_calls(&s.redis);
+    println!(
+        "drill=content_type cases={} all_415=true script_calls={} stock_before={} stock_after={left}",
+        types.len(),
+        calls_after - calls,
+        s.meta.stock
+    );
+    assert_eq!(calls_after, calls);
+    assert_eq!(left, s.meta.stock as i64);
+    s.gw.stop().await;
+}
