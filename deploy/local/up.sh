@@ -80,7 +80,7 @@ mariadb -h127.0.0.1 -u"$FG_MYSQL_USER" -p"$FG_MYSQL_PASSWORD" \
   -e 'CREATE DATABASE IF NOT EXISTS flashgate_local'
 ADMIN_TOKEN="local-admin-token-$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')"
 
-"$BIN/consumer" "${REDIS_FLAGS[@]}" --shards "$FG_SHARDS" --mysql-url "$MYSQL_URL" \
+"$BIN/consumer" "${REDIS_FLAGS[@]}" --shards "$FG_SHARDS" --mysql "$MYSQL_URL" \
   run --admin-addr "127.0.0.1:$CONSUMER_ADMIN" --admin-token "$ADMIN_TOKEN" \
   >"$STACK/logs/consumer.log" 2>&1 &
 echo $! >>"$STACK/pids"
