@@ -8,7 +8,9 @@
 //! - oversized bodies (declared or chunked) are 413 JSON and take nothing;
 //! - header floods (many headers, one huge header, a huge request line) are refused without
 //!   harming the server;
-//! - a wrong content type is 415 JSON and takes nothing.
+//! - a wrong content type is 415 JSON and takes nothing;
+//! - slow bodies hold in-flight slots only until the body timeout; past the cap claims are
+//!   shed at once with 503, and service resumes when the slow ones end in 408.
 //!
 //! Every drill prints one `drill=...` line of figures.
 
@@ -415,8 +417,8 @@ async fn oversized_bodies_are_413_and_take_nothing() {
             head("content-length: 10000000\r\n").into_bytes(),
         ),
         (
-            "declared u64::MAX",
-            head(&format!("content-length: {}\r\n", u64::MAX)).into_bytes(),
+            "declared 2^63",
+            head(&format!("content-length: {}\r\n", 1u64 << 63)).into_bytes(),
         ),
         ("declared and sent cap+1", {
             let body = padded(max + 1);
@@ -455,6 +457,18 @@ async fn oversized_bodies_are_413_and_take_nothing() {
         assert_eq!(a.kind(), "bad_request", "{name}: {:?}", a.body);
         assert!(a.body["error"].as_str().is_some(), "{name}");
     }
+    // A length hyper cannot even represent is refused by hyper itself (431, no JSON)
+    // before any handler runs; what matters is that it is refused and takes nothing.
+    let unrepresentable = raw_exchange(
+        addr,
+        head(&format!("content-length: {}\r\n", u64::MAX)).into_bytes(),
+    )
+    .await;
+    assert!(
+        matches!(unrepresentable.status, Some(413 | 431) | None),
+        "content-length u64::MAX: {:?}",
+        unrepresentable.status
+    );
     // The cap itself is accepted (it is a cap, not a limit minus one).
     let at_cap = {
         let body = padded(max);
@@ -519,6 +533,14 @@ async fn header_floods_are_refused_without_harm() {
         }),
     ];
 
+    // A head comfortably under the cap (12 KiB of headers) is served normally.
+    let big_ok = raw_exchange(
+        addr,
+        with_head(format!("x-token: {}\r\n", "t".repeat(12 * 1024))),
+    )
+    .await;
+    assert_eq!(big_ok.status, Some(201), "12 KiB head: {:?}", big_ok.body);
+
     // Each flood alone: refused with 431 (or 414), or the connection closed unanswered.
     let mut outcomes = Vec::new();
     for (name, req) in &floods {
@@ -572,8 +594,8 @@ async fn header_floods_are_refused_without_harm() {
     assert!(max < Duration::from_secs(1), "a normal claim took {max:?}");
     assert_eq!(
         left,
-        s.meta.stock as i64 - 50,
-        "only the normal claims took stock"
+        s.meta.stock as i64 - 51,
+        "only the normal claims (and the 12 KiB one) took stock"
     );
     s.gw.stop().await;
 }
@@ -616,5 +638,89 @@ async fn wrong_content_type_is_415() {
     );
     assert_eq!(calls_after, calls);
     assert_eq!(left, s.meta.stock as i64);
+    s.gw.stop().await;
+}
+
+/// Slow bodies ("R-U-Dead-Yet"): a claim whose body trickles in holds an in-flight slot
+/// until the body timeout. Past the in-flight cap, claims are shed at once with 503 (never
+/// queued), the slow ones end in 408, and service resumes right after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_bodies_are_bounded_by_the_body_timeout() {
+    const SLOW: usize = 8;
+    let body_timeout = Duration::from_millis(1_000);
+    let s = setup(8006, 100, |c| {
+        c.max_in_flight = SLOW;
+        c.body_timeout_ms = body_timeout.as_millis() as u64;
+    })
+    .await;
+    let addr = s.gw.api;
+    let mut slow = JoinSet::new();
+    for i in 0..SLOW {
+        slow.spawn(async move {
+            let body = format!(r#"{{"sku":8006,"user":"slow-{i}"}}"#);
+            let head = format!(
+                "POST /v1/claims HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+                body.len()
+            );
+            let started = Instant::now();
+            let mut st = TcpStream::connect(addr).await.expect("connect");
+            st.write_all(head.as_bytes()).await.expect("head");
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 1024];
+            // One body byte every 100 ms: the body is never complete before the timeout.
+            for b in body.bytes().take(30) {
+                if st.write_all(&[b]).await.is_err() {
+                    break;
+                }
+                match tokio::time::timeout(Duration::from_millis(100), st.read(&mut chunk)).await {
+                    Ok(Ok(0)) | Ok(Err(_)) => break,
+                    Ok(Ok(n)) => buf.extend_from_slice(&chunk[..n]),
+                    Err(_) => {}
+                }
+                if complete(&buf) {
+                    break;
+                }
+            }
+            (parse_answer(&buf), started.elapsed())
+        });
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (shed, shed_took) = normal_claim(addr, s.meta.sku, "while-slow").await;
+    assert_eq!(shed.status, Some(503), "{:?}", shed.body);
+    assert_eq!(shed.kind(), "overloaded");
+    assert!(
+        shed_took < Duration::from_millis(500),
+        "shed took {shed_took:?}"
+    );
+
+    let mut timed_out = 0;
+    let mut held = Duration::ZERO;
+    while let Some(r) = slow.join_next().await {
+        let (a, took) = r.expect("slow task");
+        if a.status == Some(408) && a.kind() == "bad_request" {
+            timed_out += 1;
+        }
+        held = held.max(took);
+    }
+    let (after, after_took) = normal_claim(addr, s.meta.sku, "after-slow").await;
+    println!(
+        "drill=slow_body slow_conns={SLOW} max_in_flight={SLOW} body_timeout_ms={} shed_status={} shed_ms={} slow_408={timed_out} slot_held_max_ms={} after_status={} after_ms={}",
+        body_timeout.as_millis(),
+        shed.status.unwrap_or(0),
+        shed_took.as_millis(),
+        held.as_millis(),
+        after.status.unwrap_or(0),
+        after_took.as_millis(),
+    );
+    assert_eq!(timed_out, SLOW, "every slow body ended in 408");
+    assert!(
+        held < body_timeout * 2,
+        "a slow body held its slot {held:?}"
+    );
+    assert_eq!(after.status, Some(201), "{:?}", after.body);
+    assert_eq!(
+        slices_left(&s.stock, &s.meta).await,
+        s.meta.stock as i64 - 1
+    );
     s.gw.stop().await;
 }
