@@ -114,28 +114,6 @@ async fn concurrent_claims_never_oversell_cluster() {
     gw.stop().await;
 }
 
-fn script_calls(redis: &RedisServer) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(&mut redis.connection())
-        .unwrap();
-    // Every command the claim path or a cache load could issue.
-    ["evalsha", "eval", "hmget", "get", "fcall"]
-        .iter()
-        .filter_map(|c| {
-            let line = info
-                .lines()
-                .find(|l| l.starts_with(&format!("cmdstat_{c}:")))?;
-            line.split("calls=")
-                .nth(1)?
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sold_out_is_answered_without_redis_calls() {
     let redis = RedisServer::start();
@@ -149,7 +127,7 @@ async fn sold_out_is_answered_without_redis_calls() {
     }
     assert_eq!(slices_left(&stock, &meta).await, 0);
     let before_metrics = gw.metrics().await;
-    let before = script_calls(&redis);
+    let before = claim_path_calls(&redis);
     for u in 0..200 {
         let a = gw
             .claim(json!({"sku": meta.sku, "user": format!("late{u}")}))
@@ -157,7 +135,7 @@ async fn sold_out_is_answered_without_redis_calls() {
         assert_eq!((a.status, a.kind()), (StatusCode::GONE, "sold_out"));
     }
     assert_eq!(
-        script_calls(&redis),
+        claim_path_calls(&redis),
         before,
         "sold-out answers made Redis calls"
     );
@@ -291,7 +269,7 @@ async fn ablation_switches_change_behaviour() {
     let gw = Gateway::start(cfg).await;
     let a = gw.claim(json!({"sku": meta.sku, "user": "c0"})).await;
     assert_eq!(a.status, StatusCode::CREATED, "{}", a.body);
-    let before = script_calls(&redis);
+    let before = claim_path_calls(&redis);
     for i in 0..20 {
         let a = gw
             .claim(json!({"sku": meta.sku, "user": format!("c{}", i + 1)}))
@@ -299,7 +277,7 @@ async fn ablation_switches_change_behaviour() {
         assert_eq!(a.status, StatusCode::GONE);
     }
     assert!(
-        script_calls(&redis) >= before + 20,
+        claim_path_calls(&redis) >= before + 20,
         "every claim went to Redis"
     );
     gw.stop().await;

@@ -667,22 +667,3 @@ fn fuzzed_bodies_over_http_take_nothing() {
     assert_eq!(calls_after, calls_before, "a refused body reached a script");
     rt.block_on(gw.stop());
 }
-
-/// Claim-script calls Redis has served (EVALSHA + EVAL).
-fn script_calls(redis: &RedisServer) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(&mut redis.connection())
-        .expect("INFO commandstats");
-    info.lines()
-        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
-        .filter_map(|l| {
-            l.split("calls=")
-                .nth(1)?
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum()
-}

@@ -134,25 +134,6 @@ fn p99(mut v: Vec<Duration>) -> Duration {
         .unwrap_or_default()
 }
 
-/// Claim-script calls Redis has served (EVALSHA + EVAL).
-fn script_calls(redis: &RedisServer) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(&mut redis.connection())
-        .expect("INFO commandstats");
-    info.lines()
-        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
-        .filter_map(|l| {
-            l.split("calls=")
-                .nth(1)?
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum()
-}
-
 struct Setup {
     redis: RedisServer,
     gw: Gateway,

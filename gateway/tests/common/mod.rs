@@ -250,3 +250,35 @@ pub async fn wait_sold_out(api: SocketAddr, sku: u64, want: bool, what: &str) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// Calls Redis has served of `commands`, from `INFO commandstats`.
+pub fn command_calls(redis: &test_support::RedisServer, commands: &[&str]) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut redis.connection())
+        .expect("INFO commandstats");
+    commands
+        .iter()
+        .filter_map(|c| {
+            let line = info
+                .lines()
+                .find(|l| l.starts_with(&format!("cmdstat_{c}:")))?;
+            line.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+/// Script runs (EVALSHA / EVAL): every claim that reached Redis.
+pub fn script_calls(redis: &test_support::RedisServer) -> u64 {
+    command_calls(redis, &["evalsha", "eval"])
+}
+
+/// Every command the claim path or a cache load could issue.
+pub fn claim_path_calls(redis: &test_support::RedisServer) -> u64 {
+    command_calls(redis, &["evalsha", "eval", "hmget", "get", "fcall"])
+}
