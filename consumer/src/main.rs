@@ -1,1 +1,123 @@
-fn main() {}
+//! The consumer binary: parse, set up tracing and metrics, then run the service or one
+//! admin subcommand. Bad configuration exits non-zero with one line naming the setting.
+
+use anyhow::Context;
+use clap::Parser;
+use consumer::cli::{Cli, Command};
+use consumer::{campaign, reconcile, release, service};
+use shard_router::StockClient;
+
+fn main() {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,sqlx=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("consumer: cannot start the runtime: {e}");
+            std::process::exit(1);
+        }
+    };
+    if let Err(e) = runtime.block_on(real_main(cli)) {
+        eprintln!("consumer: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+async fn real_main(cli: Cli) -> anyhow::Result<()> {
+    let mut cfg = match cli.common.config() {
+        Ok(c) => c,
+        Err(e) => anyhow::bail!("bad configuration: {e}"),
+    };
+    if let Command::Run(args) = &cli.command {
+        args.apply(&mut cfg);
+        if let Err(e) = cfg.validate() {
+            anyhow::bail!("bad configuration: {e}");
+        }
+        consumer::metrics::install();
+        let listener = match cfg.admin_addr {
+            Some(addr) => Some(
+                tokio::net::TcpListener::bind(addr)
+                    .await
+                    .with_context(|| format!("--admin-addr {addr}: cannot bind"))?,
+            ),
+            None => None,
+        };
+        let (stop, rx) = consumer::signal::channel();
+        tokio::spawn(async move {
+            wait_for_signal().await;
+            let _ = stop.send(true);
+        });
+        service::run(cfg, listener, rx).await?;
+        return Ok(());
+    }
+    let t = cfg.db_timeout;
+    let (_stop, mut rx) = consumer::signal::channel();
+    let pool = service::connect_db(&cfg, &mut rx).await.context("mysql")?;
+    let client = || async { StockClient::connect(cfg.stock()).await.context("redis") };
+    let out = match cli.command {
+        Command::Run(_) => unreachable!("handled above"),
+        Command::Migrate => serde_json::json!({"status": "migrated"}),
+        Command::Campaign(a) => {
+            campaign::put(&pool, &a.campaign(), cfg.shards, t).await?;
+            serde_json::to_value(campaign::get(&pool, a.sku, t).await?)?
+        }
+        Command::Preheat { sku } => {
+            let r = campaign::preheat(&pool, &client().await?, sku, t).await?;
+            serde_json::json!(r
+                .iter()
+                .map(|(s, o)| format!("shard {s}: {o:?}"))
+                .collect::<Vec<_>>())
+        }
+        Command::Status { sku } => {
+            serde_json::to_value(campaign::status(&pool, &client().await?, sku, t).await?)?
+        }
+        Command::Confirm { claim_id } => {
+            serde_json::to_value(release::confirm(&pool, &claim_id, t).await?)?
+        }
+        Command::Cancel { claim_id } => serde_json::to_value(
+            release::release(
+                &pool,
+                &client().await?,
+                &claim_id,
+                release::Reason::Cancelled,
+                t,
+            )
+            .await?,
+        )?,
+        Command::Reconcile { sku } => serde_json::to_value(
+            reconcile::run(
+                &pool,
+                &client().await?,
+                &cfg.group,
+                sku,
+                shard_router::now_ms(),
+                t,
+            )
+            .await?,
+        )?,
+    };
+    println!("{}", serde_json::to_string_pretty(&out)?);
+    Ok(())
+}
+
+/// SIGTERM or Ctrl-C.
+async fn wait_for_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = term => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}

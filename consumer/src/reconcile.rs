@@ -48,7 +48,10 @@ pub async fn run(
 ) -> Result<Report, ConsumerError> {
     let c = campaign::get(pool, sku, t).await?;
     let shards = client.placement().shards_of(sku, c.width);
-    let streams: Vec<ShardStream> = shards.iter().map(|&s| ShardStream::new(client, s, group)).collect();
+    let streams: Vec<ShardStream> = shards
+        .iter()
+        .map(|&s| ShardStream::new(client, s, group))
+        .collect();
 
     let stale_holds = resolve_stale_holds(pool, client, &streams, sku, &shards, now_ms, t).await?;
 
@@ -130,7 +133,8 @@ async fn measure(
             list.push_bind(&r.claim_id);
         }
         q.push(")");
-        let ids: Vec<String> = bounded("in-flight ids", t, q.build_query_scalar().fetch_all(pool)).await?;
+        let ids: Vec<String> =
+            bounded("in-flight ids", t, q.build_query_scalar().fetch_all(pool)).await?;
         in_ledger.extend(ids);
     }
     let in_flight: i64 = records
@@ -153,9 +157,11 @@ async fn measure(
     let releasing: Vec<(String, u32, u16)> = bounded(
         "releasing claims",
         t,
-        sqlx::query_as("SELECT claim_id, qty, shard FROM claims WHERE sku = ? AND status = 'releasing'")
-            .bind(sku)
-            .fetch_all(pool),
+        sqlx::query_as(
+            "SELECT claim_id, qty, shard FROM claims WHERE sku = ? AND status = 'releasing'",
+        )
+        .bind(sku)
+        .fetch_all(pool),
     )
     .await?;
     let mut active = active.unwrap_or(0);
@@ -163,7 +169,13 @@ async fn measure(
         let key = ShardKeys::new(client.placement(), shard, sku).released_stock();
         let mut conn = client.conn();
         let back: bool = client
-            .bounded("sismember", redis::cmd("SISMEMBER").arg(key).arg(&claim_id).query_async(&mut conn))
+            .bounded(
+                "sismember",
+                redis::cmd("SISMEMBER")
+                    .arg(key)
+                    .arg(&claim_id)
+                    .query_async(&mut conn),
+            )
             .await?;
         if !back {
             active += i64::from(qty);

@@ -23,7 +23,7 @@ printf '%s\n' "$env_lines"
 
 REPORT_DIR="${FG_REPORT_DIR:-$FG_ROOT/target/demo-report}"
 cluster_flag=()
-[ "$FLASHGATE_REDIS_CLUSTER" = 1 ] && cluster_flag=(--redis-cluster)
+[ "$FLASHGATE_REDIS_CLUSTER" = true ] && cluster_flag=(--redis-cluster)
 say "running the sale against $FLASHGATE_URL"
 status=0
 "$FLASHGATE_BIN/bench" run \

@@ -49,7 +49,8 @@ start_redis() { # port [extra args]
   local port=$1; shift
   mkdir -p "$STACK/redis-$port"
   redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
-    --dir "$STACK/redis-$port" --logfile "$STACK/logs/redis-$port.log" --daemonize no "$@" &
+    --dir "$STACK/redis-$port" --logfile "$STACK/logs/redis-$port.log" --daemonize no "$@" \
+    </dev/null >/dev/null 2>&1 &
   echo $! >>"$STACK/pids"
   for _ in $(seq 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && return 0; sleep 0.1; done
   die "redis-server on $port did not start (see $STACK/logs/redis-$port.log)"
@@ -82,7 +83,7 @@ ADMIN_TOKEN="local-admin-token-$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')"
 
 "$BIN/consumer" "${REDIS_FLAGS[@]}" --shards "$FG_SHARDS" --mysql "$MYSQL_URL" \
   run --admin-addr "127.0.0.1:$CONSUMER_ADMIN" --admin-token "$ADMIN_TOKEN" \
-  >"$STACK/logs/consumer.log" 2>&1 &
+  </dev/null >"$STACK/logs/consumer.log" 2>&1 &
 echo $! >>"$STACK/pids"
 
 # shellcheck disable=SC2206
@@ -91,7 +92,7 @@ for gw in "$GW1:$GW1_ADMIN" "$GW2:$GW2_ADMIN"; do
   "$BIN/gateway" "${REDIS_FLAGS[@]}" --shards "$FG_SHARDS" \
     --durability "${FG_DURABILITY:-none}" \
     --listen "127.0.0.1:${gw%%:*}" --admin-listen "127.0.0.1:${gw##*:}" "${extra[@]}" \
-    >"$STACK/logs/gateway-${gw%%:*}.log" 2>&1 &
+    </dev/null >"$STACK/logs/gateway-${gw%%:*}.log" 2>&1 &
   echo $! >>"$STACK/pids"
 done
 
@@ -109,7 +110,7 @@ URL="http://127.0.0.1:$GW1"
 if command -v haproxy >/dev/null; then
   FG_LB_BIND="127.0.0.1:$LB_PORT" FG_GATEWAY_1="127.0.0.1:$GW1" FG_GATEWAY_2="127.0.0.1:$GW2" \
     FG_LB_ADMIN="127.0.0.1:8404" \
-    haproxy -f "$FG_ROOT/deploy/haproxy/haproxy.cfg" >"$STACK/logs/haproxy.log" 2>&1 &
+    haproxy -f "$FG_ROOT/deploy/haproxy/haproxy.cfg" </dev/null >"$STACK/logs/haproxy.log" 2>&1 &
   echo $! >>"$STACK/pids"
   wait_http "127.0.0.1:$LB_PORT" "haproxy"
   URL="http://127.0.0.1:$LB_PORT"
@@ -124,7 +125,7 @@ FLASHGATE_GATEWAY_ADMIN=http://127.0.0.1:$GW1_ADMIN,http://127.0.0.1:$GW2_ADMIN
 FLASHGATE_CONSUMER_ADMIN=http://127.0.0.1:$CONSUMER_ADMIN
 FLASHGATE_ADMIN_TOKEN=$ADMIN_TOKEN
 FLASHGATE_REDIS=$REDIS
-FLASHGATE_REDIS_CLUSTER=$FG_CLUSTER
+FLASHGATE_REDIS_CLUSTER=$([ "$FG_CLUSTER" = 1 ] && echo true || echo false)
 FLASHGATE_SHARDS=$FG_SHARDS
 FLASHGATE_MYSQL_URL=$MYSQL_URL
 FLASHGATE_BIN=$BIN

@@ -1,0 +1,200 @@
+//! The admin listener: `/healthz`, `/metrics`, and the campaign / claim API behind a bearer
+//! token compared in constant time. Errors become responses in one place ([`respond`]):
+//! caller mistakes are 4xx and not logged as errors; internal details never leak.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response, StatusCode};
+use metrics_exporter_prometheus::PrometheusHandle;
+use serde::Serialize;
+use shard_router::StockClient;
+use sqlx::MySqlPool;
+use subtle::ConstantTimeEq;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::campaign::{self, Campaign};
+use crate::config::Config;
+use crate::error::ConsumerError;
+use crate::{reconcile, release};
+
+/// Largest request body the API reads.
+pub const MAX_BODY: usize = 64 * 1024;
+/// Bound on reading a request's headers.
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What the handlers share.
+#[derive(Clone)]
+pub struct Admin {
+    pub cfg: Config,
+    pub pool: MySqlPool,
+    pub client: StockClient,
+    pub prom: Option<PrometheusHandle>,
+}
+
+type Resp = Response<Full<Bytes>>;
+
+fn json(status: StatusCode, body: &impl Serialize) -> Resp {
+    let text = serde_json::to_vec(body).unwrap_or_default();
+    Response::builder()
+        .status(status)
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(text)))
+        .unwrap_or_default()
+}
+
+fn text(status: StatusCode, body: String) -> Resp {
+    Response::builder()
+        .status(status)
+        .header("content-type", "text/plain; version=0.0.4")
+        .body(Full::new(Bytes::from(body)))
+        .unwrap_or_default()
+}
+
+fn error(status: StatusCode, msg: &str) -> Resp {
+    json(status, &serde_json::json!({ "error": msg }))
+}
+
+/// Maps a result to a response; the one place errors are classified.
+fn respond<T: Serialize>(r: Result<T, ConsumerError>) -> Resp {
+    match r {
+        Ok(v) => json(StatusCode::OK, &v),
+        Err(ConsumerError::NotFound(m)) => error(StatusCode::NOT_FOUND, &format!("not found: {m}")),
+        Err(ConsumerError::Invalid(m)) => error(StatusCode::BAD_REQUEST, &m),
+        Err(e) => {
+            tracing::error!(error = %e, "admin request failed");
+            let status = if e.is_retryable() {
+                StatusCode::SERVICE_UNAVAILABLE
+            } else {
+                StatusCode::INTERNAL_SERVER_ERROR
+            };
+            error(status, "internal error; see the consumer log")
+        }
+    }
+}
+
+impl Admin {
+    fn authorized(&self, req: &Request<Incoming>) -> bool {
+        let Some(token) = &self.cfg.admin_token else {
+            return false;
+        };
+        let given = req
+            .headers()
+            .get(hyper::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or("");
+        given.as_bytes().ct_eq(token.as_bytes()).into()
+    }
+
+    /// Routes one request.
+    pub async fn handle(&self, req: Request<Incoming>) -> Resp {
+        let path: Vec<String> = req
+            .uri()
+            .path()
+            .trim_matches('/')
+            .split('/')
+            .map(str::to_owned)
+            .collect();
+        let parts: Vec<&str> = path.iter().map(String::as_str).collect();
+        let method = req.method().clone();
+        match (&method, parts.as_slice()) {
+            (&Method::GET, ["healthz"]) => return text(StatusCode::OK, "ok\n".into()),
+            (&Method::GET, ["metrics"]) => {
+                return match &self.prom {
+                    Some(h) => text(StatusCode::OK, h.render()),
+                    None => error(StatusCode::NOT_FOUND, "metrics recorder not installed"),
+                }
+            }
+            _ => {}
+        }
+        if !self.authorized(&req) {
+            return error(StatusCode::UNAUTHORIZED, "missing or wrong bearer token");
+        }
+        let t = self.cfg.db_timeout;
+        let sku = |s: &str| {
+            s.parse::<u64>()
+                .map_err(|_| ConsumerError::Invalid(format!("bad sku {s:?}")))
+        };
+        match (&method, parts.as_slice()) {
+            (&Method::PUT | &Method::POST, ["v1", "campaigns"]) => {
+                let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
+                    Ok(b) => b.to_bytes(),
+                    Err(_) => return error(StatusCode::PAYLOAD_TOO_LARGE, "body too large or unreadable"),
+                };
+                let c: Campaign = match serde_json::from_slice(&body) {
+                    Ok(c) => c,
+                    Err(e) => return error(StatusCode::BAD_REQUEST, &format!("campaign JSON: {e}")),
+                };
+                respond(
+                    campaign::put(&self.pool, &c, self.cfg.shards, t)
+                        .await
+                        .map(|()| serde_json::json!({"status": "ok", "sku": c.sku})),
+                )
+            }
+            (&Method::GET, ["v1", "campaigns", s]) => respond(match sku(s) {
+                Ok(s) => campaign::status(&self.pool, &self.client, s, t).await,
+                Err(e) => Err(e),
+            }),
+            (&Method::POST, ["v1", "campaigns", s, "preheat"]) => respond(match sku(s) {
+                Ok(s) => campaign::preheat(&self.pool, &self.client, s, t).await.map(|v| {
+                    v.into_iter()
+                        .map(|(shard, o)| serde_json::json!({"shard": shard, "outcome": format!("{o:?}")}))
+                        .collect::<Vec<_>>()
+                }),
+                Err(e) => Err(e),
+            }),
+            (&Method::POST, ["v1", "campaigns", s, "reconcile"]) => respond(match sku(s) {
+                Ok(s) => reconcile::run(&self.pool, &self.client, &self.cfg.group, s, shard_router::now_ms(), t).await,
+                Err(e) => Err(e),
+            }),
+            (&Method::POST, ["v1", "claims", id, "confirm"]) => respond(release::confirm(&self.pool, id, t).await),
+            (&Method::POST, ["v1", "claims", id, "cancel"]) => respond(
+                release::release(&self.pool, &self.client, id, release::Reason::Cancelled, t).await,
+            ),
+            _ => error(StatusCode::NOT_FOUND, "no such route"),
+        }
+    }
+}
+
+/// Serves the admin API on `listener` until `shutdown`.
+pub async fn serve(admin: Admin, listener: TcpListener, mut shutdown: watch::Receiver<bool>) {
+    let admin = Arc::new(admin);
+    // Admin traffic is light; the cap keeps a flood from taking the process down.
+    let permits = Arc::new(tokio::sync::Semaphore::new(64));
+    loop {
+        let (stream, _peer): (_, SocketAddr) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    tracing::warn!(error = %e, "admin accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+            _ = crate::signal::stopped(&mut shutdown) => break,
+        };
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            continue;
+        };
+        let admin = admin.clone();
+        tokio::spawn(async move {
+            let svc = hyper::service::service_fn(move |req| {
+                let admin = admin.clone();
+                async move { Ok::<_, Infallible>(admin.handle(req).await) }
+            });
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT)
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), svc);
+            let _ = tokio::time::timeout(Duration::from_secs(60), conn).await;
+            drop(permit);
+        });
+    }
+}

@@ -1,0 +1,45 @@
+//! The MySQL pool and the migrations in `consumer/migrations`, applied at start.
+
+use std::future::Future;
+use std::time::Duration;
+
+use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
+
+use crate::error::{db, ConsumerError};
+
+/// Embedded at build time, so a binary always carries the schema it expects.
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+
+/// Opens a pool. `acquire_timeout` bounds every wait for a connection, so a dead server
+/// turns into a prompt, retryable error instead of a hang.
+pub async fn connect(url: &str, timeout: Duration) -> Result<MySqlPool, ConsumerError> {
+    let opts: MySqlConnectOptions = url
+        .parse()
+        .map_err(|e| ConsumerError::Invalid(format!("mysql url: {e}")))?;
+    Ok(MySqlPoolOptions::new()
+        .max_connections(8)
+        .min_connections(0)
+        .acquire_timeout(timeout)
+        // Drop connections that sat idle; a restarted server leaves them dead.
+        .idle_timeout(Some(Duration::from_secs(60)))
+        .test_before_acquire(true)
+        .connect_lazy_with(opts))
+}
+
+/// Applies pending migrations (idempotent; concurrent starters serialise on sqlx's lock).
+pub async fn migrate(pool: &MySqlPool) -> Result<(), ConsumerError> {
+    MIGRATOR.run(pool).await?;
+    Ok(())
+}
+
+/// Runs a MySQL future under `after`, naming `op` in any error.
+pub async fn bounded<T>(
+    op: &'static str,
+    after: Duration,
+    fut: impl Future<Output = Result<T, sqlx::Error>>,
+) -> Result<T, ConsumerError> {
+    match tokio::time::timeout(after, fut).await {
+        Ok(r) => r.map_err(db(op)),
+        Err(_) => Err(ConsumerError::DbTimeout { op, after }),
+    }
+}

@@ -1,0 +1,257 @@
+//! One batch of stream entries → one MySQL transaction: a multi-row `INSERT IGNORE` into
+//! claims, the guarded stock UPDATE per SKU, and an anomaly row for every duplicate the
+//! unique key rejected. Safe to run twice with the same entries (redelivery): rows that
+//! exist under the same claim id are recognised and change nothing.
+
+use std::collections::{BTreeMap, HashSet};
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use shard_router::ClaimRecord;
+use sqlx::{MySql, MySqlPool, QueryBuilder, Transaction};
+
+use crate::config::CLAIM_COLUMNS;
+use crate::db::bounded;
+use crate::error::ConsumerError;
+
+/// What a committed batch did.
+#[derive(Debug, Default, Clone)]
+pub struct BatchOutcome {
+    /// Rows this batch inserted.
+    pub inserted: usize,
+    /// Entries already in the ledger under the same claim id (a redelivery).
+    pub redelivered: usize,
+    /// Records rejected by `UNIQUE (sku, user, user_seq)` under another claim id: their
+    /// units must go back to Redis (stock side only; the user count was taken once).
+    pub duplicates: Vec<ClaimRecord>,
+}
+
+/// A process-unique, practically globally unique batch id: tells a batch which rows it
+/// inserted itself without reading back every row.
+pub fn next_batch_id() -> u64 {
+    static BASE: OnceLock<u64> = OnceLock::new();
+    static N: AtomicU64 = AtomicU64::new(0);
+    let base = *BASE.get_or_init(|| {
+        std::collections::hash_map::RandomState::new()
+            .build_hasher()
+            .finish()
+    });
+    base.wrapping_add(N.fetch_add(1, Ordering::Relaxed))
+}
+
+/// Writes `records` (at most [`crate::config::MAX_BATCH_ROWS`]) in one transaction.
+pub async fn write_batch(
+    pool: &MySqlPool,
+    records: &[ClaimRecord],
+    timeout: Duration,
+) -> Result<BatchOutcome, ConsumerError> {
+    let refs: Vec<&ClaimRecord> = records.iter().collect();
+    write_refs(pool, &refs, timeout).await
+}
+
+/// [`write_batch`] over borrowed records (the writer's batches own theirs elsewhere).
+pub async fn write_refs(
+    pool: &MySqlPool,
+    records: &[&ClaimRecord],
+    timeout: Duration,
+) -> Result<BatchOutcome, ConsumerError> {
+    // A batch can carry the same entry twice (read, then recovered); one copy is enough.
+    let mut seen = HashSet::new();
+    let records: Vec<&ClaimRecord> = records
+        .iter()
+        .copied()
+        .filter(|r| seen.insert(r.claim_id.as_str()))
+        .collect();
+    if records.is_empty() {
+        return Ok(BatchOutcome::default());
+    }
+    debug_assert!(records.len() * CLAIM_COLUMNS <= 65_535);
+    let batch_id = next_batch_id();
+    let mut tx = bounded("begin", timeout, pool.begin()).await?;
+
+    let mut insert = QueryBuilder::<MySql>::new(
+        "INSERT IGNORE INTO claims \
+         (claim_id, sku, user_id, user_seq, qty, shard, home, request_id, claimed_ms, batch_id) ",
+    );
+    insert.push_values(&records, |mut b, r| {
+        b.push_bind(&r.claim_id)
+            .push_bind(r.sku)
+            .push_bind(&r.user)
+            .push_bind(r.user_seq)
+            .push_bind(r.qty)
+            .push_bind(r.shard)
+            .push_bind(r.home)
+            .push_bind(r.request_id.as_deref())
+            .push_bind(r.ts_ms)
+            .push_bind(batch_id);
+    });
+    let affected = bounded("insert claims", timeout, insert.build().execute(&mut *tx))
+        .await?
+        .rows_affected() as usize;
+
+    let mut out = BatchOutcome::default();
+    let inserted: Vec<&ClaimRecord> = if affected == records.len() {
+        records.clone()
+    } else {
+        let ours = ids_where(&mut tx, &records, Some(batch_id), timeout).await?;
+        let others: Vec<&ClaimRecord> = records
+            .iter()
+            .copied()
+            .filter(|r| !ours.contains(&r.claim_id))
+            .collect();
+        let existing = ids_where(&mut tx, &others, None, timeout).await?;
+        for r in others {
+            if existing.contains(&r.claim_id) {
+                out.redelivered += 1;
+            } else {
+                out.duplicates.push(r.clone());
+            }
+        }
+        records
+            .iter()
+            .copied()
+            .filter(|r| ours.contains(&r.claim_id))
+            .collect()
+    };
+    out.inserted = inserted.len();
+
+    for dup in &out.duplicates {
+        let detail = format!(
+            "claim {} duplicates (sku {}, user {}, user_seq {}) already in the ledger; {} unit(s) returned to shard {}",
+            dup.claim_id, dup.sku, dup.user, dup.user_seq, dup.qty, dup.shard
+        );
+        anomaly(
+            &mut *tx,
+            "duplicate",
+            &dup.claim_id,
+            Some(dup.sku),
+            &detail,
+            timeout,
+        )
+        .await?;
+    }
+
+    let mut per_sku: BTreeMap<u64, u64> = BTreeMap::new();
+    for r in &inserted {
+        *per_sku.entry(r.sku).or_default() += u64::from(r.qty);
+    }
+    for (sku, units) in per_sku {
+        take_stock(&mut tx, sku, units, batch_id, timeout).await?;
+    }
+    bounded("commit", timeout, tx.commit()).await?;
+    Ok(out)
+}
+
+/// The guarded UPDATE: the ledger's available count can never go negative. When the
+/// guard trips (more claims than the campaign's stock, or no campaign row), the claims stay
+/// recorded (they were acknowledged) and the disagreement becomes an anomaly.
+async fn take_stock(
+    tx: &mut Transaction<'_, MySql>,
+    sku: u64,
+    units: u64,
+    batch_id: u64,
+    timeout: Duration,
+) -> Result<(), ConsumerError> {
+    let done = bounded(
+        "update stock",
+        timeout,
+        sqlx::query(
+            "UPDATE sku_stock SET available = available - ? WHERE sku = ? AND available >= ?",
+        )
+        .bind(units)
+        .bind(sku)
+        .bind(units)
+        .execute(&mut **tx),
+    )
+    .await?
+    .rows_affected();
+    if done == 1 {
+        return Ok(());
+    }
+    let available: Option<i64> = bounded(
+        "read stock",
+        timeout,
+        sqlx::query_scalar("SELECT available FROM sku_stock WHERE sku = ?")
+            .bind(sku)
+            .fetch_optional(&mut **tx),
+    )
+    .await?;
+    let (kind, detail) = match available {
+        None => (
+            "no_campaign",
+            format!("{units} unit(s) claimed for sku {sku}, which has no stock row"),
+        ),
+        Some(a) => (
+            "stock_guard",
+            format!("{units} unit(s) claimed for sku {sku} with only {a} available in the ledger"),
+        ),
+    };
+    tracing::error!(sku, units, kind, "stock guard refused a batch's units");
+    anomaly(
+        &mut **tx,
+        kind,
+        &format!("{sku}:{batch_id}"),
+        Some(sku),
+        &detail,
+        timeout,
+    )
+    .await
+}
+
+/// Claim ids among `records` present in the ledger (optionally only those of `batch_id`).
+async fn ids_where(
+    tx: &mut Transaction<'_, MySql>,
+    records: &[&ClaimRecord],
+    batch_id: Option<u64>,
+    timeout: Duration,
+) -> Result<HashSet<String>, ConsumerError> {
+    let mut found = HashSet::new();
+    for chunk in records.chunks(5000) {
+        let mut q = QueryBuilder::<MySql>::new("SELECT claim_id FROM claims WHERE claim_id IN (");
+        let mut list = q.separated(", ");
+        for r in chunk {
+            list.push_bind(&r.claim_id);
+        }
+        q.push(")");
+        if let Some(b) = batch_id {
+            q.push(" AND batch_id = ").push_bind(b);
+        }
+        let rows: Vec<String> = bounded(
+            "read claim ids",
+            timeout,
+            q.build_query_scalar().fetch_all(&mut **tx),
+        )
+        .await?;
+        found.extend(rows);
+    }
+    Ok(found)
+}
+
+/// Records an anomaly once per `(kind, reference)`.
+pub async fn anomaly<'c, E>(
+    exec: E,
+    kind: &str,
+    reference: &str,
+    sku: Option<u64>,
+    detail: &str,
+    timeout: Duration,
+) -> Result<(), ConsumerError>
+where
+    E: sqlx::Executor<'c, Database = MySql>,
+{
+    metrics::counter!(crate::metrics::ANOMALIES, "kind" => kind.to_owned()).increment(1);
+    bounded(
+        "insert anomaly",
+        timeout,
+        sqlx::query("INSERT IGNORE INTO anomalies (kind, ref, sku, detail) VALUES (?, ?, ?, ?)")
+            .bind(kind)
+            .bind(reference)
+            .bind(sku)
+            .bind(detail)
+            .execute(exec),
+    )
+    .await
+    .map(drop)
+}

@@ -1,0 +1,37 @@
+//! flashgate consumer: claims streams → the MySQL ledger, plus everything that keeps the
+//! ledger and Redis in agreement.
+//!
+//! Layout (one concept per file):
+//! - [`config`]: settings and their documented defaults.
+//! - [`db`]: pool and migrations (`consumer/migrations`, applied at start).
+//! - [`stream`]: the stream commands on one shard (group, read, ack+delete, XAUTOCLAIM,
+//!   dead letters); [`reader`]: XREADGROUP loop per shard into the bounded channel.
+//! - [`writer`]: batches (max rows / max wait) → [`ledger`]: one transaction per batch.
+//! - [`recovery`]: refresh own pending entries, take over idle ones, dead-letter poison.
+//! - [`campaign`]: campaigns in MySQL, preheat into Redis, status.
+//! - [`release`]: confirm / cancel / payment-timeout release, idempotent end to end.
+//! - [`reconcile`]: invariant 4 per SKU, stale holds.
+//! - [`admin`]: `/healthz`, `/metrics`, the token-protected admin API.
+//! - [`service`]: wires the tasks together with one shutdown signal.
+
+pub mod admin;
+pub mod backoff;
+pub mod campaign;
+pub mod cli;
+pub mod config;
+pub mod db;
+mod error;
+pub mod inflight;
+pub mod ledger;
+pub mod metrics;
+pub mod reader;
+pub mod reconcile;
+pub mod recovery;
+pub mod release;
+pub mod service;
+pub mod signal;
+pub mod stream;
+pub mod writer;
+
+pub use config::Config;
+pub use error::ConsumerError;

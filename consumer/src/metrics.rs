@@ -1,0 +1,40 @@
+//! Metric names (prefix `flashgate_`) and the Prometheus recorder behind `/metrics`.
+
+use std::sync::OnceLock;
+
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+
+pub const BATCH_ROWS: &str = "flashgate_consumer_batch_rows";
+pub const COMMIT_SECONDS: &str = "flashgate_consumer_commit_seconds";
+pub const CLAIMS_COMMITTED: &str = "flashgate_consumer_claims_committed_total";
+pub const REDELIVERED: &str = "flashgate_consumer_redelivered_total";
+pub const ANOMALIES: &str = "flashgate_consumer_anomalies_total";
+pub const DB_ERRORS: &str = "flashgate_consumer_db_errors_total";
+pub const STREAM_LAG: &str = "flashgate_consumer_stream_lag";
+pub const STREAM_PENDING: &str = "flashgate_consumer_stream_pending";
+pub const RECOVERED: &str = "flashgate_consumer_recovered_total";
+pub const DEAD_LETTERED: &str = "flashgate_consumer_dead_lettered_total";
+pub const RELEASED: &str = "flashgate_consumer_released_total";
+pub const RECONCILE_DRIFT: &str = "flashgate_reconcile_drift";
+pub const STALE_HOLDS: &str = "flashgate_consumer_stale_holds_resolved_total";
+
+static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
+
+/// Installs the global recorder once per process (tests start several services in one
+/// process) and returns the handle that renders `/metrics`; `None` when another recorder
+/// was installed first.
+pub fn install() -> Option<PrometheusHandle> {
+    HANDLE
+        .get_or_init(|| {
+            let recorder = PrometheusBuilder::new()
+                .set_buckets(&[
+                    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+                ])
+                .ok()?
+                .build_recorder();
+            let handle = recorder.handle();
+            metrics::set_global_recorder(recorder).ok()?;
+            Some(handle)
+        })
+        .clone()
+}

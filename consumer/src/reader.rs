@@ -1,0 +1,65 @@
+//! One reader per shard stream: XREADGROUP with BLOCK on its own connection, decoded
+//! entries into the bounded channel. A slow ledger fills the channel and this loop waits on
+//! `send`: reading stalls at that bound instead of piling entries up in memory.
+
+use shard_router::StockClient;
+use tokio::sync::{mpsc, watch};
+
+use crate::backoff::Backoff;
+use crate::config::Config;
+use crate::inflight::InFlight;
+use crate::stream::{self, Delivered, ShardStream};
+
+/// Reads `stream` until `shutdown`; then returns, dropping its sender so the writer drains.
+pub async fn run(
+    cfg: Config,
+    client: StockClient,
+    stream: ShardStream,
+    inflight: InFlight,
+    tx: mpsc::Sender<Vec<Delivered>>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut backoff = Backoff::new(cfg.backoff_min, cfg.backoff_max);
+    while !*shutdown.borrow() {
+        // Not raced against shutdown: entries Redis hands over must reach the writer, or
+        // they would wait for another consumer's XAUTOCLAIM. The block bounds the wait.
+        let read = stream
+            .read_new(&client, &cfg.consumer_name, cfg.read_count, cfg.read_block)
+            .await;
+        let entries = match read {
+            Ok(e) => {
+                backoff.reset();
+                e
+            }
+            Err(e) => {
+                tracing::warn!(shard = stream.shard, error = %e, "xreadgroup failed; backing off");
+                if e.to_string().contains("NOGROUP") {
+                    let _ = stream.ensure_group(&client).await;
+                }
+                if !backoff.sleep(&mut shutdown).await {
+                    break;
+                }
+                continue;
+            }
+        };
+        if entries.is_empty() {
+            continue;
+        }
+        let mut batch = Vec::with_capacity(entries.len());
+        for entry in &entries {
+            match stream::decode(stream.shard, entry) {
+                Ok(d) => batch.push(d),
+                // Left pending: redelivered by recovery until it reaches the delivery
+                // limit, then dead-lettered (a newer consumer may still read it).
+                Err(p) => {
+                    tracing::warn!(shard = p.shard, entry = %p.entry_id, reason = %p.reason, "poison entry")
+                }
+            }
+        }
+        inflight.add(stream.shard, batch.iter().map(|d| d.entry_id.as_str()));
+        if tx.send(batch).await.is_err() {
+            break;
+        }
+    }
+    tracing::debug!(shard = stream.shard, "reader stopped");
+}

@@ -1,0 +1,208 @@
+//! Pending-entry recovery for one shard: keeps this process's own entries fresh, takes
+//! over entries idle past `claim_idle` (a consumer died) with XAUTOCLAIM, and moves entries
+//! delivered more than `max_deliveries` times to the dead-letter stream with an anomaly.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use shard_router::StockClient;
+use sqlx::MySqlPool;
+use tokio::sync::{mpsc, watch};
+
+use crate::config::Config;
+use crate::error::ConsumerError;
+use crate::inflight::InFlight;
+use crate::ledger;
+use crate::metrics as m;
+use crate::stream::{self, Delivered, ShardStream};
+
+/// Entries looked at per XPENDING / XAUTOCLAIM call.
+const PAGE: usize = 200;
+/// Rounds between prunes of dead, empty consumers from the group.
+const PRUNE_EVERY: u64 = 300;
+/// A consumer with nothing pending and idle this long is gone for good.
+const PRUNE_IDLE: Duration = Duration::from_secs(3600);
+
+pub struct Recovery {
+    pub cfg: Config,
+    pub client: StockClient,
+    pub pool: MySqlPool,
+    pub stream: ShardStream,
+    pub inflight: InFlight,
+    pub db_healthy: Arc<AtomicBool>,
+}
+
+impl Recovery {
+    pub async fn run(self, tx: mpsc::Sender<Vec<Delivered>>, mut shutdown: watch::Receiver<bool>) {
+        let mut tick = tokio::time::interval(self.cfg.recovery_interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut rounds: u64 = 0;
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = crate::signal::stopped(&mut shutdown) => break,
+            }
+            rounds += 1;
+            if rounds.is_multiple_of(PRUNE_EVERY) {
+                match self
+                    .stream
+                    .prune_consumers(&self.client, &self.cfg.consumer_name, PRUNE_IDLE)
+                    .await
+                {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(
+                        shard = self.stream.shard,
+                        pruned = n,
+                        "removed idle consumers"
+                    ),
+                    Err(e) => {
+                        tracing::warn!(shard = self.stream.shard, error = %e, "prune consumers failed")
+                    }
+                }
+            }
+            if let Err(e) = self.round(&tx).await {
+                tracing::warn!(shard = self.stream.shard, error = %e, "recovery round failed");
+            }
+        }
+    }
+
+    /// One round: refresh, then (when MySQL takes writes) take over and dead-letter.
+    pub async fn round(&self, tx: &mpsc::Sender<Vec<Delivered>>) -> Result<(), ConsumerError> {
+        let s = &self.stream;
+        let mine = self.inflight.of(s.shard);
+        s.refresh(&self.client, &self.cfg.consumer_name, &mine)
+            .await?;
+        if let Ok((len, pending)) = s.depth(&self.client).await {
+            let shard = s.shard.to_string();
+            metrics::gauge!(m::STREAM_LAG, "shard" => shard.clone()).set(len as f64);
+            metrics::gauge!(m::STREAM_PENDING, "shard" => shard).set(pending as f64);
+        }
+        if !self.db_healthy.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let counts = s
+            .idle_deliveries(&self.client, self.cfg.claim_idle, PAGE)
+            .await?;
+        if counts.is_empty() {
+            return Ok(());
+        }
+        let reply = s
+            .autoclaim(
+                &self.client,
+                &self.cfg.consumer_name,
+                self.cfg.claim_idle,
+                "0-0",
+                PAGE,
+            )
+            .await?;
+        for id in &reply.deleted_ids {
+            self.deleted_while_pending(id).await?;
+        }
+        let mut take = Vec::new();
+        for entry in &reply.claimed {
+            if self.inflight.contains(s.shard, &entry.id) {
+                continue;
+            }
+            // XAUTOCLAIM itself counts as one more delivery.
+            let deliveries = counts.get(&entry.id).copied().unwrap_or(0) + 1;
+            match stream::decode(s.shard, entry) {
+                Ok(d) if deliveries <= self.cfg.max_deliveries => take.push(d),
+                Ok(d) => {
+                    let fields: Vec<(String, Vec<u8>)> = d
+                        .record
+                        .encode()
+                        .into_iter()
+                        .map(|(k, v)| (k.to_owned(), v.into_bytes()))
+                        .collect();
+                    self.dead_letter(
+                        &entry.id,
+                        &fields,
+                        &format!("delivered {deliveries} times"),
+                        Some(d.record.sku),
+                    )
+                    .await?;
+                }
+                Err(p) if deliveries > self.cfg.max_deliveries => {
+                    self.dead_letter(&entry.id, &p.fields, &p.reason, None)
+                        .await?;
+                }
+                Err(p) => {
+                    tracing::warn!(shard = s.shard, entry = %entry.id, reason = %p.reason, deliveries, "poison entry")
+                }
+            }
+        }
+        if !take.is_empty() {
+            metrics::counter!(m::RECOVERED).increment(take.len() as u64);
+            tracing::info!(
+                shard = s.shard,
+                entries = take.len(),
+                "took over idle entries"
+            );
+            self.inflight
+                .add(s.shard, take.iter().map(|d| d.entry_id.as_str()));
+            let _ = tx.send(take).await;
+        }
+        Ok(())
+    }
+
+    async fn dead_letter(
+        &self,
+        entry_id: &str,
+        fields: &[(String, Vec<u8>)],
+        reason: &str,
+        sku: Option<u64>,
+    ) -> Result<(), ConsumerError> {
+        let s = &self.stream;
+        let detail = format!("shard {} entry {entry_id} dead-lettered: {reason}", s.shard);
+        // The anomaly first: a crash between the two leaves the entry pending (it is
+        // dead-lettered again, and the anomaly is recorded once).
+        ledger::anomaly(
+            &self.pool,
+            "dead_letter",
+            &format!("{}-{entry_id}", s.shard),
+            sku,
+            &detail,
+            self.cfg.db_timeout,
+        )
+        .await?;
+        s.dead_letter(&self.client, entry_id, fields, reason)
+            .await?;
+        metrics::counter!(m::DEAD_LETTERED).increment(1);
+        tracing::error!(
+            shard = s.shard,
+            entry = entry_id,
+            reason,
+            "entry moved to the dead-letter stream"
+        );
+        Ok(())
+    }
+
+    /// XAUTOCLAIM reports ids that were pending but are gone from the stream. Our own order
+    /// is commit → ack → delete, so such an id should be in the ledger; if not, it is lost.
+    async fn deleted_while_pending(&self, entry_id: &str) -> Result<(), ConsumerError> {
+        let claim_id = format!("{}-{entry_id}", self.stream.shard);
+        let found: Option<String> = crate::db::bounded(
+            "find claim",
+            self.cfg.db_timeout,
+            sqlx::query_scalar("SELECT claim_id FROM claims WHERE claim_id = ?")
+                .bind(&claim_id)
+                .fetch_optional(&self.pool),
+        )
+        .await?;
+        if found.is_none() {
+            let detail = format!("entry {entry_id} was deleted from the stream while pending and is not in the ledger");
+            tracing::error!(claim = %claim_id, "{detail}");
+            ledger::anomaly(
+                &self.pool,
+                "deleted_pending",
+                &claim_id,
+                None,
+                &detail,
+                self.cfg.db_timeout,
+            )
+            .await?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,203 @@
+//! Confirm, cancel and release of claims. A release runs in three idempotent steps, so a
+//! crash anywhere is finished by the next attempt and units never come back twice:
+//! 1. ledger `pending|confirmed → releasing` (from then on it can no longer be confirmed);
+//! 2. Redis: slice and user count back, once per claim id (`restock` published);
+//! 3. ledger `releasing → released` and the units back to `sku_stock`, in one transaction.
+
+use std::time::Duration;
+
+use serde::Serialize;
+use shard_router::{ReleaseRequest, ReleaseStep, StockClient, StockError};
+use sqlx::MySqlPool;
+
+use crate::db::bounded;
+use crate::error::ConsumerError;
+use crate::metrics as m;
+
+/// Why a claim is released.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    Cancelled,
+    PaymentTimeout,
+}
+
+impl Reason {
+    fn as_str(self) -> &'static str {
+        match self {
+            Reason::Cancelled => "cancelled",
+            Reason::PaymentTimeout => "timeout",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    Confirmed,
+    AlreadyConfirmed,
+    Released,
+    AlreadyReleased,
+}
+
+type Row = (u64, String, u32, u16, u16, String);
+
+async fn row(pool: &MySqlPool, claim_id: &str, t: Duration) -> Result<Row, ConsumerError> {
+    bounded(
+        "read claim",
+        t,
+        sqlx::query_as("SELECT sku, user_id, qty, shard, home, CAST(status AS CHAR) FROM claims WHERE claim_id = ?")
+            .bind(claim_id)
+            .fetch_optional(pool),
+    )
+    .await?
+    .ok_or_else(|| ConsumerError::NotFound(format!("claim {claim_id}")))
+}
+
+/// Marks a pending claim paid. A released claim cannot be confirmed any more.
+pub async fn confirm(
+    pool: &MySqlPool,
+    claim_id: &str,
+    t: Duration,
+) -> Result<Outcome, ConsumerError> {
+    let done = bounded(
+        "confirm",
+        t,
+        sqlx::query(
+            "UPDATE claims SET status = 'confirmed' WHERE claim_id = ? AND status = 'pending'",
+        )
+        .bind(claim_id)
+        .execute(pool),
+    )
+    .await?
+    .rows_affected();
+    if done == 1 {
+        return Ok(Outcome::Confirmed);
+    }
+    match row(pool, claim_id, t).await?.5.as_str() {
+        "confirmed" => Ok(Outcome::AlreadyConfirmed),
+        s => Err(ConsumerError::Invalid(format!(
+            "claim {claim_id} is {s}; it cannot be confirmed"
+        ))),
+    }
+}
+
+/// Releases a claim (cancel: pending or confirmed; timeout: pending only). Idempotent.
+pub async fn release(
+    pool: &MySqlPool,
+    client: &StockClient,
+    claim_id: &str,
+    reason: Reason,
+    t: Duration,
+) -> Result<Outcome, ConsumerError> {
+    let from = match reason {
+        Reason::Cancelled => "status IN ('pending', 'confirmed')",
+        Reason::PaymentTimeout => "status = 'pending'",
+    };
+    bounded(
+        "mark releasing",
+        t,
+        sqlx::query(&format!(
+            "UPDATE claims SET status = 'releasing', release_reason = ? WHERE claim_id = ? AND {from}"
+        ))
+        .bind(reason.as_str())
+        .bind(claim_id)
+        .execute(pool),
+    )
+    .await?;
+    let (sku, user, qty, shard, home, status) = row(pool, claim_id, t).await?;
+    match status.as_str() {
+        "released" => return Ok(Outcome::AlreadyReleased),
+        "releasing" => {}
+        s => {
+            return Err(ConsumerError::Invalid(format!(
+                "claim {claim_id} is {s}; it cannot be released now"
+            )))
+        }
+    }
+    let out = client
+        .release(&ReleaseRequest {
+            sku,
+            claim_id: claim_id.to_owned(),
+            user,
+            qty,
+            shard,
+            home,
+        })
+        .await?;
+    if out.stock == ReleaseStep::NotPreheated {
+        // Leave it `releasing`: the sweep finishes it once the SKU is preheated again.
+        return Err(ConsumerError::Redis(StockError::InvalidArgument(format!(
+            "sku {sku} is not preheated on shard {shard}; release of {claim_id} postponed"
+        ))));
+    }
+    let mut tx = bounded("begin", t, pool.begin()).await?;
+    let moved = bounded(
+        "mark released",
+        t,
+        sqlx::query(
+            "UPDATE claims SET status = 'released' WHERE claim_id = ? AND status = 'releasing'",
+        )
+        .bind(claim_id)
+        .execute(&mut *tx),
+    )
+    .await?
+    .rows_affected();
+    if moved == 1 {
+        bounded(
+            "stock back",
+            t,
+            sqlx::query("UPDATE sku_stock SET available = available + ? WHERE sku = ?")
+                .bind(qty)
+                .bind(sku)
+                .execute(&mut *tx),
+        )
+        .await?;
+    }
+    bounded("commit", t, tx.commit()).await?;
+    if moved == 1 {
+        metrics::counter!(m::RELEASED, "reason" => reason.as_str()).increment(1);
+        tracing::info!(
+            claim = claim_id,
+            sku,
+            qty,
+            reason = reason.as_str(),
+            "claim released"
+        );
+        Ok(Outcome::Released)
+    } else {
+        Ok(Outcome::AlreadyReleased)
+    }
+}
+
+/// One sweep: releases pending claims past their campaign's payment timeout and finishes
+/// releases a crash left half done. Returns how many claims were released.
+pub async fn sweep(
+    pool: &MySqlPool,
+    client: &StockClient,
+    now_ms: i64,
+    t: Duration,
+) -> Result<usize, ConsumerError> {
+    let due: Vec<(String, String)> = bounded(
+        "due claims",
+        t,
+        sqlx::query_as(
+            "SELECT c.claim_id, CAST(c.status AS CHAR) FROM claims c JOIN campaigns p ON p.sku = c.sku \
+             WHERE (c.status = 'pending' AND c.claimed_ms + p.payment_timeout_s * 1000 <= ?) \
+                OR c.status = 'releasing' \
+             LIMIT 500",
+        )
+        .bind(now_ms)
+        .fetch_all(pool),
+    )
+    .await?;
+    let mut released = 0;
+    for (claim_id, _) in due {
+        match release(pool, client, &claim_id, Reason::PaymentTimeout, t).await {
+            Ok(Outcome::Released) => released += 1,
+            Ok(_) => {}
+            Err(e) if e.is_retryable() => return Err(e),
+            Err(e) => tracing::warn!(claim = %claim_id, error = %e, "release postponed"),
+        }
+    }
+    Ok(released)
+}

@@ -1,0 +1,208 @@
+//! Wiring of the consumer service: one reader and one recovery loop per shard, one batch
+//! writer, the release sweep, periodic reconciliation and the admin listener, all stopped
+//! by one shutdown signal. Drain order: readers stop → the writer flushes the open batch
+//! and acknowledges what committed → background loops end.
+
+use std::collections::HashMap;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+use shard_router::StockClient;
+use sqlx::MySqlPool;
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+
+use crate::admin::{self, Admin};
+use crate::backoff::Backoff;
+use crate::config::Config;
+use crate::error::ConsumerError;
+use crate::inflight::InFlight;
+use crate::recovery::Recovery;
+use crate::stream::ShardStream;
+use crate::writer::Writer;
+use crate::{campaign, db, reader, reconcile, release};
+
+/// Connects to MySQL and applies migrations, retrying with backoff until `shutdown`.
+pub async fn connect_db(
+    cfg: &Config,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Result<MySqlPool, ConsumerError> {
+    let pool = db::connect(&cfg.mysql_url, cfg.db_timeout).await?;
+    let mut backoff = Backoff::new(cfg.backoff_min, cfg.backoff_max);
+    loop {
+        match db::migrate(&pool).await {
+            Ok(()) => return Ok(pool),
+            Err(e) => {
+                tracing::warn!(error = %e, "migrations not applied yet; retrying");
+                if !backoff.sleep(shutdown).await {
+                    return Err(e);
+                }
+            }
+        }
+    }
+}
+
+/// Runs the service until `shutdown` turns true, then drains within `drain_grace`.
+/// `listener` is the admin listener (bound by the caller so tests can use port 0).
+pub async fn run(
+    cfg: Config,
+    listener: Option<TcpListener>,
+    shutdown: watch::Receiver<bool>,
+) -> Result<(), ConsumerError> {
+    cfg.validate().map_err(ConsumerError::Invalid)?;
+    let mut sd = shutdown.clone();
+    let pool = connect_db(&cfg, &mut sd).await?;
+    let client = StockClient::connect(cfg.stock()).await?;
+    let shards: Vec<u16> = (0..cfg.shards).collect();
+    let mut streams = HashMap::new();
+    for &s in &shards {
+        let st = ShardStream::new(&client, s, &cfg.group);
+        st.ensure_group(&client).await?;
+        streams.insert(s, st);
+    }
+    tracing::info!(consumer = %cfg.consumer_name, shards = cfg.shards, "consumer started");
+
+    let inflight = InFlight::default();
+    let db_healthy = Arc::new(AtomicBool::new(true));
+    let (tx, rx) = mpsc::channel(cfg.channel_capacity);
+
+    let writer = Writer {
+        cfg: cfg.clone(),
+        pool: pool.clone(),
+        client: client.clone(),
+        streams: streams.clone(),
+        inflight: inflight.clone(),
+        db_healthy: db_healthy.clone(),
+    };
+    let mut writer = tokio::spawn(writer.run(rx));
+
+    let mut feeders = JoinSet::new();
+    for &s in &shards {
+        // Own connection per reader: a blocked XREADGROUP would stall a shared one.
+        let rclient = StockClient::connect(cfg.reader_stock()).await?;
+        feeders.spawn(reader::run(
+            cfg.clone(),
+            rclient,
+            streams[&s].clone(),
+            inflight.clone(),
+            tx.clone(),
+            shutdown.clone(),
+        ));
+        let rec = Recovery {
+            cfg: cfg.clone(),
+            client: client.clone(),
+            pool: pool.clone(),
+            stream: streams[&s].clone(),
+            inflight: inflight.clone(),
+            db_healthy: db_healthy.clone(),
+        };
+        feeders.spawn(rec.run(tx.clone(), shutdown.clone()));
+    }
+    drop(tx);
+
+    let mut background = JoinSet::new();
+    background.spawn(release_loop(
+        cfg.clone(),
+        pool.clone(),
+        client.clone(),
+        shutdown.clone(),
+    ));
+    background.spawn(reconcile_loop(
+        cfg.clone(),
+        pool.clone(),
+        client.clone(),
+        shutdown.clone(),
+    ));
+    if let Some(listener) = listener {
+        let admin = Admin {
+            cfg: cfg.clone(),
+            pool: pool.clone(),
+            client: client.clone(),
+            prom: crate::metrics::install(),
+        };
+        background.spawn(admin::serve(admin, listener, shutdown.clone()));
+    }
+
+    crate::signal::stopped(&mut sd).await;
+    tracing::info!("shutdown: draining");
+    let drain = async {
+        while feeders.join_next().await.is_some() {}
+        let _ = (&mut writer).await;
+    };
+    if tokio::time::timeout(cfg.drain_grace, drain).await.is_err() {
+        writer.abort();
+        // What is not acknowledged stays pending and is taken over after a restart.
+        tracing::warn!(grace = ?cfg.drain_grace, in_flight = inflight.len(), "drain grace passed; stopping anyway");
+    }
+    feeders.abort_all();
+    let bg_grace = Duration::from_secs(2);
+    let _ = tokio::time::timeout(bg_grace, async {
+        while background.join_next().await.is_some() {}
+    })
+    .await;
+    background.abort_all();
+    pool.close().await;
+    tracing::info!("consumer stopped");
+    Ok(())
+}
+
+async fn release_loop(
+    cfg: Config,
+    pool: MySqlPool,
+    client: StockClient,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut tick = tokio::time::interval(cfg.release_interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = crate::signal::stopped(&mut shutdown) => break,
+        }
+        match release::sweep(&pool, &client, shard_router::now_ms(), cfg.db_timeout).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(released = n, "released unpaid claims"),
+            Err(e) => tracing::warn!(error = %e, "release sweep failed"),
+        }
+    }
+}
+
+async fn reconcile_loop(
+    cfg: Config,
+    pool: MySqlPool,
+    client: StockClient,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut tick = tokio::time::interval(cfg.reconcile_interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = crate::signal::stopped(&mut shutdown) => break,
+        }
+        let skus = match campaign::list(&pool, cfg.db_timeout).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "reconcile: list campaigns failed");
+                continue;
+            }
+        };
+        for sku in skus {
+            if let Err(e) = reconcile::run(
+                &pool,
+                &client,
+                &cfg.group,
+                sku,
+                shard_router::now_ms(),
+                cfg.db_timeout,
+            )
+            .await
+            {
+                tracing::warn!(sku, error = %e, "reconcile failed");
+            }
+        }
+    }
+}

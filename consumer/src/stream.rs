@@ -1,0 +1,372 @@
+//! The stream commands the consumer issues on one shard's claims stream. Every command
+//! names keys of that one shard only (they share the hash tag), so it runs on a cluster.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use redis::streams::{StreamAutoClaimReply, StreamId, StreamRangeReply, StreamReadReply};
+use redis::Value;
+use shard_router::{keys, ClaimRecord, ShardId, StockClient, StockError};
+
+/// One entry read from a shard stream.
+#[derive(Debug, Clone)]
+pub struct Delivered {
+    pub shard: ShardId,
+    pub entry_id: String,
+    pub record: ClaimRecord,
+}
+
+/// An entry that does not decode into a claim record.
+#[derive(Debug, Clone)]
+pub struct Poison {
+    pub shard: ShardId,
+    pub entry_id: String,
+    pub reason: String,
+    pub fields: Vec<(String, Vec<u8>)>,
+}
+
+/// The stream key and group of one shard.
+#[derive(Debug, Clone)]
+pub struct ShardStream {
+    pub shard: ShardId,
+    pub key: String,
+    pub dead_key: String,
+    pub group: String,
+}
+
+impl ShardStream {
+    pub fn new(client: &StockClient, shard: ShardId, group: &str) -> Self {
+        Self {
+            shard,
+            key: keys::claims_stream(client.placement(), shard),
+            dead_key: keys::dead_letter_stream(client.placement(), shard),
+            group: group.to_owned(),
+        }
+    }
+
+    /// Creates the group (and the stream) if missing. From id 0, so claims written before
+    /// the first consumer ever started are read too.
+    pub async fn ensure_group(&self, client: &StockClient) -> Result<(), StockError> {
+        let mut conn = client.conn();
+        let r: Result<(), StockError> = client
+            .bounded(
+                "xgroup create",
+                redis::cmd("XGROUP")
+                    .arg("CREATE")
+                    .arg(&self.key)
+                    .arg(&self.group)
+                    .arg("0")
+                    .arg("MKSTREAM")
+                    .query_async(&mut conn),
+            )
+            .await;
+        match r {
+            Err(StockError::Redis { source, .. }) if source.code() == Some("BUSYGROUP") => Ok(()),
+            other => other,
+        }
+    }
+
+    /// XREADGROUP of new entries, blocking up to `block`.
+    pub async fn read_new(
+        &self,
+        client: &StockClient,
+        consumer: &str,
+        count: usize,
+        block: Duration,
+    ) -> Result<Vec<StreamId>, StockError> {
+        let mut conn = client.conn();
+        let reply: Option<StreamReadReply> = client
+            .bounded(
+                "xreadgroup",
+                redis::cmd("XREADGROUP")
+                    .arg("GROUP")
+                    .arg(&self.group)
+                    .arg(consumer)
+                    .arg("COUNT")
+                    .arg(count)
+                    .arg("BLOCK")
+                    .arg(block.as_millis() as u64)
+                    .arg("STREAMS")
+                    .arg(&self.key)
+                    .arg(">")
+                    .query_async(&mut conn),
+            )
+            .await?;
+        Ok(reply
+            .map(|r| r.keys.into_iter().flat_map(|k| k.ids).collect())
+            .unwrap_or_default())
+    }
+
+    /// Acknowledges committed entries, then deletes them: the stream keeps only work that
+    /// is not in the ledger yet.
+    pub async fn ack_and_delete(
+        &self,
+        client: &StockClient,
+        ids: &[String],
+    ) -> Result<(), StockError> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let mut conn = client.conn();
+        let mut pipe = redis::pipe();
+        pipe.cmd("XACK")
+            .arg(&self.key)
+            .arg(&self.group)
+            .arg(ids)
+            .ignore();
+        pipe.cmd("XDEL").arg(&self.key).arg(ids).ignore();
+        client
+            .bounded("xack+xdel", pipe.query_async::<()>(&mut conn))
+            .await
+    }
+
+    /// Resets the idle time of entries this process still works on (JUSTID does not count
+    /// as a delivery), so no other consumer's XAUTOCLAIM takes them.
+    pub async fn refresh(
+        &self,
+        client: &StockClient,
+        consumer: &str,
+        ids: &[String],
+    ) -> Result<(), StockError> {
+        for chunk in ids.chunks(500) {
+            let mut conn = client.conn();
+            client
+                .bounded(
+                    "xclaim refresh",
+                    redis::cmd("XCLAIM")
+                        .arg(&self.key)
+                        .arg(&self.group)
+                        .arg(consumer)
+                        .arg(0)
+                        .arg(chunk)
+                        .arg("JUSTID")
+                        .query_async::<Value>(&mut conn),
+                )
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Delivery counts of entries idle for at least `idle` (XPENDING extended form).
+    pub async fn idle_deliveries(
+        &self,
+        client: &StockClient,
+        idle: Duration,
+        count: usize,
+    ) -> Result<HashMap<String, u64>, StockError> {
+        let mut conn = client.conn();
+        let rows: Vec<(String, String, u64, u64)> = client
+            .bounded(
+                "xpending",
+                redis::cmd("XPENDING")
+                    .arg(&self.key)
+                    .arg(&self.group)
+                    .arg("IDLE")
+                    .arg(idle.as_millis() as u64)
+                    .arg("-")
+                    .arg("+")
+                    .arg(count)
+                    .query_async(&mut conn),
+            )
+            .await?;
+        Ok(rows.into_iter().map(|(id, _, _, n)| (id, n)).collect())
+    }
+
+    /// XAUTOCLAIM of entries idle for at least `idle`, from `start`.
+    pub async fn autoclaim(
+        &self,
+        client: &StockClient,
+        consumer: &str,
+        idle: Duration,
+        start: &str,
+        count: usize,
+    ) -> Result<StreamAutoClaimReply, StockError> {
+        let mut conn = client.conn();
+        client
+            .bounded(
+                "xautoclaim",
+                redis::cmd("XAUTOCLAIM")
+                    .arg(&self.key)
+                    .arg(&self.group)
+                    .arg(consumer)
+                    .arg(idle.as_millis() as u64)
+                    .arg(start)
+                    .arg("COUNT")
+                    .arg(count)
+                    .query_async(&mut conn),
+            )
+            .await
+    }
+
+    /// Copies a poison entry to the dead-letter stream (with why), then acks and deletes it.
+    pub async fn dead_letter(
+        &self,
+        client: &StockClient,
+        entry_id: &str,
+        fields: &[(String, Vec<u8>)],
+        reason: &str,
+    ) -> Result<(), StockError> {
+        let mut conn = client.conn();
+        let mut add = redis::cmd("XADD");
+        add.arg(&self.dead_key).arg("*");
+        for (k, v) in fields {
+            add.arg(k).arg(v.as_slice());
+        }
+        add.arg("dead_entry")
+            .arg(entry_id)
+            .arg("dead_reason")
+            .arg(reason);
+        let mut pipe = redis::pipe();
+        pipe.add_command(add).ignore();
+        pipe.cmd("XACK")
+            .arg(&self.key)
+            .arg(&self.group)
+            .arg(entry_id)
+            .ignore();
+        pipe.cmd("XDEL").arg(&self.key).arg(entry_id).ignore();
+        client
+            .bounded("dead letter", pipe.query_async::<()>(&mut conn))
+            .await
+    }
+
+    /// Every entry still in the stream (committed entries are deleted, so this is the
+    /// in-flight work), read in pages of `page`.
+    pub async fn all_entries(
+        &self,
+        client: &StockClient,
+        page: usize,
+    ) -> Result<Vec<StreamId>, StockError> {
+        let mut out = Vec::new();
+        let mut start = "-".to_owned();
+        loop {
+            let mut conn = client.conn();
+            let r: StreamRangeReply = client
+                .bounded(
+                    "xrange",
+                    redis::cmd("XRANGE")
+                        .arg(&self.key)
+                        .arg(&start)
+                        .arg("+")
+                        .arg("COUNT")
+                        .arg(page)
+                        .query_async(&mut conn),
+                )
+                .await?;
+            let n = r.ids.len();
+            if let Some(last) = r.ids.last() {
+                start = format!("({}", last.id);
+            }
+            out.extend(r.ids);
+            if n < page {
+                return Ok(out);
+            }
+        }
+    }
+
+    /// Removes consumers of the group that hold nothing and were idle for `idle` (each
+    /// process start adds a uniquely named consumer; dead ones would pile up forever).
+    pub async fn prune_consumers(
+        &self,
+        client: &StockClient,
+        me: &str,
+        idle: Duration,
+    ) -> Result<usize, StockError> {
+        let mut conn = client.conn();
+        let info: redis::streams::StreamInfoConsumersReply = client
+            .bounded(
+                "xinfo consumers",
+                redis::cmd("XINFO")
+                    .arg("CONSUMERS")
+                    .arg(&self.key)
+                    .arg(&self.group)
+                    .query_async(&mut conn),
+            )
+            .await?;
+        let mut pruned = 0;
+        for c in info.consumers {
+            if c.name != me && c.pending == 0 && c.idle as u128 >= idle.as_millis() {
+                client
+                    .bounded(
+                        "xgroup delconsumer",
+                        redis::cmd("XGROUP")
+                            .arg("DELCONSUMER")
+                            .arg(&self.key)
+                            .arg(&self.group)
+                            .arg(&c.name)
+                            .query_async::<i64>(&mut conn),
+                    )
+                    .await?;
+                pruned += 1;
+            }
+        }
+        Ok(pruned)
+    }
+
+    /// Stream length and the group's pending count.
+    pub async fn depth(&self, client: &StockClient) -> Result<(u64, u64), StockError> {
+        let mut conn = client.conn();
+        let len: u64 = client
+            .bounded(
+                "xlen",
+                redis::cmd("XLEN").arg(&self.key).query_async(&mut conn),
+            )
+            .await?;
+        let summary: Value = client
+            .bounded(
+                "xpending",
+                redis::cmd("XPENDING")
+                    .arg(&self.key)
+                    .arg(&self.group)
+                    .query_async(&mut conn),
+            )
+            .await?;
+        let pending = match summary {
+            Value::Array(v) => match v.first() {
+                Some(Value::Int(n)) => *n as u64,
+                _ => 0,
+            },
+            _ => 0,
+        };
+        Ok((len, pending))
+    }
+}
+
+/// Decodes an entry, or says why it is poison. Borrows the field bytes; they are copied
+/// only for a poison entry (which goes to the dead letters with its fields).
+pub fn decode(shard: ShardId, entry: &StreamId) -> Result<Delivered, Poison> {
+    let borrowed = entry.map.iter().filter_map(|(k, v)| match v {
+        Value::BulkString(b) => Some((k.as_str(), b.as_slice())),
+        Value::SimpleString(s) => Some((k.as_str(), s.as_bytes())),
+        _ => None,
+    });
+    let poison = |reason: String| Poison {
+        shard,
+        entry_id: entry.id.clone(),
+        reason,
+        fields: entry
+            .map
+            .iter()
+            .map(|(k, v)| {
+                let bytes = match v {
+                    Value::BulkString(b) => b.clone(),
+                    Value::SimpleString(s) => s.clone().into_bytes(),
+                    Value::Int(i) => i.to_string().into_bytes(),
+                    other => format!("{other:?}").into_bytes(),
+                };
+                (k.clone(), bytes)
+            })
+            .collect(),
+    };
+    match ClaimRecord::decode(&entry.id, borrowed) {
+        Ok(record) if record.shard == shard => Ok(Delivered {
+            shard,
+            entry_id: entry.id.clone(),
+            record,
+        }),
+        Ok(record) => Err(poison(format!(
+            "record names shard {} but sits in shard {shard}",
+            record.shard
+        ))),
+        Err(e) => Err(poison(e.reason)),
+    }
+}

@@ -1,0 +1,249 @@
+//! The batch writer: gathers entries from the channel into batches (flushed at
+//! `batch_max_rows` or `batch_max_wait`), commits each batch in one transaction, gives
+//! duplicates' units back to Redis, and only then acknowledges and deletes the entries.
+//! While MySQL is down it retries the same batch with exponential backoff: nothing is
+//! dropped, and the full channel stalls the readers.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use shard_router::keys::ShardKeys;
+use shard_router::{ClaimRecord, ReleaseRequest, ShardId, StockClient, StockError};
+use sqlx::MySqlPool;
+use tokio::sync::mpsc;
+
+use crate::backoff::Backoff;
+use crate::config::Config;
+use crate::inflight::InFlight;
+use crate::ledger::{self, BatchOutcome};
+use crate::metrics as m;
+use crate::stream::{Delivered, ShardStream};
+
+/// What the writer needs; shared with nothing but the in-flight set and the health flag.
+pub struct Writer {
+    pub cfg: Config,
+    pub pool: MySqlPool,
+    pub client: StockClient,
+    pub streams: HashMap<ShardId, ShardStream>,
+    pub inflight: InFlight,
+    /// False while MySQL refuses batches; recovery pauses then (taking over entries
+    /// would only raise their delivery counts toward the dead-letter limit).
+    pub db_healthy: Arc<AtomicBool>,
+}
+
+/// The receiving end, shared by the writer loops: one loop gathers a batch while another
+/// commits, so the network and fsync wait of one overlaps the work of the other.
+struct Source {
+    rx: mpsc::Receiver<Vec<Delivered>>,
+    queue: VecDeque<Delivered>,
+    open: bool,
+}
+
+impl Source {
+    /// The next batch: at most `max_rows`, gathered for at most `max_wait` after its first
+    /// entry. `None` once every sender is gone and nothing is left.
+    async fn next_batch(
+        &mut self,
+        max_rows: usize,
+        max_wait: std::time::Duration,
+    ) -> Option<Vec<Delivered>> {
+        while self.queue.is_empty() {
+            if !self.open {
+                return None;
+            }
+            match self.rx.recv().await {
+                Some(v) => self.queue.extend(v),
+                None => self.open = false,
+            }
+        }
+        let deadline = tokio::time::Instant::now() + max_wait;
+        while self.open && self.queue.len() < max_rows {
+            match tokio::time::timeout_at(deadline, self.rx.recv()).await {
+                Ok(Some(v)) => self.queue.extend(v),
+                Ok(None) => self.open = false,
+                Err(_) => break,
+            }
+        }
+        let n = self.queue.len().min(max_rows);
+        Some(self.queue.drain(..n).collect())
+    }
+}
+
+impl Writer {
+    /// Runs `cfg.writers` loops until every sender is gone and the last batch is committed
+    /// and acknowledged.
+    pub async fn run(self, rx: mpsc::Receiver<Vec<Delivered>>) {
+        let loops = self.cfg.writers.max(1);
+        let me = Arc::new(self);
+        let source = Arc::new(tokio::sync::Mutex::new(Source {
+            rx,
+            queue: VecDeque::new(),
+            open: true,
+        }));
+        let mut set = tokio::task::JoinSet::new();
+        for _ in 0..loops {
+            let me = me.clone();
+            let source = source.clone();
+            set.spawn(async move {
+                loop {
+                    let batch = {
+                        let mut src = source.lock().await;
+                        src.next_batch(me.cfg.batch_max_rows, me.cfg.batch_max_wait)
+                            .await
+                    };
+                    match batch {
+                        Some(b) => me.commit(b).await,
+                        None => break,
+                    }
+                }
+            });
+        }
+        while set.join_next().await.is_some() {}
+        tracing::debug!("writer drained");
+    }
+
+    /// Commits one batch (retrying through outages), then settles it with Redis.
+    async fn commit(&self, batch: Vec<Delivered>) {
+        let records: Vec<&ClaimRecord> = batch.iter().map(|d| &d.record).collect();
+        let started = Instant::now();
+        let outcome = match self.write_retrying(&records).await {
+            Ok(o) => o,
+            Err(_) => {
+                // Not writable as a batch: write row by row so one bad row cannot block the
+                // rest; a row that fails alone stays pending and ends in the dead letters.
+                let mut total = BatchOutcome::default();
+                let mut failed = Vec::new();
+                for d in &batch {
+                    match self.write_retrying(&[&d.record]).await {
+                        Ok(o) => {
+                            total.inserted += o.inserted;
+                            total.redelivered += o.redelivered;
+                            total.duplicates.extend(o.duplicates);
+                        }
+                        Err(e) => {
+                            tracing::error!(claim = %d.record.claim_id, error = %e, "row refused by MySQL; left pending");
+                            failed.push(d.entry_id.clone());
+                        }
+                    }
+                }
+                for d in batch.iter().filter(|d| failed.contains(&d.entry_id)) {
+                    self.inflight.remove(d.shard, [d.entry_id.as_str()]);
+                }
+                let batch: Vec<Delivered> = batch
+                    .into_iter()
+                    .filter(|d| !failed.contains(&d.entry_id))
+                    .collect();
+                return self.settle(batch, total, started).await;
+            }
+        };
+        self.settle(batch, outcome, started).await;
+    }
+
+    /// Retries retryable errors forever (with backoff); returns non-retryable ones.
+    async fn write_retrying(
+        &self,
+        records: &[&ClaimRecord],
+    ) -> Result<BatchOutcome, crate::ConsumerError> {
+        let mut backoff = Backoff::new(self.cfg.backoff_min, self.cfg.backoff_max);
+        loop {
+            match ledger::write_refs(&self.pool, records, self.cfg.db_timeout).await {
+                Ok(o) => {
+                    self.db_healthy.store(true, Ordering::Relaxed);
+                    return Ok(o);
+                }
+                Err(e) if e.is_retryable() => {
+                    self.db_healthy.store(false, Ordering::Relaxed);
+                    metrics::counter!(m::DB_ERRORS).increment(1);
+                    let wait = backoff.step();
+                    tracing::warn!(rows = records.len(), error = %e, ?wait, "batch not committed; retrying");
+                    tokio::time::sleep(wait).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// After the commit: duplicates' units back to Redis, then XACK + XDEL per shard.
+    async fn settle(&self, batch: Vec<Delivered>, outcome: BatchOutcome, started: Instant) {
+        let commit_time = started.elapsed();
+        let rows = batch.len();
+        metrics::histogram!(m::COMMIT_SECONDS).record(started.elapsed().as_secs_f64());
+        metrics::histogram!(m::BATCH_ROWS).record(batch.len() as f64);
+        metrics::counter!(m::CLAIMS_COMMITTED).increment(outcome.inserted as u64);
+        metrics::counter!(m::REDELIVERED).increment(outcome.redelivered as u64);
+
+        let mut unreturned = Vec::new();
+        for dup in &outcome.duplicates {
+            if let Err(e) = return_duplicate(&self.client, dup).await {
+                // Left pending: the redelivery finds the same duplicate and retries.
+                tracing::warn!(claim = %dup.claim_id, error = %e, "duplicate's units not returned yet");
+                unreturned.push(dup.claim_id.clone());
+            }
+        }
+        let mut by_shard: BTreeMap<ShardId, Vec<String>> = BTreeMap::new();
+        for d in &batch {
+            by_shard
+                .entry(d.shard)
+                .or_default()
+                .push(d.entry_id.clone());
+        }
+        // Shards are independent: acknowledge them concurrently.
+        let acks = by_shard.into_iter().map(|(shard, ids)| {
+            let unreturned = &unreturned;
+            async move {
+                let ack: Vec<String> = ids
+                    .iter()
+                    .filter(|id| !unreturned.contains(&format!("{shard}-{id}")))
+                    .cloned()
+                    .collect();
+                if let Some(stream) = self.streams.get(&shard) {
+                    let mut backoff = Backoff::new(self.cfg.backoff_min, self.cfg.backoff_max);
+                    for attempt in 0..5 {
+                        match stream.ack_and_delete(&self.client, &ack).await {
+                            Ok(()) => break,
+                            Err(e) => {
+                                // Unacknowledged entries are redelivered later; the ledger
+                                // ignores them then, so giving up here loses nothing.
+                                tracing::warn!(shard, attempt, error = %e, "xack failed");
+                                tokio::time::sleep(backoff.step()).await;
+                            }
+                        }
+                    }
+                }
+                self.inflight.remove(shard, ids.iter().map(String::as_str));
+            }
+        });
+        futures::future::join_all(acks).await;
+        tracing::debug!(rows, inserted = outcome.inserted, ?commit_time, total = ?started.elapsed(), "batch settled");
+    }
+}
+
+/// Gives a duplicate record's units back to its slice, once. Its user count was taken once
+/// for the user claim the ledger already holds, so the user side is marked done first and
+/// the shared release script then moves only the stock.
+pub async fn return_duplicate(client: &StockClient, dup: &ClaimRecord) -> Result<(), StockError> {
+    let home = ShardKeys::new(client.placement(), dup.home, dup.sku);
+    let mut conn = client.conn();
+    client
+        .bounded(
+            "mark duplicate",
+            redis::cmd("SADD")
+                .arg(home.released_user())
+                .arg(&dup.claim_id)
+                .query_async::<i64>(&mut conn),
+        )
+        .await?;
+    client
+        .release(&ReleaseRequest {
+            sku: dup.sku,
+            claim_id: dup.claim_id.clone(),
+            user: dup.user.clone(),
+            qty: dup.qty,
+            shard: dup.shard,
+            home: dup.home,
+        })
+        .await
+        .map(drop)
+}

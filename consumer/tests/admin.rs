@@ -1,0 +1,125 @@
+//! The admin listener: open `/healthz` and `/metrics`, token-protected campaign and claim
+//! routes, clear 4xx answers for caller mistakes.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+const TOKEN: &str = "test-token-0123456789";
+
+/// One HTTP/1.1 request over a fresh connection; returns (status, body).
+async fn http(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: &str,
+) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: x\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut out = String::new();
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_string(&mut out))
+        .await
+        .unwrap()
+        .unwrap();
+    let status = out[9..12].parse().unwrap();
+    let body = out
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_api_needs_the_token_and_manages_campaigns() {
+    let s = Stack::start().await;
+    let mut cfg = s.cfg.clone();
+    cfg.admin_token = Some(TOKEN.into());
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, rx) = consumer::signal::channel();
+    let task = tokio::spawn(consumer::service::run(cfg, Some(listener), rx));
+
+    assert_eq!(http(addr, "GET", "/healthz", None, "").await.0, 200);
+    let (st, metrics) = http(addr, "GET", "/metrics", None, "").await;
+    assert_eq!(st, 200, "{metrics}");
+
+    let now = shard_router::now_ms();
+    let campaign = format!(
+        r#"{{"sku": 555, "stock": 10, "width": 2, "limit": 1, "start_ms": {}, "end_ms": {}, "payment_timeout_s": 60}}"#,
+        now - 1000,
+        now + 60_000
+    );
+    assert_eq!(
+        http(addr, "PUT", "/v1/campaigns", None, &campaign).await.0,
+        401
+    );
+    assert_eq!(
+        http(
+            addr,
+            "PUT",
+            "/v1/campaigns",
+            Some("test-token-0123456788"),
+            &campaign
+        )
+        .await
+        .0,
+        401
+    );
+    let (st, body) = http(addr, "PUT", "/v1/campaigns", Some(TOKEN), &campaign).await;
+    assert_eq!(st, 200, "{body}");
+    let (st, body) = http(addr, "POST", "/v1/campaigns/555/preheat", Some(TOKEN), "").await;
+    assert_eq!(st, 200, "{body}");
+    assert!(body.contains("Preheated"), "{body}");
+    // Preheat again: live slices are left alone.
+    let (_, body) = http(addr, "POST", "/v1/campaigns/555/preheat", Some(TOKEN), "").await;
+    assert!(
+        body.contains("Live") && !body.contains("Preheated"),
+        "{body}"
+    );
+    let (st, body) = http(addr, "GET", "/v1/campaigns/555", Some(TOKEN), "").await;
+    assert_eq!(st, 200, "{body}");
+    assert!(body.contains("\"available\":10"), "{body}");
+    let (st, body) = http(addr, "POST", "/v1/campaigns/555/reconcile", Some(TOKEN), "").await;
+    assert_eq!(st, 200, "{body}");
+    assert!(body.contains("\"drift\":0"), "{body}");
+
+    // Caller mistakes: clear 4xx, nothing changed.
+    assert_eq!(
+        http(addr, "PUT", "/v1/campaigns", Some(TOKEN), "{").await.0,
+        400
+    );
+    let bad_width = campaign.replace("\"width\": 2", "\"width\": 99");
+    assert_eq!(
+        http(addr, "PUT", "/v1/campaigns", Some(TOKEN), &bad_width)
+            .await
+            .0,
+        400
+    );
+    assert_eq!(
+        http(addr, "GET", "/v1/campaigns/556", Some(TOKEN), "")
+            .await
+            .0,
+        404
+    );
+    assert_eq!(
+        http(addr, "POST", "/v1/claims/0-1-1/cancel", Some(TOKEN), "")
+            .await
+            .0,
+        404
+    );
+
+    let _ = stop.send(true);
+    task.await.unwrap().unwrap();
+}

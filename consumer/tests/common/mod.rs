@@ -1,0 +1,202 @@
+//! Shared test scaffolding: a real redis-server and a fresh MariaDB database per test, a
+//! consumer service run in-process, campaigns, and claims produced through the Lua scripts.
+#![allow(dead_code, unreachable_pub)]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use consumer::campaign::{self, Campaign};
+use consumer::{service, Config};
+use futures::StreamExt;
+use shard_router::protocol::{self, LocalEmptyShards};
+use shard_router::{keys, ClaimOutcome, ClaimRequest, RedisTarget, StockClient};
+use sqlx::MySqlPool;
+use test_support::mariadb::TestDatabase;
+use test_support::RedisServer;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+pub const SHARDS: u16 = 4;
+pub const T: Duration = Duration::from_secs(10);
+
+/// Test-speed settings: short blocks, fast recovery.
+pub fn config(redis_url: &str, mysql_url: &str) -> Config {
+    let mut c = Config::new(RedisTarget::Single(redis_url.to_owned()), SHARDS, mysql_url);
+    c.read_block = Duration::from_millis(200);
+    c.recovery_interval = Duration::from_millis(200);
+    c.claim_idle = Duration::from_millis(1500);
+    c.release_interval = Duration::from_millis(200);
+    c.reconcile_interval = Duration::from_secs(3600);
+    c.backoff_max = Duration::from_millis(500);
+    c.db_timeout = Duration::from_secs(3);
+    c
+}
+
+pub struct Stack {
+    pub redis: RedisServer,
+    pub db: TestDatabase,
+    pub cfg: Config,
+    pub client: StockClient,
+    pub pool: MySqlPool,
+}
+
+impl Stack {
+    pub async fn start() -> Self {
+        let redis = RedisServer::start();
+        let db = TestDatabase::create();
+        let cfg = config(&redis.url(), &db.url());
+        let client = StockClient::connect(cfg.stock()).await.expect("redis");
+        let pool = consumer::db::connect(&cfg.mysql_url, T)
+            .await
+            .expect("mysql");
+        consumer::db::migrate(&pool).await.expect("migrate");
+        Self {
+            redis,
+            db,
+            cfg,
+            client,
+            pool,
+        }
+    }
+
+    pub async fn count(&self, sql: &str) -> i64 {
+        sqlx::query_scalar::<_, i64>(sql)
+            .fetch_one(&self.pool)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+}
+
+/// A consumer service run in-process; `stop` drains it like SIGTERM.
+pub struct Running {
+    stop: watch::Sender<bool>,
+    task: JoinHandle<Result<(), consumer::ConsumerError>>,
+}
+
+pub fn start_consumer(cfg: Config) -> Running {
+    let (stop, rx) = consumer::signal::channel();
+    let task = tokio::spawn(service::run(cfg, None, rx));
+    Running { stop, task }
+}
+
+impl Running {
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        tokio::time::timeout(Duration::from_secs(20), self.task)
+            .await
+            .expect("consumer drains within 20 s")
+            .expect("consumer task")
+            .expect("consumer ends cleanly");
+    }
+}
+
+/// A campaign open now for an hour, stored and preheated.
+pub async fn campaign(
+    s: &Stack,
+    sku: u64,
+    stock: u64,
+    width: u16,
+    limit: u32,
+    payment_timeout_s: u32,
+) -> Campaign {
+    let now = shard_router::now_ms();
+    let c = Campaign {
+        sku,
+        name: format!("test {sku}"),
+        stock,
+        width,
+        limit,
+        start_ms: now - 1000,
+        end_ms: now + 3_600_000,
+        payment_timeout_s,
+    };
+    campaign::put(&s.pool, &c, SHARDS, T)
+        .await
+        .expect("put campaign");
+    campaign::preheat(&s.pool, &s.client, sku, T)
+        .await
+        .expect("preheat");
+    c
+}
+
+/// Claims of `users` (one unit each) through the Lua scripts, `conc` at a time; returns
+/// the claim ids of the successes.
+pub async fn claim_all(
+    client: &StockClient,
+    c: &Campaign,
+    users: Vec<String>,
+    conc: usize,
+) -> Vec<String> {
+    let meta = Arc::new(c.meta());
+    let empties = Arc::new(LocalEmptyShards::default());
+    futures::stream::iter(users)
+        .map(|user| {
+            let client = client.clone();
+            let meta = meta.clone();
+            let empties = empties.clone();
+            async move {
+                let req = ClaimRequest {
+                    sku: meta.sku,
+                    user,
+                    qty: 1,
+                    request_id: None,
+                };
+                match protocol::claim(
+                    &client,
+                    &meta,
+                    &req,
+                    empties.as_ref(),
+                    shard_router::now_ms(),
+                )
+                .await
+                {
+                    Ok(ClaimOutcome::Claimed { claim, .. }) => Some(claim.claim_id),
+                    Ok(_) => None,
+                    Err(e) => panic!("claim failed: {e}"),
+                }
+            }
+        })
+        .buffer_unordered(conc)
+        .filter_map(|x| async move { x })
+        .collect()
+        .await
+}
+
+/// Total XLEN and pending over every shard stream.
+pub async fn stream_depth(s: &Stack) -> (u64, u64) {
+    let mut total = (0, 0);
+    for shard in 0..SHARDS {
+        let st = consumer::stream::ShardStream::new(&s.client, shard, &s.cfg.group);
+        let (len, pending) = st.depth(&s.client).await.unwrap_or((0, 0));
+        total.0 += len;
+        total.1 += pending;
+    }
+    total
+}
+
+/// Polls until the ledger has `n` claims of `sku` and the streams are empty.
+pub async fn wait_drained(s: &Stack, sku: u64, n: i64, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    loop {
+        let rows = s
+            .count(&format!("SELECT COUNT(*) FROM claims WHERE sku = {sku}"))
+            .await;
+        let (len, pending) = stream_depth(s).await;
+        if rows == n && len == 0 && pending == 0 {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not drained after {limit:?}: {rows}/{n} rows, xlen {len}, pending {pending}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+pub fn users(prefix: &str, n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("{prefix}{i}")).collect()
+}
+
+pub fn stream_key(s: &Stack, shard: u16) -> String {
+    keys::claims_stream(s.client.placement(), shard)
+}

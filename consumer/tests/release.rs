@@ -1,0 +1,167 @@
+//! Release by cancel and by payment timeout: each done twice, units back once.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use consumer::release::{self, Outcome, Reason};
+use shard_router::keys;
+
+async fn slices(s: &Stack, sku: u64, width: u16) -> i64 {
+    s.client
+        .slices(sku, width)
+        .await
+        .unwrap()
+        .iter()
+        .map(|(_, v)| v.unwrap())
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_twice_returns_units_once_and_the_user_may_claim_again() {
+    let s = Stack::start().await;
+    let c = campaign(&s, 8001, 3, 2, 1, 3600).await;
+    let consumer = start_consumer(s.cfg.clone());
+    let ids = claim_all(&s.client, &c, vec!["carol".into(), "dave".into()], 2).await;
+    assert_eq!(ids.len(), 2);
+    wait_drained(&s, c.sku, 2, Duration::from_secs(20)).await;
+    let carol: String = sqlx::query_scalar("SELECT claim_id FROM claims WHERE user_id = 'carol'")
+        .fetch_one(&s.pool)
+        .await
+        .unwrap();
+
+    // Watch restock events: a slice that goes from 0 back up publishes one.
+    let mut pubsub = redis::Client::open(s.redis.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let mut ps = pubsub.as_pubsub();
+    ps.subscribe(keys::EVENTS_CHANNEL).unwrap();
+    ps.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+
+    assert_eq!(slices(&s, c.sku, 2).await, 1);
+    let first = release::release(&s.pool, &s.client, &carol, Reason::Cancelled, T)
+        .await
+        .unwrap();
+    let second = release::release(&s.pool, &s.client, &carol, Reason::Cancelled, T)
+        .await
+        .unwrap();
+    assert_eq!(
+        (first, second),
+        (Outcome::Released, Outcome::AlreadyReleased)
+    );
+    assert_eq!(slices(&s, c.sku, 2).await, 2, "one unit back, once");
+    assert_eq!(s.client.user_count(c.sku, 2, "carol").await.unwrap(), 0);
+    assert_eq!(
+        s.count("SELECT available FROM sku_stock WHERE sku = 8001")
+            .await,
+        2
+    );
+    assert!(
+        release::confirm(&s.pool, &carol, T).await.is_err(),
+        "a released claim cannot be paid"
+    );
+
+    // The user may claim again (limit 1 was used by the cancelled claim).
+    let again = claim_all(&s.client, &c, vec!["carol".into()], 1).await;
+    assert_eq!(again.len(), 1);
+    wait_drained(&s, c.sku, 3, Duration::from_secs(20)).await;
+    consumer.stop().await;
+    let r = consumer::reconcile::run(
+        &s.pool,
+        &s.client,
+        &s.cfg.group,
+        c.sku,
+        shard_router::now_ms(),
+        T,
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.drift, 0, "{r:?}");
+    // A restock is published only if the slice carol's unit came from was empty; either
+    // way, never more than one per release.
+    let mut restocks = 0;
+    while let Ok(m) = ps.get_message() {
+        let text: String = m.get_payload().unwrap();
+        if text.starts_with("restock") {
+            restocks += 1;
+        }
+    }
+    assert!(
+        restocks <= 1,
+        "at most one restock for one release, saw {restocks}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn payment_timeout_releases_once_even_when_swept_twice() {
+    let s = Stack::start().await;
+    let c = campaign(&s, 8002, 2, 1, 1, 1).await;
+    let mut cfg = s.cfg.clone();
+    cfg.release_interval = Duration::from_secs(3600); // sweeps are driven by the test
+    let consumer = start_consumer(cfg);
+    let ids = claim_all(&s.client, &c, vec!["erin".into(), "frank".into()], 2).await;
+    assert_eq!(ids.len(), 2);
+    wait_drained(&s, c.sku, 2, Duration::from_secs(20)).await;
+    release::confirm(&s.pool, &ids[1], T).await.unwrap();
+    assert_eq!(slices(&s, c.sku, 1).await, 0);
+
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let now = shard_router::now_ms();
+    let first = release::sweep(&s.pool, &s.client, now, T).await.unwrap();
+    let second = release::sweep(&s.pool, &s.client, now, T).await.unwrap();
+    assert_eq!((first, second), (1, 0), "only the unpaid claim, once");
+    // A direct second release of the same claim changes nothing either.
+    assert_eq!(
+        release::release(&s.pool, &s.client, &ids[0], Reason::PaymentTimeout, T)
+            .await
+            .unwrap(),
+        Outcome::AlreadyReleased
+    );
+    assert_eq!(slices(&s, c.sku, 1).await, 1);
+    assert_eq!(
+        s.count("SELECT available FROM sku_stock WHERE sku = 8002")
+            .await,
+        1
+    );
+    assert_eq!(
+        s.count("SELECT COUNT(*) FROM claims WHERE status = 'released'")
+            .await,
+        1
+    );
+    assert_eq!(
+        s.count("SELECT COUNT(*) FROM claims WHERE status = 'confirmed'")
+            .await,
+        1
+    );
+
+    let timed_out_user: String =
+        sqlx::query_scalar("SELECT user_id FROM claims WHERE status = 'released'")
+            .fetch_one(&s.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        s.client
+            .user_count(c.sku, 1, &timed_out_user)
+            .await
+            .unwrap(),
+        0
+    );
+    let again = claim_all(&s.client, &c, vec![timed_out_user], 1).await;
+    assert_eq!(again.len(), 1, "the released user may claim again");
+    wait_drained(&s, c.sku, 3, Duration::from_secs(20)).await;
+    consumer.stop().await;
+    let r = consumer::reconcile::run(
+        &s.pool,
+        &s.client,
+        &s.cfg.group,
+        c.sku,
+        shard_router::now_ms(),
+        T,
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.drift, 0, "{r:?}");
+}
