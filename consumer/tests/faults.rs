@@ -59,6 +59,21 @@ fn wait_exit(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
     }
 }
 
+/// The drill's figures line: acknowledged claim ids against ledger rows.
+fn figures(drill: &str, acked: &[String], ledger: &[String], recover: Duration) -> drills::Figures {
+    let rows: HashSet<&String> = ledger.iter().collect();
+    let acked_set: HashSet<&String> = acked.iter().collect();
+    drills::Figures {
+        drill: drill.to_owned(),
+        acknowledged: acked.len() as u64,
+        recorded: ledger.len() as u64,
+        lost: acked_set.difference(&rows).count() as u64,
+        duplicated: (ledger.len() - rows.len()) as u64,
+        recover_ms: Some(recover.as_millis()),
+        ..drills::Figures::default()
+    }
+}
+
 async fn ledger_ids(s: &Stack) -> Vec<String> {
     sqlx::query_scalar("SELECT claim_id FROM claims")
         .fetch_all(&s.pool)
@@ -89,10 +104,12 @@ async fn consumer_sigkilled_mid_batch_while_claims_flow_loses_and_doubles_nothin
     first.kill().unwrap(); // SIGKILL
     first.wait().unwrap();
     let at_kill = s.count("SELECT COUNT(*) FROM claims").await;
+    let restarted = Instant::now();
     let mut second = spawn_consumer(&s, &["--batch-max-rows", "200"]);
     let ids = producer.await.unwrap();
     assert_eq!(ids.len(), n);
     wait_drained(&s, c.sku, n as i64, Duration::from_secs(40)).await;
+    let recover = restarted.elapsed();
     sigterm(&second);
     assert!(wait_exit(&mut second, Duration::from_secs(15)).success());
     eprintln!("killed with {at_kill} of {n} rows committed");
@@ -102,6 +119,10 @@ async fn consumer_sigkilled_mid_batch_while_claims_flow_loses_and_doubles_nothin
     );
 
     let in_ledger = ledger_ids(&s).await;
+    println!(
+        "{} committed_at_kill={at_kill}",
+        figures("consumer-sigkill", &ids, &in_ledger, recover)
+    );
     assert_eq!(in_ledger.len(), n);
     let a: HashSet<_> = in_ledger.into_iter().collect();
     let b: HashSet<_> = ids.into_iter().collect();
@@ -183,7 +204,12 @@ async fn mysql_down_for_ten_seconds_under_load_loses_nothing() {
         drain_from.elapsed()
     );
     consumer.stop().await;
-    let in_ledger: HashSet<String> = ledger_ids(&s).await.into_iter().collect();
+    let rows = ledger_ids(&s).await;
+    println!(
+        "{} backlog_when_back={lag}",
+        figures("mysql-down-10s", &ids, &rows, drain_from.elapsed())
+    );
+    let in_ledger: HashSet<String> = rows.into_iter().collect();
     assert_eq!(in_ledger, ids.into_iter().collect::<HashSet<_>>());
     assert_eq!(s.count("SELECT COUNT(*) FROM anomalies").await, 0);
 }

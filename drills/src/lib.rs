@@ -10,6 +10,17 @@ pub mod verdict;
 
 pub use verdict::{Figures, Verdict};
 
+/// Scales a drill's load duration by `FG_DRILL_SCALE` (default 1): the short form runs in
+/// CI, `FG_DRILL_SCALE=10` is the longer local form.
+pub fn scaled(d: std::time::Duration) -> std::time::Duration {
+    let scale = std::env::var("FG_DRILL_SCALE")
+        .ok()
+        .and_then(|v| v.parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s > 0.0 && *s <= 100.0)
+        .unwrap_or(1.0);
+    d.mul_f64(scale)
+}
+
 /// Sends `sig` (`STOP`, `CONT`, `KILL`) to a process.
 pub fn signal(pid: u32, sig: &str) {
     let ok = std::process::Command::new("kill")

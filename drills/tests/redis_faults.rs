@@ -43,10 +43,17 @@ async fn failover(durability: Durability) -> verdict::Figures {
     let load = {
         let (client, meta) = (client.clone(), meta.clone());
         tokio::spawn(async move {
-            load::run(&client, &meta, 8, Duration::from_secs(8), durability).await
+            load::run(
+                &client,
+                &meta,
+                8,
+                drills::scaled(Duration::from_secs(8)),
+                durability,
+            )
+            .await
         })
     };
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    tokio::time::sleep(drills::scaled(Duration::from_secs(1))).await;
     cluster.nodes_mut()[victim].kill();
     let killed = Instant::now();
     let answers = load.await.expect("load");
@@ -110,10 +117,17 @@ async fn sigstop_is_bounded_and_books_close() {
     let load = {
         let (client, meta) = (client.clone(), meta.clone());
         tokio::spawn(async move {
-            load::run(&client, &meta, 8, Duration::from_secs(4), Durability::None).await
+            load::run(
+                &client,
+                &meta,
+                8,
+                drills::scaled(Duration::from_secs(4)),
+                Durability::None,
+            )
+            .await
         })
     };
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    tokio::time::sleep(drills::scaled(Duration::from_millis(800))).await;
     signal(pid, "STOP");
     // While frozen, a single claim must fail within the bound, not hang.
     let t = Instant::now();

@@ -55,7 +55,7 @@ async fn gateway_sigkill_takes_nothing_without_a_record() {
     wait_ready(addr).await;
 
     let answers = Arc::new(Mutex::new(Answers::default()));
-    let deadline = Instant::now() + Duration::from_secs(3);
+    let deadline = Instant::now() + drills::scaled(Duration::from_secs(3));
     let mut tasks = Vec::new();
     for t in 0..16 {
         let answers = answers.clone();
@@ -98,7 +98,7 @@ async fn gateway_sigkill_takes_nothing_without_a_record() {
             }
         }));
     }
-    tokio::time::sleep(Duration::from_millis(1000)).await;
+    tokio::time::sleep(drills::scaled(Duration::from_millis(1000))).await;
     let _ = gw.0.kill();
     let _ = gw.0.wait();
     for t in tasks {
