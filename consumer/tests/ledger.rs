@@ -262,3 +262,24 @@ async fn poison_entry_goes_to_the_dead_letters_after_max_deliveries() {
     );
     assert_eq!(s.count("SELECT COUNT(*) FROM claims").await, 0);
 }
+
+/// User ids differ byte for byte, as in Redis: ids that a case- or accent-insensitive
+/// collation would merge ("Alice"/"alice", "bob"/"bob ", "josé"/"jose") are separate users
+/// with separate ledger rows, not duplicates of each other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn user_ids_are_compared_byte_for_byte() {
+    let s = Stack::start().await;
+    let c = campaign(&s, 7101, 10, SHARDS, 1, 3600).await;
+    let consumer = start_consumer(s.cfg.clone());
+    let names = ["Alice", "alice", "bob", "bob ", "josé", "jose"].map(str::to_owned);
+    let ids = claim_all(&s.client, &c, names.to_vec(), 2).await;
+    assert_eq!(ids.len(), names.len(), "Redis serves six users");
+    wait_drained(&s, c.sku, names.len() as i64, Duration::from_secs(30)).await;
+    consumer.stop().await;
+    assert_eq!(
+        s.count("SELECT COUNT(*) FROM claims WHERE sku = 7101")
+            .await,
+        6
+    );
+    assert_eq!(s.count("SELECT COUNT(*) FROM anomalies").await, 0);
+}

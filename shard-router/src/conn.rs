@@ -90,10 +90,15 @@ impl RedisConn {
                     Ok(Self::Single(cm))
                 }
                 RedisTarget::Cluster(nodes) => {
+                    // No client-side retries: redis-rs re-sends a command whose
+                    // connection dropped, and a claim script run twice takes a unit the
+                    // client never hears of. A dropped or redirected call surfaces as an
+                    // error (a 503 for the claim, ambiguous when it was sent); the slot map
+                    // is refreshed for the next call.
                     let client = ClusterClientBuilder::new(nodes.iter().map(String::as_str))
                         .connection_timeout(t.connect)
                         .response_timeout(t.response)
-                        .retries(2)
+                        .retries(0)
                         .build()
                         .map_err(err)?;
                     Ok(Self::Cluster(

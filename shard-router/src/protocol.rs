@@ -133,7 +133,25 @@ pub async fn claim_with(
     let rid = req.request_id.as_deref();
     let mut end = ClaimOutcome::SoldOut;
     for shard in others {
-        match client.take(req, shard, home, user_seq, now_ms).await? {
+        let taken = match client.take(req, shard, home, user_seq, now_ms).await {
+            Ok(t) => t,
+            Err(e) => {
+                // A clear failure took nothing: give the count back now instead of leaving
+                // the user blocked until the consumer resolves the hold. An ambiguous one
+                // (timeout, dropped connection) may have taken a unit: the hold stays for
+                // the consumer to settle against the ledger.
+                if !e.is_ambiguous() {
+                    if let Err(undo) = client
+                        .settle(meta.sku, home, &req.user, user_seq, rid, &Settlement::Undo)
+                        .await
+                    {
+                        tracing::warn!(sku = meta.sku, user = %req.user, error = %undo, "undo after a failed take failed; hold left for the consumer");
+                    }
+                }
+                return Err(e);
+            }
+        };
+        match taken {
             TakeOutcome::Claimed {
                 claim_id,
                 remaining,

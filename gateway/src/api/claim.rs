@@ -81,13 +81,11 @@ async fn claim(app: &App, req: Request<Incoming>) -> (&'static str, Reply) {
     }
 
     let started = Instant::now();
-    let blind = protocol::LocalEmptyShards::default();
-    let empties: &dyn EmptyShards = if app.sold_out_cache { &*state } else { &blind };
-    let result = protocol::claim_with(client, meta, &req, empties, now, app.second_chance).await;
+    let result = run_detached(app, client, &state, &req, now).await;
     metrics::histogram!(REDIS_SECONDS, "op" => "claim").record(started.elapsed().as_secs_f64());
     match result {
         Ok(ClaimOutcome::Claimed { claim, rerouted }) => {
-            if let Some(reply) = unconfirmed(app, client, &claim).await {
+            if let Some(reply) = unconfirmed(app, client, &claim, meta, &req.user).await {
                 return (outcome::UNAVAILABLE, reply);
             }
             let kind = if rerouted {
@@ -98,7 +96,7 @@ async fn claim(app: &App, req: Request<Incoming>) -> (&'static str, Reply) {
             (kind, claimed(StatusCode::CREATED, &claim))
         }
         Ok(ClaimOutcome::Replay(claim)) => {
-            if let Some(reply) = unconfirmed(app, client, &claim).await {
+            if let Some(reply) = unconfirmed(app, client, &claim, meta, &req.user).await {
                 return (outcome::UNAVAILABLE, reply);
             }
             (outcome::REPLAY, claimed(StatusCode::OK, &claim))
@@ -145,16 +143,48 @@ async fn claim(app: &App, req: Request<Incoming>) -> (&'static str, Reply) {
     }
 }
 
+/// Runs the claim protocol in its own task: hyper drops a handler whose client went away,
+/// and a protocol dropped between hold and settle would leave the user's count held until
+/// the consumer resolves it. The task always runs to the end (each step is bounded).
+async fn run_detached(
+    app: &App,
+    client: &shard_router::StockClient,
+    state: &std::sync::Arc<crate::cache::SkuState>,
+    req: &shard_router::ClaimRequest,
+    now: i64,
+) -> Result<ClaimOutcome, StockError> {
+    let (client, state, req) = (client.clone(), state.clone(), req.clone());
+    let (cache_on, second_chance) = (app.sold_out_cache, app.second_chance);
+    let task = tokio::spawn(async move {
+        let blind = protocol::LocalEmptyShards::default();
+        let empties: &dyn EmptyShards = if cache_on { &*state } else { &blind };
+        protocol::claim_with(&client, &state.meta, &req, empties, now, second_chance).await
+    });
+    task.await.unwrap_or_else(|e| {
+        Err(StockError::Protocol {
+            op: "claim",
+            detail: format!("claim task failed: {e}"),
+        })
+    })
+}
+
 /// In replica mode, the 503 for a claim no replica confirmed. Taken and recorded on the
 /// primary, but a failover now could lose it, so it is not acknowledged: a retry with the
-/// same request_id replays it once it is safe, or claims afresh if it was lost.
+/// same request_id replays it once it is safe, or claims afresh if it was lost. A rerouted
+/// claim wrote on two shards (units and record on `claim.shard`; the user's count, sequence
+/// and replay answer on `home`), so both must be confirmed.
 async fn unconfirmed(
     app: &App,
     client: &shard_router::StockClient,
     claim: &Claim,
+    meta: &shard_router::SkuMeta,
+    user: &str,
 ) -> Option<Reply> {
     let wait = app.replica_wait?;
-    if durability::confirm(client, claim.shard, wait).await {
+    let home = client.placement().home_shard(meta.sku, meta.width, user);
+    let stock_side = durability::confirm(client, claim.shard, wait).await;
+    let user_side = claim.shard == home || durability::confirm(client, home, wait).await;
+    if stock_side && user_side {
         return None;
     }
     Some(
