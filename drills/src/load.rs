@@ -41,6 +41,7 @@ pub async fn run(
     tasks: usize,
     duration: Duration,
     durability: Durability,
+    users: u64,
 ) -> Answers {
     let answers = Arc::new(Mutex::new(Answers::default()));
     let stop = Arc::new(AtomicBool::new(false));
@@ -61,7 +62,8 @@ pub async fn run(
                 n += 1;
                 let req = ClaimRequest {
                     sku: meta.sku,
-                    user: format!("d{t}-{n}"),
+                    // A stride co-prime with common pool sizes walks the whole pool.
+                    user: format!("d{}", (t as u64 * 1_000_003 + n * 7_919) % users.max(1)),
                     qty: 1,
                     request_id: None,
                 };
