@@ -133,7 +133,7 @@ impl Admin {
                     Err(e) => return error(StatusCode::BAD_REQUEST, &format!("campaign JSON: {e}")),
                 };
                 respond(
-                    campaign::put(&self.pool, &c, self.cfg.shards, t)
+                    campaign::put_checked(&self.pool, &self.client, &c, self.cfg.shards, t)
                         .await
                         .map(|()| serde_json::json!({"status": "ok", "sku": c.sku})),
                 )

@@ -140,6 +140,36 @@ pub async fn put(
     Ok(())
 }
 
+/// [`put`] for operators (CLI and admin API): refuses a stock change once the SKU is
+/// preheated. Preheat never overwrites a live slice, so a new stock would reach the ledger
+/// but not Redis, and Redis would keep selling the old one.
+pub async fn put_checked(
+    pool: &MySqlPool,
+    client: &StockClient,
+    c: &Campaign,
+    shards: u16,
+    t: Duration,
+) -> Result<(), ConsumerError> {
+    match get(pool, c.sku, t).await {
+        Ok(old) if old.stock != c.stock => {
+            let live = client
+                .slices(c.sku, old.width)
+                .await?
+                .iter()
+                .any(|(_, slice)| slice.is_some());
+            if live {
+                return Err(ConsumerError::Invalid(format!(
+                    "sku {} is preheated: its stock {} cannot change to {} (live slices are never overwritten)",
+                    c.sku, old.stock, c.stock
+                )));
+            }
+        }
+        Ok(_) | Err(ConsumerError::NotFound(_)) => {}
+        Err(e) => return Err(e),
+    }
+    put(pool, c, shards, t).await
+}
+
 pub async fn get(pool: &MySqlPool, sku: u64, t: Duration) -> Result<Campaign, ConsumerError> {
     let row = bounded(
         "read campaign",

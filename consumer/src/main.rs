@@ -64,7 +64,7 @@ async fn real_main(cli: Cli) -> anyhow::Result<()> {
         Command::Run(_) => unreachable!("handled above"),
         Command::Migrate => serde_json::json!({"status": "migrated"}),
         Command::Campaign(a) => {
-            campaign::put(&pool, &a.campaign(), cfg.shards, t).await?;
+            campaign::put_checked(&pool, &client().await?, &a.campaign(), cfg.shards, t).await?;
             serde_json::to_value(campaign::get(&pool, a.sku, t).await?)?
         }
         Command::Preheat { sku } => {
