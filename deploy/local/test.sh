@@ -17,3 +17,5 @@ cargo fmt --all -- --check
 say "cargo test --workspace"
 # Cluster tests start several redis-server processes each; two test threads fit 2 cores.
 cargo test --workspace --locked -- --test-threads="${FG_TEST_THREADS:-2}"
+say "end to end: demo sale through haproxy, 2 gateways, consumer and ledger (debug build)"
+FG_BUILD=debug ./deploy/local/demo.sh
