@@ -35,7 +35,7 @@ async fn failover(durability: Durability) -> verdict::Figures {
     let client = connect(RedisTarget::Cluster(cluster.urls())).await;
     // Stock that lasts past the kill but sells out during the drill, users that come back
     // for a second unit: the oversell and limit checks below can fail.
-    let meta = open_meta(4001, 12_000, 16, 2);
+    let meta = open_meta(4001, drills::scaled_count(12_000), 16, 2);
     client.preheat(&meta).await.expect("preheat");
 
     let victim_shard = client.placement().shards_of(meta.sku, meta.width)[0];
@@ -51,7 +51,7 @@ async fn failover(durability: Durability) -> verdict::Figures {
                 8,
                 drills::scaled(Duration::from_secs(8)),
                 durability,
-                8_000,
+                drills::scaled_count(8_000),
             )
             .await
         })
@@ -113,7 +113,7 @@ async fn cluster_failover_none_is_measured() {
 async fn sigstop_is_bounded_and_books_close() {
     let redis = RedisServer::start();
     let client = connect(RedisTarget::Single(redis.url())).await;
-    let meta = open_meta(7001, 8_000, 8, 2);
+    let meta = open_meta(7001, drills::scaled_count(8_000), 8, 2);
     client.preheat(&meta).await.expect("preheat");
     let pid = redis.pid().expect("pid");
 
@@ -126,7 +126,7 @@ async fn sigstop_is_bounded_and_books_close() {
                 8,
                 drills::scaled(Duration::from_secs(4)),
                 Durability::None,
-                5_000,
+                drills::scaled_count(5_000),
             )
             .await
         })
