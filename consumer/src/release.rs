@@ -45,7 +45,8 @@ async fn row(pool: &MySqlPool, claim_id: &str, t: Duration) -> Result<Row, Consu
     bounded(
         "read claim",
         t,
-        sqlx::query_as("SELECT sku, user_id, qty, shard, home, CAST(status AS CHAR) FROM claims WHERE claim_id = ?")
+        // user_id has a binary collation (byte-exact users); sqlx decodes only text as String.
+        sqlx::query_as("SELECT sku, CAST(user_id AS CHAR), qty, shard, home, CAST(status AS CHAR) FROM claims WHERE claim_id = ?")
             .bind(claim_id)
             .fetch_optional(pool),
     )

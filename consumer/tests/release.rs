@@ -138,7 +138,7 @@ async fn payment_timeout_releases_once_even_when_swept_twice() {
     );
 
     let timed_out_user: String =
-        sqlx::query_scalar("SELECT user_id FROM claims WHERE status = 'released'")
+        sqlx::query_scalar("SELECT CAST(user_id AS CHAR) FROM claims WHERE status = 'released'")
             .fetch_one(&s.pool)
             .await
             .unwrap();
