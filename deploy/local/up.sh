@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Starts a local flashgate stack in the background and prints where everything is, as
-# KEY=value lines (source them with `eval "$(./deploy/local/up.sh)"`):
+# KEY=value lines (export them with `eval "$(./deploy/local/up.sh | sed 's/^/export /')"`):
 #   private redis-server (or a 3-master cluster with FG_CLUSTER=1), MariaDB (the machine's,
-#   database flashgate_local), the consumer, two gateways, and haproxy in front when it is
-#   installed. Idempotent: a stack that is already up is reported, not started twice.
+#   database flashgate_local, recreated empty at each start), the consumer, two gateways,
+#   and haproxy in front when it is installed. Idempotent: a stack that is already up is
+#   reported, not started twice.
 # Settings (environment): FG_CLUSTER=0|1, FG_SHARDS (16), FG_DURABILITY (none|replica),
 #   FG_GATEWAY_ARGS (extra gateway flags, e.g. for ablations), FG_BUILD=release|debug.
 set -euo pipefail
@@ -77,8 +78,10 @@ else
 fi
 
 MYSQL_URL="$FLASHGATE_TEST_MYSQL_URL/flashgate_local"
+# A fresh ledger for a fresh Redis: the private Redis keeps nothing across runs, and an old
+# ledger's unpaid claims would be released into the new slices.
 mariadb -h127.0.0.1 -u"$FG_MYSQL_USER" -p"$FG_MYSQL_PASSWORD" \
-  -e 'CREATE DATABASE IF NOT EXISTS flashgate_local'
+  -e 'DROP DATABASE IF EXISTS flashgate_local; CREATE DATABASE flashgate_local'
 ADMIN_TOKEN="local-admin-token-$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')"
 
 "$BIN/consumer" "${REDIS_FLAGS[@]}" --shards "$FG_SHARDS" --mysql "$MYSQL_URL" \
