@@ -95,6 +95,10 @@ pub struct RunArgs {
     pub release_interval_ms: u64,
     #[arg(long, env = "FLASHGATE_RECONCILE_INTERVAL_MS", default_value_t = config::DEFAULT_RECONCILE_INTERVAL.as_millis() as u64)]
     pub reconcile_interval_ms: u64,
+    /// Durability `replica` (use with gateways in `--durability replica`): read entries go
+    /// to the ledger only once `WAIT 1 <ms>` confirmed a replica holds them.
+    #[arg(long, env = "FLASHGATE_REPLICA_WAIT_MS")]
+    pub replica_wait_ms: Option<u64>,
 }
 
 #[derive(Debug, Args)]
@@ -158,5 +162,6 @@ impl RunArgs {
         cfg.max_deliveries = self.max_deliveries;
         cfg.release_interval = Duration::from_millis(self.release_interval_ms);
         cfg.reconcile_interval = Duration::from_millis(self.reconcile_interval_ms);
+        cfg.replica_wait = self.replica_wait_ms.map(Duration::from_millis);
     }
 }

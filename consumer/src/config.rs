@@ -70,6 +70,10 @@ pub struct Config {
     pub release_interval: Duration,
     pub reconcile_interval: Duration,
     pub drain_grace: Duration,
+    /// Durability `replica`: entries reach the ledger only after `WAIT 1 <this>` on the
+    /// reader's connection confirmed a replica has them. Otherwise a failover could lose a
+    /// decrement the ledger already holds, and the unit would be sold twice.
+    pub replica_wait: Option<Duration>,
     /// Admin HTTP listener (`/metrics`, `/healthz`, campaign API); `None` = no listener.
     pub admin_addr: Option<std::net::SocketAddr>,
     /// Bearer token of the admin API; `None` leaves only `/metrics` and `/healthz` open.
@@ -103,6 +107,7 @@ impl Config {
             release_interval: DEFAULT_RELEASE_INTERVAL,
             reconcile_interval: DEFAULT_RECONCILE_INTERVAL,
             drain_grace: DEFAULT_DRAIN_GRACE,
+            replica_wait: None,
             admin_addr: None,
             admin_token: None,
         }

@@ -17,6 +17,7 @@ pub const DEAD_LETTERED: &str = "flashgate_consumer_dead_lettered_total";
 pub const RELEASED: &str = "flashgate_consumer_released_total";
 pub const RECONCILE_DRIFT: &str = "flashgate_reconcile_drift";
 pub const STALE_HOLDS: &str = "flashgate_consumer_stale_holds_resolved_total";
+pub const REPLICA_UNCONFIRMED: &str = "flashgate_consumer_replica_unconfirmed_total";
 
 static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
 

@@ -56,10 +56,44 @@ pub async fn run(
                 }
             }
         }
+        // In flight first: recovery then keeps them fresh instead of taking them over
+        // while the replica wait below runs.
         inflight.add(stream.shard, batch.iter().map(|d| d.entry_id.as_str()));
+        if let Some(wait) = cfg.replica_wait {
+            if !replicated(&client, &stream, wait, &mut backoff, &mut shutdown).await {
+                // Shutting down: the entries stay pending for another consumer.
+                break;
+            }
+        }
         if tx.send(batch).await.is_err() {
             break;
         }
     }
     tracing::debug!(shard = stream.shard, "reader stopped");
+}
+
+/// Waits until a replica holds this connection's writes so far. XREADGROUP is itself a
+/// write (it moves the group), and replication is ordered, so a confirmed read implies the
+/// replica also has the entries and their decrements. Retries with backoff until confirmed;
+/// false only on shutdown.
+async fn replicated(
+    client: &StockClient,
+    stream: &ShardStream,
+    wait: std::time::Duration,
+    backoff: &mut Backoff,
+    shutdown: &mut watch::Receiver<bool>,
+) -> bool {
+    loop {
+        match client.wait_replicas(stream.shard, 1, wait).await {
+            Ok(n) if n >= 1 => return true,
+            Ok(_) => tracing::warn!(shard = stream.shard, "no replica confirmed the read yet"),
+            Err(e) => {
+                tracing::warn!(shard = stream.shard, error = %e, "WAIT after XREADGROUP failed")
+            }
+        }
+        metrics::counter!(crate::metrics::REPLICA_UNCONFIRMED).increment(1);
+        if !backoff.sleep(shutdown).await {
+            return false;
+        }
+    }
 }

@@ -132,6 +132,13 @@ impl Recovery {
                 }
             }
         }
+        if !take.is_empty() && !self.replicated().await {
+            // Durability replica: XAUTOCLAIM is a write on this connection after the
+            // entries' XADDs, so a confirmed WAIT covers them; unconfirmed, they wait for
+            // a later round.
+            metrics::counter!(m::REPLICA_UNCONFIRMED).increment(1);
+            return Ok(());
+        }
         if !take.is_empty() {
             metrics::counter!(m::RECOVERED).increment(take.len() as u64);
             tracing::info!(
@@ -144,6 +151,18 @@ impl Recovery {
             let _ = tx.send(take).await;
         }
         Ok(())
+    }
+
+    /// True unless durability replica is on and no replica confirmed this connection's
+    /// writes so far.
+    async fn replicated(&self) -> bool {
+        match self.cfg.replica_wait {
+            None => true,
+            Some(wait) => matches!(
+                self.client.wait_replicas(self.stream.shard, 1, wait).await,
+                Ok(n) if n >= 1
+            ),
+        }
     }
 
     async fn dead_letter(

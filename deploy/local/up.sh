@@ -82,10 +82,12 @@ MYSQL_URL="$FLASHGATE_TEST_MYSQL_URL/flashgate_local"
 # ledger's unpaid claims would be released into the new slices.
 mariadb -h127.0.0.1 -u"$FG_MYSQL_USER" -p"$FG_MYSQL_PASSWORD" \
   -e 'DROP DATABASE IF EXISTS flashgate_local; CREATE DATABASE flashgate_local'
+consumer_durability=()
+[ "${FG_DURABILITY:-none}" = replica ] && consumer_durability=(--replica-wait-ms 50)
 ADMIN_TOKEN="local-admin-token-$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')"
 
 "$BIN/consumer" "${REDIS_FLAGS[@]}" --shards "$FG_SHARDS" --mysql "$MYSQL_URL" \
-  run --admin-addr "127.0.0.1:$CONSUMER_ADMIN" --admin-token "$ADMIN_TOKEN" \
+  run --admin-addr "127.0.0.1:$CONSUMER_ADMIN" --admin-token "$ADMIN_TOKEN" "${consumer_durability[@]}" \
   </dev/null >"$STACK/logs/consumer.log" 2>&1 &
 echo $! >>"$STACK/pids"
 
