@@ -61,16 +61,7 @@ async fn fifty_thousand_claims_land_exactly_once() {
         (0, 0),
         "streams drained and trimmed"
     );
-    let r = consumer::reconcile::run(
-        &s.pool,
-        &s.client,
-        &s.cfg.group,
-        c.sku,
-        shard_router::now_ms(),
-        T,
-    )
-    .await
-    .unwrap();
+    let r = s.reconcile(c.sku).await;
     assert_eq!(r.drift, 0, "{r:?}");
 }
 
@@ -205,16 +196,7 @@ async fn second_record_of_one_user_claim_is_rejected_and_its_units_return() {
         1,
         "user count untouched"
     );
-    let r = consumer::reconcile::run(
-        &s.pool,
-        &s.client,
-        &s.cfg.group,
-        c.sku,
-        shard_router::now_ms(),
-        T,
-    )
-    .await
-    .unwrap();
+    let r = s.reconcile(c.sku).await;
     assert_eq!(r.drift, 0, "{r:?}");
 }
 

@@ -6,7 +6,6 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use consumer::reconcile;
 use shard_router::keys::ShardKeys;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -19,16 +18,7 @@ async fn reconciliation_reports_a_slice_changed_by_hand() {
     assert_eq!(ids.len(), 10);
     wait_drained(&s, c.sku, 10, Duration::from_secs(20)).await;
 
-    let clean = reconcile::run(
-        &s.pool,
-        &s.client,
-        &s.cfg.group,
-        c.sku,
-        shard_router::now_ms(),
-        T,
-    )
-    .await
-    .unwrap();
+    let clean = s.reconcile(c.sku).await;
     assert_eq!(
         (
             clean.slices + clean.in_flight + clean.active_ledger,
@@ -47,16 +37,7 @@ async fn reconciliation_reports_a_slice_changed_by_hand() {
         .query(&mut conn)
         .unwrap();
 
-    let r = reconcile::run(
-        &s.pool,
-        &s.client,
-        &s.cfg.group,
-        c.sku,
-        shard_router::now_ms(),
-        T,
-    )
-    .await
-    .unwrap();
+    let r = s.reconcile(c.sku).await;
     consumer.stop().await;
     assert_eq!(r.drift, 3, "{r:?}");
     assert_eq!(
@@ -109,16 +90,7 @@ async fn stale_holds_are_kept_or_undone_by_the_ledger() {
     assert_eq!(s.client.user_count(c.sku, 1, "gina").await.unwrap(), 3);
 
     // Before the consumer runs, the seq-1 claim is only in the stream: still found.
-    let r = reconcile::run(
-        &s.pool,
-        &s.client,
-        &s.cfg.group,
-        c.sku,
-        shard_router::now_ms(),
-        T,
-    )
-    .await
-    .unwrap();
+    let r = s.reconcile(c.sku).await;
     assert_eq!(r.stale_holds, 2);
     assert_eq!(r.drift, 0, "{r:?}");
     // Keep left the count, undo took its unit back.

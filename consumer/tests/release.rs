@@ -69,16 +69,7 @@ async fn cancel_twice_returns_units_once_and_the_user_may_claim_again() {
     assert_eq!(again.len(), 1);
     wait_drained(&s, c.sku, 3, Duration::from_secs(20)).await;
     consumer.stop().await;
-    let r = consumer::reconcile::run(
-        &s.pool,
-        &s.client,
-        &s.cfg.group,
-        c.sku,
-        shard_router::now_ms(),
-        T,
-    )
-    .await
-    .unwrap();
+    let r = s.reconcile(c.sku).await;
     assert_eq!(r.drift, 0, "{r:?}");
     // A restock is published only if the slice carol's unit came from was empty; either
     // way, never more than one per release.
@@ -153,15 +144,6 @@ async fn payment_timeout_releases_once_even_when_swept_twice() {
     assert_eq!(again.len(), 1, "the released user may claim again");
     wait_drained(&s, c.sku, 3, Duration::from_secs(20)).await;
     consumer.stop().await;
-    let r = consumer::reconcile::run(
-        &s.pool,
-        &s.client,
-        &s.cfg.group,
-        c.sku,
-        shard_router::now_ms(),
-        T,
-    )
-    .await
-    .unwrap();
+    let r = s.reconcile(c.sku).await;
     assert_eq!(r.drift, 0, "{r:?}");
 }

@@ -59,6 +59,20 @@ impl Stack {
         }
     }
 
+    /// Reconciles `sku` now (invariant 4) and returns the report.
+    pub async fn reconcile(&self, sku: u64) -> consumer::reconcile::Report {
+        consumer::reconcile::run(
+            &self.pool,
+            &self.client,
+            &self.cfg.group,
+            sku,
+            shard_router::now_ms(),
+            T,
+        )
+        .await
+        .expect("reconcile")
+    }
+
     pub async fn count(&self, sql: &str) -> i64 {
         sqlx::query_scalar::<_, i64>(sql)
             .fetch_one(&self.pool)
