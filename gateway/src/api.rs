@@ -14,7 +14,7 @@ use hyper::body::Incoming;
 use hyper::{Method, Request, Response};
 
 use crate::app::App;
-use crate::metrics::{outcome, CLAIMS, REQUESTS, REQUEST_SECONDS};
+use crate::metrics::{REQUESTS, REQUEST_SECONDS};
 use reply::{Body, Reply};
 
 /// The claim API listener.
@@ -25,15 +25,11 @@ pub(crate) async fn api(app: Arc<App>, req: Request<Incoming>) -> Response<Body>
         ("/healthz", &Method::GET) => ("healthz", probes::healthz()),
         ("/readyz", &Method::GET) => ("readyz", probes::readyz(&app)),
         ("/healthz" | "/readyz", _) => ("probe", Reply::method_not_allowed("GET")),
-        ("/v1/claims", &Method::POST) => (
-            "claims",
-            admitted(&app, true, claim::handle(&app, req)).await,
-        ),
+        // A claim takes its in-flight slot itself, once its body is in (see claim.rs).
+        ("/v1/claims", &Method::POST) => ("claims", claim::handle(&app, req).await),
         ("/v1/claims", _) => ("claims", Reply::method_not_allowed("POST")),
         (p, m) => match p.strip_prefix("/v1/skus/") {
-            Some(sku) if m == Method::GET => {
-                ("sku", admitted(&app, false, sku::handle(&app, sku)).await)
-            }
+            Some(sku) if m == Method::GET => ("sku", admitted(&app, sku::handle(&app, sku)).await),
             Some(_) => ("sku", Reply::method_not_allowed("GET")),
             None => ("other", Reply::not_found(p)),
         },
@@ -57,19 +53,10 @@ pub(crate) async fn admin(app: Arc<App>, req: Request<Incoming>) -> Response<Bod
 }
 
 /// Runs `handler` under an in-flight slot, or sheds the request at once.
-async fn admitted(
-    app: &App,
-    is_claim: bool,
-    handler: impl std::future::Future<Output = Reply>,
-) -> Reply {
+async fn admitted(app: &App, handler: impl std::future::Future<Output = Reply>) -> Reply {
     match app.admission.enter() {
         Some(_slot) => handler.await,
-        None => {
-            if is_claim {
-                metrics::counter!(CLAIMS, "outcome" => outcome::REJECTED).increment(1);
-            }
-            Reply::overloaded()
-        }
+        None => Reply::overloaded(),
     }
 }
 

@@ -48,8 +48,17 @@ async fn shutdown_finishes_in_flight_claims_and_refuses_new_connections() {
     gw.signal_stop();
     let run = gw.task();
 
-    // Draining: not ready, still listening.
-    let (status, _, v) = get(gw.api, "/readyz").await.unwrap();
+    // Draining: not ready, still listening. The signal reaches `run` asynchronously, so
+    // poll briefly (well inside the 300 ms drain delay) instead of racing it.
+    let (status, v) = loop {
+        let (status, _, v) = get(gw.api, "/readyz").await.unwrap();
+        if status == StatusCode::SERVICE_UNAVAILABLE
+            || signalled.elapsed() > Duration::from_millis(250)
+        {
+            break (status, v);
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{v}");
     assert_eq!(v["error"], "draining");
     // Then the listener closes while the claims are still parked.

@@ -35,6 +35,12 @@ async fn claim(app: &App, req: Request<Incoming>) -> (&'static str, Reply) {
         Ok(r) => r,
         Err(reply) => return (outcome::REJECTED, reply),
     };
+    // The in-flight slot is taken only once the body is in: a body that trickles in holds
+    // a connection (bounded by --max-connections and the body timeout), never a slot, so
+    // slow senders cannot shed everyone else's claims.
+    let Some(_slot) = app.admission.enter() else {
+        return (outcome::REJECTED, Reply::overloaded());
+    };
     let Some(client) = app.link.client() else {
         return (
             outcome::UNAVAILABLE,
