@@ -200,6 +200,22 @@ async fn take_stock(
     .await
 }
 
+/// Claim ids bound per `IN (...)` query, well inside MySQL's placeholder limit.
+pub(crate) const IDS_PER_QUERY: usize = 5000;
+
+/// `SELECT claim_id FROM claims WHERE claim_id IN (<ids>)`, open for more conditions.
+pub(crate) fn claim_ids_query<'a>(
+    records: impl IntoIterator<Item = &'a ClaimRecord>,
+) -> QueryBuilder<'a, MySql> {
+    let mut q = QueryBuilder::<MySql>::new("SELECT claim_id FROM claims WHERE claim_id IN (");
+    let mut list = q.separated(", ");
+    for r in records {
+        list.push_bind(&r.claim_id);
+    }
+    q.push(")");
+    q
+}
+
 /// Claim ids among `records` present in the ledger (optionally only those of `batch_id`).
 async fn ids_where(
     tx: &mut Transaction<'_, MySql>,
@@ -208,13 +224,8 @@ async fn ids_where(
     timeout: Duration,
 ) -> Result<HashSet<String>, ConsumerError> {
     let mut found = HashSet::new();
-    for chunk in records.chunks(5000) {
-        let mut q = QueryBuilder::<MySql>::new("SELECT claim_id FROM claims WHERE claim_id IN (");
-        let mut list = q.separated(", ");
-        for r in chunk {
-            list.push_bind(&r.claim_id);
-        }
-        q.push(")");
+    for chunk in records.chunks(IDS_PER_QUERY) {
+        let mut q = claim_ids_query(chunk.iter().copied());
         if let Some(b) = batch_id {
             q.push(" AND batch_id = ").push_bind(b);
         }

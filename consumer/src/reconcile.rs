@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde::Serialize;
 use shard_router::keys::ShardKeys;
 use shard_router::{Claim, ClaimRecord, SettleOutcome, Settlement, StockClient};
-use sqlx::{MySql, MySqlPool, QueryBuilder};
+use sqlx::MySqlPool;
 
 use crate::campaign;
 use crate::db::bounded;
@@ -126,13 +126,8 @@ async fn measure(
     // ledger and not counted twice.
     let records = in_flight_records(client, streams, sku).await?;
     let mut in_ledger = HashSet::new();
-    for chunk in records.chunks(5000) {
-        let mut q = QueryBuilder::<MySql>::new("SELECT claim_id FROM claims WHERE claim_id IN (");
-        let mut list = q.separated(", ");
-        for r in chunk {
-            list.push_bind(&r.claim_id);
-        }
-        q.push(")");
+    for chunk in records.chunks(ledger::IDS_PER_QUERY) {
+        let mut q = ledger::claim_ids_query(chunk);
         let ids: Vec<String> =
             bounded("in-flight ids", t, q.build_query_scalar().fetch_all(pool)).await?;
         in_ledger.extend(ids);

@@ -3,13 +3,9 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
-use consumer::campaign::{self, Campaign};
-use shard_router::{RedisTarget, StockClient};
-use test_support::mariadb::TestDatabase;
-use test_support::RedisCluster;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_replica_nothing_reaches_the_ledger() {
@@ -34,41 +30,13 @@ async fn without_a_replica_nothing_reaches_the_ledger() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_replicas_every_claim_lands_once() {
-    let cluster = RedisCluster::start(3, 1);
-    let db = TestDatabase::create();
-    let mut cfg = config("redis://unused", &db.url());
-    cfg.redis = RedisTarget::Cluster(cluster.urls());
+    let s = ClusterStack::start(1).await;
+    let c = open_campaign(&s.pool, &s.client, 12002, 300, SHARDS, 1, 3600).await;
+    let mut cfg = s.cfg.clone();
     cfg.replica_wait = Some(Duration::from_millis(200));
-    let client = StockClient::connect(cfg.stock()).await.unwrap();
-    let pool = consumer::db::connect(&cfg.mysql_url, T).await.unwrap();
-    consumer::db::migrate(&pool).await.unwrap();
-    let now = shard_router::now_ms();
-    let c = Campaign {
-        sku: 12002,
-        name: "replica".into(),
-        stock: 300,
-        width: SHARDS,
-        limit: 1,
-        start_ms: now - 1000,
-        end_ms: now + 3_600_000,
-        payment_timeout_s: 3600,
-    };
-    campaign::put(&pool, &c, SHARDS, T).await.unwrap();
-    campaign::preheat(&pool, &client, c.sku, T).await.unwrap();
     let consumer = start_consumer(cfg);
-    let ids = claim_all(&client, &c, users("q", 300), 8).await;
+    let ids = claim_all(&s.client, &c, users("q", 300), 8).await;
     assert_eq!(ids.len(), 300);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let rows: i64 = sqlx::query_scalar("SELECT COUNT(DISTINCT claim_id) FROM claims")
-            .fetch_one(&pool)
-            .await
-            .unwrap();
-        if rows == 300 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "{rows}/300 rows");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_rows(&s.pool, c.sku, 300, Duration::from_secs(30)).await;
     consumer.stop().await;
 }

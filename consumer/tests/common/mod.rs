@@ -12,7 +12,7 @@ use shard_router::protocol::{self, LocalEmptyShards};
 use shard_router::{keys, ClaimOutcome, ClaimRequest, RedisTarget, StockClient};
 use sqlx::MySqlPool;
 use test_support::mariadb::TestDatabase;
-use test_support::RedisServer;
+use test_support::{RedisCluster, RedisServer};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -113,6 +113,28 @@ pub async fn campaign(
     limit: u32,
     payment_timeout_s: u32,
 ) -> Campaign {
+    open_campaign(
+        &s.pool,
+        &s.client,
+        sku,
+        stock,
+        width,
+        limit,
+        payment_timeout_s,
+    )
+    .await
+}
+
+/// Stores a campaign open for the next hour and preheats it.
+pub async fn open_campaign(
+    pool: &MySqlPool,
+    client: &StockClient,
+    sku: u64,
+    stock: u64,
+    width: u16,
+    limit: u32,
+    payment_timeout_s: u32,
+) -> Campaign {
     let now = shard_router::now_ms();
     let c = Campaign {
         sku,
@@ -124,13 +146,62 @@ pub async fn campaign(
         end_ms: now + 3_600_000,
         payment_timeout_s,
     };
-    campaign::put(&s.pool, &c, SHARDS, T)
+    campaign::put(pool, &c, SHARDS, T)
         .await
         .expect("put campaign");
-    campaign::preheat(&s.pool, &s.client, sku, T)
+    campaign::preheat(pool, client, sku, T)
         .await
         .expect("preheat");
     c
+}
+
+/// The consumer's world on a private Redis Cluster (`replicas` per master) and a fresh
+/// database.
+pub struct ClusterStack {
+    pub cluster: RedisCluster,
+    pub db: TestDatabase,
+    pub cfg: Config,
+    pub client: StockClient,
+    pub pool: MySqlPool,
+}
+
+impl ClusterStack {
+    pub async fn start(replicas: usize) -> Self {
+        let cluster = RedisCluster::start(3, replicas);
+        let db = TestDatabase::create();
+        let mut cfg = config("redis://unused", &db.url());
+        cfg.redis = RedisTarget::Cluster(cluster.urls());
+        let client = StockClient::connect(cfg.stock()).await.expect("redis");
+        let pool = consumer::db::connect(&cfg.mysql_url, T)
+            .await
+            .expect("mysql");
+        consumer::db::migrate(&pool).await.expect("migrate");
+        Self {
+            cluster,
+            db,
+            cfg,
+            client,
+            pool,
+        }
+    }
+}
+
+/// Polls until the ledger holds `n` distinct claims of `sku` (at most `limit`).
+pub async fn wait_rows(pool: &MySqlPool, sku: u64, n: i64, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    loop {
+        let rows: i64 =
+            sqlx::query_scalar("SELECT COUNT(DISTINCT claim_id) FROM claims WHERE sku = ?")
+                .bind(sku)
+                .fetch_one(pool)
+                .await
+                .expect("count claims");
+        if rows == n {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{rows}/{n} rows after {limit:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// Claims of `users` (one unit each) through the Lua scripts, `conc` at a time; returns
