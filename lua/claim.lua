@@ -21,9 +21,10 @@
 --   {11, held}                           LIMIT_REACHED
 --   {12} NOT_STARTED   {13} ENDED   {14} NOT_PREHEATED   {15} BAD_ARGUMENT
 
-local qty = tonumber(ARGV[3])
+-- qty must be a plain positive integer: its string is written as is below.
+local qty = string.match(ARGV[3], '^[1-9]%d*$') and tonumber(ARGV[3])
 local now = tonumber(ARGV[4])
-if not qty or qty < 1 or not now then
+if not qty or not now then
   return {15}
 end
 
@@ -64,8 +65,10 @@ if stock < qty and hold_ttl == 0 then
   return {10, stock}
 end
 
-redis.call('HINCRBY', KEYS[3], user, qty)
-local seq = redis.call('HINCRBY', KEYS[4], user, 1)
+-- Counts go to Redis as the caller's strings (ARGV[3]): a Lua number would be formatted
+-- with printf on every call, which showed in Redis's profile of the claim path.
+redis.call('HINCRBY', KEYS[3], user, ARGV[3])
+local seq = redis.call('HINCRBY', KEYS[4], user, '1')
 
 if stock < qty then
   redis.call('HSET', KEYS[5], user .. '|' .. seq, qty .. '|' .. (now + hold_ttl) .. '|' .. rid)
@@ -75,15 +78,15 @@ if stock < qty then
   return {3, seq, stock}
 end
 
-local remaining = redis.call('DECRBY', KEYS[1], qty)
+local remaining = redis.call('DECRBY', KEYS[1], ARGV[3])
 local id = redis.call('XADD', KEYS[6], '*',
-  'sku', ARGV[1], 'user', user, 'qty', qty, 'seq', seq,
+  'sku', ARGV[1], 'user', user, 'qty', ARGV[3], 'seq', seq,
   'shard', ARGV[6], 'home', ARGV[6], 'rid', rid, 'ts', ARGV[4])
 local claim_id = ARGV[6] .. '-' .. id
 if remaining == 0 then
   redis.call('PUBLISH', ARGV[9], 'empty ' .. ARGV[1] .. ' ' .. ARGV[6])
 end
 if rid ~= '' then
-  redis.call('SET', KEYS[7], claim_id .. '|' .. ARGV[6] .. '|' .. qty, 'EX', ARGV[8])
+  redis.call('SET', KEYS[7], claim_id .. '|' .. ARGV[6] .. '|' .. ARGV[3], 'EX', ARGV[8])
 end
 return {1, claim_id, seq, remaining}

@@ -88,6 +88,10 @@ impl BaselineProc {
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
     }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
 }
 
 impl Drop for BaselineProc {

@@ -10,12 +10,14 @@
 //!   and open loop, per-outcome HdrHistograms, timeline.
 //! - [`latency`]: HdrHistogram recording, coordinated-omission correction, percentiles.
 //! - [`baseline`]: the bare hyper server every ratio is taken against.
+//! - [`cpu`]: CPU time per answer of each process under test.
 //! - [`invariants`], [`mysql`]: the checks against Redis and the ledger after a run.
 //! - [`report`], [`markdown`], [`svg`]: JSON (stable fields), Markdown, SVG charts.
 
 pub mod baseline;
 pub mod cli;
 pub mod core;
+pub mod cpu;
 pub mod http;
 pub mod invariants;
 pub mod latency;

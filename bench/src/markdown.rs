@@ -31,6 +31,15 @@ pub fn run_summary(r: &Report) -> String {
         );
         let _ = writeln!(s, "| throughput / baseline | {:.2} |", b.throughput_ratio);
         let _ = writeln!(s, "| p99 / baseline p99 | {:.2} |", b.p99_ratio);
+        if b.cpu_us_per_answer > 0.0 && b.baseline_cpu_us_per_answer > 0.0 {
+            let _ = writeln!(
+                s,
+                "| CPU per answer / baseline | {:.1} µs / {:.1} µs = {:.2} |",
+                b.cpu_us_per_answer,
+                b.baseline_cpu_us_per_answer,
+                b.cpu_us_per_answer / b.baseline_cpu_us_per_answer
+            );
+        }
     }
     let _ = writeln!(
         s,
@@ -57,6 +66,19 @@ pub fn run_summary(r: &Report) -> String {
             None => {
                 let _ = writeln!(s, "| {name} | {n} | – | – | – | – | – |");
             }
+        }
+    }
+    if !r.cpu.is_empty() {
+        let _ = writeln!(
+            s,
+            "\n| process | CPU s | CPU µs per answer |\n| --- | ---: | ---: |"
+        );
+        for c in &r.cpu {
+            let _ = writeln!(
+                s,
+                "| {} | {:.2} | {:.1} |",
+                c.process, c.cpu_s, c.us_per_answer
+            );
         }
     }
     if let Some(inv) = &r.invariants {

@@ -18,11 +18,13 @@
 //! | `timeline` | per second: answers per outcome |
 //! | `invariants` | verdict and checks (absent when not checked) |
 //! | `baseline` | the bare-hyper figures and the ratios (absent without `--compare-baseline`) |
+//! | `cpu` | per process: CPU seconds over the run and CPU µs per answer (absent when not measured) |
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::cpu::{total_us_per_answer, CpuUse};
 use crate::invariants::InvariantReport;
 use crate::latency::Percentiles;
 use crate::loadgen::LoadResult;
@@ -47,6 +49,13 @@ pub struct BaselineRatios {
     pub throughput_ratio: f64,
     /// run p99 / baseline p99.
     pub p99_ratio: f64,
+    /// CPU µs per answer summed over the accounted processes, run and baseline (0 when
+    /// not measured). Their ratio is what an answer costs the machine against the bare
+    /// server, independent of how busy the machine was.
+    #[serde(default)]
+    pub cpu_us_per_answer: f64,
+    #[serde(default)]
+    pub baseline_cpu_us_per_answer: f64,
 }
 
 impl BaselineRatios {
@@ -57,6 +66,8 @@ impl BaselineRatios {
             baseline_p99_us: base.latency.p99_us,
             throughput_ratio: div(run.throughput_rps, base.throughput_rps),
             p99_ratio: div(run.latency.p99_us as f64, base.latency.p99_us as f64),
+            cpu_us_per_answer: total_us_per_answer(&run.cpu),
+            baseline_cpu_us_per_answer: total_us_per_answer(&base.cpu),
         }
     }
 }
@@ -83,6 +94,8 @@ pub struct Report {
     pub invariants: Option<InvariantReport>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub baseline: Option<BaselineRatios>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cpu: Vec<CpuUse>,
 }
 
 impl Report {
@@ -137,6 +150,7 @@ impl Report {
             timeline,
             invariants: None,
             baseline: None,
+            cpu: Vec::new(),
         }
     }
 

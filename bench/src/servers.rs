@@ -109,6 +109,10 @@ impl RedisProc {
         Ok(me)
     }
 
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     pub fn port(&self) -> u16 {
         self.port
     }
@@ -199,6 +203,10 @@ impl RedisClusterProc {
     pub fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(RedisProc::url).collect()
     }
+
+    pub fn pids(&self) -> Vec<u32> {
+        self.nodes.iter().filter_map(RedisProc::pid).collect()
+    }
 }
 
 /// Either kind of private Redis, as one value the callers can hold and drop.
@@ -208,6 +216,26 @@ pub enum LocalRedis {
 }
 
 impl LocalRedis {
+    /// Every node's process, for CPU accounting.
+    pub fn watched(&self) -> Vec<crate::cpu::Watched> {
+        let pids = match self {
+            Self::Single(r) => r.pid().into_iter().collect(),
+            Self::Cluster(c) => c.pids(),
+        };
+        let n = pids.len();
+        pids.into_iter()
+            .enumerate()
+            .map(|(i, pid)| {
+                let name = if n == 1 {
+                    "redis-server".to_owned()
+                } else {
+                    format!("redis-server {i}")
+                };
+                crate::cpu::Watched::new(name, pid)
+            })
+            .collect()
+    }
+
     /// Starts a single node, or a cluster of `masters` when `masters > 1`.
     pub fn start(masters: usize) -> Result<Self, ServerError> {
         if masters <= 1 {

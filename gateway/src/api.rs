@@ -20,13 +20,19 @@ use reply::{Body, Reply};
 /// The claim API listener.
 pub(crate) async fn api(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
     let started = Instant::now();
+    // The claim route first, without copying the path: it is nearly all the traffic.
+    if req.method() == Method::POST && req.uri().path() == "/v1/claims" {
+        let resp = claim::handle(&app, req).await.into_response();
+        let hot = crate::metrics::hot();
+        hot.claim_request(status_label(resp.status().as_u16()));
+        hot.claim_seconds.record(started.elapsed().as_secs_f64());
+        return resp;
+    }
     let path = req.uri().path().to_owned();
     let (route, reply) = match (path.as_str(), req.method()) {
         ("/healthz", &Method::GET) => ("healthz", probes::healthz()),
         ("/readyz", &Method::GET) => ("readyz", probes::readyz(&app)),
         ("/healthz" | "/readyz", _) => ("probe", Reply::method_not_allowed("GET")),
-        // A claim takes its in-flight slot itself, once its body is in (see claim.rs).
-        ("/v1/claims", &Method::POST) => ("claims", claim::handle(&app, req).await),
         ("/v1/claims", _) => ("claims", Reply::method_not_allowed("POST")),
         (p, m) => match p.strip_prefix("/v1/skus/") {
             Some(sku) if m == Method::GET => ("sku", admitted(&app, sku::handle(&app, sku)).await),

@@ -12,6 +12,8 @@ use shard_router::{RedisTarget, StockConfig, Timeouts};
 
 /// Largest body cap accepted: a claim is a few hundred bytes, so anything bigger is a mistake.
 pub const MAX_BODY_CAP: usize = 1 << 20;
+/// More worker threads than this is a typo, not a tuning.
+pub const MAX_WORKER_THREADS: usize = 1024;
 
 /// Bounds of `--max-header-bytes`: hyper cannot read a head into less than 8 KiB, and a
 /// claim's head (a few short headers, a token from the auth layer) never needs more than
@@ -134,6 +136,10 @@ pub struct Config {
     /// measuring what rerouting buys; users hashed to an empty shard lose).
     #[arg(long, env = "FLASHGATE_NO_SECOND_CHANCE")]
     pub no_second_chance: bool,
+    /// Runtime worker threads; 0 = one per core. On a box shared with Redis, fewer threads
+    /// than cores cost less switching (see README "Benchmarks").
+    #[arg(long, env = "FLASHGATE_WORKER_THREADS", default_value_t = 0)]
+    pub worker_threads: usize,
 }
 
 /// One bad setting, printed as one line.
@@ -189,6 +195,12 @@ impl Config {
         ];
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(bad(name, "must be greater than 0"));
+        }
+        if self.worker_threads > MAX_WORKER_THREADS {
+            return Err(bad(
+                "--worker-threads",
+                format!("{} is over {MAX_WORKER_THREADS}", self.worker_threads),
+            ));
         }
         if self.max_body_bytes < 64 || self.max_body_bytes > MAX_BODY_CAP {
             return Err(bad(

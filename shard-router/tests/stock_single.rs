@@ -63,3 +63,47 @@ async fn wait_replicas_without_replicas() {
     assert_eq!(n, 0);
     assert!(t.elapsed() < std::time::Duration::from_secs(2));
 }
+
+/// The claim script writes the caller's qty string as is (no Lua number formatting), so it
+/// must refuse anything but a plain positive integer before touching a key.
+#[tokio::test]
+async fn claim_script_refuses_a_non_canonical_qty() {
+    use shard_router::keys::{claims_stream, ShardKeys};
+    let env = Env::single();
+    let client = env.client().await;
+    let meta = common::open_meta(77, 10, 1, 5);
+    client.preheat(&meta).await.expect("preheat");
+    let shard = client.placement().shards_of(meta.sku, 1)[0];
+    let k = ShardKeys::new(client.placement(), shard, meta.sku);
+    let script = redis::Script::new(include_str!("../../lua/claim.lua"));
+    let mut conn = env.node_connections().remove(0);
+    for qty in ["1.0", "01", " 1", "1e0", "0", "-1", "", "x"] {
+        let reply: Vec<i64> = script
+            .key(k.stock())
+            .key(k.meta())
+            .key(k.users())
+            .key(k.user_seq())
+            .key(k.holds())
+            .key(claims_stream(client.placement(), shard))
+            .key(k.request("u", None))
+            .arg(meta.sku)
+            .arg("u")
+            .arg(qty)
+            .arg(shard_router::now_ms())
+            .arg("")
+            .arg(shard)
+            .arg(0)
+            .arg(60)
+            .arg("fg:events")
+            .invoke(&mut conn)
+            .unwrap_or_else(|e| panic!("qty {qty:?}: {e}"));
+        assert_eq!(reply, vec![15], "qty {qty:?} must be BAD_ARGUMENT");
+    }
+    assert_eq!(common::slices_total(&client, &meta).await, 10);
+    assert_eq!(client.user_count(meta.sku, 1, "u").await.expect("count"), 0);
+    let stream_len: i64 = redis::cmd("XLEN")
+        .arg(claims_stream(client.placement(), shard))
+        .query(&mut conn)
+        .expect("XLEN");
+    assert_eq!(stream_len, 0);
+}

@@ -87,7 +87,8 @@ async fn one_row(o: &AblateOpts, so: &StackOpts) -> anyhow::Result<Report> {
     };
     run::use_stack(&mut sys, &st, &mut s);
     let client = run::prepare(&sys, &s).await?;
-    let r = run::against_system(&sys, &s, client.as_ref(), run::run_tag("a"), !o.quiet).await;
+    let w = run::watched(Some(&st));
+    let r = run::against_system(&sys, &s, client.as_ref(), run::run_tag("a"), !o.quiet, w).await;
     drop(st);
     r
 }

@@ -9,6 +9,7 @@ use shard_router::{RedisTarget, SkuMeta, StockClient, StockConfig};
 
 use bench::baseline::BaselineProc;
 use bench::cli::ScenarioArgs;
+use bench::cpu::{Sampler, Watched};
 use bench::http::Target;
 use bench::invariants::{self, InvariantReport};
 use bench::loadgen::{self, LoadSpec};
@@ -208,9 +209,23 @@ pub(crate) async fn baseline(s: &Scenario, progress: bool) -> anyhow::Result<Rep
     let server = tokio::task::spawn_blocking(BaselineProc::start).await??;
     let mut spec = LoadSpec::from_scenario(s, targets(&[server.url()])?, run_tag("base"));
     spec.progress = progress;
+    let cpu = Sampler::start(vec![
+        Watched::load_generator(),
+        Watched::new("bare hyper server", server.pid()),
+    ]);
     let r = loadgen::drive(spec, Arc::new(Workload::new(s))).await;
+    let mut report = Report::from_load("baseline", &s.name, &r);
+    report.cpu = cpu.finish(report.requests);
     drop(server);
-    Ok(Report::from_load("baseline", &s.name, &r))
+    Ok(report)
+}
+
+/// The processes a run accounts CPU for: the load generator, and the stack's when there
+/// is one (an outside system's processes are not ours to read).
+pub(crate) fn watched(stack: Option<&Stack>) -> Vec<Watched> {
+    let mut w = vec![Watched::load_generator()];
+    w.extend(stack.map(Stack::watched).unwrap_or_default());
+    w
 }
 
 /// Drives the gateways and checks the invariants; `tag` prefixes users and request ids.
@@ -220,11 +235,14 @@ pub(crate) async fn against_system(
     client: Option<&StockClient>,
     tag: String,
     progress: bool,
+    watched: Vec<Watched>,
 ) -> anyhow::Result<Report> {
     let mut spec = LoadSpec::from_scenario(s, targets(&sys.targets)?, tag.clone());
     spec.progress = progress;
+    let cpu = Sampler::start(watched);
     let r = loadgen::drive(spec, Arc::new(Workload::new(s))).await;
     let mut report = Report::from_load("run", &s.name, &r);
+    report.cpu = cpu.finish(report.requests);
     let claims = &r.rec.claims;
     let mut checks = invariants::client_checks(s, claims);
     if let Some(c) = client {
@@ -270,7 +288,8 @@ pub(crate) async fn run(o: &RunOpts) -> anyhow::Result<Report> {
     };
     let client = prepare(&sys, &s).await?;
     eprintln!("run: {} against {:?} ...", s.name, sys.targets);
-    let mut report = against_system(&sys, &s, client.as_ref(), run_tag("b"), !o.quiet).await?;
+    let w = watched(stack.as_ref());
+    let mut report = against_system(&sys, &s, client.as_ref(), run_tag("b"), !o.quiet, w).await?;
     drop(stack);
     report.baseline = base.as_ref().map(|b| BaselineRatios::of(&report, b));
     write_outputs(o.out.as_deref(), &report, base.as_ref())?;

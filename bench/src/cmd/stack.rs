@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use bench::cpu::Watched;
 use bench::mysql::Mysql;
 use bench::servers::{free_port, wait_until, LocalRedis, RedisProc};
 
@@ -177,6 +178,24 @@ pub(crate) struct Stack {
 }
 
 impl Stack {
+    /// The stack's processes, for CPU accounting.
+    pub(crate) fn watched(&self) -> Vec<Watched> {
+        let mut w: Vec<Watched> = self
+            .gateways
+            .iter()
+            .enumerate()
+            .map(|(i, (p, _, _))| Watched::new(format!("gateway {i}"), p.child.id()))
+            .collect();
+        if let Some(c) = &self.consumer {
+            w.push(Watched::new("consumer", c.child.id()));
+        }
+        w.extend(self.redis.watched());
+        if let Some(pid) = self._replica.as_ref().and_then(RedisProc::pid) {
+            w.push(Watched::new("redis-server replica", pid));
+        }
+        w
+    }
+
     pub(crate) async fn start(o: &StackOpts) -> anyhow::Result<Self> {
         let o = o.clone();
         tokio::task::spawn_blocking(move || Self::start_blocking(&o)).await?

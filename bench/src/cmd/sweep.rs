@@ -112,7 +112,9 @@ pub(crate) async fn sweep(o: &SweepOpts) -> anyhow::Result<(SweepReport, String)
             .load
             .connections
             .max((rate * o.slo_p99_ms / 1000.0) as usize + 16);
-        let r = run::against_system(&sys, &s, client.as_ref(), run::run_tag("s"), !o.quiet).await?;
+        let w = run::watched(stack.as_ref());
+        let r =
+            run::against_system(&sys, &s, client.as_ref(), run::run_tag("s"), !o.quiet, w).await?;
         let ok = r.latency.p99_us <= slo_us
             && r.error_ratio() <= o.max_error_ratio
             && r.invariants.as_ref().is_none_or(|i| i.passed);

@@ -9,7 +9,6 @@ use std::time::Instant;
 
 use hyper::body::Incoming;
 use hyper::{Request, StatusCode};
-use serde_json::{Map, Value};
 use shard_router::protocol::{self, EmptyShards};
 use shard_router::{now_ms, Claim, ClaimOutcome, StockError};
 
@@ -17,11 +16,11 @@ use super::input::{read_claim, InputRules};
 use super::reply::Reply;
 use crate::app::App;
 use crate::durability;
-use crate::metrics::{outcome, CLAIMS, REDIS_SECONDS};
+use crate::metrics::{hot, outcome};
 
 pub(crate) async fn handle(app: &App, req: Request<Incoming>) -> Reply {
     let (outcome, reply) = claim(app, req).await;
-    metrics::counter!(CLAIMS, "outcome" => outcome).increment(1);
+    hot().claim(outcome);
     reply
 }
 
@@ -88,7 +87,9 @@ async fn claim(app: &App, req: Request<Incoming>) -> (&'static str, Reply) {
 
     let started = Instant::now();
     let result = run_detached(app, client, &state, &req, now).await;
-    metrics::histogram!(REDIS_SECONDS, "op" => "claim").record(started.elapsed().as_secs_f64());
+    hot()
+        .redis_claim_seconds
+        .record(started.elapsed().as_secs_f64());
     match result {
         Ok(ClaimOutcome::Claimed { claim, rerouted }) => {
             if let Some(reply) = unconfirmed(app, client, &claim, meta, &req.user).await {
@@ -203,12 +204,24 @@ async fn unconfirmed(
 }
 
 fn claimed(status: StatusCode, c: &Claim) -> Reply {
-    let mut body = Map::new();
-    body.insert("claim_id".into(), Value::from(c.claim_id.as_str()));
-    body.insert("sku".into(), Value::from(c.sku));
-    body.insert("shard".into(), Value::from(c.shard));
-    body.insert("qty".into(), Value::from(c.qty));
-    Reply::json(status, "claimed", body)
+    #[derive(serde::Serialize)]
+    struct Claimed<'a> {
+        status: &'static str,
+        claim_id: &'a str,
+        sku: u64,
+        shard: u16,
+        qty: u32,
+    }
+    Reply::rendered(
+        status,
+        &Claimed {
+            status: "claimed",
+            claim_id: &c.claim_id,
+            sku: c.sku,
+            shard: c.shard,
+            qty: c.qty,
+        },
+    )
 }
 
 pub(crate) fn sold_out(sku: u64) -> Reply {

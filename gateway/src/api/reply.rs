@@ -14,18 +14,38 @@ pub(crate) type Body = Full<Bytes>;
 #[derive(Debug)]
 pub(crate) struct Reply {
     pub(crate) status: StatusCode,
-    body: Value,
+    body: Content,
     retry_after: Option<u64>,
     allow: Option<&'static str>,
 }
 
+/// A body still to be rendered, or one already rendered (the claim answers, which are
+/// built straight from a struct to spare the map and its allocations).
+#[derive(Debug)]
+enum Content {
+    Value(Value),
+    Rendered(Vec<u8>),
+}
+
 impl Reply {
+    /// An answer rendered from `body`, which must serialize to a JSON object with a
+    /// `status` field.
+    pub(crate) fn rendered(status: StatusCode, body: &impl serde::Serialize) -> Self {
+        let bytes = serde_json::to_vec(body).unwrap_or_else(|_| b"{}".to_vec());
+        Self {
+            status,
+            body: Content::Rendered(bytes),
+            retry_after: None,
+            allow: None,
+        }
+    }
+
     /// A JSON answer; `body` must be an object (it gets the `status` field).
     pub(crate) fn json(status: StatusCode, kind: &str, mut body: Map<String, Value>) -> Self {
         body.insert("status".into(), kind.into());
         Self {
             status,
-            body: Value::Object(body),
+            body: Content::Value(Value::Object(body)),
             retry_after: None,
             allow: None,
         }
@@ -75,7 +95,7 @@ impl Reply {
 
     /// Adds a field to the body.
     pub(crate) fn with(mut self, key: &str, value: impl Into<Value>) -> Self {
-        if let Value::Object(m) = &mut self.body {
+        if let Content::Value(Value::Object(m)) = &mut self.body {
             m.insert(key.into(), value.into());
         }
         self
@@ -87,7 +107,10 @@ impl Reply {
     }
 
     pub(crate) fn into_response(self) -> Response<Body> {
-        let mut bytes = serde_json::to_vec(&self.body).unwrap_or_else(|_| b"{}".to_vec());
+        let mut bytes = match self.body {
+            Content::Value(v) => serde_json::to_vec(&v).unwrap_or_else(|_| b"{}".to_vec()),
+            Content::Rendered(b) => b,
+        };
         bytes.push(b'\n');
         let mut resp = Response::new(Full::new(Bytes::from(bytes)));
         *resp.status_mut() = self.status;

@@ -1,0 +1,130 @@
+//! Where the CPU goes: each process's CPU time (user + system, all threads) over a load run,
+//! per answer. On a box where the load generator, the gateway and Redis share the cores,
+//! "µs of CPU per claim, by process" is what capacity planning needs, and it explains a
+//! throughput ratio that wall-clock figures alone cannot.
+
+use serde::{Deserialize, Serialize};
+
+/// Linux reports `utime`/`stime` in USER_HZ ticks, fixed at 100 for user space.
+const TICKS_PER_S: f64 = 100.0;
+
+/// A process to account for; `pid: None` is this process (the load generator).
+#[derive(Debug, Clone)]
+pub struct Watched {
+    pub name: String,
+    pub pid: Option<u32>,
+}
+
+impl Watched {
+    pub fn new(name: impl Into<String>, pid: u32) -> Self {
+        Self {
+            name: name.into(),
+            pid: Some(pid),
+        }
+    }
+
+    pub fn load_generator() -> Self {
+        Self {
+            name: "load generator (bench)".into(),
+            pid: None,
+        }
+    }
+}
+
+/// One process's CPU over a run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CpuUse {
+    pub process: String,
+    pub cpu_s: f64,
+    /// CPU µs per answer (warm-up included, like the CPU time).
+    pub us_per_answer: f64,
+}
+
+/// CPU seconds used so far by `pid` (this process when `None`); `None` when unreadable
+/// (not Linux, process gone).
+pub fn cpu_seconds(pid: Option<u32>) -> Option<f64> {
+    let path = match pid {
+        Some(p) => format!("/proc/{p}/stat"),
+        None => "/proc/self/stat".to_owned(),
+    };
+    parse_stat(&std::fs::read_to_string(path).ok()?)
+}
+
+/// `utime + stime` of a `/proc/<pid>/stat` line, in seconds. The command name (field 2)
+/// may hold spaces and parentheses, so fields are counted after its closing `)`.
+fn parse_stat(line: &str) -> Option<f64> {
+    let rest = &line[line.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace().skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some((utime + stime) as f64 / TICKS_PER_S)
+}
+
+/// CPU readings taken before a run, to be closed after it.
+pub struct Sampler {
+    start: Vec<(Watched, Option<f64>)>,
+}
+
+impl Sampler {
+    pub fn start(procs: Vec<Watched>) -> Self {
+        let start = procs
+            .into_iter()
+            .map(|w| {
+                let t = cpu_seconds(w.pid);
+                (w, t)
+            })
+            .collect();
+        Self { start }
+    }
+
+    /// Each process's CPU since [`Sampler::start`]; processes that could not be read
+    /// at both ends are left out.
+    pub fn finish(self, answers: u64) -> Vec<CpuUse> {
+        self.start
+            .into_iter()
+            .filter_map(|(w, before)| {
+                let used = cpu_seconds(w.pid)? - before?;
+                Some(CpuUse {
+                    process: w.name,
+                    cpu_s: used,
+                    us_per_answer: if answers > 0 {
+                        used * 1e6 / answers as f64
+                    } else {
+                        0.0
+                    },
+                })
+            })
+            .collect()
+    }
+}
+
+/// CPU µs per answer over every accounted process.
+pub fn total_us_per_answer(uses: &[CpuUse]) -> f64 {
+    uses.iter().map(|u| u.us_per_answer).sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_fields_are_counted_after_the_name() {
+        let line =
+            "4242 (a (weird) name) S 1 4242 4242 0 -1 4194304 100 0 0 0 250 150 0 0 20 0 3 0";
+        assert_eq!(parse_stat(line), Some(4.0));
+        assert_eq!(parse_stat("garbage"), None);
+    }
+
+    #[test]
+    fn own_cpu_time_grows_with_work() {
+        let before = cpu_seconds(None).expect("/proc/self/stat");
+        let mut x = 0u64;
+        let t = std::time::Instant::now();
+        while t.elapsed() < std::time::Duration::from_millis(200) {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+        }
+        std::hint::black_box(x);
+        let after = cpu_seconds(None).expect("/proc/self/stat");
+        assert!(after - before >= 0.1, "{before} -> {after}");
+    }
+}
