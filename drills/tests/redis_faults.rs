@@ -113,7 +113,10 @@ async fn cluster_failover_none_is_measured() {
 async fn sigstop_is_bounded_and_books_close() {
     let redis = RedisServer::start();
     let client = connect(RedisTarget::Single(redis.url())).await;
-    let meta = open_meta(7001, drills::scaled_count(8_000), 8, 2);
+    // More stock than the 5 000 users may take (limit 2): the SKU never sells out, so
+    // every claim during the freeze reaches Redis (a sold-out SKU would be answered from
+    // the empty-shard view, and a fast build sells 8 000 units before the freeze).
+    let meta = open_meta(7001, drills::scaled_count(1_000_000), 8, 2);
     client.preheat(&meta).await.expect("preheat");
     let pid = redis.pid().expect("pid");
 

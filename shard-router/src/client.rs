@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use redis::{AsyncCommands, ScriptInvocation, Value};
 
+use crate::batch::Batcher;
 use crate::conn::{RedisConn, RedisTarget, Timeouts};
 use crate::error::StockError;
 use crate::keys::{self, ShardKeys};
@@ -50,6 +51,7 @@ pub struct StockClient {
     conn: RedisConn,
     placement: Arc<Placement>,
     cfg: Arc<StockConfig>,
+    batcher: Arc<Batcher>,
 }
 
 impl StockClient {
@@ -60,6 +62,7 @@ impl StockClient {
         Ok(Self {
             conn,
             placement: Arc::new(placement),
+            batcher: Arc::new(Batcher::new(cfg.shards, cfg.timeouts.response)),
             cfg: Arc::new(cfg),
         })
     }
@@ -89,6 +92,17 @@ impl StockClient {
             Ok(r) => r.map_err(|source| StockError::Redis { op, source }),
             Err(_) => Err(StockError::Timeout { op, after }),
         }
+    }
+
+    /// Sends `cmd` with `shard`'s next claim batch (see `batch.rs`), under the timeout.
+    async fn batched(
+        &self,
+        op: &'static str,
+        shard: ShardId,
+        cmd: redis::Cmd,
+    ) -> Result<Value, StockError> {
+        self.bounded(op, self.batcher.call(&self.conn, shard, cmd))
+            .await
     }
 
     async fn run(&self, op: &'static str, inv: &ScriptInvocation<'_>) -> Result<Reply, StockError> {
@@ -245,24 +259,41 @@ impl StockClient {
         } else {
             0
         };
-        let mut inv = scripts::CLAIM.prepare_invoke();
-        inv.key(k.stock())
-            .key(k.meta())
-            .key(k.users())
-            .key(k.user_seq())
-            .key(k.holds())
-            .key(keys::claims_stream(&self.placement, home))
-            .key(k.request(&req.user, rid))
-            .arg(req.sku)
-            .arg(&req.user)
-            .arg(req.qty)
-            .arg(now_ms)
-            .arg(rid.unwrap_or(""))
-            .arg(home)
-            .arg(hold_ttl)
-            .arg(self.cfg.request_ttl.as_secs().max(1))
-            .arg(keys::EVENTS_CHANNEL);
-        let r = self.run("claim", &inv).await?;
+        let request_ttl = self.cfg.request_ttl.as_secs().max(1);
+        let call = || {
+            let mut cmd = redis::cmd("EVALSHA");
+            cmd.arg(scripts::CLAIM.get_hash())
+                .arg(7)
+                .arg(k.stock())
+                .arg(k.meta())
+                .arg(k.users())
+                .arg(k.user_seq())
+                .arg(k.holds())
+                .arg(keys::claims_stream(&self.placement, home))
+                .arg(k.request(&req.user, rid))
+                .arg(req.sku)
+                .arg(&req.user)
+                .arg(req.qty)
+                .arg(now_ms)
+                .arg(rid.unwrap_or(""))
+                .arg(home)
+                .arg(hold_ttl)
+                .arg(request_ttl)
+                .arg(keys::EVENTS_CHANNEL);
+            self.batched("claim", home, cmd)
+        };
+        // NOSCRIPT (a flushed or restarted Redis) means the script did not run: load the
+        // scripts and send the same call once more.
+        let value = match call().await {
+            Err(StockError::Redis { source, .. })
+                if source.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+            {
+                self.load_scripts().await?;
+                call().await?
+            }
+            r => r?,
+        };
+        let r = Reply::parse("claim", value)?;
         Ok(match r.code {
             code::CLAIMED => HomeOutcome::Claimed {
                 claim_id: r.text(0)?,

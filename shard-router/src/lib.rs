@@ -9,7 +9,9 @@
 //! - [`protocol`]: the whole claim (home shard, hold, second chance, settle).
 //! - [`record`]: the claim record codec shared with the consumer.
 //! - [`conn`]: one connection type for single Redis and Redis Cluster.
+//! - `batch`: group commit of claim scripts per shard (one pipeline per batch).
 
+mod batch;
 mod client;
 pub mod conn;
 mod error;
