@@ -7,6 +7,8 @@
 //! Each claim stays its own EVALSHA, so atomicity and order are unchanged: Redis runs a
 //! pipeline's scripts one after another, in the order they were queued. All of a batch's
 //! keys share the shard's hash tag, so on a cluster the pipeline goes to one node.
+//!
+//! [`WaitGroups`] does the same for replica durability's `WAIT`.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -15,6 +17,7 @@ use redis::{Cmd, RedisError, RedisResult, Value};
 use tokio::sync::oneshot;
 
 use crate::conn::RedisConn;
+use crate::error::StockError;
 use crate::placement::ShardId;
 
 /// Most scripts in one pipeline, which bounds one batch's reply and the wait of its last
@@ -132,4 +135,157 @@ fn send_all(replies: Vec<oneshot::Sender<RedisResult<Value>>>, e: &RedisError) {
 
 fn io_error(kind: std::io::ErrorKind, msg: &str) -> RedisError {
     RedisError::from(std::io::Error::new(kind, msg.to_owned()))
+}
+
+/// One caller waiting for a shard's next `WAIT`.
+struct Waiter {
+    replicas: u32,
+    wait: Duration,
+    reply: oneshot::Sender<Result<u32, StockError>>,
+}
+
+#[derive(Default)]
+struct WaitQueue {
+    waiters: Vec<Waiter>,
+    flushing: bool,
+}
+
+/// Group commit of `WAIT`, per shard. WAIT covers every earlier write of the connection it
+/// runs on, so one WAIT sent after a caller's claim answered confirms that claim and every
+/// other one answered before it: callers that queue while a shard's WAIT is in flight
+/// share the next one instead of sending one each. Each WAIT parks the shared connection
+/// until a replica acknowledges, so fewer WAITs is throughput for replica durability.
+pub(crate) struct WaitGroups {
+    shards: Vec<Mutex<WaitQueue>>,
+}
+
+impl WaitGroups {
+    pub(crate) fn new(shards: u16) -> Self {
+        Self {
+            shards: (0..shards).map(|_| Mutex::default()).collect(),
+        }
+    }
+
+    /// Waits for the first WAIT on `shard` sent after this call began; `send` runs one.
+    pub(crate) async fn confirm<F, Fut>(
+        self: &Arc<Self>,
+        shard: ShardId,
+        replicas: u32,
+        wait: Duration,
+        send: F,
+    ) -> Result<u32, StockError>
+    where
+        F: Fn(u32, Duration) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = Result<u32, StockError>> + Send + 'static,
+    {
+        let Some(queue) = self.shards.get(usize::from(shard)) else {
+            return Err(StockError::InvalidArgument(format!("no shard {shard}")));
+        };
+        let (tx, rx) = oneshot::channel();
+        let start = {
+            let mut q = queue.lock().unwrap_or_else(|p| p.into_inner());
+            q.waiters.push(Waiter {
+                replicas,
+                wait,
+                reply: tx,
+            });
+            !std::mem::replace(&mut q.flushing, true)
+        };
+        if start {
+            tokio::spawn(Arc::clone(self).flush(shard, send));
+        }
+        rx.await.unwrap_or_else(|_| {
+            Err(StockError::Protocol {
+                op: "wait",
+                detail: "WAIT group dropped".into(),
+            })
+        })
+    }
+
+    async fn flush<F, Fut>(self: Arc<Self>, shard: ShardId, send: F)
+    where
+        F: Fn(u32, Duration) -> Fut,
+        Fut: std::future::Future<Output = Result<u32, StockError>>,
+    {
+        let queue = &self.shards[usize::from(shard)];
+        loop {
+            let group: Vec<Waiter> = {
+                let mut q = queue.lock().unwrap_or_else(|p| p.into_inner());
+                q.waiters.retain(|w| !w.reply.is_closed());
+                if q.waiters.is_empty() {
+                    q.flushing = false;
+                    return;
+                }
+                std::mem::take(&mut q.waiters)
+            };
+            // The strictest ask of the group answers everyone in it.
+            let replicas = group.iter().map(|w| w.replicas).max().unwrap_or(1);
+            let wait = group.iter().map(|w| w.wait).max().unwrap_or_default();
+            let acked = send(replicas, wait).await;
+            for w in group {
+                let _ = w.reply.send(acked.clone());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use super::*;
+
+    /// Callers that queue while a WAIT is in flight share the next one, and each caller is
+    /// answered by a WAIT sent after it asked.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn waits_are_shared_but_never_earlier_than_the_ask() {
+        let groups = Arc::new(WaitGroups::new(2));
+        let sent = Arc::new(AtomicU32::new(0));
+        let send = {
+            let sent = sent.clone();
+            move |_n: u32, _w: Duration| {
+                let sent = sent.clone();
+                async move {
+                    // The value is the WAIT's sequence number, taken when it is sent.
+                    let seq = sent.fetch_add(1, Ordering::SeqCst) + 1;
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    Ok(seq)
+                }
+            }
+        };
+        let mut callers = Vec::new();
+        for _ in 0..50 {
+            let (groups, send) = (groups.clone(), send.clone());
+            callers.push(tokio::spawn(async move {
+                groups.confirm(1, 1, Duration::from_millis(5), send).await
+            }));
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        for c in callers {
+            assert!(c.await.unwrap().unwrap() >= 1);
+        }
+        let total = sent.load(Ordering::SeqCst);
+        assert!(
+            total < 50,
+            "50 callers over ~50 ms must share WAITs, sent {total}"
+        );
+
+        // One caller that asks while a WAIT is in flight is answered by a later one.
+        let slow = {
+            let (groups, send) = (groups.clone(), send.clone());
+            tokio::spawn(async move { groups.confirm(0, 1, Duration::ZERO, send).await })
+        };
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let before = sent.load(Ordering::SeqCst);
+        let late = groups.confirm(0, 1, Duration::ZERO, send).await.unwrap();
+        assert!(
+            late > before,
+            "answered by WAIT {late}, asked after {before}"
+        );
+        slow.await.unwrap().unwrap();
+        assert!(groups
+            .confirm(9, 1, Duration::ZERO, |_, _| async { Ok(1) })
+            .await
+            .is_err());
+    }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use redis::{AsyncCommands, ScriptInvocation, Value};
 
-use crate::batch::Batcher;
+use crate::batch::{Batcher, WaitGroups};
 use crate::conn::{RedisConn, RedisTarget, Timeouts};
 use crate::error::StockError;
 use crate::keys::{self, ShardKeys};
@@ -52,6 +52,7 @@ pub struct StockClient {
     placement: Arc<Placement>,
     cfg: Arc<StockConfig>,
     batcher: Arc<Batcher>,
+    waits: Arc<WaitGroups>,
 }
 
 impl StockClient {
@@ -63,6 +64,7 @@ impl StockClient {
             conn,
             placement: Arc::new(placement),
             batcher: Arc::new(Batcher::new(cfg.shards, cfg.timeouts.response)),
+            waits: Arc::new(WaitGroups::new(cfg.shards)),
             cfg: Arc::new(cfg),
         })
     }
@@ -462,10 +464,26 @@ impl StockClient {
 
     /// `WAIT replicas ms` on the node that owns `shard`: how many replicas confirmed this
     /// connection's writes so far (the claim just made included). WAIT cannot run inside a
-    /// script, so durability mode `replica` calls this after a successful claim.
-    /// `wait` is capped below the response timeout, which bounds every call on the
-    /// connection, WAIT included.
+    /// script, so durability mode `replica` calls this after a successful claim. Callers
+    /// that ask while the shard's previous WAIT is in flight share the next one (see
+    /// `batch.rs`). `wait` is capped below the response timeout, which bounds every call on
+    /// the connection, WAIT included.
     pub async fn wait_replicas(
+        &self,
+        shard: ShardId,
+        replicas: u32,
+        wait: Duration,
+    ) -> Result<u32, StockError> {
+        let client = self.clone();
+        self.waits
+            .confirm(shard, replicas, wait, move |n, w| {
+                let client = client.clone();
+                async move { client.wait_once(shard, n, w).await }
+            })
+            .await
+    }
+
+    async fn wait_once(
         &self,
         shard: ShardId,
         replicas: u32,

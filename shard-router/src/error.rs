@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 /// Errors from [`crate::StockClient`] and the claim protocol.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum StockError {
     /// Redis answered with an error, or the connection failed.
     #[error("redis {op}: {source}")]
