@@ -35,10 +35,10 @@ ensure_mariadb
 say "building ($FG_BUILD)"
 if [ "$FG_BUILD" = release ]; then
   cargo build --release -q -p gateway -p consumer -p bench
-  BIN="$FG_ROOT/target/release"
+  BIN="${CARGO_TARGET_DIR:-$FG_ROOT/target}/release"
 else
   cargo build -q -p gateway -p consumer -p bench
-  BIN="$FG_ROOT/target/debug"
+  BIN="${CARGO_TARGET_DIR:-$FG_ROOT/target}/debug"
 fi
 
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }

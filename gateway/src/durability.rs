@@ -3,7 +3,9 @@
 //!
 //! WAIT covers the writes of the connection it runs on, which is the multiplexed
 //! connection that ran the script. Redis parks that connection while WAIT blocks, so replica
-//! mode trades throughput for durability; `--wait-ms` bounds the stall. A claim whose copy
+//! mode trades throughput for durability; `--wait-ms` bounds the stall. Claims of one shard
+//! that finish while its WAIT is in flight share the next WAIT (`shard_router` batches them),
+//! so the stall is paid per group of claims, not per claim. A claim whose copy
 //! is not confirmed is not acknowledged (the caller answers 503 with the claim id): only
 //! confirmed claims survive a failover, and only those may get a 201.
 
