@@ -139,6 +139,33 @@ fn ping(url: &str) -> redis::RedisResult<String> {
     redis::cmd("PING").query(&mut c)
 }
 
+impl RedisProc {
+    /// Starts a replica of `primary` and waits until its link is up and the first sync
+    /// is done, so a measured run does not begin with the initial sync.
+    pub fn start_replica_of(primary: &RedisProc) -> Result<Self, ServerError> {
+        let p = primary.port().to_string();
+        let replica = Self::start(&["--replicaof", "127.0.0.1", &p])?;
+        let url = replica.url();
+        wait_until(
+            &format!("replica :{} in sync", replica.port()),
+            START_LIMIT * 3,
+            || {
+                info_replication(&url).is_ok_and(|i| {
+                    i.contains("master_link_status:up") && i.contains("master_sync_in_progress:0")
+                })
+            },
+        )?;
+        Ok(replica)
+    }
+}
+
+fn info_replication(url: &str) -> redis::RedisResult<String> {
+    let client = redis::Client::open(url)?;
+    let mut c = client.get_connection_with_timeout(Duration::from_millis(200))?;
+    c.set_read_timeout(Some(Duration::from_millis(500)))?;
+    redis::cmd("INFO").arg("replication").query(&mut c)
+}
+
 fn cluster_info(url: &str) -> redis::RedisResult<String> {
     let client = redis::Client::open(url)?;
     let mut c = client.get_connection_with_timeout(Duration::from_millis(200))?;

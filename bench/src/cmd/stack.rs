@@ -205,10 +205,7 @@ impl Stack {
         let shards = o.shards();
         let redis = LocalRedis::start(if o.cluster { 3 } else { 1 })?;
         let replica = match (o.ablation.contains(&Ablation::Replica), &redis) {
-            (true, LocalRedis::Single(primary)) => {
-                let p = primary.port().to_string();
-                Some(RedisProc::start(&["--replicaof", "127.0.0.1", &p])?)
-            }
+            (true, LocalRedis::Single(primary)) => Some(RedisProc::start_replica_of(primary)?),
             _ => None,
         };
         let mut stack = Self {
