@@ -7,15 +7,26 @@
 -- KEYS[3] claims stream  {T}:claims
 -- ARGV[1] sku   ARGV[2] user   ARGV[3] qty   ARGV[4] now_ms   ARGV[5] user_seq (from the hold)
 -- ARGV[6] home shard   ARGV[7] request id or ""   ARGV[8] this shard id   ARGV[9] events channel
+-- ARGV[10] take deadline, ms on Redis's clock: the hold's expiry minus a safety margin
 -- Returns (never nil):
 --   {1, claim_id, remaining}   CLAIMED
 --   {10, remaining}            SOLD_OUT on this shard
 --   {12} NOT_STARTED   {13} ENDED   {14} NOT_PREHEATED   {15} BAD_ARGUMENT
+--   {16} HOLD_EXPIRED: too late to take under this hold; nothing was taken
 
 local qty = tonumber(ARGV[3])
 local now = tonumber(ARGV[4])
-if not qty or qty < 1 or not now then
+local deadline = tonumber(ARGV[10])
+if not qty or qty < 1 or not now or not deadline then
   return {15}
+end
+-- Once a hold is past its expiry, the consumer may resolve it as "nothing taken" and give
+-- the user's count back. A take that runs after that (a gateway or Redis stalled for the
+-- whole hold TTL) would hand out a unit the count no longer shows, so it is refused well
+-- before the expiry, by Redis's clock, whatever the gateway's clock said when it sent it.
+local t = redis.call('TIME')
+if tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) > deadline then
+  return {16}
 end
 local meta = redis.call('HMGET', KEYS[2], 'start', 'end')
 local stock = redis.call('GET', KEYS[1])

@@ -339,6 +339,10 @@ impl StockClient {
         now_ms: i64,
     ) -> Result<TakeOutcome, StockError> {
         let k = self.keys(shard, req.sku);
+        // The hold placed at `now_ms` expires at `now_ms + hold_ttl`; a third of the TTL
+        // is the margin for clock skew between Redis and the consumer that resolves it.
+        let hold_ttl = self.cfg.hold_ttl.as_millis() as i64;
+        let deadline = now_ms + hold_ttl - hold_ttl / 3;
         let mut inv = scripts::TAKE.prepare_invoke();
         inv.key(k.stock())
             .key(k.meta())
@@ -351,7 +355,8 @@ impl StockClient {
             .arg(home)
             .arg(req.request_id.as_deref().unwrap_or(""))
             .arg(shard)
-            .arg(keys::EVENTS_CHANNEL);
+            .arg(keys::EVENTS_CHANNEL)
+            .arg(deadline);
         let r = self.run("take", &inv).await?;
         Ok(match r.code {
             code::CLAIMED => TakeOutcome::Claimed {
@@ -364,6 +369,7 @@ impl StockClient {
             code::NOT_STARTED => TakeOutcome::NotStarted,
             code::ENDED => TakeOutcome::Ended,
             code::NOT_PREHEATED => TakeOutcome::NotPreheated,
+            code::HOLD_EXPIRED => TakeOutcome::HoldExpired,
             code::BAD_ARGUMENT => {
                 return Err(StockError::InvalidArgument("take: qty or time".into()))
             }

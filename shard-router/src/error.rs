@@ -21,6 +21,10 @@ pub enum StockError {
     /// between the Lua files and this crate, never a client mistake.
     #[error("redis {op}: unexpected script reply: {detail}")]
     Protocol { op: &'static str, detail: String },
+    /// The claim took so long that its hold was about to expire; it stopped before taking
+    /// anything and gave the user's count back. Nothing was taken.
+    #[error("redis {op}: the claim outlived its hold; nothing was taken")]
+    Expired { op: &'static str },
     /// The caller passed something the keyspace cannot hold.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
@@ -38,7 +42,7 @@ impl StockError {
                     || source.is_connection_refusal()
                     || source.is_cluster_error()
             }
-            StockError::Timeout { .. } => true,
+            StockError::Timeout { .. } | StockError::Expired { .. } => true,
             StockError::Protocol { .. } | StockError::InvalidArgument(_) => false,
         }
     }

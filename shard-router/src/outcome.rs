@@ -123,11 +123,19 @@ pub enum HomeOutcome {
 /// Outcome of `take.lua` on a second-chance shard.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TakeOutcome {
-    Claimed { claim_id: String, remaining: i64 },
-    SoldOut { remaining: i64 },
+    Claimed {
+        claim_id: String,
+        remaining: i64,
+    },
+    SoldOut {
+        remaining: i64,
+    },
     NotStarted,
     Ended,
     NotPreheated,
+    /// The hold is too close to its expiry (by Redis's clock) to take under it; nothing
+    /// was taken.
+    HoldExpired,
 }
 
 /// How a hold ends.

@@ -193,6 +193,12 @@ pub async fn claim_with(
                 end = ClaimOutcome::NotPreheated;
                 break;
             }
+            TakeOutcome::HoldExpired => {
+                client
+                    .settle(meta.sku, home, &req.user, user_seq, rid, &Settlement::Undo)
+                    .await?;
+                return Err(StockError::Expired { op: "take" });
+            }
         }
     }
     client

@@ -43,6 +43,7 @@ pub(crate) mod code {
     pub(crate) const ENDED: i64 = 13;
     pub(crate) const NOT_PREHEATED: i64 = 14;
     pub(crate) const BAD_ARGUMENT: i64 = 15;
+    pub(crate) const HOLD_EXPIRED: i64 = 16;
     pub(crate) const PREHEATED: i64 = 20;
     pub(crate) const LIVE: i64 = 21;
     pub(crate) const SETTLED: i64 = 30;

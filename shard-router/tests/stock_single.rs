@@ -107,3 +107,87 @@ async fn claim_script_refuses_a_non_canonical_qty() {
         .expect("XLEN");
     assert_eq!(stream_len, 0);
 }
+
+/// A second chance that comes too late for its hold (a gateway or Redis stalled for most of
+/// the hold TTL) takes nothing: the consumer may already have given the user's count back,
+/// and a unit taken now would put the user over the limit unseen. The protocol then gives
+/// the count back itself and reports that nothing was taken.
+#[tokio::test]
+async fn a_take_after_its_hold_deadline_takes_nothing() {
+    use common::{users_with_home, SHARDS};
+    use shard_router::{HomeOutcome, StockConfig, StockError, TakeOutcome};
+    let env = Env::single();
+    let mut cfg = StockConfig::new(env.target(), SHARDS);
+    cfg.hold_ttl = std::time::Duration::from_millis(600);
+    let client = shard_router::StockClient::connect(cfg)
+        .await
+        .expect("connect");
+    // 4 units over 2 shards; the home shard of the users below is drained first.
+    let meta = common::open_meta(1077, 4, 2, 2);
+    client.preheat(&meta).await.expect("preheat");
+    let home = client.placement().home_shard(meta.sku, meta.width, "late");
+    let other = client
+        .placement()
+        .shards_of(meta.sku, meta.width)
+        .into_iter()
+        .find(|s| *s != home)
+        .expect("second shard");
+    for u in users_with_home(&client, &meta, home, "h", 2) {
+        common::claim_once(&client, &meta, &common::req(meta.sku, &u, None)).await;
+    }
+    let r = common::req(meta.sku, "late", Some("r1"));
+
+    // Within the deadline (two thirds of the TTL) the take works.
+    let now = shard_router::now_ms();
+    let HomeOutcome::Hold { user_seq, .. } =
+        client.claim_home(&r, home, now, true).await.expect("home")
+    else {
+        panic!("expected a hold")
+    };
+    assert!(matches!(
+        client.take(&r, other, home, user_seq, now).await,
+        Ok(TakeOutcome::Claimed { .. })
+    ));
+
+    // Past it, the same call is refused and nothing moves.
+    let r2 = common::req(meta.sku, "late2", Some("r2"));
+    let home2 = client.placement().home_shard(meta.sku, meta.width, "late2");
+    let other2 = if home2 == home { other } else { home };
+    let before = common::slices_total(&client, &meta).await;
+    let started = shard_router::now_ms() - 500;
+    let outcome = client.take(&r2, other2, home2, 1, started).await;
+    assert!(
+        matches!(outcome, Ok(TakeOutcome::HoldExpired)),
+        "{outcome:?}"
+    );
+    assert_eq!(common::slices_total(&client, &meta).await, before);
+
+    // Through the protocol: a claim whose clock started 500 ms ago (a stalled gateway)
+    // holds, finds the deadline passed, and undoes its hold.
+    let users = users_with_home(&client, &meta, home, "s", 1);
+    let stalled = common::req(meta.sku, &users[0], Some("r3"));
+    let err = shard_router::protocol::claim(
+        &client,
+        &meta,
+        &stalled,
+        &shard_router::protocol::LocalEmptyShards::default(),
+        started,
+    )
+    .await
+    .expect_err("a stalled claim must not take");
+    assert!(matches!(err, StockError::Expired { .. }), "{err}");
+    assert!(!err.is_ambiguous());
+    assert_eq!(common::slices_total(&client, &meta).await, before);
+    assert_eq!(
+        client
+            .user_count(meta.sku, meta.width, &users[0])
+            .await
+            .expect("count"),
+        0
+    );
+    let holds = client.holds(meta.sku, home).await.expect("holds");
+    assert!(
+        holds.iter().all(|h| h.user != users[0]),
+        "the stalled claim's hold is undone: {holds:?}"
+    );
+}
