@@ -2,7 +2,7 @@
 
 use std::sync::OnceLock;
 
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 pub const BATCH_ROWS: &str = "flashgate_consumer_batch_rows";
 pub const COMMIT_SECONDS: &str = "flashgate_consumer_commit_seconds";
@@ -12,6 +12,8 @@ pub const ANOMALIES: &str = "flashgate_consumer_anomalies_total";
 pub const DB_ERRORS: &str = "flashgate_consumer_db_errors_total";
 pub const STREAM_LAG: &str = "flashgate_consumer_stream_lag";
 pub const STREAM_PENDING: &str = "flashgate_consumer_stream_pending";
+/// Gauge `{shard}`: age of the oldest delivered-but-unacknowledged entry (0 when none).
+pub const OLDEST_PENDING_SECONDS: &str = "flashgate_consumer_stream_oldest_pending_seconds";
 pub const RECOVERED: &str = "flashgate_consumer_recovered_total";
 pub const DEAD_LETTERED: &str = "flashgate_consumer_dead_lettered_total";
 pub const RELEASED: &str = "flashgate_consumer_released_total";
@@ -31,6 +33,12 @@ pub fn install() -> Option<PrometheusHandle> {
                 .set_buckets(&[
                     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
                 ])
+                .ok()?
+                // Rows per batch, not seconds: a batch holds up to 1 000 rows.
+                .set_buckets_for_metric(
+                    Matcher::Full(BATCH_ROWS.into()),
+                    &[1.0, 10.0, 50.0, 100.0, 250.0, 500.0, 750.0, 1000.0, 2000.0],
+                )
                 .ok()?
                 .build_recorder();
             let handle = recorder.handle();

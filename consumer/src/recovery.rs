@@ -73,10 +73,14 @@ impl Recovery {
         let mine = self.inflight.of(s.shard);
         s.refresh(&self.client, &self.cfg.consumer_name, &mine)
             .await?;
-        if let Ok((len, pending)) = s.depth(&self.client).await {
+        if let Ok(d) = s.depth(&self.client).await {
             let shard = s.shard.to_string();
-            metrics::gauge!(m::STREAM_LAG, "shard" => shard.clone()).set(len as f64);
-            metrics::gauge!(m::STREAM_PENDING, "shard" => shard).set(pending as f64);
+            metrics::gauge!(m::STREAM_LAG, "shard" => shard.clone()).set(d.len as f64);
+            metrics::gauge!(m::STREAM_PENDING, "shard" => shard.clone()).set(d.pending as f64);
+            let age_s = d.oldest_ms.map_or(0.0, |ms| {
+                (shard_router::now_ms() - ms).max(0) as f64 / 1000.0
+            });
+            metrics::gauge!(m::OLDEST_PENDING_SECONDS, "shard" => shard).set(age_s);
         }
         if !self.db_healthy.load(Ordering::Relaxed) {
             return Ok(());

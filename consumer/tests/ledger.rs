@@ -265,3 +265,31 @@ async fn user_ids_are_compared_byte_for_byte() {
     );
     assert_eq!(s.count("SELECT COUNT(*) FROM anomalies").await, 0);
 }
+
+/// The oldest-pending age behind the `FlashgateStreamPendingOld` alert: an entry delivered
+/// and not acknowledged is reported with the time it was added; nothing pending, none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn depth_reports_the_oldest_pending_entry() {
+    let s = Stack::start().await;
+    let st = stream::ShardStream::new(&s.client, 0, &s.cfg.group);
+    st.ensure_group(&s.client).await.unwrap();
+    assert_eq!(st.depth(&s.client).await.unwrap().oldest_ms, None);
+    let mut conn = s.client.conn();
+    let id: String = redis::cmd("XADD")
+        .arg(&st.key)
+        .arg("*")
+        .arg("f")
+        .arg("v")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let delivered = st
+        .read_new(&s.client, "c1", 10, Duration::from_millis(100))
+        .await
+        .unwrap();
+    assert_eq!(delivered.len(), 1);
+    let d = st.depth(&s.client).await.unwrap();
+    assert_eq!((d.len, d.pending), (1, 1));
+    let added: i64 = id.split('-').next().unwrap().parse().unwrap();
+    assert_eq!(d.oldest_ms, Some(added));
+}

@@ -252,9 +252,10 @@ pub async fn stream_depth(s: &Stack) -> (u64, u64) {
     let mut total = (0, 0);
     for shard in 0..SHARDS {
         let st = consumer::stream::ShardStream::new(&s.client, shard, &s.cfg.group);
-        let (len, pending) = st.depth(&s.client).await.unwrap_or((0, 0));
-        total.0 += len;
-        total.1 += pending;
+        if let Ok(d) = st.depth(&s.client).await {
+            total.0 += d.len;
+            total.1 += d.pending;
+        }
     }
     total
 }
