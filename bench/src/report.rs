@@ -66,7 +66,13 @@ impl BaselineRatios {
             baseline_p99_us: base.latency.p99_us,
             throughput_ratio: div(run.throughput_rps, base.throughput_rps),
             p99_ratio: div(run.latency.p99_us as f64, base.latency.p99_us as f64),
-            cpu_us_per_answer: total_us_per_answer(&run.cpu),
+            // Comparable only when the run accounted for its servers too (a `--stack`
+            // run); a run against outside gateways knows only the load generator's CPU.
+            cpu_us_per_answer: if run.cpu.len() > 1 {
+                total_us_per_answer(&run.cpu)
+            } else {
+                0.0
+            },
             baseline_cpu_us_per_answer: total_us_per_answer(&base.cpu),
         }
     }

@@ -59,7 +59,10 @@ impl Batcher {
         cmd: Cmd,
     ) -> RedisResult<Value> {
         let Some(queue) = self.queues.get(usize::from(shard)) else {
-            return Err(io_error(std::io::ErrorKind::InvalidInput, "no such shard"));
+            return Err(RedisError::from((
+                redis::ErrorKind::Client,
+                "no such shard",
+            )));
         };
         let (tx, rx) = oneshot::channel();
         let start = {
@@ -81,12 +84,14 @@ impl Batcher {
 
     async fn flush(self: Arc<Self>, mut conn: RedisConn, shard: ShardId) {
         let queue = &self.queues[usize::from(shard)];
+        let mut owner = Owner::new(queue, |q: &mut Queue| &mut q.flushing);
         loop {
             let batch: Vec<Pending> = {
                 let mut q = queue.lock().unwrap_or_else(|p| p.into_inner());
                 q.pending.retain(|p| !p.reply.is_closed());
                 if q.pending.is_empty() {
                     q.flushing = false;
+                    owner.disarm();
                     return;
                 }
                 let n = q.pending.len().min(MAX_BATCH);
@@ -117,12 +122,54 @@ impl Batcher {
                     );
                     send_all(replies, &e);
                 }
+                // A pipeline that fails as a whole (a dropped connection; on a cluster, one
+                // MOVED or CLUSTERDOWN reply fails them all) may have run some of its
+                // scripts: for more than one, nobody can say "nothing was taken".
+                Ok(Err(e)) if replies.len() > 1 => {
+                    let e = io_error(
+                        std::io::ErrorKind::ConnectionAborted,
+                        &format!("claim batch failed, some scripts may have run: {e}"),
+                    );
+                    send_all(replies, &e);
+                }
                 Ok(Err(e)) => send_all(replies, &e),
                 Err(_) => send_all(
                     replies,
                     &io_error(std::io::ErrorKind::TimedOut, "claim batch timed out"),
                 ),
             }
+        }
+    }
+}
+
+/// Hands a queue back if its flush task ends any other way than by finding it empty (a
+/// panic, or the runtime dropping the task at shutdown), so the next caller starts a new
+/// flush instead of waiting on one that is gone.
+struct Owner<'a, Q> {
+    queue: &'a Mutex<Q>,
+    flag: fn(&mut Q) -> &mut bool,
+    armed: bool,
+}
+
+impl<'a, Q> Owner<'a, Q> {
+    fn new(queue: &'a Mutex<Q>, flag: fn(&mut Q) -> &mut bool) -> Self {
+        Self {
+            queue,
+            flag,
+            armed: true,
+        }
+    }
+
+    fn disarm(&mut self) {
+        self.armed = false;
+    }
+}
+
+impl<Q> Drop for Owner<'_, Q> {
+    fn drop(&mut self) {
+        if self.armed {
+            let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+            *(self.flag)(&mut q) = false;
         }
     }
 }
@@ -208,12 +255,14 @@ impl WaitGroups {
         Fut: std::future::Future<Output = Result<u32, StockError>>,
     {
         let queue = &self.shards[usize::from(shard)];
+        let mut owner = Owner::new(queue, |q: &mut WaitQueue| &mut q.flushing);
         loop {
             let group: Vec<Waiter> = {
                 let mut q = queue.lock().unwrap_or_else(|p| p.into_inner());
                 q.waiters.retain(|w| !w.reply.is_closed());
                 if q.waiters.is_empty() {
                     q.flushing = false;
+                    owner.disarm();
                     return;
                 }
                 std::mem::take(&mut q.waiters)
@@ -255,14 +304,22 @@ mod tests {
         };
         let mut callers = Vec::new();
         for _ in 0..50 {
-            let (groups, send) = (groups.clone(), send.clone());
+            let (groups, send, sent) = (groups.clone(), send.clone(), sent.clone());
             callers.push(tokio::spawn(async move {
-                groups.confirm(1, 1, Duration::from_millis(5), send).await
+                // WAITs already sent when this caller asks: its answer must come from a
+                // later one, whose sequence number is higher.
+                let before = sent.load(Ordering::SeqCst);
+                let seq = groups
+                    .confirm(1, 1, Duration::from_millis(5), send)
+                    .await
+                    .unwrap();
+                (before, seq)
             }));
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         for c in callers {
-            assert!(c.await.unwrap().unwrap() >= 1);
+            let (before, seq) = c.await.unwrap();
+            assert!(seq > before, "answered by WAIT {seq}, asked after {before}");
         }
         let total = sent.load(Ordering::SeqCst);
         assert!(
@@ -287,5 +344,28 @@ mod tests {
             .confirm(9, 1, Duration::ZERO, |_, _| async { Ok(1) })
             .await
             .is_err());
+    }
+
+    /// A flush task that dies (here: its WAIT panics) hands the queue back: its callers
+    /// get an error, and the next caller starts a new flush instead of waiting forever.
+    #[tokio::test]
+    async fn a_dead_flush_task_does_not_strand_the_queue() {
+        let groups = Arc::new(WaitGroups::new(1));
+        let first = groups
+            .confirm(0, 1, Duration::ZERO, |_, _| async {
+                if true {
+                    panic!("WAIT blew up");
+                }
+                Ok(0)
+            })
+            .await;
+        assert!(first.is_err());
+        let second = tokio::time::timeout(
+            Duration::from_secs(5),
+            groups.confirm(0, 1, Duration::ZERO, |_, _| async { Ok(7) }),
+        )
+        .await
+        .expect("a new flush must start");
+        assert_eq!(second.unwrap(), 7);
     }
 }

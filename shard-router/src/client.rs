@@ -284,14 +284,27 @@ impl StockClient {
                 .arg(keys::EVENTS_CHANNEL);
             self.batched("claim", home, cmd)
         };
-        // NOSCRIPT (a flushed or restarted Redis) means the script did not run: load the
-        // scripts and send the same call once more.
+        // NOSCRIPT (a flushed or restarted Redis) means the script did not run: load it
+        // and send the same call once more, both within one more response timeout.
         let value = match call().await {
             Err(StockError::Redis { source, .. })
                 if source.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
             {
-                self.load_scripts().await?;
-                call().await?
+                let after = self.cfg.timeouts.response;
+                let retry = async {
+                    let mut conn = self.conn.clone();
+                    scripts::CLAIM
+                        .load_async(&mut conn)
+                        .await
+                        .map_err(|source| StockError::Redis {
+                            op: "script load",
+                            source,
+                        })?;
+                    call().await
+                };
+                tokio::time::timeout(after, retry)
+                    .await
+                    .unwrap_or(Err(StockError::Timeout { op: "claim", after }))?
             }
             r => r?,
         };
@@ -480,13 +493,26 @@ impl StockClient {
         replicas: u32,
         wait: Duration,
     ) -> Result<u32, StockError> {
+        // One Redis holds every shard on one connection, so every shard shares one group
+        // there; on a cluster, a shard's group follows its master.
+        let group = match self.conn {
+            RedisConn::Single(_) => 0,
+            RedisConn::Cluster(_) => shard,
+        };
         let client = self.clone();
-        self.waits
-            .confirm(shard, replicas, wait, move |n, w| {
-                let client = client.clone();
-                async move { client.wait_once(shard, n, w).await }
-            })
-            .await
+        // A caller may wait for the WAIT in flight and then its own.
+        let bound = 2 * (wait + self.cfg.timeouts.response);
+        let confirmed = self.waits.confirm(group, replicas, wait, move |n, w| {
+            let client = client.clone();
+            async move { client.wait_once(shard, n, w).await }
+        });
+        match tokio::time::timeout(bound, confirmed).await {
+            Ok(r) => r,
+            Err(_) => Err(StockError::Timeout {
+                op: "wait",
+                after: bound,
+            }),
+        }
     }
 
     async fn wait_once(
@@ -495,7 +521,10 @@ impl StockClient {
         replicas: u32,
         wait: Duration,
     ) -> Result<u32, StockError> {
-        let wait = wait.min(self.cfg.timeouts.response * 4 / 5);
+        // WAIT with 0 ms blocks forever on the Redis side, parking the shared connection.
+        let wait = wait
+            .min(self.cfg.timeouts.response * 4 / 5)
+            .max(Duration::from_millis(1));
         let mut cmd = redis::cmd("WAIT");
         cmd.arg(replicas).arg(wait.as_millis() as u64);
         let after = wait + self.cfg.timeouts.response;
