@@ -191,3 +191,60 @@ async fn a_take_after_its_hold_deadline_takes_nothing() {
         "the stalled claim's hold is undone: {holds:?}"
     );
 }
+
+/// Group commit: a claim whose caller gave up while it waited behind its shard's batch in
+/// flight is never sent, so nothing is taken for an answer nobody will read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_given_up_before_its_batch_left_is_not_sent() {
+    use common::users_with_home;
+    use std::time::Duration;
+    let env = Env::single();
+    let client = env.client().await;
+    let meta = common::open_meta(1088, 10, 1, 1);
+    client.preheat(&meta).await.expect("preheat");
+    // Loaded now, so no NOSCRIPT round trip hides whether the second claim ran.
+    client.load_scripts().await.expect("scripts");
+    let home = client.placement().shards_of(meta.sku, 1)[0];
+    let users = users_with_home(&client, &meta, home, "q", 2);
+    let mut admin = env.node_connections().remove(0);
+
+    // Park the shard's batch in Redis: writes pause for 300 ms (below the 500 ms timeout).
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(300)
+        .arg("WRITE")
+        .query(&mut admin)
+        .expect("CLIENT PAUSE");
+    let first = {
+        let (client, r) = (client.clone(), common::req(meta.sku, &users[0], None));
+        tokio::spawn(async move {
+            client
+                .claim_home(&r, home, shard_router::now_ms(), false)
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // Queued behind the parked batch, then given up.
+    let second = common::req(meta.sku, &users[1], None);
+    let gave_up = tokio::time::timeout(
+        Duration::from_millis(50),
+        client.claim_home(&second, home, shard_router::now_ms(), false),
+    )
+    .await;
+    assert!(gave_up.is_err(), "the second claim must still be queued");
+
+    assert!(matches!(
+        first.await.expect("task"),
+        Ok(shard_router::HomeOutcome::Claimed { .. })
+    ));
+    // Give the flush task time to look at the queue again.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(common::slices_total(&client, &meta).await, 9);
+    assert_eq!(
+        client
+            .user_count(meta.sku, 1, &users[1])
+            .await
+            .expect("count"),
+        0
+    );
+}
