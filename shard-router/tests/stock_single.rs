@@ -199,7 +199,12 @@ async fn a_claim_given_up_before_its_batch_left_is_not_sent() {
     use common::users_with_home;
     use std::time::Duration;
     let env = Env::single();
-    let client = env.client().await;
+    // A response timeout far above the pause, so the parked batch is not timed out.
+    let mut cfg = shard_router::StockConfig::new(env.target(), common::SHARDS);
+    cfg.timeouts.response = Duration::from_secs(5);
+    let client = shard_router::StockClient::connect(cfg)
+        .await
+        .expect("connect");
     let meta = common::open_meta(1088, 10, 1, 1);
     client.preheat(&meta).await.expect("preheat");
     // Loaded now, so no NOSCRIPT round trip hides whether the second claim ran.
@@ -208,10 +213,10 @@ async fn a_claim_given_up_before_its_batch_left_is_not_sent() {
     let users = users_with_home(&client, &meta, home, "q", 2);
     let mut admin = env.node_connections().remove(0);
 
-    // Park the shard's batch in Redis: writes pause for 300 ms (below the 500 ms timeout).
+    // Park the shard's batch in Redis: writes pause for a second.
     let _: () = redis::cmd("CLIENT")
         .arg("PAUSE")
-        .arg(300)
+        .arg(1000)
         .arg("WRITE")
         .query(&mut admin)
         .expect("CLIENT PAUSE");
@@ -223,11 +228,12 @@ async fn a_claim_given_up_before_its_batch_left_is_not_sent() {
                 .await
         })
     };
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // Long enough for the first claim's batch to leave, even on a loaded machine.
+    tokio::time::sleep(Duration::from_millis(300)).await;
     // Queued behind the parked batch, then given up.
     let second = common::req(meta.sku, &users[1], None);
     let gave_up = tokio::time::timeout(
-        Duration::from_millis(50),
+        Duration::from_millis(100),
         client.claim_home(&second, home, shard_router::now_ms(), false),
     )
     .await;
