@@ -24,28 +24,89 @@ use crate::placement::ShardId;
 /// claim behind the others.
 const MAX_BATCH: usize = 64;
 
+/// A caller waiting in a group queue; it is "open" while somebody waits for its answer.
+trait Waiting {
+    fn is_open(&self) -> bool;
+}
+
+/// The queue behind one group commit: callers push, one flush task at a time takes the
+/// next group. Pushing onto an idle queue hands it to the caller, who must start a flush
+/// task; that task owns the queue until it finds no open caller left.
+struct GroupQueue<T> {
+    inner: Mutex<(Vec<T>, bool)>,
+}
+
+impl<T: Waiting> GroupQueue<T> {
+    fn new() -> Self {
+        Self {
+            inner: Mutex::new((Vec::new(), false)),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, (Vec<T>, bool)> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queues `item`; true when the caller must start the flush task.
+    fn push(&self, item: T) -> bool {
+        let mut q = self.lock();
+        q.0.push(item);
+        !std::mem::replace(&mut q.1, true)
+    }
+
+    /// The next group (at most `max`, callers that gave up dropped), or `None` once none
+    /// is left, which releases the queue.
+    fn next(&self, max: usize) -> Option<Vec<T>> {
+        let mut q = self.lock();
+        q.0.retain(T::is_open);
+        if q.0.is_empty() {
+            q.1 = false;
+            return None;
+        }
+        let n = q.0.len().min(max);
+        Some(q.0.drain(..n).collect())
+    }
+
+    /// The flush task's hold on the queue, released on any exit (see [`Owner`]).
+    fn own(&self) -> Owner<'_, T> {
+        Owner(self)
+    }
+}
+
+/// Releases a queue if its flush task ends any other way than by finding it empty (a
+/// panic, or the runtime dropping the task at shutdown), so the next caller starts a new
+/// flush instead of waiting on one that is gone. After [`GroupQueue::next`] returned
+/// `None` the queue is already released, and may be owned by a new task: the flush then
+/// forgets its `Owner` instead of dropping it.
+struct Owner<'a, T: Waiting>(&'a GroupQueue<T>);
+
+impl<T: Waiting> Drop for Owner<'_, T> {
+    fn drop(&mut self) {
+        self.0.lock().1 = false;
+    }
+}
+
 struct Pending {
     cmd: Cmd,
     reply: oneshot::Sender<RedisResult<Value>>,
 }
 
-#[derive(Default)]
-struct Queue {
-    pending: Vec<Pending>,
-    /// A flush task owns the queue until it finds it empty.
-    flushing: bool,
+impl Waiting for Pending {
+    fn is_open(&self) -> bool {
+        !self.reply.is_closed()
+    }
 }
 
 /// The per-shard queues of one client (clones of a `StockClient` share them).
 pub(crate) struct Batcher {
-    queues: Vec<Mutex<Queue>>,
+    queues: Vec<GroupQueue<Pending>>,
     timeout: Duration,
 }
 
 impl Batcher {
     pub(crate) fn new(shards: u16, timeout: Duration) -> Self {
         Self {
-            queues: (0..shards).map(|_| Mutex::default()).collect(),
+            queues: (0..shards).map(|_| GroupQueue::new()).collect(),
             timeout,
         }
     }
@@ -65,12 +126,7 @@ impl Batcher {
             )));
         };
         let (tx, rx) = oneshot::channel();
-        let start = {
-            let mut q = queue.lock().unwrap_or_else(|p| p.into_inner());
-            q.pending.push(Pending { cmd, reply: tx });
-            !std::mem::replace(&mut q.flushing, true)
-        };
-        if start {
+        if queue.push(Pending { cmd, reply: tx }) {
             // Its own task: a caller dropped mid-flush must not strand the others' replies.
             tokio::spawn(Arc::clone(self).flush(conn.clone(), shard));
         }
@@ -84,18 +140,11 @@ impl Batcher {
 
     async fn flush(self: Arc<Self>, mut conn: RedisConn, shard: ShardId) {
         let queue = &self.queues[usize::from(shard)];
-        let mut owner = Owner::new(queue, |q: &mut Queue| &mut q.flushing);
+        let owner = queue.own();
         loop {
-            let batch: Vec<Pending> = {
-                let mut q = queue.lock().unwrap_or_else(|p| p.into_inner());
-                q.pending.retain(|p| !p.reply.is_closed());
-                if q.pending.is_empty() {
-                    q.flushing = false;
-                    owner.disarm();
-                    return;
-                }
-                let n = q.pending.len().min(MAX_BATCH);
-                q.pending.drain(..n).collect()
+            let Some(batch) = queue.next(MAX_BATCH) else {
+                std::mem::forget(owner);
+                return;
             };
             let mut pipe = redis::pipe();
             pipe.ignore_errors();
@@ -142,38 +191,6 @@ impl Batcher {
     }
 }
 
-/// Hands a queue back if its flush task ends any other way than by finding it empty (a
-/// panic, or the runtime dropping the task at shutdown), so the next caller starts a new
-/// flush instead of waiting on one that is gone.
-struct Owner<'a, Q> {
-    queue: &'a Mutex<Q>,
-    flag: fn(&mut Q) -> &mut bool,
-    armed: bool,
-}
-
-impl<'a, Q> Owner<'a, Q> {
-    fn new(queue: &'a Mutex<Q>, flag: fn(&mut Q) -> &mut bool) -> Self {
-        Self {
-            queue,
-            flag,
-            armed: true,
-        }
-    }
-
-    fn disarm(&mut self) {
-        self.armed = false;
-    }
-}
-
-impl<Q> Drop for Owner<'_, Q> {
-    fn drop(&mut self) {
-        if self.armed {
-            let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
-            *(self.flag)(&mut q) = false;
-        }
-    }
-}
-
 fn send_all(replies: Vec<oneshot::Sender<RedisResult<Value>>>, e: &RedisError) {
     for tx in replies {
         let _ = tx.send(Err(e.clone()));
@@ -191,10 +208,10 @@ struct Waiter {
     reply: oneshot::Sender<Result<u32, StockError>>,
 }
 
-#[derive(Default)]
-struct WaitQueue {
-    waiters: Vec<Waiter>,
-    flushing: bool,
+impl Waiting for Waiter {
+    fn is_open(&self) -> bool {
+        !self.reply.is_closed()
+    }
 }
 
 /// Group commit of `WAIT`, per shard. WAIT covers every earlier write of the connection it
@@ -203,13 +220,13 @@ struct WaitQueue {
 /// share the next one instead of sending one each. Each WAIT parks the shared connection
 /// until a replica acknowledges, so fewer WAITs is throughput for replica durability.
 pub(crate) struct WaitGroups {
-    shards: Vec<Mutex<WaitQueue>>,
+    shards: Vec<GroupQueue<Waiter>>,
 }
 
 impl WaitGroups {
     pub(crate) fn new(shards: u16) -> Self {
         Self {
-            shards: (0..shards).map(|_| Mutex::default()).collect(),
+            shards: (0..shards).map(|_| GroupQueue::new()).collect(),
         }
     }
 
@@ -229,15 +246,11 @@ impl WaitGroups {
             return Err(StockError::InvalidArgument(format!("no shard {shard}")));
         };
         let (tx, rx) = oneshot::channel();
-        let start = {
-            let mut q = queue.lock().unwrap_or_else(|p| p.into_inner());
-            q.waiters.push(Waiter {
-                replicas,
-                wait,
-                reply: tx,
-            });
-            !std::mem::replace(&mut q.flushing, true)
-        };
+        let start = queue.push(Waiter {
+            replicas,
+            wait,
+            reply: tx,
+        });
         if start {
             tokio::spawn(Arc::clone(self).flush(shard, send));
         }
@@ -255,17 +268,11 @@ impl WaitGroups {
         Fut: std::future::Future<Output = Result<u32, StockError>>,
     {
         let queue = &self.shards[usize::from(shard)];
-        let mut owner = Owner::new(queue, |q: &mut WaitQueue| &mut q.flushing);
+        let owner = queue.own();
         loop {
-            let group: Vec<Waiter> = {
-                let mut q = queue.lock().unwrap_or_else(|p| p.into_inner());
-                q.waiters.retain(|w| !w.reply.is_closed());
-                if q.waiters.is_empty() {
-                    q.flushing = false;
-                    owner.disarm();
-                    return;
-                }
-                std::mem::take(&mut q.waiters)
+            let Some(group) = queue.next(usize::MAX) else {
+                std::mem::forget(owner);
+                return;
             };
             // The strictest ask of the group answers everyone in it.
             let replicas = group.iter().map(|w| w.replicas).max().unwrap_or(1);
