@@ -58,6 +58,10 @@ pub(crate) struct SweepOpts {
     pub(crate) quiet: bool,
 }
 
+/// How busy a planned core may run in the "by CPU" plan: headroom for bursts and for
+/// scheduler, interrupt and Redis background work.
+const CPU_PLAN_UTILISATION: f64 = 0.7;
+
 /// The sweep's machine-readable result.
 #[derive(Debug, Serialize)]
 pub(crate) struct SweepReport {
@@ -70,6 +74,10 @@ pub(crate) struct SweepReport {
     pub(crate) redis_masters: f64,
     pub(crate) claims_per_s_per_gateway_core: f64,
     pub(crate) claims_per_s_per_redis_master: f64,
+    /// CPU µs per answer at the knee, summed over the gateways and over the Redis nodes
+    /// (0 when the sweep ran without `--stack` and could not read them).
+    pub(crate) gateway_cpu_us: f64,
+    pub(crate) redis_cpu_us: f64,
     pub(crate) steps: Vec<Report>,
     pub(crate) passed: Vec<bool>,
 }
@@ -150,6 +158,15 @@ pub(crate) async fn sweep(o: &SweepOpts) -> anyhow::Result<(SweepReport, String)
             1.0
         });
     let knee_claims = knee.as_ref().map_or(0.0, |k| k.throughput_rps);
+    let cpu_of = |prefix: &str| -> f64 {
+        knee.as_ref().map_or(0.0, |k| {
+            k.cpu
+                .iter()
+                .filter(|c| c.process.starts_with(prefix))
+                .map(|c| c.us_per_answer)
+                .sum()
+        })
+    };
     let rep = SweepReport {
         slo_p99_ms: o.slo_p99_ms,
         max_error_ratio: o.max_error_ratio,
@@ -159,6 +176,8 @@ pub(crate) async fn sweep(o: &SweepOpts) -> anyhow::Result<(SweepReport, String)
         redis_masters: masters,
         claims_per_s_per_gateway_core: knee_claims / cores,
         claims_per_s_per_redis_master: knee_claims / masters,
+        gateway_cpu_us: cpu_of("gateway"),
+        redis_cpu_us: cpu_of("redis-server"),
         steps,
         passed,
     };
@@ -220,9 +239,20 @@ fn markdown(r: &SweepReport, plan: &[f64]) -> String {
         r.redis_masters,
         r.claims_per_s_per_redis_master
     );
+    let by_cpu = r.gateway_cpu_us > 0.0 && r.redis_cpu_us > 0.0;
+    if by_cpu {
+        let _ = writeln!(
+            s,
+            "| gateway CPU per claim at the knee | {:.1} µs ({:.0} claims/s per busy core) |\n| Redis CPU per claim at the knee | {:.1} µs ({:.0} claims/s per busy core) |",
+            r.gateway_cpu_us,
+            1e6 / r.gateway_cpu_us,
+            r.redis_cpu_us,
+            1e6 / r.redis_cpu_us
+        );
+    }
     let _ = writeln!(
         s,
-        "\n| target claims/s | gateway cores | Redis masters |\n| ---: | ---: | ---: |"
+        "\n| target claims/s | gateway cores | Redis masters | gateway cores by CPU | Redis masters by CPU |\n| ---: | ---: | ---: | ---: | ---: |"
     );
     for t in plan {
         let need = |per: f64| {
@@ -232,17 +262,30 @@ fn markdown(r: &SweepReport, plan: &[f64]) -> String {
                 f64::NAN
             }
         };
+        // By CPU: the measured cost per claim, each core planned at 70% busy.
+        let by = |us: f64| {
+            if by_cpu {
+                format!("{}", (t * us / 1e6 / CPU_PLAN_UTILISATION).ceil())
+            } else {
+                "–".to_owned()
+            }
+        };
         let _ = writeln!(
             s,
-            "| {t:.0} | {} | {} |",
+            "| {t:.0} | {} | {} | {} | {} |",
             need(r.claims_per_s_per_gateway_core),
-            need(r.claims_per_s_per_redis_master)
+            need(r.claims_per_s_per_redis_master),
+            by(r.gateway_cpu_us),
+            by(r.redis_cpu_us)
         );
     }
     let _ = writeln!(
         s,
         "\nOn a shared machine the load generator, the gateways and Redis compete for the same \
-         cores, so the per-master figure is a lower bound: Redis was not the only limit."
+         cores, so the per-master figure is a lower bound: Redis was not the only limit. The \
+         \"by CPU\" columns use each process's measured CPU per claim instead, with every \
+         core planned at {:.0}% busy.",
+        CPU_PLAN_UTILISATION * 100.0
     );
     s
 }
