@@ -286,6 +286,7 @@ mod tests {
             (&["--max-header-bytes", "4096"], "--max-header-bytes"),
             (&["--max-header-bytes", "2000000"], "--max-header-bytes"),
             (&["--user-header", "bad header"], "--user-header"),
+            (&["--worker-threads", "5000"], "--worker-threads"),
             (&["--redis", "a:1,b:2"], "--redis"),
             (
                 &["--durability", "replica", "--wait-ms", "900"],
