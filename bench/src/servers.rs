@@ -104,7 +104,7 @@ impl RedisProc {
         };
         let url = me.url();
         wait_until(&format!("redis-server :{port}"), START_LIMIT, || {
-            ping(&url).is_ok()
+            node_query(&url, &["PING"]).is_ok()
         })?;
         Ok(me)
     }
@@ -132,11 +132,12 @@ impl Drop for RedisProc {
     }
 }
 
-fn ping(url: &str) -> redis::RedisResult<String> {
+/// One short-lived command on a node (`PING`, `INFO replication`, `CLUSTER INFO`), bounded.
+fn node_query(url: &str, args: &[&str]) -> redis::RedisResult<String> {
     let client = redis::Client::open(url)?;
     let mut c = client.get_connection_with_timeout(Duration::from_millis(200))?;
     c.set_read_timeout(Some(Duration::from_millis(500)))?;
-    redis::cmd("PING").query(&mut c)
+    redis::cmd(args[0]).arg(&args[1..]).query(&mut c)
 }
 
 impl RedisProc {
@@ -150,27 +151,13 @@ impl RedisProc {
             &format!("replica :{} in sync", replica.port()),
             START_LIMIT * 3,
             || {
-                info_replication(&url).is_ok_and(|i| {
+                node_query(&url, &["INFO", "replication"]).is_ok_and(|i| {
                     i.contains("master_link_status:up") && i.contains("master_sync_in_progress:0")
                 })
             },
         )?;
         Ok(replica)
     }
-}
-
-fn info_replication(url: &str) -> redis::RedisResult<String> {
-    let client = redis::Client::open(url)?;
-    let mut c = client.get_connection_with_timeout(Duration::from_millis(200))?;
-    c.set_read_timeout(Some(Duration::from_millis(500)))?;
-    redis::cmd("INFO").arg("replication").query(&mut c)
-}
-
-fn cluster_info(url: &str) -> redis::RedisResult<String> {
-    let client = redis::Client::open(url)?;
-    let mut c = client.get_connection_with_timeout(Duration::from_millis(200))?;
-    c.set_read_timeout(Some(Duration::from_millis(500)))?;
-    redis::cmd("CLUSTER").arg("INFO").query(&mut c)
 }
 
 /// A local Redis Cluster of `masters` nodes without replicas.
@@ -218,7 +205,7 @@ impl RedisClusterProc {
                 &format!("cluster_state:ok on :{}", n.port()),
                 CLUSTER_OK_LIMIT,
                 || {
-                    cluster_info(&url).is_ok_and(|i| {
+                    node_query(&url, &["CLUSTER", "INFO"]).is_ok_and(|i| {
                         i.contains("cluster_state:ok") && i.contains("cluster_slots_ok:16384")
                     })
                 },
