@@ -8,7 +8,6 @@ use std::time::Instant;
 use common::*;
 use hyper::StatusCode;
 use serde_json::json;
-use shard_router::keys::ShardKeys;
 use test_support::RedisServer;
 
 /// Fault drill 6: how long a gateway can be wrong about a SKU. A restock it never hears
@@ -30,14 +29,7 @@ async fn drill_pubsub_staleness_is_bounded() {
     wait_sold_out(b.api, meta.sku, true, "B to see the sell-out").await;
 
     // A unit comes back with no event at all: only the TTL can heal it.
-    let shard = stock.placement().shards_of(meta.sku, meta.width)[0];
-    let key = ShardKeys::new(stock.placement(), shard, meta.sku).stock();
-    let mut conn = redis.connection();
-    redis::cmd("SET")
-        .arg(&key)
-        .arg(1)
-        .query::<()>(&mut conn)
-        .unwrap();
+    restock_silently(&redis, &stock, &meta);
     let t = Instant::now();
     wait_sold_out(b.api, meta.sku, false, "the TTL to reopen the SKU").await;
     let stale_closed_ms = t.elapsed().as_millis();
@@ -46,18 +38,9 @@ async fn drill_pubsub_staleness_is_bounded() {
     let ans = b.claim(json!({"sku": meta.sku, "user": "s2"})).await;
     assert_eq!(ans.status, StatusCode::CREATED, "{}", ans.body);
     wait_sold_out(b.api, meta.sku, true, "B to see its own sell-out").await;
-    redis::cmd("SET")
-        .arg(&key)
-        .arg(1)
-        .query::<()>(&mut conn)
-        .unwrap();
+    restock_silently(&redis, &stock, &meta);
     let t = Instant::now();
-    let _: i64 = redis::cmd("CLIENT")
-        .arg("KILL")
-        .arg("TYPE")
-        .arg("pubsub")
-        .query(&mut conn)
-        .unwrap();
+    kill_pubsub(&redis);
     wait_sold_out(b.api, meta.sku, false, "the resync to reopen the SKU").await;
     let resync_ms = t.elapsed().as_millis();
     println!(

@@ -8,7 +8,6 @@ use std::time::Duration;
 use common::*;
 use hyper::StatusCode;
 use serde_json::json;
-use shard_router::keys::ShardKeys;
 use shard_router::ReleaseRequest;
 use test_support::RedisServer;
 
@@ -45,25 +44,13 @@ async fn second_gateway_follows_sell_out_resync_and_restock() {
 
     // A unit comes back without any event (as if B missed it), then B's subscriber is
     // killed: the reconnect resyncs B from Redis.
-    let shard = stock.placement().shards_of(meta.sku, meta.width)[0];
-    let key = ShardKeys::new(stock.placement(), shard, meta.sku).stock();
-    let mut conn = redis.connection();
-    redis::cmd("SET")
-        .arg(&key)
-        .arg(1)
-        .query::<()>(&mut conn)
-        .unwrap();
+    restock_silently(&redis, &stock, &meta);
     assert_eq!(
         view(b.api, meta.sku).await["sold_out"],
         true,
         "no event, no change"
     );
-    let killed: i64 = redis::cmd("CLIENT")
-        .arg("KILL")
-        .arg("TYPE")
-        .arg("pubsub")
-        .query(&mut conn)
-        .unwrap();
+    let killed = kill_pubsub(&redis);
     assert!(killed >= 2, "both gateways subscribe");
     wait_sold_out(b.api, meta.sku, false, "B to resync after the pubsub kill").await;
     let ans = b.claim(json!({"sku": meta.sku, "user": "b1"})).await;

@@ -126,12 +126,7 @@ async fn a_take_after_its_hold_deadline_takes_nothing() {
     let meta = common::open_meta(1077, 4, 2, 2);
     client.preheat(&meta).await.expect("preheat");
     let home = client.placement().home_shard(meta.sku, meta.width, "late");
-    let other = client
-        .placement()
-        .shards_of(meta.sku, meta.width)
-        .into_iter()
-        .find(|s| *s != home)
-        .expect("second shard");
+    let other = common::other_shard(&client, &meta, home);
     for u in users_with_home(&client, &meta, home, "h", 2) {
         common::claim_once(&client, &meta, &common::req(meta.sku, &u, None)).await;
     }
@@ -152,7 +147,7 @@ async fn a_take_after_its_hold_deadline_takes_nothing() {
     // Past it, the same call is refused and nothing moves.
     let r2 = common::req(meta.sku, "late2", Some("r2"));
     let home2 = client.placement().home_shard(meta.sku, meta.width, "late2");
-    let other2 = if home2 == home { other } else { home };
+    let other2 = common::other_shard(&client, &meta, home2);
     let before = common::slices_total(&client, &meta).await;
     let started = shard_router::now_ms() - 500;
     let outcome = client.take(&r2, other2, home2, 1, started).await;

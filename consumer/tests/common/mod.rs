@@ -45,11 +45,7 @@ impl Stack {
         let redis = RedisServer::start();
         let db = TestDatabase::create();
         let cfg = config(&redis.url(), &db.url());
-        let client = StockClient::connect(cfg.stock()).await.expect("redis");
-        let pool = consumer::db::connect(&cfg.mysql_url, T)
-            .await
-            .expect("mysql");
-        consumer::db::migrate(&pool).await.expect("migrate");
+        let (client, pool) = connect(&cfg).await;
         Self {
             redis,
             db,
@@ -155,6 +151,16 @@ pub async fn open_campaign(
     c
 }
 
+/// The stock client and the migrated ledger pool a stack's `cfg` names.
+async fn connect(cfg: &Config) -> (StockClient, MySqlPool) {
+    let client = StockClient::connect(cfg.stock()).await.expect("redis");
+    let pool = consumer::db::connect(&cfg.mysql_url, T)
+        .await
+        .expect("mysql");
+    consumer::db::migrate(&pool).await.expect("migrate");
+    (client, pool)
+}
+
 /// The consumer's world on a private Redis Cluster (`replicas` per master) and a fresh
 /// database.
 pub struct ClusterStack {
@@ -171,11 +177,7 @@ impl ClusterStack {
         let db = TestDatabase::create();
         let mut cfg = config("redis://unused", &db.url());
         cfg.redis = RedisTarget::Cluster(cluster.urls());
-        let client = StockClient::connect(cfg.stock()).await.expect("redis");
-        let pool = consumer::db::connect(&cfg.mysql_url, T)
-            .await
-            .expect("mysql");
-        consumer::db::migrate(&pool).await.expect("migrate");
+        let (client, pool) = connect(&cfg).await;
         Self {
             cluster,
             db,

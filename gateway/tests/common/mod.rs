@@ -282,3 +282,25 @@ pub fn script_calls(redis: &test_support::RedisServer) -> u64 {
 pub fn claim_path_calls(redis: &test_support::RedisServer) -> u64 {
     command_calls(redis, &["evalsha", "eval", "hmget", "get", "fcall"])
 }
+
+/// Puts one unit back into the SKU's first slice behind the gateways' backs: no event is
+/// published, as if every subscriber missed it.
+pub fn restock_silently(redis: &test_support::RedisServer, stock: &StockClient, meta: &SkuMeta) {
+    let shard = stock.placement().shards_of(meta.sku, meta.width)[0];
+    let key = shard_router::keys::ShardKeys::new(stock.placement(), shard, meta.sku).stock();
+    redis::cmd("SET")
+        .arg(&key)
+        .arg(1)
+        .query::<()>(&mut redis.connection())
+        .unwrap();
+}
+
+/// Kills every Pub/Sub connection of the server; returns how many there were.
+pub fn kill_pubsub(redis: &test_support::RedisServer) -> i64 {
+    redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query(&mut redis.connection())
+        .unwrap()
+}

@@ -145,3 +145,13 @@ pub fn users_with_home(
         .take(count)
         .collect()
 }
+
+/// A shard of the SKU other than `not` (the SKU must be at least 2 wide).
+pub fn other_shard(client: &StockClient, meta: &SkuMeta, not: u16) -> u16 {
+    client
+        .placement()
+        .shards_of(meta.sku, meta.width)
+        .into_iter()
+        .find(|s| *s != not)
+        .expect("a second shard")
+}

@@ -435,12 +435,7 @@ pub async fn hold_left_behind(env: Env) {
         panic!("expected a hold")
     };
     // The "gateway" takes a unit elsewhere and dies before settling.
-    let other = client
-        .placement()
-        .shards_of(meta.sku, meta.width)
-        .into_iter()
-        .find(|s| *s != home)
-        .expect("second shard");
+    let other = other_shard(&client, &meta, home);
     let TakeOutcome::Claimed { claim_id, .. } = client
         .take(&r, other, home, user_seq, now)
         .await
