@@ -40,16 +40,6 @@ impl EmptyShards for LocalEmptyShards {
     }
 }
 
-/// True when every shard of the SKU is known empty: the answer is "sold out" without
-/// asking Redis.
-pub fn known_sold_out(client: &StockClient, meta: &SkuMeta, empties: &dyn EmptyShards) -> bool {
-    client
-        .placement()
-        .shards_of(meta.sku, meta.width)
-        .into_iter()
-        .all(|s| empties.is_empty(meta.sku, s))
-}
-
 /// Runs one claim end to end. Errors are Redis trouble; an ambiguous error during a second
 /// chance leaves the hold standing, for the consumer to resolve against the ledger.
 pub async fn claim(
