@@ -108,7 +108,7 @@ impl Admin {
             (&Method::GET, ["healthz"]) => return text(StatusCode::OK, "ok\n".into()),
             (&Method::GET, ["metrics"]) => {
                 return match &self.prom {
-                    Some(h) => text(StatusCode::OK, h.render()),
+                    Some(h) => text(StatusCode::OK, crate::series::render(h)),
                     None => error(StatusCode::NOT_FOUND, "metrics recorder not installed"),
                 }
             }
@@ -143,11 +143,14 @@ impl Admin {
                 Err(e) => Err(e),
             }),
             (&Method::POST, ["v1", "campaigns", s, "preheat"]) => respond(match sku(s) {
-                Ok(s) => campaign::preheat(&self.pool, &self.client, s, t).await.map(|v| {
+                Ok(s) => match crate::closeout::refuse_if_closed(&self.pool, s, "preheat", t).await {
+                    Err(e) => Err(e),
+                    Ok(()) => campaign::preheat(&self.pool, &self.client, s, t).await.map(|v| {
                     v.into_iter()
                         .map(|(shard, o)| serde_json::json!({"shard": shard, "outcome": format!("{o:?}")}))
                         .collect::<Vec<_>>()
-                }),
+                    }),
+                },
                 Err(e) => Err(e),
             }),
             (&Method::POST, ["v1", "campaigns", s, "reconcile"]) => respond(match sku(s) {

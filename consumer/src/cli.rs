@@ -9,6 +9,7 @@ use shard_router::RedisTarget;
 
 use crate::campaign::Campaign;
 use crate::config::{self, Config};
+use crate::times;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -66,8 +67,12 @@ pub enum Command {
     Confirm { claim_id: String },
     /// Cancel a claim: units back to Redis, once.
     Cancel { claim_id: String },
-    /// Reconcile one SKU (invariant 4) and print the report.
+    /// Reconcile one SKU (invariant 4) and print the report; takes excess out of the slices.
     Reconcile { sku: u64 },
+    /// Release a stock wave now (or at --at): slices grow, gateways hear `restock`.
+    Wave(WaveArgs),
+    /// Close a finished campaign: closing report, Redis keys removed, no more reconciling.
+    Close { sku: u64 },
 }
 
 #[derive(Debug, Args)]
@@ -95,46 +100,90 @@ pub struct RunArgs {
     pub release_interval_ms: u64,
     #[arg(long, env = "FLASHGATE_RECONCILE_INTERVAL_MS", default_value_t = config::DEFAULT_RECONCILE_INTERVAL.as_millis() as u64)]
     pub reconcile_interval_ms: u64,
+    /// Reconciliation runs kept per SKU in reconcile_runs (older ones are deleted).
+    #[arg(long, env = "FLASHGATE_RECONCILE_KEEP_RUNS", default_value_t = crate::reconcile::DEFAULT_KEEP_RUNS)]
+    pub reconcile_keep_runs: u32,
+    /// Close campaigns by themselves once their window and payment timeout are over.
+    #[arg(long, env = "FLASHGATE_AUTO_CLOSE", default_value_t = true, action = clap::ArgAction::Set)]
+    pub auto_close: bool,
     /// Durability `replica` (use with gateways in `--durability replica`): read entries go
     /// to the ledger only once `WAIT 1 <ms>` confirmed a replica holds them.
     #[arg(long, env = "FLASHGATE_REPLICA_WAIT_MS")]
     pub replica_wait_ms: Option<u64>,
 }
 
+/// `consumer campaign`: every flag but --sku and --stock has a default.
 #[derive(Debug, Args)]
 pub struct CampaignArgs {
+    /// SKU id of the campaign (one campaign per SKU).
     #[arg(long)]
     pub sku: u64,
+    /// Free-text name shown by `consumer status` (at most 200 bytes).
     #[arg(long, default_value = "")]
     pub name: String,
+    /// Units released at the start; waves add more later. Cannot change once preheated.
     #[arg(long)]
     pub stock: u64,
+    /// Shards the stock is split over (1..=--shards); fixed once the campaign exists.
     #[arg(long, default_value_t = 1)]
     pub width: u16,
+    /// Units one user may hold at most.
     #[arg(long, default_value_t = 1)]
     pub limit: u32,
-    /// Sale start, ms since the epoch.
-    #[arg(long)]
-    pub start_ms: i64,
-    #[arg(long)]
-    pub end_ms: i64,
+    /// Sale start: RFC 3339 (2026-12-01T10:00:00Z), now, now+10m, or ms since the epoch.
+    #[arg(long = "start", visible_alias = "start-ms", default_value = "now")]
+    pub start: String,
+    /// Sale end (same forms as --start); must be after the start.
+    #[arg(long = "end", visible_alias = "end-ms")]
+    pub end: String,
+    /// Seconds a claim may stay unpaid before it is released back to the stock.
     #[arg(long, default_value_t = 900)]
     pub payment_timeout_s: u32,
+    /// A stock wave, <time>=<units> (e.g. 2026-12-01T10:30:00Z=200 or now+10m=200); repeat
+    /// for more. The consumer adds the units to the slices when the time comes.
+    #[arg(long = "wave", value_name = "TIME=UNITS")]
+    pub waves: Vec<String>,
 }
 
 impl CampaignArgs {
-    pub fn campaign(&self) -> Campaign {
-        Campaign {
-            sku: self.sku,
-            name: self.name.clone(),
-            stock: self.stock,
-            width: self.width,
-            limit: self.limit,
-            start_ms: self.start_ms,
-            end_ms: self.end_ms,
-            payment_timeout_s: self.payment_timeout_s,
-        }
+    /// The campaign and its waves `(due_ms, units)`; a bad time names the flag.
+    pub fn campaign(&self, now_ms: i64) -> Result<(Campaign, Vec<(i64, u64)>), String> {
+        let at = |flag: &str, v: &str| times::parse_ms(v, now_ms).map_err(|e| format!("--{flag} {e}"));
+        let waves = self
+            .waves
+            .iter()
+            .map(|w| times::parse_wave(w, now_ms))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((
+            Campaign {
+                sku: self.sku,
+                name: self.name.clone(),
+                stock: self.stock,
+                width: self.width,
+                limit: self.limit,
+                start_ms: at("start", &self.start)?,
+                end_ms: at("end", &self.end)?,
+                payment_timeout_s: self.payment_timeout_s,
+            },
+            waves,
+        ))
     }
+}
+
+/// `consumer wave`: releases more stock of a running campaign.
+#[derive(Debug, Args)]
+pub struct WaveArgs {
+    /// SKU of the campaign.
+    pub sku: u64,
+    /// Units to add (split evenly over the SKU's shards).
+    pub units: u64,
+    /// Wave id; give the same id when retrying so the wave is never added twice
+    /// (default: now-<ms>, new on every call).
+    #[arg(long)]
+    pub id: Option<String>,
+    /// When to release it (same forms as campaign --start); default now.
+    #[arg(long, default_value = "now")]
+    pub at: String,
 }
 
 impl Common {
@@ -162,6 +211,8 @@ impl RunArgs {
         cfg.max_deliveries = self.max_deliveries;
         cfg.release_interval = Duration::from_millis(self.release_interval_ms);
         cfg.reconcile_interval = Duration::from_millis(self.reconcile_interval_ms);
+        cfg.reconcile_keep_runs = self.reconcile_keep_runs;
+        cfg.auto_close = self.auto_close;
         cfg.replica_wait = self.replica_wait_ms.map(Duration::from_millis);
     }
 }

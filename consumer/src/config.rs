@@ -70,6 +70,10 @@ pub struct Config {
     pub release_interval: Duration,
     pub reconcile_interval: Duration,
     pub drain_grace: Duration,
+    /// Reconciliation runs kept per SKU.
+    pub reconcile_keep_runs: u32,
+    /// Close campaigns once their window and payment timeout are over.
+    pub auto_close: bool,
     /// Durability `replica`: entries reach the ledger only after `WAIT 1 <this>` on the
     /// reader's connection confirmed a replica has them. Otherwise a failover could lose a
     /// decrement the ledger already holds, and the unit would be sold twice.
@@ -107,6 +111,8 @@ impl Config {
             release_interval: DEFAULT_RELEASE_INTERVAL,
             reconcile_interval: DEFAULT_RECONCILE_INTERVAL,
             drain_grace: DEFAULT_DRAIN_GRACE,
+            reconcile_keep_runs: crate::reconcile::DEFAULT_KEEP_RUNS,
+            auto_close: true,
             replica_wait: None,
             admin_addr: None,
             admin_token: None,

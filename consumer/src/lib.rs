@@ -10,7 +10,9 @@
 //! - [`recovery`]: refresh own pending entries, take over idle ones, dead-letter poison.
 //! - [`campaign`]: campaigns in MySQL, preheat into Redis, status.
 //! - [`release`]: confirm / cancel / payment-timeout release, idempotent end to end.
-//! - [`reconcile`]: invariant 4 per SKU, stale holds.
+//! - [`reconcile`]: invariant 4 per SKU, exact under load; excess removal; stale holds.
+//! - [`wave`]: stock waves; [`closeout`]: closing report and Redis cleanup; [`times`]:
+//!   human times on the command line; [`series`]: closed SKUs' series left out of /metrics.
 //! - [`admin`]: `/healthz`, `/metrics`, the token-protected admin API.
 //! - [`service`]: wires the tasks together with one shutdown signal.
 
@@ -18,19 +20,25 @@ pub mod admin;
 pub mod backoff;
 pub mod campaign;
 pub mod cli;
+pub mod closeout;
 pub mod config;
 pub mod db;
 mod error;
+pub mod housekeeping;
 pub mod inflight;
 pub mod ledger;
+pub mod memory;
 pub mod metrics;
 pub mod reader;
 pub mod reconcile;
 pub mod recovery;
 pub mod release;
+pub mod series;
 pub mod service;
 pub mod signal;
 pub mod stream;
+pub mod times;
+pub mod wave;
 pub mod writer;
 
 pub use config::Config;

@@ -4,7 +4,7 @@
 use anyhow::Context;
 use clap::Parser;
 use consumer::cli::{Cli, Command};
-use consumer::{campaign, reconcile, release, service};
+use consumer::{campaign, closeout, reconcile, release, service, wave};
 use shard_router::StockClient;
 
 fn main() {
@@ -64,10 +64,45 @@ async fn real_main(cli: Cli) -> anyhow::Result<()> {
         Command::Run(_) => unreachable!("handled above"),
         Command::Migrate => serde_json::json!({"status": "migrated"}),
         Command::Campaign(a) => {
-            campaign::put_checked(&pool, &client().await?, &a.campaign(), cfg.shards, t).await?;
-            serde_json::to_value(campaign::get(&pool, a.sku, t).await?)?
+            let now = shard_router::now_ms();
+            let (c, waves) = match a.campaign(now) {
+                Ok(x) => x,
+                Err(e) => anyhow::bail!("{e}"),
+            };
+            campaign::put_checked(&pool, &client().await?, &c, cfg.shards, t).await?;
+            for (i, (due_ms, units)) in waves.into_iter().enumerate() {
+                // The id follows from the flag, so running the same command again
+                // schedules nothing new.
+                let id = format!("w{i}-{due_ms}-{units}");
+                let w = wave::Wave { sku: a.sku, id, units, due_ms };
+                wave::schedule(&pool, &w, t).await?;
+            }
+            serde_json::json!({
+                "campaign": campaign::get(&pool, a.sku, t).await?,
+                "waves": wave::list(&pool, a.sku, t).await?,
+            })
+        }
+        Command::Wave(a) => {
+            let now = shard_router::now_ms();
+            let due_ms = match consumer::times::parse_ms(&a.at, now) {
+                Ok(ms) => ms,
+                Err(e) => anyhow::bail!("--at {e}"),
+            };
+            let id = a.id.clone().unwrap_or_else(|| format!("now-{now}"));
+            let w = wave::Wave { sku: a.sku, id: id.clone(), units: a.units, due_ms };
+            wave::schedule(&pool, &w, t).await?;
+            if due_ms <= now {
+                let r = wave::apply(&pool, &client().await?, a.sku, &id, now, t).await?;
+                serde_json::json!({"wave": w, "outcome": r})
+            } else {
+                serde_json::json!({"wave": w, "outcome": "scheduled"})
+            }
+        }
+        Command::Close { sku } => {
+            closeout::close(&pool, &client().await?, sku, shard_router::now_ms(), t).await?
         }
         Command::Preheat { sku } => {
+            closeout::refuse_if_closed(&pool, sku, "preheat", t).await?;
             let r = campaign::preheat(&pool, &client().await?, sku, t).await?;
             serde_json::json!(r
                 .iter()
@@ -75,7 +110,11 @@ async fn real_main(cli: Cli) -> anyhow::Result<()> {
                 .collect::<Vec<_>>())
         }
         Command::Status { sku } => {
-            serde_json::to_value(campaign::status(&pool, &client().await?, sku, t).await?)?
+            let mut v =
+                serde_json::to_value(campaign::status(&pool, &client().await?, sku, t).await?)?;
+            v["lifecycle"] = serde_json::to_value(closeout::lifecycle(&pool, sku, t).await?)?;
+            v["waves"] = serde_json::to_value(wave::list(&pool, sku, t).await?)?;
+            v
         }
         Command::Confirm { claim_id } => {
             serde_json::to_value(release::confirm(&pool, &claim_id, t).await?)?

@@ -18,6 +18,11 @@ pub const RECOVERED: &str = "flashgate_consumer_recovered_total";
 pub const DEAD_LETTERED: &str = "flashgate_consumer_dead_lettered_total";
 pub const RELEASED: &str = "flashgate_consumer_released_total";
 pub const RECONCILE_DRIFT: &str = "flashgate_reconcile_drift";
+/// Gauge `{sku}`: shards whose slice is missing at the SKU's last reconciliation.
+pub const RECONCILE_MISSING: &str = "flashgate_reconcile_missing_slices";
+/// Gauge `{shard}`: the shard master's `used_memory` and `maxmemory` (0 = no limit), bytes.
+pub const REDIS_USED_MEMORY: &str = "flashgate_redis_used_memory_bytes";
+pub const REDIS_MAX_MEMORY: &str = "flashgate_redis_maxmemory_bytes";
 pub const STALE_HOLDS: &str = "flashgate_consumer_stale_holds_resolved_total";
 pub const REPLICA_UNCONFIRMED: &str = "flashgate_consumer_replica_unconfirmed_total";
 

@@ -22,7 +22,7 @@ use crate::inflight::InFlight;
 use crate::recovery::Recovery;
 use crate::stream::ShardStream;
 use crate::writer::Writer;
-use crate::{campaign, db, reader, reconcile, release};
+use crate::{db, reader, reconcile, release};
 
 /// Connects to MySQL and applies migrations, retrying with backoff until `shutdown`.
 pub async fn connect_db(
@@ -115,6 +115,16 @@ pub async fn run(
         client.clone(),
         shutdown.clone(),
     ));
+    background.spawn(crate::housekeeping::wave_loop(
+        cfg.clone(),
+        pool.clone(),
+        client.clone(),
+        shutdown.clone(),
+    ));
+    background.spawn(crate::housekeeping::memory_loop(
+        client.clone(),
+        shutdown.clone(),
+    ));
     if let Some(listener) = listener {
         let admin = Admin {
             cfg: cfg.clone(),
@@ -183,26 +193,34 @@ async fn reconcile_loop(
             _ = tick.tick() => {}
             _ = crate::signal::stopped(&mut shutdown) => break,
         }
-        let skus = match campaign::list(&pool, cfg.db_timeout).await {
+        let skus = match crate::closeout::open_campaigns(&pool, cfg.db_timeout).await {
             Ok(s) => s,
             Err(e) => {
                 tracing::warn!(error = %e, "reconcile: list campaigns failed");
                 continue;
             }
         };
+        let opts = reconcile::Options {
+            keep_runs: cfg.reconcile_keep_runs,
+            ..Default::default()
+        };
         for sku in skus {
-            if let Err(e) = reconcile::run(
+            if let Err(e) = reconcile::run_with(
                 &pool,
                 &client,
                 &cfg.group,
                 sku,
                 shard_router::now_ms(),
                 cfg.db_timeout,
+                opts,
             )
             .await
             {
                 tracing::warn!(sku, error = %e, "reconcile failed");
             }
+        }
+        if cfg.auto_close {
+            crate::housekeeping::close_due(&cfg, &pool, &client).await;
         }
     }
 }

@@ -57,6 +57,19 @@ impl ShardKeys {
     pub fn released_user(&self) -> String {
         format!("{{{}}}:reluser:{}", self.tag, self.sku)
     }
+    /// wave id → units this shard's slice got from that stock wave (wave idempotency).
+    pub fn waves(&self) -> String {
+        format!("{{{}}}:waves:{}", self.tag, self.sku)
+    }
+    /// Counter bumped by every excess removal: a removal measured before another one ran
+    /// is refused (see `lua/reconcile_fix.lua`).
+    pub fn fix_epoch(&self) -> String {
+        format!("{{{}}}:epoch:{}", self.tag, self.sku)
+    }
+    /// Pattern of every stored answer of this SKU on this shard (close-out removes them).
+    pub fn request_pattern(&self) -> String {
+        format!("{{{}}}:req:{}:*", self.tag, self.sku)
+    }
     /// Stored answer for a request id of a user; `None` request ids use a fixed key the
     /// scripts never touch (Cluster needs every script key in the shard's slot).
     pub fn request(&self, user: &str, request_id: Option<&str>) -> String {

@@ -1,0 +1,277 @@
+//! Campaign close-out: once the sale window and the payment timeout are over and every claim
+//! is settled, the campaign's final reconciliation is stored as its closing report, its Redis
+//! keys are removed, its series leave `/metrics`, and it is never reconciled again.
+//!
+//! Steps, each idempotent, so a crash anywhere is finished by the next attempt:
+//! 1. refuse unless ended + payment timeout passed, no claim pending or releasing, no entry
+//!    of the SKU in flight, no hold (a live campaign is never touched);
+//! 2. `closing_ms` set (from then on no reconciliation, wave or preheat of the SKU);
+//! 3. the final reconciliation stored as `closing_report`, only if none is stored yet (a
+//!    retry after a crash in step 4 would measure a half-removed Redis);
+//! 4. the Redis keys removed: SKU metadata and membership first (gateways stop selling at
+//!    once), then per shard the meta, user counts, `useq`, holds, release sets, waves, fix
+//!    epoch, stored answers, and the slice last;
+//! 5. `closed_ms` set; the per-SKU series forgotten.
+
+use std::time::Duration;
+
+use redis::Value;
+use serde::Serialize;
+use shard_router::keys::{self, ShardKeys};
+use shard_router::{RedisConn, ShardId, StockClient};
+use sqlx::MySqlPool;
+
+use crate::db::bounded;
+use crate::error::ConsumerError;
+use crate::{campaign, reconcile};
+
+/// Where a campaign is in its lifecycle.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Lifecycle {
+    pub closing_ms: Option<i64>,
+    pub closed_ms: Option<i64>,
+    pub closing_report: Option<serde_json::Value>,
+}
+
+pub async fn lifecycle(pool: &MySqlPool, sku: u64, t: Duration) -> Result<Lifecycle, ConsumerError> {
+    let row: Option<(Option<i64>, Option<i64>, Option<String>)> = bounded(
+        "read lifecycle",
+        t,
+        sqlx::query_as("SELECT closing_ms, closed_ms, closing_report FROM campaigns WHERE sku = ?")
+            .bind(sku)
+            .fetch_optional(pool),
+    )
+    .await?;
+    let (closing_ms, closed_ms, report) =
+        row.ok_or_else(|| ConsumerError::NotFound(format!("campaign for sku {sku}")))?;
+    Ok(Lifecycle {
+        closing_ms,
+        closed_ms,
+        closing_report: report.and_then(|r| serde_json::from_str(&r).ok()),
+    })
+}
+
+/// True once close-out started: the campaign is no longer live.
+pub async fn is_closing(pool: &MySqlPool, sku: u64, t: Duration) -> Result<bool, ConsumerError> {
+    Ok(lifecycle(pool, sku, t).await?.closing_ms.is_some())
+}
+
+/// Refuses an operation that would bring a closed campaign back to Redis.
+pub async fn refuse_if_closed(
+    pool: &MySqlPool,
+    sku: u64,
+    what: &str,
+    t: Duration,
+) -> Result<(), ConsumerError> {
+    if is_closing(pool, sku, t).await? {
+        return Err(ConsumerError::Invalid(format!(
+            "sku {sku} is closed; {what} refused"
+        )));
+    }
+    Ok(())
+}
+
+/// Campaigns the periodic loops still work on (close-out not started).
+pub async fn open_campaigns(pool: &MySqlPool, t: Duration) -> Result<Vec<u64>, ConsumerError> {
+    bounded(
+        "list open campaigns",
+        t,
+        sqlx::query_scalar("SELECT sku FROM campaigns WHERE closing_ms IS NULL ORDER BY sku")
+            .fetch_all(pool),
+    )
+    .await
+}
+
+/// Campaigns whose window and payment timeout ended before `now_ms` and are not closed.
+pub async fn due(pool: &MySqlPool, now_ms: i64, t: Duration) -> Result<Vec<u64>, ConsumerError> {
+    bounded(
+        "due close-outs",
+        t,
+        sqlx::query_scalar(
+            "SELECT sku FROM campaigns WHERE closed_ms IS NULL \
+             AND end_ms + payment_timeout_s * 1000 <= ? ORDER BY sku",
+        )
+        .bind(now_ms)
+        .fetch_all(pool),
+    )
+    .await
+}
+
+/// Why a campaign cannot close yet; `None` when it can.
+async fn not_yet(
+    pool: &MySqlPool,
+    client: &StockClient,
+    c: &campaign::Campaign,
+    now_ms: i64,
+    t: Duration,
+) -> Result<Option<String>, ConsumerError> {
+    let over = c.end_ms + i64::from(c.payment_timeout_s) * 1000;
+    if now_ms < over {
+        return Ok(Some(format!(
+            "its window and payment timeout run until {over} ms ({} s from now)",
+            (over - now_ms) / 1000
+        )));
+    }
+    let open: i64 = bounded(
+        "open claims",
+        t,
+        sqlx::query_scalar(
+            "SELECT COUNT(*) FROM claims WHERE sku = ? AND status IN ('pending', 'releasing')",
+        )
+        .bind(c.sku)
+        .fetch_one(pool),
+    )
+    .await?;
+    if open > 0 {
+        return Ok(Some(format!(
+            "{open} claim(s) are pending or releasing (the release sweep settles them)"
+        )));
+    }
+    let (r, _) = reconcile::measure(pool, client, c.sku, t).await?;
+    if r.in_flight > 0 || r.held > 0 {
+        return Ok(Some(format!(
+            "{} unit(s) in flight and {} under holds are not in the ledger yet",
+            r.in_flight, r.held
+        )));
+    }
+    Ok(None)
+}
+
+/// Closes `sku` (see the module doc). Returns the closing report.
+pub async fn close(
+    pool: &MySqlPool,
+    client: &StockClient,
+    sku: u64,
+    now_ms: i64,
+    t: Duration,
+) -> Result<serde_json::Value, ConsumerError> {
+    let c = campaign::get(pool, sku, t).await?;
+    let life = lifecycle(pool, sku, t).await?;
+    if life.closing_ms.is_none() {
+        if let Some(why) = not_yet(pool, client, &c, now_ms, t).await? {
+            return Err(ConsumerError::Invalid(format!(
+                "sku {sku} cannot close yet: {why}"
+            )));
+        }
+        bounded(
+            "mark closing",
+            t,
+            sqlx::query("UPDATE campaigns SET closing_ms = ? WHERE sku = ? AND closing_ms IS NULL")
+                .bind(now_ms)
+                .bind(sku)
+                .execute(pool),
+        )
+        .await?;
+    }
+    if life.closing_report.is_none() {
+        let (report, _) = reconcile::measure(pool, client, sku, t).await?;
+        let text = serde_json::to_string(&report).unwrap_or_default();
+        bounded(
+            "store closing report",
+            t,
+            sqlx::query(
+                "UPDATE campaigns SET closing_report = ? WHERE sku = ? AND closing_report IS NULL",
+            )
+            .bind(&text)
+            .bind(sku)
+            .execute(pool),
+        )
+        .await?;
+    }
+    remove_keys(client, sku, c.width).await?;
+    bounded(
+        "mark closed",
+        t,
+        sqlx::query("UPDATE campaigns SET closed_ms = ? WHERE sku = ? AND closed_ms IS NULL")
+            .bind(now_ms)
+            .bind(sku)
+            .execute(pool),
+    )
+    .await?;
+    reconcile::forget_metrics(sku);
+    let life = lifecycle(pool, sku, t).await?;
+    tracing::info!(sku, report = ?life.closing_report, "campaign closed");
+    Ok(serde_json::to_value(life).unwrap_or_default())
+}
+
+/// Removes every Redis key of the campaign (idempotent).
+async fn remove_keys(client: &StockClient, sku: u64, width: u16) -> Result<(), ConsumerError> {
+    let mut conn = client.conn();
+    client
+        .bounded("close sku meta", async {
+            redis::cmd("SREM")
+                .arg(keys::SKU_SET)
+                .arg(sku)
+                .query_async::<i64>(&mut conn)
+                .await?;
+            redis::cmd("DEL")
+                .arg(keys::sku_meta(sku))
+                .query_async::<i64>(&mut conn)
+                .await
+        })
+        .await?;
+    for shard in client.placement().shards_of(sku, width) {
+        let k = ShardKeys::new(client.placement(), shard, sku);
+        for key in stored_answers(client, shard, &k.request_pattern()).await? {
+            del(client, &key).await?;
+        }
+        for key in [
+            k.meta(),
+            k.users(),
+            k.user_seq(),
+            k.holds(),
+            k.released_stock(),
+            k.released_user(),
+            k.waves(),
+            k.fix_epoch(),
+            k.stock(),
+        ] {
+            del(client, &key).await?;
+        }
+    }
+    Ok(())
+}
+
+async fn del(client: &StockClient, key: &str) -> Result<(), ConsumerError> {
+    let mut conn = client.conn();
+    client
+        .bounded("close del", redis::cmd("DEL").arg(key).query_async::<i64>(&mut conn))
+        .await?;
+    Ok(())
+}
+
+/// Keys matching `pattern` on the node that holds `shard` (SCAN runs per node; on a
+/// cluster it is routed to the shard's master by the tag's slot).
+async fn stored_answers(
+    client: &StockClient,
+    shard: ShardId,
+    pattern: &str,
+) -> Result<Vec<String>, ConsumerError> {
+    let mut out = Vec::new();
+    let mut cursor = 0u64;
+    loop {
+        let mut cmd = redis::cmd("SCAN");
+        cmd.arg(cursor).arg("MATCH").arg(pattern).arg("COUNT").arg(1000);
+        let v: Value = match client.conn() {
+            RedisConn::Single(mut c) => client.bounded("close scan", cmd.query_async(&mut c)).await?,
+            RedisConn::Cluster(mut c) => {
+                use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+                let slot = shard_router::placement::slot_of_tag(client.placement().tag(shard));
+                let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
+                    Route::new(slot, SlotAddr::Master),
+                ));
+                client.bounded("close scan", c.route_command(cmd, route)).await?
+            }
+        };
+        let (next, keys): (u64, Vec<String>) = redis::from_redis_value(v)
+            .map_err(|source| shard_router::StockError::Redis {
+                op: "close scan",
+                source: source.into(),
+            })?;
+        out.extend(keys);
+        cursor = next;
+        if cursor == 0 {
+            return Ok(out);
+        }
+    }
+}

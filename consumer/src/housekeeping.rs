@@ -1,0 +1,78 @@
+//! Background loops of the campaign lifecycle: due stock waves, automatic close-out, and
+//! the Redis memory export. Each stops on the shutdown signal.
+
+use std::time::Duration;
+
+use shard_router::StockClient;
+use sqlx::MySqlPool;
+use tokio::sync::watch;
+
+use crate::config::Config;
+use crate::{closeout, memory, wave};
+
+/// How often due waves are applied; also bounds how late a scheduled wave starts selling.
+pub const WAVE_INTERVAL: Duration = Duration::from_secs(1);
+/// How often Redis memory use is exported.
+pub const MEMORY_INTERVAL: Duration = Duration::from_secs(10);
+
+/// A ticker that ends on shutdown: `next` is false once the signal came.
+struct Every<'a> {
+    tick: tokio::time::Interval,
+    shutdown: &'a mut watch::Receiver<bool>,
+}
+
+impl<'a> Every<'a> {
+    fn new(period: Duration, shutdown: &'a mut watch::Receiver<bool>) -> Self {
+        let mut tick = tokio::time::interval(period);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        Self { tick, shutdown }
+    }
+
+    async fn next(&mut self) -> bool {
+        tokio::select! {
+            _ = self.tick.tick() => true,
+            _ = crate::signal::stopped(self.shutdown) => false,
+        }
+    }
+}
+
+pub async fn wave_loop(
+    cfg: Config,
+    pool: MySqlPool,
+    client: StockClient,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut every = Every::new(WAVE_INTERVAL, &mut shutdown);
+    while every.next().await {
+        match wave::apply_due(&pool, &client, shard_router::now_ms(), cfg.db_timeout).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(waves = n, "stock waves released"),
+            Err(e) => tracing::warn!(error = %e, "wave round failed"),
+        }
+    }
+}
+
+pub async fn memory_loop(client: StockClient, mut shutdown: watch::Receiver<bool>) {
+    let mut every = Every::new(MEMORY_INTERVAL, &mut shutdown);
+    while every.next().await {
+        if let Err(e) = memory::export(&client).await {
+            tracing::warn!(error = %e, "redis memory export failed");
+        }
+    }
+}
+
+/// Closes every campaign that is due; one that cannot close yet is tried next round.
+pub async fn close_due(cfg: &Config, pool: &MySqlPool, client: &StockClient) {
+    let now = shard_router::now_ms();
+    let due = match closeout::due(pool, now, cfg.db_timeout).await {
+        Ok(d) => d,
+        Err(e) => return tracing::warn!(error = %e, "close-out: list failed"),
+    };
+    for sku in due {
+        match closeout::close(pool, client, sku, now, cfg.db_timeout).await {
+            Ok(_) => {}
+            Err(e) if e.is_client_error() => tracing::debug!(sku, error = %e, "not closed yet"),
+            Err(e) => tracing::warn!(sku, error = %e, "close-out failed; retried next round"),
+        }
+    }
+}

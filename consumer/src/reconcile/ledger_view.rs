@@ -1,0 +1,139 @@
+//! The two ledger reads of a reconciliation: one before the Redis snapshots, one after
+//! (see the ordering argument in `mod.rs`).
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use sqlx::MySqlPool;
+
+use crate::db::bounded;
+use crate::error::ConsumerError;
+
+/// Read before the snapshots, in one transaction (one consistent InnoDB read view).
+#[derive(Debug, Clone, Default)]
+pub struct Before {
+    /// Units released so far: the campaign's stock (its applied waves included).
+    pub stock: i64,
+    pub width: u16,
+    /// `sku_stock.available`, and the units of rows pending / confirmed / releasing.
+    pub available: i64,
+    pub held_rows: i64,
+    /// Waves applied (ledger side) and claims `released`, both as of this read.
+    pub applied_waves: HashSet<String>,
+    pub released: HashSet<String>,
+}
+
+/// One claim row as read after the snapshots.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Row {
+    pub claim_id: String,
+    pub qty: i64,
+    pub shard: u16,
+    pub status: String,
+}
+
+impl Row {
+    /// Pending or confirmed: the ledger counts its units as sold and not coming back.
+    pub fn active(&self) -> bool {
+        self.status == "pending" || self.status == "confirmed"
+    }
+}
+
+/// Read after the snapshots.
+#[derive(Debug, Clone, Default)]
+pub struct After {
+    pub rows: Vec<Row>,
+    /// Every wave id the ledger knows for the SKU, applied or not.
+    pub waves: HashSet<String>,
+}
+
+pub async fn before(pool: &MySqlPool, sku: u64, t: Duration) -> Result<Before, ConsumerError> {
+    let mut tx = bounded("begin", t, pool.begin()).await?;
+    let (stock, width): (u64, u16) = bounded(
+        "read campaign",
+        t,
+        sqlx::query_as("SELECT stock, width FROM campaigns WHERE sku = ?")
+            .bind(sku)
+            .fetch_optional(&mut *tx),
+    )
+    .await?
+    .ok_or_else(|| ConsumerError::NotFound(format!("campaign for sku {sku}")))?;
+    let available: Option<i64> = bounded(
+        "read stock",
+        t,
+        sqlx::query_scalar("SELECT available FROM sku_stock WHERE sku = ?")
+            .bind(sku)
+            .fetch_optional(&mut *tx),
+    )
+    .await?;
+    let held_rows: Option<i64> = bounded(
+        "held units",
+        t,
+        sqlx::query_scalar(
+            "SELECT CAST(SUM(qty) AS SIGNED) FROM claims WHERE sku = ? AND status <> 'released'",
+        )
+        .bind(sku)
+        .fetch_one(&mut *tx),
+    )
+    .await?;
+    let applied_waves: Vec<String> = bounded(
+        "applied waves",
+        t,
+        sqlx::query_scalar(
+            "SELECT wave_id FROM campaign_waves WHERE sku = ? AND applied_ms IS NOT NULL",
+        )
+        .bind(sku)
+        .fetch_all(&mut *tx),
+    )
+    .await?;
+    let released: Vec<String> = bounded(
+        "released claims",
+        t,
+        sqlx::query_scalar("SELECT claim_id FROM claims WHERE sku = ? AND status = 'released'")
+            .bind(sku)
+            .fetch_all(&mut *tx),
+    )
+    .await?;
+    bounded("end read", t, tx.rollback()).await?;
+    Ok(Before {
+        stock: stock as i64,
+        width,
+        available: available.unwrap_or(0),
+        held_rows: held_rows.unwrap_or(0),
+        applied_waves: applied_waves.into_iter().collect(),
+        released: released.into_iter().collect(),
+    })
+}
+
+pub async fn after(pool: &MySqlPool, sku: u64, t: Duration) -> Result<After, ConsumerError> {
+    let rows: Vec<(String, u32, u16, String)> = bounded(
+        "claim rows",
+        t,
+        sqlx::query_as(
+            "SELECT claim_id, qty, shard, CAST(status AS CHAR) FROM claims WHERE sku = ?",
+        )
+        .bind(sku)
+        .fetch_all(pool),
+    )
+    .await?;
+    let waves: Vec<String> = bounded(
+        "waves",
+        t,
+        sqlx::query_scalar("SELECT wave_id FROM campaign_waves WHERE sku = ?")
+            .bind(sku)
+            .fetch_all(pool),
+    )
+    .await?;
+    Ok(After {
+        rows: rows
+            .into_iter()
+            .map(|(claim_id, qty, shard, status)| Row {
+                claim_id,
+                qty: i64::from(qty),
+                shard,
+                status,
+            })
+            .collect(),
+        waves: waves.into_iter().collect(),
+    })
+}

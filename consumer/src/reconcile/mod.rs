@@ -1,0 +1,241 @@
+//! Reconciliation of one SKU against invariant 4, exact while the sale runs:
+//! for every shard `s` of the SKU, `released_s = slice_s + in_flight_s + active_s`.
+//!
+//! # Why it is exact
+//! Stock never moves between shards: a claim takes units from one shard's slice and XADDs
+//! its record to that shard's stream in one script; its release SADDs the claim id to that
+//! shard's release set and gives the units back in one script; a wave adds to a slice and
+//! records its id in that shard's wave hash in one script. So each shard closes on its own,
+//! and one atomic read per shard (`lua/reconcile.lua`, at instant `T_s`) sees a state where
+//! it closes: slice, stream entries (claims and dead letters), release set, waves, and a
+//! cutoff id such that a claim was taken before `T_s` iff its entry id is `<=` the cutoff.
+//! The ledger is read twice: `L0` (stock, applied waves, claims `released`) before every
+//! snapshot, `L1` (every claim row, every wave row) after. Rows are never deleted and a
+//! status only moves forward (pending → confirmed → releasing → released). For a claim `c`
+//! taken on `s` before `T_s` (taken later: its units are still in `slice_s`, and it is
+//! skipped by the cutoff):
+//! - `c` in the stream at `T_s`: its units are out of the slice unless `c` is in the release
+//!   set (a duplicate whose units went back). Counted once, from the snapshot: as ledger if
+//!   `L1` has its row (committed after `T_s`), else as in flight. A commit between `T_s` and
+//!   `L1` therefore moves it from one term to the other but never counts it twice.
+//! - `c` not in the stream at `T_s`: it was deleted, which happens only after its commit,
+//!   so `L1` has its row. Its units are back in the slice iff `c` is in the release set at
+//!   `T_s`; the ledger status read later does not decide this, so a release between `T_s`
+//!   and `L1` is not counted twice. Two disagreements are real drift and named in the
+//!   details: in the release set while `L1` says pending/confirmed (the status can only have
+//!   been that at `T_s` too: Redis gave units back for a sold claim, +q), and `released` in
+//!   `L0` but not in the release set at `T_s` (the SADD precedes the ledger's `released`,
+//!   so it was due before `T_s`: Redis lost the release, −q).
+//! - Units released to `s`: its share of `L0`'s stock (applied waves included), plus the
+//!   waves in `s`'s wave hash at `T_s` not applied in `L0` (a wave being applied) whose row
+//!   `L1` holds (rows are written before any slice is touched; an unknown wave id is drift).
+//!
+//! A missing slice is reported as its own figure, and that shard is left out of the drift.
+//! Positive drift on a shard (Redis holds more than the ledger allows) is taken out of its
+//! slice at once (`excess.rs`). Stale holds are resolved first (`holds.rs`).
+
+pub mod account;
+pub mod excess;
+pub mod holds;
+pub mod ledger_view;
+pub mod snapshot;
+
+use std::time::Duration;
+
+use serde::Serialize;
+use shard_router::StockClient;
+use sqlx::MySqlPool;
+
+pub use account::{split, ShardFigures};
+pub use snapshot::MAX_SNAPSHOT;
+
+use crate::db::bounded;
+use crate::error::ConsumerError;
+use crate::ledger;
+use crate::metrics as m;
+use crate::stream::ShardStream;
+
+/// Reconciliation runs kept per SKU in `reconcile_runs` unless configured.
+pub const DEFAULT_KEEP_RUNS: u32 = 1000;
+
+/// How a run behaves beyond measuring.
+#[derive(Debug, Clone, Copy)]
+pub struct Options {
+    /// Take positive drift out of the slices (issue: Redis lost writes).
+    pub remove_excess: bool,
+    /// Runs kept per SKU; older ones are deleted after each run.
+    pub keep_runs: u32,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            remove_excess: true,
+            keep_runs: DEFAULT_KEEP_RUNS,
+        }
+    }
+}
+
+/// One reconciliation result (also stored in `reconcile_runs`).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Report {
+    pub sku: u64,
+    /// Units released so far over the shards whose slice exists.
+    pub stock: i64,
+    pub slices: i64,
+    pub in_flight: i64,
+    pub active_ledger: i64,
+    /// `slices + in_flight + active_ledger − stock`: positive = Redis holds more than the
+    /// ledger allows (oversell risk), negative = units missing from Redis and the ledger.
+    pub drift: i64,
+    pub stale_holds: usize,
+    /// Shards whose slice is missing: their own figure, never counted as 0.
+    pub missing_slices: Vec<u16>,
+    /// Units taken out of the slices by this run (its positive drift).
+    pub excess_removed: i64,
+    /// Units under holds at the snapshots (informative: holds take no stock).
+    pub held: i64,
+    pub shards: Vec<ShardFigures>,
+    /// What disagrees, in words.
+    pub details: Vec<String>,
+}
+
+/// Measures `sku` without storing, exporting or fixing anything (close-out uses it too).
+pub async fn measure(
+    pool: &MySqlPool,
+    client: &StockClient,
+    sku: u64,
+    t: Duration,
+) -> Result<(Report, Vec<ShardFigures>), ConsumerError> {
+    let before = ledger_view::before(pool, sku, t).await?;
+    let mut snaps = Vec::new();
+    for shard in client.placement().shards_of(sku, before.width) {
+        snaps.push(snapshot::take(client, sku, shard).await?);
+    }
+    let after = ledger_view::after(pool, sku, t).await?;
+    let a = account::account(&before, &snaps, &after);
+    let sum = |f: fn(&ShardFigures) -> i64| a.shards.iter().map(f).sum::<i64>();
+    let report = Report {
+        sku,
+        stock: sum(|f| f.expected),
+        slices: sum(|f| f.slice),
+        in_flight: sum(|f| f.in_flight),
+        active_ledger: sum(|f| f.active_ledger),
+        drift: sum(|f| f.drift),
+        missing_slices: a.missing_slices,
+        held: snaps.iter().map(|s| s.held).sum(),
+        shards: a.shards.clone(),
+        details: a.details,
+        ..Default::default()
+    };
+    Ok((report, a.shards))
+}
+
+/// Reconciles `sku` with the default [`Options`].
+pub async fn run(
+    pool: &MySqlPool,
+    client: &StockClient,
+    group: &str,
+    sku: u64,
+    now_ms: i64,
+    t: Duration,
+) -> Result<Report, ConsumerError> {
+    run_with(pool, client, group, sku, now_ms, t, Options::default()).await
+}
+
+/// Reconciles `sku`: resolves stale holds, measures, removes excess, stores, exports, logs.
+/// A closed (or closing) campaign is not reconciled any more: its closing report stands.
+pub async fn run_with(
+    pool: &MySqlPool,
+    client: &StockClient,
+    group: &str,
+    sku: u64,
+    now_ms: i64,
+    t: Duration,
+    opts: Options,
+) -> Result<Report, ConsumerError> {
+    let c = crate::campaign::get(pool, sku, t).await?;
+    if crate::closeout::is_closing(pool, sku, t).await? {
+        return Err(ConsumerError::Invalid(format!(
+            "sku {sku} is closed; its closing report is in `consumer status {sku}`"
+        )));
+    }
+    let shards = client.placement().shards_of(sku, c.width);
+    let streams: Vec<ShardStream> = shards
+        .iter()
+        .map(|&s| ShardStream::new(client, s, group))
+        .collect();
+    let stale_holds =
+        holds::resolve_stale_holds(pool, client, &streams, sku, &shards, now_ms, t).await?;
+    let (mut report, figures) = measure(pool, client, sku, t).await?;
+    report.stale_holds = stale_holds;
+    if opts.remove_excess && figures.iter().any(|f| f.drift > 0) {
+        report.excess_removed = excess::remove(pool, client, sku, &figures, t).await?;
+    }
+    store(pool, &report, opts.keep_runs, t).await?;
+    Ok(report)
+}
+
+/// Stores, exports and logs a report; keeps the SKU's last `keep` runs.
+async fn store(
+    pool: &MySqlPool,
+    report: &Report,
+    keep: u32,
+    t: Duration,
+) -> Result<(), ConsumerError> {
+    let sku = report.sku;
+    let detail = serde_json::to_string(report).unwrap_or_default();
+    let id = bounded(
+        "store reconcile run",
+        t,
+        sqlx::query(
+            "INSERT INTO reconcile_runs (sku, stock, slices, in_flight, active_ledger, drift, stale_holds, \
+             missing_slices, excess_removed, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(sku)
+        .bind(report.stock)
+        .bind(report.slices)
+        .bind(report.in_flight)
+        .bind(report.active_ledger)
+        .bind(report.drift)
+        .bind(report.stale_holds as i32)
+        .bind(report.missing_slices.len() as i32)
+        .bind(report.excess_removed)
+        .bind(&detail)
+        .execute(pool),
+    )
+    .await?
+    .last_insert_id();
+    bounded(
+        "trim reconcile runs",
+        t,
+        // The derived table lets MariaDB/MySQL use LIMIT in the subquery; with fewer runs
+        // than `keep` it is NULL and nothing is deleted.
+        sqlx::query(
+            "DELETE FROM reconcile_runs WHERE sku = ? AND id < (SELECT id FROM \
+             (SELECT id FROM reconcile_runs WHERE sku = ? ORDER BY id DESC LIMIT 1 OFFSET ?) AS k)",
+        )
+        .bind(sku)
+        .bind(sku)
+        .bind(keep.max(1) - 1)
+        .execute(pool),
+    )
+    .await?;
+    let label = sku.to_string();
+    metrics::gauge!(m::RECONCILE_DRIFT, "sku" => label.clone()).set(report.drift as f64);
+    metrics::gauge!(m::RECONCILE_MISSING, "sku" => label)
+        .set(report.missing_slices.len() as f64);
+    if report.drift != 0 || !report.missing_slices.is_empty() {
+        tracing::error!(sku, drift = report.drift, missing = ?report.missing_slices, %detail, "reconciliation found drift");
+        let kind = if report.drift != 0 { "drift" } else { "missing_slice" };
+        ledger::anomaly(pool, kind, &format!("{sku}:{id}"), Some(sku), &detail, t).await?;
+    } else {
+        tracing::info!(sku, %detail, "reconciliation closed");
+    }
+    Ok(())
+}
+
+/// Removes the SKU's series from `/metrics` (a closed campaign must not alert).
+pub fn forget_metrics(sku: u64) {
+    crate::series::forget_sku(sku);
+}

@@ -1,0 +1,265 @@
+//! Stock waves: units released after the sale started (for example 200 coupons a round).
+//!
+//! A wave is a ledger row first (`campaign_waves`), so reconciliation can tell a wave being
+//! applied from units that appeared from nowhere. Applying it, each step idempotent:
+//! 1. under the campaign row's lock, the wave gets its place in the release order
+//!    (`start_unit` = units released before it); one wave per SKU is applied at a time, so
+//!    shard shares always follow the even split of the running total;
+//! 2. each shard gets `split(start + units) − split(start)` by `lua/wave.lua`, which adds to
+//!    the slice and records the wave id in the shard's wave hash in one step (a retry after a
+//!    crash finds the id and adds nothing) and publishes `restock`;
+//! 3. the row is marked applied and the campaign's stock and `sku_stock` grow by `units`, in
+//!    one transaction guarded by `applied_ms IS NULL` (a retry adds nothing).
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use redis::{Script, Value};
+use serde::Serialize;
+use shard_router::keys::{self, ShardKeys};
+use shard_router::{StockClient, StockError};
+use sqlx::MySqlPool;
+
+use crate::db::bounded;
+use crate::error::ConsumerError;
+use crate::reconcile::split;
+
+static WAVE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/wave.lua")));
+
+/// Longest wave id (the ledger column is 64 bytes).
+pub const MAX_ID: usize = 64;
+
+/// A wave as asked for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Wave {
+    pub sku: u64,
+    pub id: String,
+    pub units: u64,
+    pub due_ms: i64,
+}
+
+/// What applying a wave did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Applied {
+    Applied,
+    AlreadyApplied,
+}
+
+/// Stores a wave (idempotent for the same id, units and due time; refused otherwise).
+pub async fn schedule(pool: &MySqlPool, w: &Wave, t: Duration) -> Result<(), ConsumerError> {
+    if w.units == 0 || w.units > i64::MAX as u64 / 4 {
+        return Err(ConsumerError::Invalid(format!("wave units {} must be in 1..", w.units)));
+    }
+    if w.id.is_empty() || w.id.len() > MAX_ID {
+        return Err(ConsumerError::Invalid(format!("wave id must be 1..={MAX_ID} bytes")));
+    }
+    crate::campaign::get(pool, w.sku, t).await?;
+    crate::closeout::refuse_if_closed(pool, w.sku, "a wave", t).await?;
+    bounded(
+        "insert wave",
+        t,
+        sqlx::query("INSERT IGNORE INTO campaign_waves (sku, wave_id, units, due_ms) VALUES (?, ?, ?, ?)")
+            .bind(w.sku)
+            .bind(&w.id)
+            .bind(w.units)
+            .bind(w.due_ms)
+            .execute(pool),
+    )
+    .await?;
+    let (units, due): (u64, i64) = bounded(
+        "read wave",
+        t,
+        sqlx::query_as("SELECT units, due_ms FROM campaign_waves WHERE sku = ? AND wave_id = ?")
+            .bind(w.sku)
+            .bind(&w.id)
+            .fetch_one(pool),
+    )
+    .await?;
+    if (units, due) != (w.units, w.due_ms) {
+        return Err(ConsumerError::Invalid(format!(
+            "wave {} of sku {} exists with {units} units due at {due} ms",
+            w.id, w.sku
+        )));
+    }
+    Ok(())
+}
+
+/// Applies a stored wave now (see the module doc).
+pub async fn apply(
+    pool: &MySqlPool,
+    client: &StockClient,
+    sku: u64,
+    id: &str,
+    now_ms: i64,
+    t: Duration,
+) -> Result<Applied, ConsumerError> {
+    let mut tx = bounded("begin", t, pool.begin()).await?;
+    let (stock, width, closing): (u64, u16, Option<i64>) = bounded(
+        "lock campaign",
+        t,
+        sqlx::query_as("SELECT stock, width, closing_ms FROM campaigns WHERE sku = ? FOR UPDATE")
+            .bind(sku)
+            .fetch_optional(&mut *tx),
+    )
+    .await?
+    .ok_or_else(|| ConsumerError::NotFound(format!("campaign for sku {sku}")))?;
+    let (units, start, applied): (u64, Option<i64>, Option<i64>) = bounded(
+        "read wave",
+        t,
+        sqlx::query_as("SELECT units, start_unit, applied_ms FROM campaign_waves WHERE sku = ? AND wave_id = ?")
+            .bind(sku)
+            .bind(id)
+            .fetch_optional(&mut *tx),
+    )
+    .await?
+    .ok_or_else(|| ConsumerError::NotFound(format!("wave {id} of sku {sku}")))?;
+    if applied.is_some() {
+        return Ok(Applied::AlreadyApplied);
+    }
+    if closing.is_some() {
+        return Err(ConsumerError::Invalid(format!("sku {sku} is closed; wave {id} refused")));
+    }
+    let start = match start {
+        Some(s) => s,
+        None => {
+            let other: Option<String> = bounded(
+                "waves in progress",
+                t,
+                sqlx::query_scalar(
+                    "SELECT wave_id FROM campaign_waves WHERE sku = ? AND start_unit IS NOT NULL AND applied_ms IS NULL LIMIT 1",
+                )
+                .bind(sku)
+                .fetch_optional(&mut *tx),
+            )
+            .await?;
+            if let Some(other) = other {
+                return Err(ConsumerError::Invalid(format!(
+                    "wave {other} of sku {sku} is being applied; wave {id} waits for it"
+                )));
+            }
+            bounded(
+                "place wave",
+                t,
+                sqlx::query("UPDATE campaign_waves SET start_unit = ? WHERE sku = ? AND wave_id = ?")
+                    .bind(stock as i64)
+                    .bind(sku)
+                    .bind(id)
+                    .execute(&mut *tx),
+            )
+            .await?;
+            stock as i64
+        }
+    };
+    bounded("commit", t, tx.commit()).await?;
+
+    let (before, after) = (split(start, width), split(start + units as i64, width));
+    let shards = client.placement().shards_of(sku, width);
+    for (i, &shard) in shards.iter().enumerate() {
+        let share = after[i] - before[i];
+        let k = ShardKeys::new(client.placement(), shard, sku);
+        let mut inv = WAVE.prepare_invoke();
+        inv.key(k.stock())
+            .key(k.waves())
+            .arg(id)
+            .arg(share)
+            .arg(sku)
+            .arg(shard)
+            .arg(keys::EVENTS_CHANNEL);
+        let mut conn = client.conn();
+        let v: Vec<Value> = client.bounded("wave", inv.invoke_async(&mut conn)).await?;
+        match v.first() {
+            Some(Value::Int(70 | 71)) => {}
+            Some(Value::Int(14)) => {
+                return Err(ConsumerError::Invalid(format!(
+                    "sku {sku} is not preheated on shard {shard}; wave {id} stays pending"
+                )))
+            }
+            _ => {
+                return Err(ConsumerError::Redis(StockError::Protocol {
+                    op: "wave",
+                    detail: format!("unexpected reply {v:?}"),
+                }))
+            }
+        }
+    }
+
+    let mut tx = bounded("begin", t, pool.begin()).await?;
+    let moved = bounded(
+        "mark wave applied",
+        t,
+        sqlx::query("UPDATE campaign_waves SET applied_ms = ? WHERE sku = ? AND wave_id = ? AND applied_ms IS NULL")
+            .bind(now_ms)
+            .bind(sku)
+            .bind(id)
+            .execute(&mut *tx),
+    )
+    .await?
+    .rows_affected();
+    if moved == 1 {
+        for sql in [
+            "UPDATE campaigns SET stock = stock + ? WHERE sku = ?",
+            "UPDATE sku_stock SET available = available + ? WHERE sku = ?",
+        ] {
+            bounded("wave stock", t, sqlx::query(sql).bind(units).bind(sku).execute(&mut *tx)).await?;
+        }
+    }
+    bounded("commit", t, tx.commit()).await?;
+    tracing::info!(sku, wave = id, units, "stock wave released");
+    Ok(if moved == 1 { Applied::Applied } else { Applied::AlreadyApplied })
+}
+
+/// Applies every wave due by `now_ms` (a wave being applied first); returns how many.
+pub async fn apply_due(
+    pool: &MySqlPool,
+    client: &StockClient,
+    now_ms: i64,
+    t: Duration,
+) -> Result<usize, ConsumerError> {
+    let due: Vec<(u64, String)> = bounded(
+        "due waves",
+        t,
+        sqlx::query_as(
+            "SELECT w.sku, w.wave_id FROM campaign_waves w JOIN campaigns c ON c.sku = w.sku \
+             WHERE w.applied_ms IS NULL AND w.due_ms <= ? AND c.closing_ms IS NULL \
+             ORDER BY w.start_unit IS NULL, w.due_ms, w.wave_id LIMIT 100",
+        )
+        .bind(now_ms)
+        .fetch_all(pool),
+    )
+    .await?;
+    let mut n = 0;
+    for (sku, id) in due {
+        match apply(pool, client, sku, &id, now_ms, t).await {
+            Ok(Applied::Applied) => n += 1,
+            Ok(Applied::AlreadyApplied) => {}
+            Err(e) if e.is_retryable() => return Err(e),
+            Err(e) => tracing::warn!(sku, wave = %id, error = %e, "wave postponed"),
+        }
+    }
+    Ok(n)
+}
+
+/// Waves of a campaign, for `consumer status`.
+#[derive(Debug, Clone, Serialize)]
+pub struct WaveRow {
+    pub id: String,
+    pub units: u64,
+    pub due_ms: i64,
+    pub applied_ms: Option<i64>,
+}
+
+pub async fn list(pool: &MySqlPool, sku: u64, t: Duration) -> Result<Vec<WaveRow>, ConsumerError> {
+    let rows: Vec<(String, u64, i64, Option<i64>)> = bounded(
+        "list waves",
+        t,
+        sqlx::query_as("SELECT wave_id, units, due_ms, applied_ms FROM campaign_waves WHERE sku = ? ORDER BY due_ms, wave_id")
+            .bind(sku)
+            .fetch_all(pool),
+    )
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(id, units, due_ms, applied_ms)| WaveRow { id, units, due_ms, applied_ms })
+        .collect())
+}

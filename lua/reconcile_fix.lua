@@ -1,0 +1,41 @@
+-- reconcile_fix.lua: takes units a reconciliation found in excess (Redis holds more than the
+-- ledger allows, e.g. after it lost writes) out of one shard's slice.
+-- Compare-and-set on the shard's fix epoch: it runs only if no other removal ran on this
+-- shard since the snapshot that measured the excess, so two reconcilers that measured the
+-- same excess remove it once. Claims, releases and waves move units between the slice and
+-- the other terms without changing the excess, so they need not invalidate it.
+--
+-- KEYS[1] stock slice   {T}:stock:<sku>
+-- KEYS[2] fix epoch     {T}:epoch:<sku>
+-- ARGV[1] epoch seen by the snapshot   ARGV[2] units to remove (>= 1)
+-- ARGV[3] sku   ARGV[4] this shard id   ARGV[5] events channel
+-- Returns (never nil):
+--   {50, removed, slice, new_epoch}   REMOVED (removed < ARGV[2] when the slice had less)
+--   {51, epoch}                       STALE: another removal ran since the snapshot
+--   {14}                              NOT_PREHEATED: slice missing; nothing changed
+--   {15}                              BAD_ARGUMENT
+
+local seen = tonumber(ARGV[1])
+local units = string.match(ARGV[2], '^[1-9]%d*$') and tonumber(ARGV[2])
+if not seen or not units then
+  return {15}
+end
+local epoch = tonumber(redis.call('GET', KEYS[2]) or '0')
+if epoch ~= seen then
+  return {51, epoch}
+end
+local slice = redis.call('GET', KEYS[1])
+if not slice then
+  return {14}
+end
+slice = tonumber(slice)
+local removed = math.min(units, math.max(slice, 0))
+local left = slice
+if removed > 0 then
+  left = redis.call('DECRBY', KEYS[1], removed)
+  if left == 0 then
+    redis.call('PUBLISH', ARGV[5], 'empty ' .. ARGV[3] .. ' ' .. ARGV[4])
+  end
+end
+local new_epoch = redis.call('INCR', KEYS[2])
+return {50, removed, left, new_epoch}
