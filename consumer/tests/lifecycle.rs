@@ -55,7 +55,8 @@ async fn a_wave_reopens_a_sold_out_sale_once_and_publishes_restock() {
         sku: c.sku,
         id: "round-2".into(),
         units: 5,
-        due_ms: 0,
+        // Applied by hand below; due later, so the running consumer leaves it alone.
+        due_ms: shard_router::now_ms() + 3_600_000,
     };
     wave::schedule(&s.pool, &w, T).await.unwrap();
     let now = shard_router::now_ms();

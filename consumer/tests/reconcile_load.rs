@@ -132,7 +132,8 @@ async fn sale_with_reconciliations(
                     sku,
                     id: format!("load-{n}"),
                     units: 7,
-                    due_ms: 0,
+                    // Applied here; due later so the consumer's wave loop leaves it alone.
+                    due_ms: shard_router::now_ms() + 3_600_000,
                 };
                 wave::schedule(&pool, &w, T).await.expect("schedule wave");
                 wave::apply(&pool, &client, sku, &w.id, shard_router::now_ms(), T)
