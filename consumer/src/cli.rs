@@ -148,7 +148,8 @@ pub struct CampaignArgs {
 impl CampaignArgs {
     /// The campaign and its waves `(due_ms, units)`; a bad time names the flag.
     pub fn campaign(&self, now_ms: i64) -> Result<(Campaign, Vec<(i64, u64)>), String> {
-        let at = |flag: &str, v: &str| times::parse_ms(v, now_ms).map_err(|e| format!("--{flag} {e}"));
+        let at =
+            |flag: &str, v: &str| times::parse_ms(v, now_ms).map_err(|e| format!("--{flag} {e}"));
         let waves = self
             .waves
             .iter()

@@ -33,7 +33,11 @@ pub struct Lifecycle {
     pub closing_report: Option<serde_json::Value>,
 }
 
-pub async fn lifecycle(pool: &MySqlPool, sku: u64, t: Duration) -> Result<Lifecycle, ConsumerError> {
+pub async fn lifecycle(
+    pool: &MySqlPool,
+    sku: u64,
+    t: Duration,
+) -> Result<Lifecycle, ConsumerError> {
     let row: Option<(Option<i64>, Option<i64>, Option<String>)> = bounded(
         "read lifecycle",
         t,
@@ -235,7 +239,10 @@ async fn remove_keys(client: &StockClient, sku: u64, width: u16) -> Result<(), C
 async fn del(client: &StockClient, key: &str) -> Result<(), ConsumerError> {
     let mut conn = client.conn();
     client
-        .bounded("close del", redis::cmd("DEL").arg(key).query_async::<i64>(&mut conn))
+        .bounded(
+            "close del",
+            redis::cmd("DEL").arg(key).query_async::<i64>(&mut conn),
+        )
         .await?;
     Ok(())
 }
@@ -251,20 +258,30 @@ async fn stored_answers(
     let mut cursor = 0u64;
     loop {
         let mut cmd = redis::cmd("SCAN");
-        cmd.arg(cursor).arg("MATCH").arg(pattern).arg("COUNT").arg(1000);
+        cmd.arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(1000);
         let v: Value = match client.conn() {
-            RedisConn::Single(mut c) => client.bounded("close scan", cmd.query_async(&mut c)).await?,
+            RedisConn::Single(mut c) => {
+                client
+                    .bounded("close scan", cmd.query_async(&mut c))
+                    .await?
+            }
             RedisConn::Cluster(mut c) => {
                 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
                 let slot = shard_router::placement::slot_of_tag(client.placement().tag(shard));
                 let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
                     Route::new(slot, SlotAddr::Master),
                 ));
-                client.bounded("close scan", c.route_command(cmd, route)).await?
+                client
+                    .bounded("close scan", c.route_command(cmd, route))
+                    .await?
             }
         };
-        let (next, keys): (u64, Vec<String>) = redis::from_redis_value(v)
-            .map_err(|source| shard_router::StockError::Redis {
+        let (next, keys): (u64, Vec<String>) =
+            redis::from_redis_value(v).map_err(|source| shard_router::StockError::Redis {
                 op: "close scan",
                 source: source.into(),
             })?;

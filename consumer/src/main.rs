@@ -74,7 +74,12 @@ async fn real_main(cli: Cli) -> anyhow::Result<()> {
                 // The id follows from the flag, so running the same command again
                 // schedules nothing new.
                 let id = format!("w{i}-{due_ms}-{units}");
-                let w = wave::Wave { sku: a.sku, id, units, due_ms };
+                let w = wave::Wave {
+                    sku: a.sku,
+                    id,
+                    units,
+                    due_ms,
+                };
                 wave::schedule(&pool, &w, t).await?;
             }
             serde_json::json!({
@@ -89,7 +94,12 @@ async fn real_main(cli: Cli) -> anyhow::Result<()> {
                 Err(e) => anyhow::bail!("--at {e}"),
             };
             let id = a.id.clone().unwrap_or_else(|| format!("now-{now}"));
-            let w = wave::Wave { sku: a.sku, id: id.clone(), units: a.units, due_ms };
+            let w = wave::Wave {
+                sku: a.sku,
+                id: id.clone(),
+                units: a.units,
+                due_ms,
+            };
             wave::schedule(&pool, &w, t).await?;
             if due_ms <= now {
                 let r = wave::apply(&pool, &client().await?, a.sku, &id, now, t).await?;

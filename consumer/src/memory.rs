@@ -27,7 +27,9 @@ async fn info(client: &StockClient, shard: ShardId) -> Result<String, StockError
                 slot,
                 SlotAddr::Master,
             )));
-            let v = client.bounded("info memory", c.route_command(cmd, route)).await?;
+            let v = client
+                .bounded("info memory", c.route_command(cmd, route))
+                .await?;
             redis::from_redis_value(v).map_err(|source| StockError::Redis {
                 op: "info memory",
                 source: source.into(),

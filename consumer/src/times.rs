@@ -8,7 +8,9 @@ use std::str::FromStr;
 pub fn parse_ms(s: &str, now_ms: i64) -> Result<i64, String> {
     let s = s.trim();
     let bad = |why: String| {
-        format!("{s:?}: {why} (use RFC 3339 like 2026-12-01T10:00:00Z, now+10m, or ms since the epoch)")
+        format!(
+            "{s:?}: {why} (use RFC 3339 like 2026-12-01T10:00:00Z, now+10m, or ms since the epoch)"
+        )
     };
     if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
         return s.parse().map_err(|_| bad("too large".into()));

@@ -49,22 +49,29 @@ pub enum Applied {
 /// Stores a wave (idempotent for the same id, units and due time; refused otherwise).
 pub async fn schedule(pool: &MySqlPool, w: &Wave, t: Duration) -> Result<(), ConsumerError> {
     if w.units == 0 || w.units > i64::MAX as u64 / 4 {
-        return Err(ConsumerError::Invalid(format!("wave units {} must be in 1..", w.units)));
+        return Err(ConsumerError::Invalid(format!(
+            "wave units {} must be in 1..",
+            w.units
+        )));
     }
     if w.id.is_empty() || w.id.len() > MAX_ID {
-        return Err(ConsumerError::Invalid(format!("wave id must be 1..={MAX_ID} bytes")));
+        return Err(ConsumerError::Invalid(format!(
+            "wave id must be 1..={MAX_ID} bytes"
+        )));
     }
     crate::campaign::get(pool, w.sku, t).await?;
     crate::closeout::refuse_if_closed(pool, w.sku, "a wave", t).await?;
     bounded(
         "insert wave",
         t,
-        sqlx::query("INSERT IGNORE INTO campaign_waves (sku, wave_id, units, due_ms) VALUES (?, ?, ?, ?)")
-            .bind(w.sku)
-            .bind(&w.id)
-            .bind(w.units)
-            .bind(w.due_ms)
-            .execute(pool),
+        sqlx::query(
+            "INSERT IGNORE INTO campaign_waves (sku, wave_id, units, due_ms) VALUES (?, ?, ?, ?)",
+        )
+        .bind(w.sku)
+        .bind(&w.id)
+        .bind(w.units)
+        .bind(w.due_ms)
+        .execute(pool),
     )
     .await?;
     let (units, due): (u64, i64) = bounded(
@@ -118,7 +125,9 @@ pub async fn apply(
         return Ok(Applied::AlreadyApplied);
     }
     if closing.is_some() {
-        return Err(ConsumerError::Invalid(format!("sku {sku} is closed; wave {id} refused")));
+        return Err(ConsumerError::Invalid(format!(
+            "sku {sku} is closed; wave {id} refused"
+        )));
     }
     let start = match start {
         Some(s) => s,
@@ -141,11 +150,13 @@ pub async fn apply(
             bounded(
                 "place wave",
                 t,
-                sqlx::query("UPDATE campaign_waves SET start_unit = ? WHERE sku = ? AND wave_id = ?")
-                    .bind(stock as i64)
-                    .bind(sku)
-                    .bind(id)
-                    .execute(&mut *tx),
+                sqlx::query(
+                    "UPDATE campaign_waves SET start_unit = ? WHERE sku = ? AND wave_id = ?",
+                )
+                .bind(stock as i64)
+                .bind(sku)
+                .bind(id)
+                .execute(&mut *tx),
             )
             .await?;
             stock as i64
@@ -201,12 +212,21 @@ pub async fn apply(
             "UPDATE campaigns SET stock = stock + ? WHERE sku = ?",
             "UPDATE sku_stock SET available = available + ? WHERE sku = ?",
         ] {
-            bounded("wave stock", t, sqlx::query(sql).bind(units).bind(sku).execute(&mut *tx)).await?;
+            bounded(
+                "wave stock",
+                t,
+                sqlx::query(sql).bind(units).bind(sku).execute(&mut *tx),
+            )
+            .await?;
         }
     }
     bounded("commit", t, tx.commit()).await?;
     tracing::info!(sku, wave = id, units, "stock wave released");
-    Ok(if moved == 1 { Applied::Applied } else { Applied::AlreadyApplied })
+    Ok(if moved == 1 {
+        Applied::Applied
+    } else {
+        Applied::AlreadyApplied
+    })
 }
 
 /// Applies every wave due by `now_ms` (a wave being applied first); returns how many.
@@ -260,6 +280,11 @@ pub async fn list(pool: &MySqlPool, sku: u64, t: Duration) -> Result<Vec<WaveRow
     .await?;
     Ok(rows
         .into_iter()
-        .map(|(id, units, due_ms, applied_ms)| WaveRow { id, units, due_ms, applied_ms })
+        .map(|(id, units, due_ms, applied_ms)| WaveRow {
+            id,
+            units,
+            due_ms,
+            applied_ms,
+        })
         .collect())
 }

@@ -50,7 +50,9 @@ async fn a_wave_reopens_a_sold_out_sale_once_and_publishes_restock() {
 
     let redis = redis::Client::open(s.redis.url()).unwrap();
     let mut sub = redis.get_async_pubsub().await.unwrap();
-    sub.subscribe(shard_router::keys::EVENTS_CHANNEL).await.unwrap();
+    sub.subscribe(shard_router::keys::EVENTS_CHANNEL)
+        .await
+        .unwrap();
     let w = wave::Wave {
         sku: c.sku,
         id: "round-2".into(),
@@ -138,7 +140,9 @@ async fn close_out_stores_the_report_cleans_redis_and_survives_a_crash() {
         payment_timeout_s: 1,
     };
     campaign::put(&s.pool, &c, SHARDS, T).await.unwrap();
-    campaign::preheat(&s.pool, &s.client, c.sku, T).await.unwrap();
+    campaign::preheat(&s.pool, &s.client, c.sku, T)
+        .await
+        .unwrap();
     let consumer = start_consumer(s.cfg.clone());
     let ids = claim_all(&s.client, &c, users("z", 5), 4).await;
     assert_eq!(ids.len(), 5);
@@ -223,14 +227,21 @@ async fn the_consumer_closes_a_finished_campaign_by_itself() {
         payment_timeout_s: 1,
     };
     campaign::put(&s.pool, &c, SHARDS, T).await.unwrap();
-    campaign::preheat(&s.pool, &s.client, c.sku, T).await.unwrap();
+    campaign::preheat(&s.pool, &s.client, c.sku, T)
+        .await
+        .unwrap();
     let ids = claim_all(&s.client, &c, users("y", 2), 2).await;
     assert_eq!(ids.len(), 2);
     let mut cfg = s.cfg.clone();
     cfg.reconcile_interval = Duration::from_millis(300);
     let consumer = start_consumer(cfg);
     let deadline = Instant::now() + Duration::from_secs(20);
-    while closeout::lifecycle(&s.pool, c.sku, T).await.unwrap().closed_ms.is_none() {
+    while closeout::lifecycle(&s.pool, c.sku, T)
+        .await
+        .unwrap()
+        .closed_ms
+        .is_none()
+    {
         assert!(Instant::now() < deadline, "not closed within 20 s");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

@@ -117,12 +117,18 @@ async fn a_slice_lowered_by_hand_is_reported_exactly_and_never_refilled() {
     let shard = s.client.placement().shards_of(c.sku, 2)[0];
     let key = ShardKeys::new(s.client.placement(), shard, c.sku).stock();
     let mut conn = s.redis.connection();
-    let before: i64 = redis::cmd("DECRBY").arg(&key).arg(2).query(&mut conn).unwrap();
+    let before: i64 = redis::cmd("DECRBY")
+        .arg(&key)
+        .arg(2)
+        .query(&mut conn)
+        .unwrap();
     let r = s.reconcile(c.sku).await;
     assert_eq!((r.drift, r.excess_removed), (-2, 0), "{r:#?}");
     let want = format!("shard {shard}: slice {before} + in flight 0");
     assert!(
-        r.details.iter().any(|d| d.starts_with(&want) && d.ends_with("missing 2 unit(s)")),
+        r.details
+            .iter()
+            .any(|d| d.starts_with(&want) && d.ends_with("missing 2 unit(s)")),
         "{:#?}",
         r.details
     );
@@ -163,7 +169,10 @@ async fn a_deleted_slice_is_its_own_figure_never_zero() {
     assert_eq!(r.missing_slices, vec![shard], "{r:#?}");
     // The other shard still closes on its own; the missing one is not counted as 0.
     assert_eq!((r.drift, r.shards.len()), (0, 1), "{r:#?}");
-    assert!(r.details.iter().any(|d| d.contains(&format!("shard {shard}: slice missing"))));
+    assert!(r
+        .details
+        .iter()
+        .any(|d| d.contains(&format!("shard {shard}: slice missing"))));
     let text = prom.render();
     assert!(
         text.contains("flashgate_reconcile_missing_slices{sku=\"9005\"} 1"),
@@ -185,7 +194,11 @@ async fn excess_is_removed_once_by_concurrent_reconcilers() {
     let shard = s.client.placement().shards_of(c.sku, 2)[0];
     let key = ShardKeys::new(s.client.placement(), shard, c.sku).stock();
     let mut conn = s.redis.connection();
-    let slice: i64 = redis::cmd("INCRBY").arg(&key).arg(3).query(&mut conn).unwrap();
+    let slice: i64 = redis::cmd("INCRBY")
+        .arg(&key)
+        .arg(3)
+        .query(&mut conn)
+        .unwrap();
     let (a, b) = tokio::join!(s.reconcile(c.sku), s.reconcile(c.sku));
     assert_eq!(a.excess_removed + b.excess_removed, 3, "{a:#?} {b:#?}");
     let now: i64 = redis::cmd("GET").arg(&key).query(&mut conn).unwrap();
@@ -221,7 +234,8 @@ async fn reconcile_runs_keep_a_bounded_history() {
         .unwrap();
     }
     assert_eq!(
-        s.count("SELECT COUNT(*) FROM reconcile_runs WHERE sku = 9007").await,
+        s.count("SELECT COUNT(*) FROM reconcile_runs WHERE sku = 9007")
+            .await,
         3
     );
 }

@@ -122,8 +122,13 @@ async fn sale_with_reconciliations(
         });
     }
     {
-        let (client, pool, stop, counts, sku) =
-            (client.clone(), pool.clone(), stop.clone(), counts.clone(), c.sku);
+        let (client, pool, stop, counts, sku) = (
+            client.clone(),
+            pool.clone(),
+            stop.clone(),
+            counts.clone(),
+            c.sku,
+        );
         load.spawn(async move {
             let mut n = 0;
             while !stop.load(Ordering::Relaxed) {

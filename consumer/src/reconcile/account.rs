@@ -37,7 +37,9 @@ pub struct Accounting {
 /// placed at `start_unit` adds `split(start + units) − split(start)`, so shares stay even.
 pub fn split(units: i64, width: u16) -> Vec<i64> {
     let w = i64::from(width.max(1));
-    (0..w).map(|i| units / w + i64::from(i < units % w)).collect()
+    (0..w)
+        .map(|i| units / w + i64::from(i < units % w))
+        .collect()
 }
 
 /// At most this many ids are named in one detail line.
@@ -242,11 +244,7 @@ mod tests {
         };
         let a = account(&before(8), &[s], &after);
         let f = &a.shards[0];
-        assert_eq!(
-            (f.in_flight, f.active_ledger, f.drift),
-            (1, 3, 0),
-            "{a:?}"
-        );
+        assert_eq!((f.in_flight, f.active_ledger, f.drift), (1, 3, 0), "{a:?}");
     }
 
     #[test]
@@ -259,7 +257,10 @@ mod tests {
         };
         let a = account(&b, &[snap(1)], &after);
         assert_eq!(a.shards[0].drift, -1);
-        assert!(a.details.iter().any(|d| d.contains("never got back")), "{a:?}");
+        assert!(
+            a.details.iter().any(|d| d.contains("never got back")),
+            "{a:?}"
+        );
     }
 
     #[test]

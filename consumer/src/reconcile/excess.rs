@@ -70,13 +70,27 @@ pub async fn remove(
                         ""
                     }
                 );
-                tracing::error!(sku, shard = f.shard, excess = f.drift, removed, "excess removed from a slice");
+                tracing::error!(
+                    sku,
+                    shard = f.shard,
+                    excess = f.drift,
+                    removed,
+                    "excess removed from a slice"
+                );
                 // The epoch this removal ended names it: a retry cannot record it twice.
                 let reference = format!("{sku}:{}:{epoch}", f.shard);
                 ledger::anomaly(pool, "excess_removed", &reference, Some(sku), &detail, t).await?;
             }
-            51 => tracing::info!(sku, shard = f.shard, "excess already removed by another run"),
-            14 => tracing::warn!(sku, shard = f.shard, "slice vanished before the excess removal"),
+            51 => tracing::info!(
+                sku,
+                shard = f.shard,
+                "excess already removed by another run"
+            ),
+            14 => tracing::warn!(
+                sku,
+                shard = f.shard,
+                "slice vanished before the excess removal"
+            ),
             _ => {
                 return Err(ConsumerError::Redis(StockError::Protocol {
                     op: "remove excess",

@@ -223,11 +223,14 @@ async fn store(
     .await?;
     let label = sku.to_string();
     metrics::gauge!(m::RECONCILE_DRIFT, "sku" => label.clone()).set(report.drift as f64);
-    metrics::gauge!(m::RECONCILE_MISSING, "sku" => label)
-        .set(report.missing_slices.len() as f64);
+    metrics::gauge!(m::RECONCILE_MISSING, "sku" => label).set(report.missing_slices.len() as f64);
     if report.drift != 0 || !report.missing_slices.is_empty() {
         tracing::error!(sku, drift = report.drift, missing = ?report.missing_slices, %detail, "reconciliation found drift");
-        let kind = if report.drift != 0 { "drift" } else { "missing_slice" };
+        let kind = if report.drift != 0 {
+            "drift"
+        } else {
+            "missing_slice"
+        };
         ledger::anomaly(pool, kind, &format!("{sku}:{id}"), Some(sku), &detail, t).await?;
     } else {
         tracing::info!(sku, %detail, "reconciliation closed");
