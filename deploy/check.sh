@@ -134,7 +134,9 @@ check "haproxy -c deploy/haproxy/haproxy.cfg (addresses from the environment)" \
 
 # Runs the real haproxy with this config in front of two stub gateways on free loopback
 # ports: claims reach both, a gateway whose /readyz turns 503 leaves the pool and rejoins
-# when it is ready again, and the admin frontend serves /metrics. haproxy is this check's
+# when it is ready again, and the admin frontend serves /metrics; client-sent identity
+# and forwarding headers never reach a gateway, haproxy's own X-Forwarded-For does; a
+# client past FG_LB_CONN_RATE new connections in 10 s is refused. haproxy is this check's
 # child and is stopped on every exit path.
 haproxy_routes() {
   "$PY" - "$HAPROXY" "$DEPLOY/haproxy/haproxy.cfg" <<'EOF'
@@ -166,31 +168,38 @@ def stub(name):
                 self.reply(404, {})
         def do_POST(self):
             self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            self.reply(201, {"status": "claimed", "gateway": name})
+            seen = {h: self.headers.get_all(h) for h in
+                    ["X-Forwarded-For", "Forwarded", "X-Real-IP", "X-User",
+                     "X-Forwarded-User", "X-Authenticated-User"]}
+            self.reply(201, {"status": "claimed", "gateway": name, "seen": seen})
         def log_message(self, *a):
             pass
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
     srv.daemon_threads = True
+    # haproxy ends its health checks with a reset; that is not an error worth a traceback.
+    srv.handle_error = lambda request, client_address: None
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     return srv.server_address[1]
 
-env = dict(os.environ,
-           FG_GATEWAY_1=f"127.0.0.1:{stub('g1')}", FG_GATEWAY_2=f"127.0.0.1:{stub('g2')}",
-           FG_LB_BIND=f"127.0.0.1:{free_port()}", FG_LB_ADMIN=f"127.0.0.1:{free_port()}")
-lb, admin = env["FG_LB_BIND"], env["FG_LB_ADMIN"]
-proc = subprocess.Popen([haproxy, "-db", "-f", cfg], env=env,
-                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+g1, g2 = stub("g1"), stub("g2")
+procs = []
 
-def claim():
+def start(conn_rate):
+    env = dict(os.environ, FG_GATEWAY_1=f"127.0.0.1:{g1}", FG_GATEWAY_2=f"127.0.0.1:{g2}",
+               FG_LB_BIND=f"127.0.0.1:{free_port()}", FG_LB_ADMIN=f"127.0.0.1:{free_port()}",
+               FG_LB_CONN_RATE=str(conn_rate))
+    proc = subprocess.Popen([haproxy, "-db", "-f", cfg], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    procs.append(proc)
+    return proc, env["FG_LB_BIND"], env["FG_LB_ADMIN"]
+
+def post(lb, headers=None):
     req = urllib.request.Request(f"http://{lb}/v1/claims", data=b'{"sku":1,"user":"u"}',
-                                 headers={"Content-Type": "application/json"})
+                                 headers={"Content-Type": "application/json", **(headers or {})})
     with urllib.request.urlopen(req, timeout=2) as r:
-        return json.load(r)["gateway"]
+        return json.load(r)
 
-def served(n=20):
-    return {claim() for _ in range(n)}
-
-def until(cond, secs, what):
+def until(proc, cond, secs, what):
     deadline = time.time() + secs
     while time.time() < deadline:
         if proc.poll() is not None:
@@ -204,26 +213,54 @@ def until(cond, secs, what):
     sys.exit(f"haproxy: {what} within {secs}s")
 
 try:
-    until(lambda: served() == {"g1", "g2"}, 10, "claims did not reach both gateways")
+    # Every urlopen is a new connection: this run allows plenty.
+    proc, lb, admin = start(100000)
+    served = lambda n=20: {post(lb)["gateway"] for _ in range(n)}
+    until(proc, lambda: served() == {"g1", "g2"}, 10, "claims did not reach both gateways")
     ready["g2"] = False
-    until(lambda: served() == {"g1"}, 10, "a not-ready gateway was not taken out of the pool")
+    until(proc, lambda: served() == {"g1"}, 10, "a not-ready gateway was not taken out of the pool")
     ready["g2"] = True
-    until(lambda: served() == {"g1", "g2"}, 10, "a gateway ready again did not rejoin the pool")
+    until(proc, lambda: served() == {"g1", "g2"}, 10, "a gateway ready again did not rejoin the pool")
     with urllib.request.urlopen(f"http://{admin}/metrics", timeout=2) as r:
         if b"haproxy_backend_active_servers" not in r.read():
             sys.exit("haproxy: admin /metrics has no haproxy_backend_active_servers")
-    print("balanced over 2 gateways; a not-ready gateway left and rejoined; /metrics served")
-finally:
-    if proc.poll() is None:
-        proc.terminate()
+    forged = {"X-Forwarded-For": "6.6.6.6", "Forwarded": "for=6.6.6.6", "X-Real-IP": "6.6.6.6",
+              "X-User": "mallory", "X-Forwarded-User": "mallory", "X-Authenticated-User": "mallory"}
+    seen = post(lb, forged)["seen"]
+    want = {"X-Forwarded-For": ["127.0.0.1"], "Forwarded": None, "X-Real-IP": None,
+            "X-User": None, "X-Forwarded-User": None, "X-Authenticated-User": None}
+    if seen != want:
+        sys.exit(f"haproxy: a gateway saw {seen}, expected {want}")
+    proc.terminate()
+    proc.wait(timeout=5)
+
+    # Connection-rate limit: 5 new connections per 10 s from one address, then refused.
+    proc, lb, _ = start(5)
+    until(proc, lambda: post(lb) is not None, 10, "haproxy did not come up")
+    outcomes = []
+    for _ in range(12):
         try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+            post(lb)
+            outcomes.append("ok")
+        except OSError:
+            outcomes.append("refused")
+    if "refused" not in outcomes or outcomes[:4] != ["ok"] * 4:
+        sys.exit(f"haproxy: connection-rate limit 5/10s gave {outcomes}")
+    print("balanced over 2 gateways; a not-ready gateway left and rejoined; /metrics served; "
+          "forged identity headers stripped, X-Forwarded-For set; connection rate limited "
+          f"({outcomes.count('refused')}/12 refused)")
+finally:
+    for proc in procs:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 EOF
 }
-check "haproxy balances 2 stub gateways and follows /readyz" haproxy_routes
+check "haproxy balances 2 stub gateways, follows /readyz, strips client identity headers, limits connection rate" haproxy_routes
 
 # --- docker-compose -----------------------------------------------------------------------
 

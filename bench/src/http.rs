@@ -104,10 +104,11 @@ impl Conn {
         Ok(self.sender.as_mut().expect("just set"))
     }
 
-    /// POSTs `body` as JSON and classifies the answer; never panics on network data.
-    pub async fn post(&mut self, body: Bytes) -> Answer {
+    /// POSTs `body` as JSON (with `Authorization: <auth>` when given) and classifies the
+    /// answer; never panics on network data.
+    pub async fn post(&mut self, body: Bytes, auth: Option<hyper::header::HeaderValue>) -> Answer {
         let timeout = self.timeout;
-        match tokio::time::timeout(timeout, self.exchange(body)).await {
+        match tokio::time::timeout(timeout, self.exchange(body, auth)).await {
             Ok(Ok(a)) => a,
             Ok(Err(outcome)) => {
                 self.sender = None;
@@ -126,15 +127,23 @@ impl Conn {
         }
     }
 
-    async fn exchange(&mut self, body: Bytes) -> Result<Answer, Outcome> {
+    async fn exchange(
+        &mut self,
+        body: Bytes,
+        auth: Option<hyper::header::HeaderValue>,
+    ) -> Result<Answer, Outcome> {
         let (host, path) = (self.target.host.clone(), self.target.path.clone());
         let sender = self.connect().await?;
         sender.ready().await.map_err(|_| Outcome::TransportError)?;
-        let req = Request::builder()
+        let mut req = Request::builder()
             .method(Method::POST)
             .uri(path)
             .header(hyper::header::HOST, host)
-            .header(hyper::header::CONTENT_TYPE, "application/json")
+            .header(hyper::header::CONTENT_TYPE, "application/json");
+        if let Some(auth) = auth {
+            req = req.header(hyper::header::AUTHORIZATION, auth);
+        }
+        let req = req
             .body(Full::new(body))
             .map_err(|_| Outcome::TransportError)?;
         let resp = sender

@@ -13,6 +13,7 @@
 //! - [`cpu`]: CPU time per answer of each process under test.
 //! - [`invariants`], [`mysql`]: the checks against Redis and the ledger after a run.
 //! - [`report`], [`markdown`], [`svg`]: JSON (stable fields), Markdown, SVG charts.
+//! - [`token`]: the bearer tokens the gateways verify, minted once per user.
 
 pub mod baseline;
 pub mod cli;
@@ -31,4 +32,5 @@ pub mod report;
 pub mod scenario;
 pub mod servers;
 pub mod svg;
+pub mod token;
 pub mod workload;

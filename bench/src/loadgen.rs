@@ -17,6 +17,7 @@ use crate::http::{Conn, Target};
 use crate::outcome::{ClaimAnswer, Outcome};
 use crate::recorder::{AckedClaim, Live, Recorder};
 use crate::scenario::{Mode, Scenario};
+use crate::token::Tokens;
 use crate::workload::Workload;
 
 /// Everything a load run needs besides the request generator.
@@ -36,6 +37,8 @@ pub struct LoadSpec {
     /// Prefix of users and request ids, unique per run.
     pub tag: String,
     pub progress: bool,
+    /// Bearer tokens to send (gateways that verify identity), `None` for none.
+    pub tokens: Option<Arc<Tokens>>,
 }
 
 impl LoadSpec {
@@ -58,6 +61,7 @@ impl LoadSpec {
             timeout: Duration::from_millis(s.load.timeout_ms),
             tag,
             progress: true,
+            tokens: None,
         }
     }
 }
@@ -126,7 +130,11 @@ pub async fn drive(spec: LoadSpec, workload: Arc<Workload>) -> LoadResult {
                     tokio::time::sleep_until(due.into()).await;
                 }
                 let req = workload.request(k);
-                let answer = conn.post(req.body(&spec.tag)).await;
+                let auth = spec
+                    .tokens
+                    .as_ref()
+                    .map(|t| t.authorization(req.user, || req.user_name(&spec.tag)));
+                let answer = conn.post(req.body(&spec.tag), auth).await;
                 let done = Instant::now();
                 if answer.outcome == Outcome::Claimed {
                     if let Some(a) = ClaimAnswer::parse(&answer.body) {

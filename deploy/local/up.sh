@@ -6,7 +6,10 @@
 #   and haproxy in front when it is installed. Idempotent: a stack that is already up is
 #   reported, not started twice.
 # Settings (environment): FG_CLUSTER=0|1, FG_SHARDS (16), FG_DURABILITY (none|replica),
-#   FG_GATEWAY_ARGS (extra gateway flags, e.g. for ablations), FG_BUILD=release|debug.
+#   FG_GATEWAY_ARGS (extra gateway flags, e.g. for ablations), FG_BUILD=release|debug,
+#   FG_LB_CONN_RATE (haproxy's per-address connection rate, lifted by default).
+# Clients authenticate with HS256 bearer tokens signed with FLASHGATE_TOKEN_SECRET_FILE
+# (`bench run` reads that variable and mints them).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$FG_ROOT"
@@ -91,11 +94,19 @@ ADMIN_TOKEN="local-admin-token-$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')"
   </dev/null >"$STACK/logs/consumer.log" 2>&1 &
 echo $! >>"$STACK/pids"
 
+# Identity: gateways verify HS256 bearer tokens signed with this stack's own secret (the
+# demo's load generator mints them from the same file); haproxy on 127.0.0.1 is the only
+# trusted proxy. The load all comes from one address, so the per-client limits (gateway
+# --client-rate, haproxy FG_LB_CONN_RATE) are lifted unless the caller sets them.
+TOKEN_SECRET_FILE="$STACK/token-secret"
+(umask 077 && od -An -N32 -tx1 /dev/urandom | tr -d ' \n' >"$TOKEN_SECRET_FILE")
 # shellcheck disable=SC2206
 extra=(${FG_GATEWAY_ARGS:-})
+case " ${FG_GATEWAY_ARGS:-} " in *" --client-rate"*) ;; *) extra+=(--client-rate 0) ;; esac
 for gw in "$GW1:$GW1_ADMIN" "$GW2:$GW2_ADMIN"; do
   "$BIN/gateway" "${REDIS_FLAGS[@]}" --shards "$FG_SHARDS" \
     --durability "${FG_DURABILITY:-none}" \
+    --token-secret-file "$TOKEN_SECRET_FILE" --trusted-proxies 127.0.0.1/32 \
     --listen "127.0.0.1:${gw%%:*}" --admin-listen "127.0.0.1:${gw##*:}" "${extra[@]}" \
     </dev/null >"$STACK/logs/gateway-${gw%%:*}.log" 2>&1 &
   echo $! >>"$STACK/pids"
@@ -114,7 +125,7 @@ wait_http "127.0.0.1:$CONSUMER_ADMIN" "consumer"
 URL="http://127.0.0.1:$GW1"
 if command -v haproxy >/dev/null; then
   FG_LB_BIND="127.0.0.1:$LB_PORT" FG_GATEWAY_1="127.0.0.1:$GW1" FG_GATEWAY_2="127.0.0.1:$GW2" \
-    FG_LB_ADMIN="127.0.0.1:8404" \
+    FG_LB_ADMIN="127.0.0.1:8404" FG_LB_CONN_RATE="${FG_LB_CONN_RATE:-1000000}" \
     haproxy -f "$FG_ROOT/deploy/haproxy/haproxy.cfg" </dev/null >"$STACK/logs/haproxy.log" 2>&1 &
   echo $! >>"$STACK/pids"
   wait_http "127.0.0.1:$LB_PORT" "haproxy"
@@ -134,6 +145,7 @@ FLASHGATE_REDIS_CLUSTER=$([ "$FG_CLUSTER" = 1 ] && echo true || echo false)
 FLASHGATE_SHARDS=$FG_SHARDS
 FLASHGATE_MYSQL_URL=$MYSQL_URL
 FLASHGATE_BIN=$BIN
+FLASHGATE_TOKEN_SECRET_FILE=$TOKEN_SECRET_FILE
 ENV
 say "stack up (logs in $STACK/logs)"
 print_env

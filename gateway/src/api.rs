@@ -7,6 +7,7 @@ mod probes;
 pub(crate) mod reply;
 mod sku;
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -14,16 +15,23 @@ use hyper::body::Incoming;
 use hyper::{Method, Request, Response};
 
 use crate::app::App;
-use crate::metrics::{REQUESTS, REQUEST_SECONDS};
+use crate::metrics::{hot, REQUESTS, REQUEST_SECONDS};
 use reply::{Body, Reply};
 
 /// The claim API listener.
-pub(crate) async fn api(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
+pub(crate) async fn api(app: Arc<App>, peer: SocketAddr, req: Request<Incoming>) -> Response<Body> {
     let started = Instant::now();
     // The claim route first, without copying the path: it is nearly all the traffic.
     if req.method() == Method::POST && req.uri().path() == "/v1/claims" {
-        let resp = claim::handle(&app, req).await.into_response();
-        let hot = crate::metrics::hot();
+        let resp = match client_limited(&app, &req, peer) {
+            Some(reply) => {
+                hot().claim(crate::metrics::outcome::REJECTED);
+                reply
+            }
+            None => claim::handle(&app, peer, req).await,
+        }
+        .into_response();
+        let hot = hot();
         hot.claim_request(status_label(resp.status().as_u16()));
         hot.claim_seconds.record(started.elapsed().as_secs_f64());
         return resp;
@@ -35,7 +43,10 @@ pub(crate) async fn api(app: Arc<App>, req: Request<Incoming>) -> Response<Body>
         ("/healthz" | "/readyz", _) => ("probe", Reply::method_not_allowed("GET")),
         ("/v1/claims", _) => ("claims", Reply::method_not_allowed("POST")),
         (p, m) => match p.strip_prefix("/v1/skus/") {
-            Some(sku) if m == Method::GET => ("sku", admitted(&app, sku::handle(&app, sku)).await),
+            Some(sku) if m == Method::GET => match client_limited(&app, &req, peer) {
+                Some(reply) => ("sku", reply),
+                None => ("sku", admitted(&app, sku::handle(&app, sku)).await),
+            },
             Some(_) => ("sku", Reply::method_not_allowed("GET")),
             None => ("other", Reply::not_found(p)),
         },
@@ -44,7 +55,7 @@ pub(crate) async fn api(app: Arc<App>, req: Request<Incoming>) -> Response<Body>
 }
 
 /// The admin listener.
-pub(crate) async fn admin(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
+pub(crate) async fn admin(app: Arc<App>, _peer: SocketAddr, req: Request<Incoming>) -> Response<Body> {
     let started = Instant::now();
     let (route, resp) = match (req.uri().path(), req.method()) {
         ("/metrics", &Method::GET) => ("metrics", probes::metrics(&app)),
@@ -56,6 +67,22 @@ pub(crate) async fn admin(app: Arc<App>, req: Request<Incoming>) -> Response<Bod
         (p, _) => ("admin", Reply::not_found(p).into_response()),
     };
     finish(route, started, resp)
+}
+
+/// The 429 for a client over `--client-rate`, before anything else is read: a flood from
+/// one address costs a hash and a compare-and-swap per request, and no Redis call.
+fn client_limited(app: &App, req: &Request<Incoming>, peer: SocketAddr) -> Option<Reply> {
+    let limiter = app.clients.as_ref()?;
+    let ip = app.identity.trusted().client_ip(req.headers(), peer.ip());
+    let wait = limiter.check(ip).err()?;
+    Some(
+        Reply::error(
+            hyper::StatusCode::TOO_MANY_REQUESTS,
+            "rate_limited",
+            "too many requests from this client address; retry later",
+        )
+        .retry_after(wait.as_secs_f64().ceil() as u64),
+    )
 }
 
 /// Runs `handler` under an in-flight slot, or sheds the request at once.
@@ -79,6 +106,7 @@ fn status_label(code: u16) -> &'static str {
         200 => "200",
         201 => "201",
         400 => "400",
+        401 => "401",
         403 => "403",
         404 => "404",
         405 => "405",

@@ -3,19 +3,23 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use hyper::header::HeaderName;
 use metrics_exporter_prometheus::PrometheusHandle;
 
 use crate::admission::Admission;
 use crate::cache::SoldOutCache;
+use crate::identity::Identity;
+use crate::limiter::ClientLimiter;
 use crate::link::Link;
 
 pub(crate) struct App {
     pub(crate) link: Arc<Link>,
     pub(crate) cache: SoldOutCache,
     pub(crate) admission: Arc<Admission>,
-    /// Trusted header carrying the authenticated user, when an auth layer sits in front.
-    pub(crate) user_header: Option<HeaderName>,
+    /// Where the user comes from (token, trusted header, or the body when allowed), and
+    /// which peers are trusted proxies.
+    pub(crate) identity: Identity,
+    /// Per-client-address rate limit (`--client-rate`); `None` when off.
+    pub(crate) clients: Option<ClientLimiter>,
     pub(crate) max_body: usize,
     pub(crate) body_timeout: Duration,
     /// `Some(wait)` in replica durability mode.

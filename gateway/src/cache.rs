@@ -4,8 +4,10 @@
 //! [`EmptyShards`]), the `empty` / `restock` Pub/Sub events (`events.rs`), and a full resync
 //! from Redis whenever the subscriber (re)connects. Entries expire after `--cache-ttl-ms`,
 //! so any missed event heals within that bound: the next request reloads the SKU from Redis.
-//! "No such SKU" is remembered for `--unknown-sku-ttl-ms` only, so a freshly preheated
-//! campaign becomes visible quickly while unknown SKUs cannot flood Redis.
+//! A SKU outside the live set (`live.rs`) is answered "no such SKU" without a Redis call
+//! and without an entry here, so random SKU ids cannot push real ones out. Before that set
+//! is known, "no such SKU" is remembered for `--unknown-sku-ttl-ms` only, so a freshly
+//! preheated campaign becomes visible quickly while unknown SKUs cannot flood Redis.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -16,6 +18,7 @@ use shard_router::protocol::EmptyShards;
 use shard_router::{ShardId, SkuMeta, StockClient, StockError};
 use tokio::sync::OnceCell;
 
+use crate::live::LiveSkus;
 use crate::metrics::CACHE_EVENTS;
 
 /// What this gateway knows about one preheated SKU.
@@ -100,6 +103,7 @@ struct Slot {
 pub(crate) struct SoldOutCache {
     entries: Cache<u64, Arc<Slot>>,
     unknown_ttl: Duration,
+    live: Arc<LiveSkus>,
 }
 
 impl SoldOutCache {
@@ -110,6 +114,7 @@ impl SoldOutCache {
                 .time_to_live(ttl)
                 .build(),
             unknown_ttl,
+            live: Arc::default(),
         }
     }
 
@@ -119,20 +124,25 @@ impl SoldOutCache {
         client: &StockClient,
         sku: u64,
     ) -> Result<Option<Arc<SkuState>>, StockError> {
-        let slot = self.entries.get_with(sku, new_slot);
-        if let Some(known) = slot.state.get() {
-            match known {
-                Some(state) => {
-                    crate::metrics::hot().cache_hits.increment(1);
-                    return Ok(Some(state.clone()));
+        if let Some(slot) = self.entries.get(&sku) {
+            if let Some(known) = slot.state.get() {
+                match known {
+                    Some(state) => {
+                        crate::metrics::hot().cache_hits.increment(1);
+                        return Ok(Some(state.clone()));
+                    }
+                    None if slot.created.elapsed() < self.unknown_ttl => {
+                        event("unknown");
+                        return Ok(None);
+                    }
+                    // Unknown for long enough: forget it and look again.
+                    None => self.entries.invalidate(&sku),
                 }
-                None if slot.created.elapsed() < self.unknown_ttl => {
-                    event("unknown");
-                    return Ok(None);
-                }
-                // Unknown for long enough: forget it and look again.
-                None => self.entries.invalidate(&sku),
             }
+        }
+        if self.live.absent(sku) {
+            event("unknown");
+            return Ok(None);
         }
         let slot = self.entries.get_with(sku, new_slot);
         event("miss");
@@ -163,10 +173,28 @@ impl SoldOutCache {
         }
     }
 
+    /// A SKU was preheated (`live <sku>` event). A "no such SKU" remembered for it is
+    /// dropped, so the campaign is visible at once.
+    pub(crate) fn mark_live(&self, sku: u64) {
+        event("live");
+        self.live.add(sku);
+        if self.entries.get(&sku).is_some_and(|s| matches!(s.state.get(), Some(None))) {
+            self.entries.invalidate(&sku);
+        }
+    }
+
     /// Re-reads every loaded SKU's slices and rebuilds its empty set: events may have been
     /// missed while the subscriber was away. A SKU that fails to resync is dropped, so its
     /// next request reloads it.
     pub(crate) async fn resync(&self, client: &StockClient) {
+        match client.skus().await {
+            Ok(skus) => self.live.replace(Some(skus.into_iter().collect())),
+            Err(e) => {
+                // Unknown again: every SKU is looked up in Redis until the next resync.
+                tracing::warn!(error = %e, "reading the live SKU set failed");
+                self.live.replace(None);
+            }
+        }
         let loaded: Vec<(u64, Arc<SkuState>)> = self
             .entries
             .iter()

@@ -6,9 +6,11 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
-use hyper::header::HeaderName;
 use shard_router::placement::MAX_SHARDS;
 use shard_router::{RedisTarget, StockConfig, Timeouts};
+
+mod access;
+pub use access::{AccessConfig, MAX_CLIENT_SLOTS};
 
 /// Largest body cap accepted: a claim is a few hundred bytes, so anything bigger is a mistake.
 pub const MAX_BODY_CAP: usize = 1 << 20;
@@ -66,10 +68,9 @@ pub struct Config {
     /// `WAIT` timeout in replica mode (ms); must stay below `--redis-timeout-ms`.
     #[arg(long, env = "FLASHGATE_WAIT_MS", default_value_t = 50)]
     pub wait_ms: u64,
-    /// Header set by the trusted auth layer in front; when set, the user comes from it and
-    /// a `user` field in the body must match it.
-    #[arg(long, env = "FLASHGATE_USER_HEADER")]
-    pub user_header: Option<String>,
+    /// Identity source and per-client limit (`config/access.rs`).
+    #[command(flatten)]
+    pub access: AccessConfig,
     /// Open client connections at most; more wait in the kernel backlog.
     #[arg(long, env = "FLASHGATE_MAX_CONNECTIONS", default_value_t = 10_000)]
     pub max_connections: usize,
@@ -158,9 +159,10 @@ fn bad(setting: &'static str, reason: impl Into<String>) -> ConfigError {
 }
 
 impl Config {
-    /// Defaults with a given Redis, for tests and embedding.
+    /// Defaults with a given Redis, for tests and embedding (on loopback, so no identity
+    /// source is needed to start; claims then answer 401 until one is set).
     pub fn for_redis(redis: &str, cluster: bool) -> Self {
-        let mut args = vec!["flashgate-gateway", "--redis", redis];
+        let mut args = vec!["flashgate-gateway", "--redis", redis, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"];
         if cluster {
             args.push("--redis-cluster");
         }
@@ -179,10 +181,7 @@ impl Config {
         if self.listen == self.admin_listen && self.listen.port() != 0 {
             return Err(bad("--admin-listen", "must differ from --listen"));
         }
-        if let Some(h) = &self.user_header {
-            HeaderName::try_from(h.as_str())
-                .map_err(|_| bad("--user-header", format!("{h:?} is not a header name")))?;
-        }
+        self.access.validate(self.listen)?;
         let positive: [(&'static str, u64); 8] = [
             ("--max-connections", self.max_connections as u64),
             ("--max-in-flight", self.max_in_flight as u64),
@@ -266,15 +265,29 @@ pub(crate) fn ms(v: u64) -> Duration {
 mod tests {
     use super::*;
 
+    /// Parses `args` after a loopback listener, so only the setting under test can fail.
     fn parse(args: &[&str]) -> Config {
-        let mut all = vec!["gw"];
+        let mut all = vec!["gw", "--listen", "127.0.0.1:8080"];
         all.extend_from_slice(args);
         Config::parse_from(all)
     }
 
     #[test]
-    fn defaults_are_valid() {
+    fn defaults_are_valid_on_loopback_only() {
         parse(&[]).validate().unwrap();
+        let public = |args: &[&str]| {
+            let mut all = vec!["gw"];
+            all.extend_from_slice(args);
+            Config::parse_from(all).validate()
+        };
+        let err = public(&[]).unwrap_err();
+        assert_eq!(err.setting, "--listen", "{err}");
+        assert!(err.to_string().contains("no identity source"), "{err}");
+        assert!(!err.to_string().contains('\n'), "one line: {err}");
+        public(&["--insecure-body-user"]).unwrap();
+        public(&["--token-secret-file", "/x"]).unwrap();
+        public(&["--user-header", "x-user", "--trusted-proxies", "10.0.0.0/8,127.0.0.1/32"])
+            .unwrap();
     }
 
     #[test]
@@ -286,6 +299,13 @@ mod tests {
             (&["--max-header-bytes", "4096"], "--max-header-bytes"),
             (&["--max-header-bytes", "2000000"], "--max-header-bytes"),
             (&["--user-header", "bad header"], "--user-header"),
+            (&["--user-header", "x-user"], "--user-header"),
+            (
+                &["--token-secret-file", "/a", "--token-jwks", "/b"],
+                "--token-secret-file",
+            ),
+            (&["--client-burst", "0"], "--client-burst"),
+            (&["--client-slots", "0"], "--client-slots"),
             (&["--worker-threads", "5000"], "--worker-threads"),
             (&["--redis", "a:1,b:2"], "--redis"),
             (

@@ -1,5 +1,5 @@
 //! The Pub/Sub subscriber feeding the sold-out cache with `empty <sku> <shard>` and
-//! `restock <sku> <shard>` events. A plain PUBLISH reaches every node of a cluster, so one
+//! `restock <sku> <shard>` events, and the live SKU set with `live <sku>`. A plain PUBLISH reaches every node of a cluster, so one
 //! connection to any node is enough; on failure the next node in the list is tried.
 //!
 //! Every (re)connect is followed by a full resync of the cache *after* SUBSCRIBE returned,
@@ -24,23 +24,35 @@ const BACKOFF_MAX: Duration = Duration::from_secs(2);
 
 /// A parsed event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct ShardEvent {
-    pub(crate) sku: u64,
-    pub(crate) shard: ShardId,
-    pub(crate) empty: bool,
+pub(crate) enum Event {
+    /// A slice reached 0 (`empty`) or got units back (`restock`).
+    Shard {
+        sku: u64,
+        shard: ShardId,
+        empty: bool,
+    },
+    /// A SKU was preheated.
+    Live { sku: u64 },
 }
 
-impl ShardEvent {
+impl Event {
     pub(crate) fn parse(msg: &str) -> Option<Self> {
         let mut parts = msg.split(' ');
         let empty = match parts.next()? {
             "empty" => true,
             "restock" => false,
+            "live" => {
+                let sku = parts.next()?.parse().ok()?;
+                return parts.next().is_none().then_some(Self::Live { sku });
+            }
             _ => return None,
         };
         let sku = parts.next()?.parse().ok()?;
         let shard = parts.next()?.parse().ok()?;
-        parts.next().is_none().then_some(Self { sku, shard, empty })
+        parts
+            .next()
+            .is_none()
+            .then_some(Self::Shard { sku, shard, empty })
     }
 }
 
@@ -92,8 +104,9 @@ pub(crate) async fn subscribe(
                         break;
                     };
                     let text: String = msg.get_payload().unwrap_or_default();
-                    match ShardEvent::parse(&text) {
-                        Some(ev) => cache.apply(ev.sku, ev.shard, ev.empty),
+                    match Event::parse(&text) {
+                        Some(Event::Shard { sku, shard, empty }) => cache.apply(sku, shard, empty),
+                        Some(Event::Live { sku }) => cache.mark_live(sku),
                         None => tracing::debug!(payload = %text, "ignoring unknown event"),
                     }
                 }
@@ -132,9 +145,10 @@ mod tests {
 
     #[test]
     fn parses_events() {
-        let ev = |sku, shard, empty| Some(ShardEvent { sku, shard, empty });
-        assert_eq!(ShardEvent::parse("empty 42 3"), ev(42, 3, true));
-        assert_eq!(ShardEvent::parse("restock 42 15"), ev(42, 15, false));
+        let ev = |sku, shard, empty| Some(Event::Shard { sku, shard, empty });
+        assert_eq!(Event::parse("empty 42 3"), ev(42, 3, true));
+        assert_eq!(Event::parse("restock 42 15"), ev(42, 15, false));
+        assert_eq!(Event::parse("live 42"), Some(Event::Live { sku: 42 }));
         for bad in [
             "",
             "empty",
@@ -143,8 +157,11 @@ mod tests {
             "empty 1 2 3",
             "drain 1 2",
             "empty 1 -2",
+            "live",
+            "live x",
+            "live 1 2",
         ] {
-            assert_eq!(ShardEvent::parse(bad), None, "{bad:?}");
+            assert_eq!(Event::parse(bad), None, "{bad:?}");
         }
     }
 }

@@ -5,8 +5,12 @@
 //! - `server.rs`: accept loops, connection cap, header timeout, graceful drain.
 //! - `api.rs` + `api/`: routing and one file per route (`claim`, `sku`, `probes`), request
 //!   parsing (`input`) and every response shape (`reply`).
-//! - `admission.rs`: in-flight cap and per-user rate limit.
-//! - `cache.rs`: the sold-out cache; `events.rs`: the Pub/Sub subscriber feeding it.
+//! - `admission.rs`: in-flight cap and per-user rate limit; `limiter.rs`: the per-client
+//!   (address) rate limit in fixed memory.
+//! - `identity.rs` + `identity/`: who is claiming (bearer token, trusted header, or the
+//!   body when explicitly allowed) and the client address behind trusted proxies.
+//! - `cache.rs`: the sold-out cache, `live.rs`: the set of live SKUs; `events.rs`: the
+//!   Pub/Sub subscriber feeding both.
 //! - `link.rs`: the Redis connection and readiness probe; `durability.rs`: `WAIT`.
 //! - [`metrics`]: metric names and the Prometheus recorder.
 //!
@@ -22,14 +26,16 @@ mod cache;
 pub mod config;
 mod durability;
 mod events;
+mod identity;
+mod limiter;
 mod link;
+mod live;
 pub mod metrics;
 mod server;
 
 use std::future::Future;
 use std::sync::Arc;
 
-use hyper::header::HeaderName;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -37,6 +43,8 @@ use crate::admission::Admission;
 use crate::app::App;
 use crate::cache::SoldOutCache;
 use crate::config::{ms, Durability};
+use crate::identity::Identity;
+use crate::limiter::ClientLimiter;
 use crate::link::Link;
 use crate::server::ServeOpts;
 
@@ -59,6 +67,10 @@ pub async fn run(
 ) -> Result<(), ConfigError> {
     cfg.validate()?;
     let stock_cfg = cfg.stock_config()?;
+    let identity = Identity::load(&cfg.access)?;
+    if !cfg.access.has_identity_source() {
+        tracing::warn!("no identity source configured: every claim answers 401");
+    }
     let handle = metrics::install();
     metrics::register_defaults();
     let link = Arc::new(Link::default());
@@ -76,10 +88,12 @@ pub async fn run(
         link: link.clone(),
         cache: cache.clone(),
         admission: admission.clone(),
-        user_header: cfg
-            .user_header
-            .as_deref()
-            .and_then(|h| HeaderName::try_from(h).ok()),
+        identity,
+        clients: ClientLimiter::new(
+            cfg.access.client_rate,
+            cfg.access.client_burst,
+            cfg.access.client_slots,
+        ),
         max_body: cfg.max_body_bytes,
         body_timeout: ms(cfg.body_timeout_ms),
         replica_wait: (cfg.durability == Durability::Replica).then(|| ms(cfg.wait_ms)),

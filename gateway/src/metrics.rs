@@ -72,7 +72,7 @@ pub(crate) struct Hot {
 
 /// Status labels of the claim route that get a pre-registered handle.
 const CLAIM_STATUSES: &[&str] = &[
-    "200", "201", "400", "403", "404", "409", "410", "429", "503",
+    "200", "201", "400", "401", "403", "404", "409", "410", "429", "503",
 ];
 
 impl Hot {

@@ -7,6 +7,7 @@
 
 use std::convert::Infallible;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -41,7 +42,7 @@ pub(crate) async fn serve<H, F>(
     opts: ServeOpts,
     mut stop: watch::Receiver<bool>,
 ) where
-    H: Fn(Arc<App>, Request<Incoming>) -> F + Copy + Send + Sync + 'static,
+    H: Fn(Arc<App>, SocketAddr, Request<Incoming>) -> F + Copy + Send + Sync + 'static,
     F: Future<Output = Response<Body>> + Send + 'static,
 {
     let slots = Arc::new(Semaphore::new(opts.max_connections));
@@ -67,8 +68,8 @@ pub(crate) async fn serve<H, F>(
             Some(_) = conns.join_next() => continue,
             _ = crate::stopped(&mut stop) => break,
         };
-        let stream = match accepted {
-            Ok((stream, _peer)) => stream,
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
             Err(e) => {
                 // Out of file descriptors and the like: back off instead of spinning.
                 tracing::warn!(error = %e, "accept failed");
@@ -80,7 +81,7 @@ pub(crate) async fn serve<H, F>(
         let app = app.clone();
         let service = service_fn(move |req| {
             let app = app.clone();
-            async move { Ok::<_, Infallible>(handler(app, req).await) }
+            async move { Ok::<_, Infallible>(handler(app, peer, req).await) }
         });
         let conn = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
         conns.spawn(async move {

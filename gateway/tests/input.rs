@@ -288,7 +288,9 @@ async fn rate_limit_overload_and_trusted_header() {
     cfg.user_rate = 1;
     cfg.user_burst = 2;
     cfg.max_in_flight = 1;
-    cfg.user_header = Some("x-user".into());
+    cfg.access.user_header = Some("x-user".into());
+    cfg.access.trusted_proxies = vec!["127.0.0.1/32".parse().unwrap()];
+    cfg.access.insecure_body_user = false;
     let gw = Gateway::start(cfg).await;
 
     let claim = |user: Option<&'static str>, body: Value| {
@@ -306,9 +308,10 @@ async fn rate_limit_overload_and_trusted_header() {
             (s, h, serde_json::from_slice::<Value>(&b).unwrap())
         }
     };
-    // Trusted header: required, and a body user must match it.
+    // Trusted header: required (a body user alone is not believed), and a body user
+    // must match it.
     let (s, _, v) = claim(None, json!({"sku": 5101, "user": "alice"})).await;
-    assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
+    assert_eq!(s, StatusCode::UNAUTHORIZED, "{v}");
     let (s, _, v) = claim(Some("alice"), json!({"sku": 5101, "user": "mallory"})).await;
     assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
 

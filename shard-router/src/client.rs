@@ -188,6 +188,13 @@ impl StockClient {
             conn.sadd::<_, _, ()>(keys::SKU_SET, meta.sku),
         )
         .await?;
+        // Gateways answer SKUs outside their copy of SKU_SET with 404 from memory; this
+        // tells them at once (a gateway that misses it rereads the set on resubscribe).
+        self.bounded(
+            "preheat meta",
+            conn.publish::<_, _, ()>(keys::EVENTS_CHANNEL, format!("live {}", meta.sku)),
+        )
+        .await?;
         Ok(out)
     }
 

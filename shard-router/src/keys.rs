@@ -3,10 +3,11 @@
 
 use crate::placement::{Placement, ShardId};
 
-/// Pub/Sub channel for shard events (`empty <sku> <shard>`, `restock <sku> <shard>`).
+/// Pub/Sub channel for shard events (`empty <sku> <shard>`, `restock <sku> <shard>`) and
+/// SKU events (`live <sku>` after a preheat).
 /// Plain Pub/Sub is broadcast to every node of a cluster, so it needs no hash tag.
 pub const EVENTS_CHANNEL: &str = "fg:events";
-/// Set of every preheated SKU, so a gateway can resync its whole cache.
+/// Set of every preheated SKU: gateways keep a copy and answer other SKUs from memory.
 pub const SKU_SET: &str = "fg:skus";
 
 /// SKU-wide metadata hash written at preheat and cached by gateways.

@@ -8,6 +8,7 @@
 //! - [`outcome`]: typed requests and results; no raw script code leaves the crate.
 //! - [`protocol`]: the whole claim (home shard, hold, second chance, settle).
 //! - [`record`]: the claim record codec shared with the consumer.
+//! - `replay`: the stored answer of a request id, read without a script.
 //! - [`conn`]: one connection type for single Redis and Redis Cluster.
 //! - `batch`: group commit of claim scripts per shard (one pipeline per batch).
 
@@ -20,6 +21,7 @@ pub mod outcome;
 pub mod placement;
 pub mod protocol;
 pub mod record;
+mod replay;
 mod reply;
 mod scripts;
 
@@ -29,6 +31,7 @@ pub use error::StockError;
 pub use outcome::*;
 pub use placement::{Placement, ShardId};
 pub use record::ClaimRecord;
+pub use replay::StoredAnswer;
 
 /// Milliseconds since the Unix epoch: the gateway clock passed to every script.
 pub fn now_ms() -> i64 {

@@ -84,6 +84,7 @@ async fn one_row(o: &AblateOpts, so: &StackOpts) -> anyhow::Result<Report> {
         mysql: None,
         consumer_bin: None,
         drain_timeout_s: 60,
+        token_secret_file: None,
     };
     run::use_stack(&mut sys, &st, &mut s);
     let client = run::prepare(&sys, &s).await?;

@@ -16,6 +16,7 @@ use bench::loadgen::{self, LoadSpec};
 use bench::mysql::Mysql;
 use bench::report::{BaselineRatios, Report};
 use bench::scenario::Scenario;
+use bench::token::Tokens;
 use bench::workload::Workload;
 use bench::{markdown, svg};
 
@@ -57,6 +58,10 @@ pub(crate) struct SystemArgs {
     /// Longest wait for the consumer to drain before the ledger check (s).
     #[arg(long, default_value_t = 60)]
     pub(crate) drain_timeout_s: u64,
+    /// HS256 secret the gateways verify tokens with: every claim carries a bearer token
+    /// for its user, minted once per user (`--stack` sets this up by itself).
+    #[arg(long, env = "FLASHGATE_TOKEN_SECRET_FILE")]
+    pub(crate) token_secret_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -89,6 +94,7 @@ pub(crate) fn use_stack(sys: &mut SystemArgs, st: &Stack, s: &mut Scenario) {
     sys.shards = st.shards;
     sys.mysql = st.mysql_url.clone();
     sys.consumer_bin = st.consumer_bin.clone();
+    sys.token_secret_file = Some(st.token_secret_file.clone());
     for k in &mut s.skus {
         k.width = k.width.min(st.shards);
     }
@@ -239,6 +245,9 @@ pub(crate) async fn against_system(
 ) -> anyhow::Result<Report> {
     let mut spec = LoadSpec::from_scenario(s, targets(&sys.targets)?, tag.clone());
     spec.progress = progress;
+    if let Some(path) = &sys.token_secret_file {
+        spec.tokens = Some(Arc::new(Tokens::load(path, s.users)?));
+    }
     let cpu = Sampler::start(watched);
     let r = loadgen::drive(spec, Arc::new(Workload::new(s))).await;
     let mut report = Report::from_load("run", &s.name, &r);

@@ -175,6 +175,9 @@ pub(crate) struct Stack {
     pub(crate) consumer_bin: Option<PathBuf>,
     pub(crate) shards: u16,
     db: Option<(Mysql, String)>,
+    /// The HS256 secret the gateways verify and the load generator signs with; a fresh
+    /// random one per stack, removed on drop.
+    pub(crate) token_secret_file: PathBuf,
 }
 
 impl Stack {
@@ -217,6 +220,7 @@ impl Stack {
             consumer_bin: None,
             shards,
             db: None,
+            token_secret_file: write_token_secret()?,
         };
         let mut common = vec![
             "--redis".to_owned(),
@@ -271,6 +275,11 @@ impl Stack {
                 "--admin-listen",
                 &admin.to_string(),
             ]);
+            cmd.arg("--token-secret-file").arg(&stack.token_secret_file);
+            // All the load comes from one address: a per-client limit would measure itself.
+            if !o.gateway_args.iter().any(|a| a.starts_with("--client-rate")) {
+                cmd.args(["--client-rate", "0"]);
+            }
             for a in &o.ablation {
                 match a {
                     Ablation::NoSoldOutCache => cmd.arg("--no-sold-out-cache"),
@@ -332,5 +341,28 @@ impl Drop for Stack {
         if let Some((server, db)) = self.db.take() {
             let _ = server.query_blocking(&format!("DROP DATABASE IF EXISTS `{db}`"));
         }
+        let _ = std::fs::remove_file(&self.token_secret_file);
     }
+}
+
+/// A fresh random HS256 secret in a private temporary file.
+fn write_token_secret() -> anyhow::Result<PathBuf> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let secret: String = (0..32)
+        .map(|_| format!("{:02x}", rand::random::<u8>()))
+        .collect();
+    let path = std::env::temp_dir().join(format!(
+        "fg-bench-token-{}-{}",
+        std::process::id(),
+        shard_router::now_ms()
+    ));
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+        .and_then(|mut f| f.write_all(secret.as_bytes()))
+        .map_err(|e| anyhow::anyhow!("token secret {}: {e}", path.display()))?;
+    Ok(path)
 }

@@ -3,14 +3,17 @@
 //!
 //! Order matters for cost: the cheap memory-only answers (unknown SKU, qty over the limit,
 //! outside the window, sold out) come before the per-user rate limit, and the rate limit
-//! before any Redis call. A sold-out SKU therefore costs no Redis call and no limiter entry.
+//! before any Redis call. A sold-out SKU therefore costs no Redis call and no limiter entry
+//! when the request has no request_id; with one, the replay check (one read) runs first,
+//! so a retried success is never told it lost.
 
+use std::net::SocketAddr;
 use std::time::Instant;
 
 use hyper::body::Incoming;
 use hyper::{Request, StatusCode};
 use shard_router::protocol::{self, EmptyShards};
-use shard_router::{now_ms, Claim, ClaimOutcome, StockError};
+use shard_router::{now_ms, Claim, ClaimOutcome, StockError, StoredAnswer};
 
 use super::input::{read_claim, InputRules};
 use super::reply::Reply;
@@ -18,17 +21,18 @@ use crate::app::App;
 use crate::durability;
 use crate::metrics::{hot, outcome};
 
-pub(crate) async fn handle(app: &App, req: Request<Incoming>) -> Reply {
-    let (outcome, reply) = claim(app, req).await;
+pub(crate) async fn handle(app: &App, peer: SocketAddr, req: Request<Incoming>) -> Reply {
+    let (outcome, reply) = claim(app, peer, req).await;
     hot().claim(outcome);
     reply
 }
 
-async fn claim(app: &App, req: Request<Incoming>) -> (&'static str, Reply) {
+async fn claim(app: &App, peer: SocketAddr, req: Request<Incoming>) -> (&'static str, Reply) {
     let rules = InputRules {
         max_body: app.max_body,
         body_timeout: app.body_timeout,
-        user_header: app.user_header.as_ref(),
+        identity: &app.identity,
+        peer: peer.ip(),
     };
     let req = match read_claim(req, &rules).await {
         Ok(r) => r,
@@ -69,20 +73,28 @@ async fn claim(app: &App, req: Request<Incoming>) -> (&'static str, Reply) {
             window("not_started", meta.sku, meta.start_ms),
         );
     }
-    if now >= meta.end_ms {
-        return (outcome::REJECTED, window("ended", meta.sku, meta.end_ms));
-    }
-    if app.sold_out_cache && state.all_empty() {
-        return (outcome::SOLD_OUT_CACHE, sold_out(meta.sku));
+    // The answers memory can give once the sale is over for this gateway. A request with a
+    // request_id may be the retry of a success, whose first answer it must get (README
+    // "HTTP API", replay guarantee), so it reaches the replay check first; one without is answered here.
+    let from_memory = if now >= meta.end_ms {
+        Some((outcome::REJECTED, window("ended", meta.sku, meta.end_ms)))
+    } else if app.sold_out_cache && state.all_empty() {
+        Some((outcome::SOLD_OUT_CACHE, sold_out(meta.sku)))
+    } else {
+        None
+    };
+    if let Some(answer) = from_memory {
+        let Some(rid) = req.request_id.as_deref() else {
+            return answer;
+        };
+        // Replay checks cost a Redis read, so they count against the user's rate.
+        if let Err(wait) = app.admission.check_user(&req.user) {
+            return (outcome::REJECTED, rate_limited(wait));
+        }
+        return replay_or(app, client, meta, &req.user, rid, answer).await;
     }
     if let Err(wait) = app.admission.check_user(&req.user) {
-        let reply = Reply::error(
-            StatusCode::TOO_MANY_REQUESTS,
-            "rate_limited",
-            "too many claims from this user; retry later",
-        )
-        .retry_after(wait.as_secs_f64().ceil() as u64);
-        return (outcome::REJECTED, reply);
+        return (outcome::REJECTED, rate_limited(wait));
     }
 
     let started = Instant::now();
@@ -133,21 +145,55 @@ async fn claim(app: &App, req: Request<Incoming>) -> (&'static str, Reply) {
             app.cache.invalidate(meta.sku);
             (outcome::REJECTED, unknown_sku(meta.sku))
         }
-        // Another request with this request id holds the user's count right now; its
-        // answer will be stored for replay. 409 (a conflict with a concurrent request)
-        // with Retry-After: retrying the same request id returns that answer.
-        Ok(ClaimOutcome::InProgress) => {
-            let reply = Reply::error(
-                StatusCode::CONFLICT,
-                "in_progress",
-                "a request with this request_id is being served; retry with the same request_id",
-            )
-            .retry_after(1);
-            (outcome::IN_PROGRESS, reply)
-        }
+        Ok(ClaimOutcome::InProgress) => (outcome::IN_PROGRESS, in_progress()),
         Err(StockError::InvalidArgument(m)) => (outcome::REJECTED, Reply::bad_request(m)),
         Err(e) => (outcome::UNAVAILABLE, redis_trouble(&e)),
     }
+}
+
+/// The replay check alone (one read on the user's home shard, no script): the stored answer
+/// of `rid` when it has one, else `otherwise`, the answer memory gave.
+async fn replay_or(
+    app: &App,
+    client: &shard_router::StockClient,
+    meta: &shard_router::SkuMeta,
+    user: &str,
+    rid: &str,
+    otherwise: (&'static str, Reply),
+) -> (&'static str, Reply) {
+    match client.stored_answer(meta.sku, meta.width, user, rid).await {
+        Ok(None) => otherwise,
+        Ok(Some(StoredAnswer::Claimed(claim))) => {
+            if let Some(reply) = unconfirmed(app, client, &claim, meta, user).await {
+                return (outcome::UNAVAILABLE, reply);
+            }
+            (outcome::REPLAY, claimed(StatusCode::OK, &claim))
+        }
+        Ok(Some(StoredAnswer::InProgress)) => (outcome::IN_PROGRESS, in_progress()),
+        // Not the memory answer: a lost success would be told it lost.
+        Err(e) => (outcome::UNAVAILABLE, redis_trouble(&e)),
+    }
+}
+
+/// Another request with this request id holds the user's count right now; its answer will
+/// be stored for replay. 409 (a conflict with a concurrent request) with Retry-After:
+/// retrying the same request id returns that answer.
+fn in_progress() -> Reply {
+    Reply::error(
+        StatusCode::CONFLICT,
+        "in_progress",
+        "a request with this request_id is being served; retry with the same request_id",
+    )
+    .retry_after(1)
+}
+
+fn rate_limited(wait: std::time::Duration) -> Reply {
+    Reply::error(
+        StatusCode::TOO_MANY_REQUESTS,
+        "rate_limited",
+        "too many claims from this user; retry later",
+    )
+    .retry_after(wait.as_secs_f64().ceil() as u64)
 }
 
 /// Runs the claim protocol in its own task: hyper drops a handler whose client went away,

@@ -1,20 +1,23 @@
 //! Reading and checking a claim request: content type, body size and time, JSON shape,
-//! field ranges, and the user (body field or trusted header). Everything here runs before
+//! field ranges, and the user (verified by `identity.rs`, or the body field where the
+//! operator allowed it). Everything here runs before
 //! any Redis call, and every failure is a [`Reply`] saying what was wrong.
 
+use std::net::IpAddr;
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures::FutureExt;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use hyper::body::Incoming;
-use hyper::header::{HeaderName, CONTENT_LENGTH, CONTENT_TYPE};
+use hyper::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use hyper::{Request, StatusCode};
 use serde::Deserialize;
 use shard_router::outcome::MAX_ID_LEN;
 use shard_router::ClaimRequest;
 
 use super::reply::Reply;
+use crate::identity::{Identity, Who};
 
 /// The JSON body of `POST /v1/claims`. Unknown fields are refused so a typo
 /// (`"quantity"`) is an error instead of a silent default.
@@ -31,7 +34,9 @@ struct ClaimBody {
 pub(crate) struct InputRules<'a> {
     pub(crate) max_body: usize,
     pub(crate) body_timeout: Duration,
-    pub(crate) user_header: Option<&'a HeaderName>,
+    pub(crate) identity: &'a Identity,
+    /// The socket peer (a trusted proxy may vouch for the user).
+    pub(crate) peer: IpAddr,
 }
 
 /// Reads and validates the request into a [`ClaimRequest`] (qty defaults to 1; the
@@ -50,9 +55,10 @@ pub(crate) async fn read_claim(
     if declared.is_some_and(|n| n > rules.max_body as u64) {
         return Err(too_large(rules.max_body));
     }
-    let header_user = match rules.user_header {
-        Some(name) => Some(header_user(&parts.headers, name)?),
-        None => None,
+    // Before the body is read: an unauthenticated client costs no body read.
+    let verified = match rules.identity.resolve(&parts.headers, rules.peer)? {
+        Who::Verified(user) => Some(user),
+        Who::FromBody => None,
     };
 
     let collected = tokio::time::timeout(
@@ -75,7 +81,7 @@ pub(crate) async fn read_claim(
         Err(e) => return Err(Reply::bad_request(format!("reading body: {e}"))),
     };
 
-    parse_body(&bytes, header_user.as_deref())
+    parse_body(&bytes, verified.as_deref())
 }
 
 /// A claim body refused before any Redis call, as the client receives it: the HTTP status
@@ -86,8 +92,8 @@ pub struct Rejection {
     pub body: Bytes,
 }
 
-/// The pure part of reading a claim: JSON shape and field ranges of `body`, with the user
-/// from the trusted header when there is one. No I/O, so it can be fuzzed without a socket;
+/// The pure part of reading a claim: JSON shape and field ranges of `body`, with the
+/// verified user when there is one (else the body's `user`). No I/O, so it can be fuzzed without a socket;
 /// [`read_claim`] runs exactly this after the content type, size and header checks.
 pub fn parse_claim(body: &[u8], header_user: Option<&str>) -> Result<ClaimRequest, Rejection> {
     parse_body(body, header_user).map_err(|reply| {
@@ -157,15 +163,6 @@ fn check_content_type(v: Option<&hyper::header::HeaderValue>) -> Result<(), Repl
             "content type must be application/json",
         ))
     }
-}
-
-fn header_user(headers: &hyper::HeaderMap, name: &HeaderName) -> Result<String, Reply> {
-    let v = headers
-        .get(name)
-        .ok_or_else(|| Reply::bad_request(format!("missing header {name}")))?;
-    v.to_str()
-        .map(str::to_owned)
-        .map_err(|_| Reply::bad_request(format!("header {name} is not visible ASCII")))
 }
 
 /// Ids become parts of Redis keys and stream records: 1..=64 bytes, no control characters.

@@ -4,7 +4,7 @@
 
 use bytes::Bytes;
 use http_body_util::Full;
-use hyper::header::{HeaderValue, ALLOW, CONTENT_TYPE, RETRY_AFTER};
+use hyper::header::{HeaderValue, ALLOW, CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
 use hyper::{Response, StatusCode};
 use serde_json::{Map, Value};
 
@@ -17,6 +17,8 @@ pub(crate) struct Reply {
     body: Content,
     retry_after: Option<u64>,
     allow: Option<&'static str>,
+    /// 401s say how to authenticate (`WWW-Authenticate: Bearer`).
+    challenge: bool,
 }
 
 /// A body still to be rendered, or one already rendered (the claim answers, which are
@@ -37,6 +39,7 @@ impl Reply {
             body: Content::Rendered(bytes),
             retry_after: None,
             allow: None,
+            challenge: false,
         }
     }
 
@@ -48,6 +51,7 @@ impl Reply {
             body: Content::Value(Value::Object(body)),
             retry_after: None,
             allow: None,
+            challenge: false,
         }
     }
 
@@ -101,6 +105,11 @@ impl Reply {
         self
     }
 
+    pub(crate) fn challenge(mut self) -> Self {
+        self.challenge = true;
+        self
+    }
+
     pub(crate) fn retry_after(mut self, secs: u64) -> Self {
         self.retry_after = Some(secs.max(1));
         self
@@ -121,6 +130,12 @@ impl Reply {
         }
         if let Some(allow) = self.allow {
             h.insert(ALLOW, HeaderValue::from_static(allow));
+        }
+        if self.challenge {
+            h.insert(
+                WWW_AUTHENTICATE,
+                HeaderValue::from_static(r#"Bearer realm="flashgate""#),
+            );
         }
         resp
     }

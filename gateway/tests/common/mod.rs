@@ -102,11 +102,15 @@ impl Drop for Gateway {
     }
 }
 
-/// Test defaults: fast probes, no per-user rate limit unless a test sets one.
+/// Test defaults: fast probes, no per-user or per-client rate limit unless a test sets
+/// one, and the user from the body (`--insecure-body-user`): these tests are about the
+/// claim path; `identity.rs` tests the identity sources with real tokens.
 pub fn config(redis: &str, cluster: bool) -> Config {
     let mut cfg = Config::for_redis(redis, cluster);
     cfg.probe_interval_ms = 100;
     cfg.user_rate = 0;
+    cfg.access.client_rate = 0;
+    cfg.access.insecure_body_user = true;
     cfg.cache_ttl_ms = 60_000;
     cfg.shutdown_grace_ms = 5_000;
     cfg

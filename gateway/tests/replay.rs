@@ -1,0 +1,162 @@
+//! Replay first, always: a request with a request_id reaches the replay check even when
+//! the gateway would answer from memory (SKU known sold out, window closed), on the gateway
+//! that answered first and on one that never saw it. Requests without a request_id are
+//! still answered from memory, with no Redis call. Unknown SKUs never reach Redis once the
+//! live SKU set is loaded.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use hyper::StatusCode;
+use serde_json::{json, Value};
+use shard_router::{now_ms, SkuMeta};
+use test_support::RedisServer;
+
+/// The claim answer fields a replay must repeat.
+fn claim_fields(v: &Value) -> Value {
+    json!([v["status"], v["claim_id"], v["sku"], v["shard"], v["qty"]])
+}
+
+/// Waits until the gateway's live SKU set is loaded: a never-seen SKU then costs no Redis
+/// read (before, each unknown SKU is looked up once).
+async fn wait_live_set(gw: &Gateway, redis: &RedisServer) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for probe in 9_000_000u64.. {
+        let before = claim_path_calls(redis);
+        let (status, _, _) = get(gw.api, &format!("/v1/skus/{probe}")).await.unwrap();
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        if claim_path_calls(redis) == before {
+            return;
+        }
+        assert!(Instant::now() < deadline, "live SKU set never loaded");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replay_after_sell_out_on_both_gateways() {
+    let redis = RedisServer::start();
+    let stock = stock_client(&redis.url(), false).await;
+    let meta = preheat(&stock, 8101, 1, 1, 1).await;
+    let gw = Gateway::start(config(&redis.url(), false)).await;
+
+    let first = gw
+        .claim(json!({"sku": meta.sku, "user": "alice", "request_id": "r1"}))
+        .await;
+    assert_eq!(first.status, StatusCode::CREATED, "{}", first.body);
+    wait_sold_out(gw.api, meta.sku, true, "the sell-out event").await;
+
+    // The lost-response retry: same body, status 200, no second unit.
+    let again = gw
+        .claim(json!({"sku": meta.sku, "user": "alice", "request_id": "r1"}))
+        .await;
+    assert_eq!(again.status, StatusCode::OK, "{}", again.body);
+    assert_eq!(claim_fields(&again.body), claim_fields(&first.body));
+
+    // A second gateway that never saw the first answer, and knows the SKU sold out from
+    // its first load.
+    let other = Gateway::start(config(&redis.url(), false)).await;
+    wait_sold_out(other.api, meta.sku, true, "the second gateway's load").await;
+    let there = other
+        .claim(json!({"sku": meta.sku, "user": "alice", "request_id": "r1"}))
+        .await;
+    assert_eq!(there.status, StatusCode::OK, "{}", there.body);
+    assert_eq!(claim_fields(&there.body), claim_fields(&first.body));
+
+    // New requests are sold out: with a request_id after one replay read...
+    let new = gw
+        .claim(json!({"sku": meta.sku, "user": "bob", "request_id": "r2"}))
+        .await;
+    assert_eq!(new.status, StatusCode::GONE, "{}", new.body);
+    // ...and with none, from memory: no Redis call at all.
+    let before = claim_path_calls(&redis);
+    for i in 0..20 {
+        let a = gw
+            .claim(json!({"sku": meta.sku, "user": format!("n{i}")}))
+            .await;
+        assert_eq!(a.status, StatusCode::GONE, "{}", a.body);
+    }
+    assert_eq!(claim_path_calls(&redis), before, "sold out without request_id is free");
+    assert_eq!(slices_left(&stock, &meta).await, 0);
+    other.stop().await;
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replay_after_the_window_closed() {
+    let redis = RedisServer::start();
+    let stock = stock_client(&redis.url(), false).await;
+    let meta = SkuMeta {
+        sku: 8201,
+        stock: 10,
+        width: 2,
+        limit: 1,
+        start_ms: now_ms() - 60_000,
+        end_ms: now_ms() + 1_500,
+    };
+    stock.preheat(&meta).await.unwrap();
+    let gw = Gateway::start(config(&redis.url(), false)).await;
+    let first = gw
+        .claim(json!({"sku": meta.sku, "user": "carol", "request_id": "c1"}))
+        .await;
+    assert_eq!(first.status, StatusCode::CREATED, "{}", first.body);
+    while now_ms() <= meta.end_ms {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let again = gw
+        .claim(json!({"sku": meta.sku, "user": "carol", "request_id": "c1"}))
+        .await;
+    assert_eq!(again.status, StatusCode::OK, "{}", again.body);
+    assert_eq!(claim_fields(&again.body), claim_fields(&first.body));
+    let late = gw
+        .claim(json!({"sku": meta.sku, "user": "dave", "request_id": "d1"}))
+        .await;
+    assert_eq!(late.status, StatusCode::FORBIDDEN, "{}", late.body);
+    assert_eq!(late.kind(), "ended");
+    let before = claim_path_calls(&redis);
+    let late = gw.claim(json!({"sku": meta.sku, "user": "dave"})).await;
+    assert_eq!(late.status, StatusCode::FORBIDDEN, "{}", late.body);
+    assert_eq!(claim_path_calls(&redis), before, "ended without request_id is free");
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_skus_are_answered_from_memory() {
+    let redis = RedisServer::start();
+    let stock = stock_client(&redis.url(), false).await;
+    preheat(&stock, 8301, 10, 2, 1).await;
+    let gw = Gateway::start(config(&redis.url(), false)).await;
+    wait_live_set(&gw, &redis).await;
+
+    let before = claim_path_calls(&redis);
+    for sku in 1_000_000..1_000_200u64 {
+        let a = gw.claim(json!({"sku": sku, "user": "eve"})).await;
+        assert_eq!(a.status, StatusCode::NOT_FOUND, "{}", a.body);
+        assert_eq!(a.kind(), "unknown_sku");
+        let (status, _, _) = get(gw.api, &format!("/v1/skus/{sku}")).await.unwrap();
+        assert_eq!(status, StatusCode::NOT_FOUND);
+    }
+    assert_eq!(claim_path_calls(&redis), before, "no Redis read per unknown SKU");
+
+    // A live SKU is still served, and one preheated now becomes visible through the
+    // `live` event, without waiting for any TTL.
+    let a = gw.claim(json!({"sku": 8301, "user": "eve"})).await;
+    assert_eq!(a.status, StatusCode::CREATED, "{}", a.body);
+    let fresh = 8302;
+    let a = gw.claim(json!({"sku": fresh, "user": "eve"})).await;
+    assert_eq!(a.status, StatusCode::NOT_FOUND, "not preheated yet");
+    preheat(&stock, fresh, 10, 2, 1).await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let a = gw.claim(json!({"sku": fresh, "user": "eve"})).await;
+        if a.status == StatusCode::CREATED {
+            break;
+        }
+        assert_eq!(a.status, StatusCode::NOT_FOUND, "{}", a.body);
+        assert!(Instant::now() < deadline, "the live event never arrived");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    gw.stop().await;
+}
