@@ -30,7 +30,9 @@ pub struct Tokens {
 
 impl std::fmt::Debug for Tokens {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Tokens").field("cached", &self.cache.len()).finish()
+        f.debug_struct("Tokens")
+            .field("cached", &self.cache.len())
+            .finish()
     }
 }
 
@@ -50,7 +52,9 @@ impl Tokens {
         Self {
             key: EncodingKey::from_secret(secret),
             exp: now + TTL_S,
-            cache: (0..users.min(CACHE_USERS)).map(|_| OnceLock::new()).collect(),
+            cache: (0..users.min(CACHE_USERS))
+                .map(|_| OnceLock::new())
+                .collect(),
         }
     }
 
@@ -92,9 +96,16 @@ mod tests {
         let t = Tokens::new(b"0123456789abcdef0123456789abcdef", 2);
         let name = |n: &'static str| move || n.to_owned();
         let a = t.authorization(0, name("u0"));
-        assert_eq!(a, t.authorization(0, || unreachable!("kept, not minted again")));
+        assert_eq!(
+            a,
+            t.authorization(0, || unreachable!("kept, not minted again"))
+        );
         assert!(a.to_str().unwrap().starts_with("Bearer ey"));
         assert_ne!(a, t.authorization(1, name("u1")));
-        assert!(t.authorization(5, name("u5")).to_str().unwrap().starts_with("Bearer ey"));
+        assert!(t
+            .authorization(5, name("u5"))
+            .to_str()
+            .unwrap()
+            .starts_with("Bearer ey"));
     }
 }

@@ -55,7 +55,11 @@ pub(crate) async fn api(app: Arc<App>, peer: SocketAddr, req: Request<Incoming>)
 }
 
 /// The admin listener.
-pub(crate) async fn admin(app: Arc<App>, _peer: SocketAddr, req: Request<Incoming>) -> Response<Body> {
+pub(crate) async fn admin(
+    app: Arc<App>,
+    _peer: SocketAddr,
+    req: Request<Incoming>,
+) -> Response<Body> {
     let started = Instant::now();
     let (route, resp) = match (req.uri().path(), req.method()) {
         ("/metrics", &Method::GET) => ("metrics", probes::metrics(&app)),

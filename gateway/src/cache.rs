@@ -178,7 +178,11 @@ impl SoldOutCache {
     pub(crate) fn mark_live(&self, sku: u64) {
         event("live");
         self.live.add(sku);
-        if self.entries.get(&sku).is_some_and(|s| matches!(s.state.get(), Some(None))) {
+        if self
+            .entries
+            .get(&sku)
+            .is_some_and(|s| matches!(s.state.get(), Some(None)))
+        {
             self.entries.invalidate(&sku);
         }
     }

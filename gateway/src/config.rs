@@ -162,7 +162,15 @@ impl Config {
     /// Defaults with a given Redis, for tests and embedding (on loopback, so no identity
     /// source is needed to start; claims then answer 401 until one is set).
     pub fn for_redis(redis: &str, cluster: bool) -> Self {
-        let mut args = vec!["flashgate-gateway", "--redis", redis, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"];
+        let mut args = vec![
+            "flashgate-gateway",
+            "--redis",
+            redis,
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+        ];
         if cluster {
             args.push("--redis-cluster");
         }
@@ -286,8 +294,13 @@ mod tests {
         assert!(!err.to_string().contains('\n'), "one line: {err}");
         public(&["--insecure-body-user"]).unwrap();
         public(&["--token-secret-file", "/x"]).unwrap();
-        public(&["--user-header", "x-user", "--trusted-proxies", "10.0.0.0/8,127.0.0.1/32"])
-            .unwrap();
+        public(&[
+            "--user-header",
+            "x-user",
+            "--trusted-proxies",
+            "10.0.0.0/8,127.0.0.1/32",
+        ])
+        .unwrap();
     }
 
     #[test]

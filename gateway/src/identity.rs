@@ -40,9 +40,20 @@ impl Identity {
     /// Loads the key files the configuration names.
     pub(crate) fn load(cfg: &AccessConfig) -> Result<Self, ConfigError> {
         let source = [
-            ("--token-secret-file", cfg.token_secret_file.as_deref().map(KeySource::SecretFile)),
-            ("--token-public-key", cfg.token_public_key.as_deref().map(KeySource::PublicKeyFile)),
-            ("--token-jwks", cfg.token_jwks.as_deref().map(KeySource::JwksFile)),
+            (
+                "--token-secret-file",
+                cfg.token_secret_file.as_deref().map(KeySource::SecretFile),
+            ),
+            (
+                "--token-public-key",
+                cfg.token_public_key
+                    .as_deref()
+                    .map(KeySource::PublicKeyFile),
+            ),
+            (
+                "--token-jwks",
+                cfg.token_jwks.as_deref().map(KeySource::JwksFile),
+            ),
         ]
         .into_iter()
         .find_map(|(setting, s)| Some((setting, s?)));
@@ -84,9 +95,7 @@ impl Identity {
                 return match tokens.verify(token.trim()) {
                     Ok(user) => Ok(Who::Verified(user)),
                     Err(TokenError::UnknownKey) => Err(unauthorized("token key id not known")),
-                    Err(TokenError::Invalid(e)) => {
-                        Err(unauthorized(format!("invalid token: {e}")))
-                    }
+                    Err(TokenError::Invalid(e)) => Err(unauthorized(format!("invalid token: {e}"))),
                 };
             }
         }
@@ -97,9 +106,12 @@ impl Identity {
                         "header {name} is accepted only from a trusted proxy"
                     )));
                 }
-                return v.to_str().map(|u| Who::Verified(u.to_owned())).map_err(|_| {
-                    Reply::bad_request(format!("header {name} is not visible ASCII"))
-                });
+                return v
+                    .to_str()
+                    .map(|u| Who::Verified(u.to_owned()))
+                    .map_err(|_| {
+                        Reply::bad_request(format!("header {name} is not visible ASCII"))
+                    });
             }
         }
         if self.body_user {
@@ -184,21 +196,36 @@ mod tests {
         let ip = |s: &str| s.parse::<IpAddr>().unwrap();
         let t = proxies(&["10.0.0.0/8", "127.0.0.1/32"]);
         // Untrusted peer: its header is ignored.
-        assert_eq!(t.client_ip(&xff(&["1.2.3.4"]), ip("8.8.8.8")), ip("8.8.8.8"));
+        assert_eq!(
+            t.client_ip(&xff(&["1.2.3.4"]), ip("8.8.8.8")),
+            ip("8.8.8.8")
+        );
         // Trusted peer: the right-most untrusted hop; a spoofed left part is skipped.
         assert_eq!(
             t.client_ip(&xff(&["6.6.6.6, 1.2.3.4, 10.1.1.1"]), ip("127.0.0.1")),
             ip("1.2.3.4")
         );
-        assert_eq!(t.client_ip(&xff(&["6.6.6.6", "1.2.3.4"]), ip("10.0.0.2")), ip("1.2.3.4"));
+        assert_eq!(
+            t.client_ip(&xff(&["6.6.6.6", "1.2.3.4"]), ip("10.0.0.2")),
+            ip("1.2.3.4")
+        );
         assert_eq!(t.client_ip(&xff(&[]), ip("10.0.0.2")), ip("10.0.0.2"));
-        assert_eq!(t.client_ip(&xff(&["garbage"]), ip("10.0.0.2")), ip("10.0.0.2"));
-        assert_eq!(t.client_ip(&xff(&["10.2.2.2"]), ip("10.0.0.2")), ip("10.2.2.2"));
+        assert_eq!(
+            t.client_ip(&xff(&["garbage"]), ip("10.0.0.2")),
+            ip("10.0.0.2")
+        );
+        assert_eq!(
+            t.client_ip(&xff(&["10.2.2.2"]), ip("10.0.0.2")),
+            ip("10.2.2.2")
+        );
         assert_eq!(
             t.client_ip(&xff(&["1.2.3.4"]), ip("::ffff:127.0.0.1")),
             ip("1.2.3.4"),
             "mapped IPv4 peers are IPv4"
         );
-        assert_eq!(proxies(&[]).client_ip(&xff(&["1.2.3.4"]), ip("10.0.0.2")), ip("10.0.0.2"));
+        assert_eq!(
+            proxies(&[]).client_ip(&xff(&["1.2.3.4"]), ip("10.0.0.2")),
+            ip("10.0.0.2")
+        );
     }
 }

@@ -92,8 +92,14 @@ mod tests {
         }
         let wait = l.check_at(a, SEC).unwrap_err();
         assert_eq!(wait, Duration::from_millis(100), "one period at 10/s");
-        assert!(l.check_at(a, SEC + SEC / 10).is_ok(), "a period later one passes");
-        assert!(l.check_at(ip("192.0.2.2"), SEC).is_ok(), "another client has its own budget");
+        assert!(
+            l.check_at(a, SEC + SEC / 10).is_ok(),
+            "a period later one passes"
+        );
+        assert!(
+            l.check_at(ip("192.0.2.2"), SEC).is_ok(),
+            "another client has its own budget"
+        );
         assert!(ClientLimiter::new(0, 1, 1).is_none());
     }
 
@@ -118,6 +124,9 @@ mod tests {
         let passed = (0..2_000_000u32)
             .filter(|n| l.check_at(IpAddr::V4((*n).into()), SEC).is_ok())
             .count();
-        assert_eq!(passed, 0, "every slot already spent its burst at this instant");
+        assert_eq!(
+            passed, 0,
+            "every slot already spent its burst at this instant"
+        );
     }
 }

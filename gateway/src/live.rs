@@ -46,7 +46,10 @@ mod tests {
         let live = LiveSkus::default();
         assert!(!live.absent(1), "an unread set rules nothing out");
         live.add(1);
-        assert!(!live.absent(2), "an add before the first read does not make the set known");
+        assert!(
+            !live.absent(2),
+            "an add before the first read does not make the set known"
+        );
         live.replace(Some([1].into()));
         assert!(!live.absent(1));
         assert!(live.absent(2));

@@ -23,9 +23,17 @@ fn secret_file() -> std::path::PathBuf {
 }
 
 fn token(user: &str, exp_in: i64) -> String {
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs() as i64;
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
     let claims = json!({"sub": user, "aud": "flashgate", "exp": now + exp_in});
-    encode(&Header::default(), &claims, &EncodingKey::from_secret(SECRET.as_bytes())).unwrap()
+    encode(
+        &Header::default(),
+        &claims,
+        &EncodingKey::from_secret(SECRET.as_bytes()),
+    )
+    .unwrap()
 }
 
 async fn post(
@@ -80,13 +88,34 @@ async fn bearer_tokens_decide_who_claims() {
     // Changing the body name cannot get around the per-user limit: the limit keys on the
     // subject.
     let (s, _, v) = post(&gw, json!({"sku": 8401}), &[("authorization", &alice)]).await;
-    assert_eq!((s, v["status"].as_str()), (StatusCode::CONFLICT, Some("limit_reached")), "{v}");
+    assert_eq!(
+        (s, v["status"].as_str()),
+        (StatusCode::CONFLICT, Some("limit_reached")),
+        "{v}"
+    );
     let bob = format!("Bearer {}", token("bob", 300));
-    let (s, _, v) = post(&gw, json!({"sku": 8401, "user": "bob"}), &[("authorization", &bob)]).await;
+    let (s, _, v) = post(
+        &gw,
+        json!({"sku": 8401, "user": "bob"}),
+        &[("authorization", &bob)],
+    )
+    .await;
     assert_eq!(s, StatusCode::CREATED, "{v}");
-    assert_eq!(slices_left(&stock, &shard_router::SkuMeta {
-        sku: 8401, stock: 10, width: 2, limit: 1, start_ms: 0, end_ms: 1,
-    }).await, 8);
+    assert_eq!(
+        slices_left(
+            &stock,
+            &shard_router::SkuMeta {
+                sku: 8401,
+                stock: 10,
+                width: 2,
+                limit: 1,
+                start_ms: 0,
+                end_ms: 1,
+            }
+        )
+        .await,
+        8
+    );
     gw.stop().await;
 }
 
@@ -103,7 +132,10 @@ async fn user_header_only_from_trusted_proxies_and_none_means_401() {
     let gw = Gateway::start(cfg).await;
     let (s, _, v) = post(&gw, json!({"sku": 8501}), &[("x-user", "alice")]).await;
     assert_eq!(s, StatusCode::UNAUTHORIZED, "{v}");
-    assert!(v["error"].as_str().unwrap().contains("trusted proxy"), "{v}");
+    assert!(
+        v["error"].as_str().unwrap().contains("trusted proxy"),
+        "{v}"
+    );
     gw.stop().await;
 
     // No identity source at all (allowed on loopback only): every claim is refused.
@@ -112,7 +144,10 @@ async fn user_header_only_from_trusted_proxies_and_none_means_401() {
     let gw = Gateway::start(cfg).await;
     let (s, _, v) = post(&gw, json!({"sku": 8501, "user": "alice"}), &[]).await;
     assert_eq!(s, StatusCode::UNAUTHORIZED, "{v}");
-    assert!(v["error"].as_str().unwrap().contains("no identity source"), "{v}");
+    assert!(
+        v["error"].as_str().unwrap().contains("no identity source"),
+        "{v}"
+    );
     gw.stop().await;
 }
 
@@ -126,7 +161,10 @@ fn refuses_to_start_public_without_identity_source() {
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
-    assert!(err.contains("--listen") && err.contains("no identity source"), "{err}");
+    assert!(
+        err.contains("--listen") && err.contains("no identity source"),
+        "{err}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -156,7 +194,11 @@ async fn per_client_limit_believes_forwarded_for_only_from_trusted_proxies() {
         statuses.push(s);
     }
     assert_eq!(&statuses[..3], &[StatusCode::CREATED; 3], "{statuses:?}");
-    assert_eq!(&statuses[3..], &[StatusCode::TOO_MANY_REQUESTS; 2], "{statuses:?}");
+    assert_eq!(
+        &statuses[3..],
+        &[StatusCode::TOO_MANY_REQUESTS; 2],
+        "{statuses:?}"
+    );
     // The SKU view is limited too, and unknown SKUs as well.
     let (s, h, _) = get(gw.api, "/v1/skus/8601").await.unwrap();
     assert_eq!(s, StatusCode::TOO_MANY_REQUESTS);
@@ -186,6 +228,10 @@ async fn per_client_limit_believes_forwarded_for_only_from_trusted_proxies() {
         &[("x-forwarded-for", "203.0.113.9, 198.51.100.0")],
     )
     .await;
-    assert_eq!(s, StatusCode::TOO_MANY_REQUESTS, "a spoofed left part does not help");
+    assert_eq!(
+        s,
+        StatusCode::TOO_MANY_REQUESTS,
+        "a spoofed left part does not help"
+    );
     gw.stop().await;
 }

@@ -78,7 +78,11 @@ async fn replay_after_sell_out_on_both_gateways() {
             .await;
         assert_eq!(a.status, StatusCode::GONE, "{}", a.body);
     }
-    assert_eq!(claim_path_calls(&redis), before, "sold out without request_id is free");
+    assert_eq!(
+        claim_path_calls(&redis),
+        before,
+        "sold out without request_id is free"
+    );
     assert_eq!(slices_left(&stock, &meta).await, 0);
     other.stop().await;
     gw.stop().await;
@@ -118,7 +122,11 @@ async fn replay_after_the_window_closed() {
     let before = claim_path_calls(&redis);
     let late = gw.claim(json!({"sku": meta.sku, "user": "dave"})).await;
     assert_eq!(late.status, StatusCode::FORBIDDEN, "{}", late.body);
-    assert_eq!(claim_path_calls(&redis), before, "ended without request_id is free");
+    assert_eq!(
+        claim_path_calls(&redis),
+        before,
+        "ended without request_id is free"
+    );
     gw.stop().await;
 }
 
@@ -138,7 +146,11 @@ async fn unknown_skus_are_answered_from_memory() {
         let (status, _, _) = get(gw.api, &format!("/v1/skus/{sku}")).await.unwrap();
         assert_eq!(status, StatusCode::NOT_FOUND);
     }
-    assert_eq!(claim_path_calls(&redis), before, "no Redis read per unknown SKU");
+    assert_eq!(
+        claim_path_calls(&redis),
+        before,
+        "no Redis read per unknown SKU"
+    );
 
     // A live SKU is still served, and one preheated now becomes visible through the
     // `live` event, without waiting for any TTL.

@@ -72,7 +72,10 @@ mod tests {
     #[test]
     fn parses_what_the_scripts_store() {
         let c = parse(7, "3-1700000000000-0|3|2").unwrap();
-        assert_eq!((c.claim_id.as_str(), c.sku, c.shard, c.qty), ("3-1700000000000-0", 7, 3, 2));
+        assert_eq!(
+            (c.claim_id.as_str(), c.sku, c.shard, c.qty),
+            ("3-1700000000000-0", 7, 3, 2)
+        );
         for bad in ["", "a|b", "1-0|x|1", "1-0|1|1|1", "1-0|1|-1"] {
             assert!(parse(7, bad).is_err(), "{bad:?}");
         }

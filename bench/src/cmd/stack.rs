@@ -277,7 +277,11 @@ impl Stack {
             ]);
             cmd.arg("--token-secret-file").arg(&stack.token_secret_file);
             // All the load comes from one address: a per-client limit would measure itself.
-            if !o.gateway_args.iter().any(|a| a.starts_with("--client-rate")) {
+            if !o
+                .gateway_args
+                .iter()
+                .any(|a| a.starts_with("--client-rate"))
+            {
                 cmd.args(["--client-rate", "0"]);
             }
             for a in &o.ablation {

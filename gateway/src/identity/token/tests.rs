@@ -30,7 +30,12 @@ fn secret_file() -> PathBuf {
 }
 
 fn hs(claims: &Value) -> String {
-    encode(&Header::default(), claims, &EncodingKey::from_secret(SECRET.as_bytes())).unwrap()
+    encode(
+        &Header::default(),
+        claims,
+        &EncodingKey::from_secret(SECRET.as_bytes()),
+    )
+    .unwrap()
 }
 
 fn signed(alg: Algorithm, kid: Option<&str>, pem: &str, claims: &Value) -> String {
@@ -51,12 +56,27 @@ fn hs256_checks_signature_audience_and_time() {
     assert_eq!(v.verify(&hs(&claims("alice"))).unwrap(), "alice");
 
     let refused = |c: Value| v.verify(&hs(&c)).is_err();
-    assert!(refused(json!({"sub": "a", "aud": "other", "exp": now() + 300})));
-    assert!(refused(json!({"sub": "a", "aud": "flashgate", "exp": now() - 120})));
-    assert!(refused(json!({"sub": "a", "aud": "flashgate", "exp": now() + 300, "nbf": now() + 120})));
-    assert!(refused(json!({"sub": "a", "aud": "flashgate"})), "exp is required");
-    assert!(refused(json!({"aud": "flashgate", "exp": now() + 300})), "sub is required");
-    assert!(refused(json!({"sub": "a", "exp": now() + 300})), "aud is required");
+    assert!(refused(
+        json!({"sub": "a", "aud": "other", "exp": now() + 300})
+    ));
+    assert!(refused(
+        json!({"sub": "a", "aud": "flashgate", "exp": now() - 120})
+    ));
+    assert!(refused(
+        json!({"sub": "a", "aud": "flashgate", "exp": now() + 300, "nbf": now() + 120})
+    ));
+    assert!(
+        refused(json!({"sub": "a", "aud": "flashgate"})),
+        "exp is required"
+    );
+    assert!(
+        refused(json!({"aud": "flashgate", "exp": now() + 300})),
+        "sub is required"
+    );
+    assert!(
+        refused(json!({"sub": "a", "exp": now() + 300})),
+        "aud is required"
+    );
     let other = encode(
         &Header::default(),
         &claims("alice"),
@@ -95,11 +115,18 @@ fn pem_keys_pick_their_algorithm_and_refuse_others() {
     .unwrap();
     let t = signed(Algorithm::RS256, None, "rsa.pem", &claims("carol"));
     assert_eq!(rs.verify(&t).unwrap(), "carol");
-    assert!(ed.verify(&t).is_err(), "an RS256 token against the Ed25519 key");
+    assert!(
+        ed.verify(&t).is_err(),
+        "an RS256 token against the Ed25519 key"
+    );
     // Algorithm confusion: an HS256 token keyed with the public key's bytes.
     let pem = std::fs::read(keys_dir().join("rsa.pub.pem")).unwrap();
-    let forged = encode(&Header::default(), &claims("mallory"), &EncodingKey::from_secret(&pem))
-        .unwrap();
+    let forged = encode(
+        &Header::default(),
+        &claims("mallory"),
+        &EncodingKey::from_secret(&pem),
+    )
+    .unwrap();
     assert!(rs.verify(&forged).is_err());
     let err = TokenVerifier::load(
         KeySource::PublicKeyFile(&keys_dir().join("README.md")),
@@ -129,8 +156,16 @@ fn jwks_keys_are_picked_by_kid() {
     assert!(v.verify(&wrong_kid).is_err());
     let no_kid = signed(Algorithm::EdDSA, None, "ed25519.pem", &c);
     assert!(matches!(v.verify(&no_kid), Err(TokenError::UnknownKey)));
-    let wrong_issuer = signed(Algorithm::EdDSA, Some("ed-1"), "ed25519.pem", &claims("dora"));
-    assert!(v.verify(&wrong_issuer).is_err(), "iss is checked when configured");
+    let wrong_issuer = signed(
+        Algorithm::EdDSA,
+        Some("ed-1"),
+        "ed25519.pem",
+        &claims("dora"),
+    );
+    assert!(
+        v.verify(&wrong_issuer).is_err(),
+        "iss is checked when configured"
+    );
 }
 
 /// CPU cost of one verification, per algorithm (single thread, so wall time is CPU time):
