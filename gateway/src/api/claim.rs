@@ -74,8 +74,9 @@ async fn claim(app: &App, peer: SocketAddr, req: Request<Incoming>) -> (&'static
         );
     }
     // The answers memory can give once the sale is over for this gateway. A request with a
-    // request_id may be the retry of a success, whose first answer it must get (README
-    // "HTTP API", replay guarantee), so it reaches the replay check first; one without is answered here.
+    // request_id may be the retry of a success, whose first answer it must get (invariant
+    // `replay`, docs/DESIGN.md), so it reaches the replay check first; one without is
+    // answered here.
     let from_memory = if now >= meta.end_ms {
         Some((outcome::REJECTED, window("ended", meta.sku, meta.end_ms)))
     } else if app.sold_out_cache && state.all_empty() {
