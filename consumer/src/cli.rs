@@ -178,10 +178,10 @@ pub struct WaveArgs {
     pub sku: u64,
     /// Units to add (split evenly over the SKU's shards).
     pub units: u64,
-    /// Wave id; give the same id when retrying so the wave is never added twice
-    /// (default: now-<ms>, new on every call).
+    /// Wave id (1..=64 bytes), e.g. round-2: a retry with the same id never adds the wave
+    /// twice; the same id with other units is refused.
     #[arg(long)]
-    pub id: Option<String>,
+    pub id: String,
     /// When to release it (same forms as campaign --start); default now.
     #[arg(long, default_value = "now")]
     pub at: String,

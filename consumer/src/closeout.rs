@@ -6,12 +6,15 @@
 //! 1. refuse unless ended + payment timeout passed, no claim pending or releasing, no entry
 //!    of the SKU in flight, no hold (a live campaign is never touched);
 //! 2. `closing_ms` set (from then on no reconciliation, wave or preheat of the SKU);
-//! 3. the final reconciliation stored as `closing_report`, only if none is stored yet (a
-//!    retry after a crash in step 4 would measure a half-removed Redis);
-//! 4. the Redis keys removed: SKU metadata and membership first (gateways stop selling at
-//!    once), then per shard the meta, user counts, `useq`, holds, release sets, waves, fix
+//! 3. the fence: SKU metadata and each shard's meta removed, so no script takes a unit any
+//!    more (whatever a gateway's clock says); step 1's checks again, now final (a claim that
+//!    got in before the fence is committed and settled first; the loop retries);
+//! 4. the final reconciliation stored as `closing_report`, only if none is stored yet (a
+//!    retry after a crash in step 5 would measure a half-removed Redis);
+//! 5. the Redis keys removed: per shard the user counts, `useq`, holds, release sets, waves, fix
 //!    epoch, stored answers, and the slice last;
-//! 5. `closed_ms` set; the per-SKU series forgotten.
+//! 6. `closed_ms` set; the per-SKU series forgotten. A claim released after that is
+//!    released in the ledger only (`release.rs`): there is no Redis stock left to return to.
 
 use std::time::Duration;
 
@@ -81,6 +84,17 @@ pub async fn open_campaigns(pool: &MySqlPool, t: Duration) -> Result<Vec<u64>, C
         "list open campaigns",
         t,
         sqlx::query_scalar("SELECT sku FROM campaigns WHERE closing_ms IS NULL ORDER BY sku")
+            .fetch_all(pool),
+    )
+    .await
+}
+
+/// Campaigns whose close-out started (their series stay out of `/metrics` in every process).
+pub async fn closing_campaigns(pool: &MySqlPool, t: Duration) -> Result<Vec<u64>, ConsumerError> {
+    bounded(
+        "list closed campaigns",
+        t,
+        sqlx::query_scalar("SELECT sku FROM campaigns WHERE closing_ms IS NOT NULL")
             .fetch_all(pool),
     )
     .await
@@ -168,6 +182,23 @@ pub async fn close(
         .await?;
     }
     if life.closing_report.is_none() {
+        // Fence first: without the metadata, claim.lua and take.lua refuse (a gateway whose
+        // clock is behind could otherwise still sell after the end). The slices stay, so
+        // releases of claims taken before the fence still return their units.
+        fence(client, sku, c.width).await?;
+        // The reconcile loop no longer runs for the SKU: resolve holds crashed gateways left.
+        let shards = client.placement().shards_of(sku, c.width);
+        let streams: Vec<_> = shards
+            .iter()
+            .map(|&s| crate::stream::ShardStream::new(client, s, crate::config::DEFAULT_GROUP))
+            .collect();
+        reconcile::holds::resolve_stale_holds(pool, client, &streams, sku, &shards, now_ms, t)
+            .await?;
+        if let Some(why) = not_yet(pool, client, &c, now_ms, t).await? {
+            return Err(ConsumerError::Invalid(format!(
+                "sku {sku} is closing, sales are stopped; waiting: {why}"
+            )));
+        }
         let (report, _) = reconcile::measure(pool, client, sku, t).await?;
         let text = serde_json::to_string(&report).unwrap_or_default();
         bounded(
@@ -196,6 +227,28 @@ pub async fn close(
     let life = lifecycle(pool, sku, t).await?;
     tracing::info!(sku, report = ?life.closing_report, "campaign closed");
     Ok(serde_json::to_value(life).unwrap_or_default())
+}
+
+/// Stops every sale of the SKU: the SKU metadata and each shard's meta go (idempotent).
+async fn fence(client: &StockClient, sku: u64, width: u16) -> Result<(), ConsumerError> {
+    let mut conn = client.conn();
+    client
+        .bounded("close fence", async {
+            redis::cmd("SREM")
+                .arg(keys::SKU_SET)
+                .arg(sku)
+                .query_async::<i64>(&mut conn)
+                .await?;
+            redis::cmd("DEL")
+                .arg(keys::sku_meta(sku))
+                .query_async::<i64>(&mut conn)
+                .await
+        })
+        .await?;
+    for shard in client.placement().shards_of(sku, width) {
+        del(client, &ShardKeys::new(client.placement(), shard, sku).meta()).await?;
+    }
+    Ok(())
 }
 
 /// Removes every Redis key of the campaign (idempotent).

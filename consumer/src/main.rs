@@ -70,10 +70,10 @@ async fn real_main(cli: Cli) -> anyhow::Result<()> {
                 Err(e) => anyhow::bail!("{e}"),
             };
             campaign::put_checked(&pool, &client().await?, &c, cfg.shards, t).await?;
-            for (i, (due_ms, units)) in waves.into_iter().enumerate() {
-                // The id follows from the flag, so running the same command again
-                // schedules nothing new.
-                let id = format!("w{i}-{due_ms}-{units}");
+            for (i, ((due_ms, units), flag)) in waves.into_iter().zip(&a.waves).enumerate() {
+                // The id is the flag as written (with its position), not the resolved time:
+                // running the same command again, even with now+10m, schedules nothing new.
+                let id: String = format!("{i}:{flag}").chars().take(wave::MAX_ID).collect();
                 let w = wave::Wave {
                     sku: a.sku,
                     id,
@@ -93,7 +93,7 @@ async fn real_main(cli: Cli) -> anyhow::Result<()> {
                 Ok(ms) => ms,
                 Err(e) => anyhow::bail!("--at {e}"),
             };
-            let id = a.id.clone().unwrap_or_else(|| format!("now-{now}"));
+            let id = a.id.clone();
             let w = wave::Wave {
                 sku: a.sku,
                 id: id.clone(),

@@ -115,6 +115,10 @@ pub async fn release(
             )))
         }
     }
+    // A closed campaign has no Redis stock left: the release is the ledger's alone.
+    if crate::closeout::lifecycle(pool, sku, t).await?.closed_ms.is_some() {
+        return finish(pool, claim_id, sku, qty, reason, t).await;
+    }
     let out = client
         .release(&ReleaseRequest {
             sku,
@@ -131,6 +135,18 @@ pub async fn release(
             "sku {sku} is not preheated on shard {shard}; release of {claim_id} postponed"
         ))));
     }
+    finish(pool, claim_id, sku, qty, reason, t).await
+}
+
+/// Step 3: `releasing → released` and the units back to `sku_stock`, once.
+async fn finish(
+    pool: &MySqlPool,
+    claim_id: &str,
+    sku: u64,
+    qty: u32,
+    reason: Reason,
+    t: Duration,
+) -> Result<Outcome, ConsumerError> {
     let mut tx = bounded("begin", t, pool.begin()).await?;
     let moved = bounded(
         "mark released",

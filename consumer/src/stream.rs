@@ -8,6 +8,9 @@ use redis::streams::{StreamAutoClaimReply, StreamId, StreamRangeReply, StreamRea
 use redis::Value;
 use shard_router::{keys, ClaimRecord, ShardId, StockClient, StockError};
 
+/// Dead letters kept per shard (approximately: XADD MAXLEN ~).
+pub const DEAD_LETTER_MAX: u64 = 100_000;
+
 /// One entry read from a shard stream.
 #[derive(Debug, Clone)]
 pub struct Delivered {
@@ -208,7 +211,12 @@ impl ShardStream {
     ) -> Result<(), StockError> {
         let mut conn = client.conn();
         let mut add = redis::cmd("XADD");
-        add.arg(&self.dead_key).arg("*");
+        // Capped: a poison flood cannot fill Redis (the oldest dead letters go first).
+        add.arg(&self.dead_key)
+            .arg("MAXLEN")
+            .arg("~")
+            .arg(DEAD_LETTER_MAX)
+            .arg("*");
         for (k, v) in fields {
             add.arg(k).arg(v.as_slice());
         }

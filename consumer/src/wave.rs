@@ -83,9 +83,10 @@ pub async fn schedule(pool: &MySqlPool, w: &Wave, t: Duration) -> Result<(), Con
             .fetch_one(pool),
     )
     .await?;
-    if (units, due) != (w.units, w.due_ms) {
+    // A retry keeps the first due time (a relative time resolves anew on every run).
+    if units != w.units {
         return Err(ConsumerError::Invalid(format!(
-            "wave {} of sku {} exists with {units} units due at {due} ms",
+            "wave {} of sku {} exists with {units} units (due at {due} ms); use another id",
             w.id, w.sku
         )));
     }

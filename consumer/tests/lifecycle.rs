@@ -92,7 +92,14 @@ async fn a_wave_reopens_a_sold_out_sale_once_and_publishes_restock() {
     assert_eq!(slices_sum(&s, &c).await, 5);
     assert_eq!(campaign::get(&s.pool, c.sku, T).await.unwrap().stock, 15);
 
-    // The same id with other units is refused; the sale sells the wave and no more.
+    // The same id again (a rerun whose relative time resolved later) adds no wave; with
+    // other units it is refused; the sale sells the wave and no more.
+    let rerun = wave::Wave {
+        due_ms: w.due_ms + 5000,
+        ..w.clone()
+    };
+    wave::schedule(&s.pool, &rerun, T).await.unwrap();
+    assert_eq!(wave::list(&s.pool, c.sku, T).await.unwrap().len(), 1);
     let bad = wave::Wave { units: 6, ..w };
     assert!(wave::schedule(&s.pool, &bad, T).await.is_err());
     assert_eq!(claim_all(&s.client, &c, users("b", 8), 4).await.len(), 5);
@@ -210,6 +217,93 @@ async fn close_out_stores_the_report_cleans_redis_and_survives_a_crash() {
     assert!(e.to_string().contains("closed"), "{e}");
     let text = consumer::series::render(&prom);
     assert!(!text.contains("sku=\"9203\""), "{text}");
+
+    // A refund after close-out is the ledger's alone: released, stock row back, no Redis.
+    let out = consumer::release::release(
+        &s.pool,
+        &s.client,
+        &ids[0],
+        consumer::release::Reason::Cancelled,
+        T,
+    )
+    .await
+    .unwrap();
+    assert_eq!(out, consumer::release::Outcome::Released);
+    assert_eq!(keys_of(&s, c.sku), Vec::<String>::new());
+    assert_eq!(
+        s.count("SELECT available FROM sku_stock WHERE sku = 9203").await,
+        6
+    );
+}
+
+/// Close-out fences the sale before its final checks: a claim from a gateway whose clock is
+/// behind (it still thinks the sale is open) is refused once close-out started, and one that
+/// got in before the fence keeps close-out waiting until the ledger has settled it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_out_fences_late_claims_and_waits_for_those_already_in() {
+    let s = Stack::start().await;
+    let now = shard_router::now_ms();
+    let c = Campaign {
+        sku: 9205,
+        name: "late".into(),
+        stock: 4,
+        width: 1,
+        limit: 1,
+        start_ms: now - 1000,
+        end_ms: now + 300,
+        payment_timeout_s: 1,
+    };
+    campaign::put(&s.pool, &c, SHARDS, T).await.unwrap();
+    campaign::preheat(&s.pool, &s.client, c.sku, T).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let home = s.client.placement().home_shard(c.sku, 1, "late");
+    let late = |user: &str| shard_router::ClaimRequest {
+        sku: c.sku,
+        user: user.into(),
+        qty: 1,
+        request_id: None,
+    };
+    // Close-out started (step 2 ran) while a slow-clock gateway sold one more unit.
+    sqlx::query("UPDATE campaigns SET closing_ms = 1 WHERE sku = 9205")
+        .execute(&s.pool)
+        .await
+        .unwrap();
+    let got = s
+        .client
+        .claim_home(&late("late"), home, c.end_ms - 1, false)
+        .await
+        .unwrap();
+    assert!(matches!(got, shard_router::HomeOutcome::Claimed { .. }), "{got:?}");
+    let e = closeout::close(&s.pool, &s.client, c.sku, shard_router::now_ms(), T)
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("waiting"), "{e}");
+    assert!(closeout::lifecycle(&s.pool, c.sku, T).await.unwrap().closing_report.is_none());
+    // Fenced: the next late claim is refused.
+    let home2 = s.client.placement().home_shard(c.sku, 1, "later");
+    let refused = s
+        .client
+        .claim_home(&late("later"), home2, c.end_ms - 1, false)
+        .await
+        .unwrap();
+    assert_eq!(refused, shard_router::HomeOutcome::NotPreheated);
+    // The consumer commits the late claim and the sweep releases it (unpaid); then it closes.
+    let consumer = start_consumer(s.cfg.clone());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let done = loop {
+        match closeout::close(&s.pool, &s.client, c.sku, shard_router::now_ms(), T).await {
+            Ok(v) => break v,
+            Err(e) => assert!(Instant::now() < deadline, "not closed: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    consumer.stop().await;
+    assert_eq!(done["closing_report"]["drift"], 0, "{done}");
+    assert_eq!(
+        s.count("SELECT COUNT(*) FROM claims WHERE sku = 9205 AND status = 'released'")
+            .await,
+        1
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

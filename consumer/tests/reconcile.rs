@@ -239,3 +239,34 @@ async fn reconcile_runs_keep_a_bounded_history() {
         3
     );
 }
+
+/// The anomaly row comes before the removal: when it cannot be written, nothing is removed,
+/// and the next run (MySQL back) removes the excess with its row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn excess_is_never_removed_without_its_anomaly_row() {
+    let s = Stack::start().await;
+    let c = sold(&s, 9008, 20, 4).await;
+    let shard = s.client.placement().shards_of(c.sku, 2)[0];
+    let key = ShardKeys::new(s.client.placement(), shard, c.sku).stock();
+    let mut conn = s.redis.connection();
+    let slice: i64 = redis::cmd("INCRBY").arg(&key).arg(2).query(&mut conn).unwrap();
+    sqlx::query("RENAME TABLE anomalies TO anomalies_away")
+        .execute(&s.pool)
+        .await
+        .unwrap();
+    let failed = consumer::reconcile::run(&s.pool, &s.client, &s.cfg.group, c.sku, 0, T).await;
+    assert!(failed.is_err(), "{failed:?}");
+    let now: i64 = redis::cmd("GET").arg(&key).query(&mut conn).unwrap();
+    assert_eq!(now, slice, "removed without a record");
+    sqlx::query("RENAME TABLE anomalies_away TO anomalies")
+        .execute(&s.pool)
+        .await
+        .unwrap();
+    let r = s.reconcile(c.sku).await;
+    assert_eq!(r.excess_removed, 2, "{r:#?}");
+    assert_eq!(
+        s.count("SELECT COUNT(*) FROM anomalies WHERE kind = 'excess_removed' AND sku = 9008")
+            .await,
+        1
+    );
+}

@@ -7,7 +7,8 @@
 #   reported, not started twice.
 # Settings (environment): FG_CLUSTER=0|1, FG_SHARDS (16), FG_DURABILITY (none|replica),
 #   FG_GATEWAY_ARGS (extra gateway flags, e.g. for ablations), FG_BUILD=release|debug,
-#   FG_LB_CONN_RATE (haproxy's per-address connection rate, lifted by default).
+#   FG_LB_CONN_RATE (haproxy's per-address connection rate, lifted by default),
+#   FG_REDIS_MAXMEMORY (512mb; policy noeviction).
 # Clients authenticate with HS256 bearer tokens signed with FLASHGATE_TOKEN_SECRET_FILE
 # (`bench run` reads that variable and mints them).
 set -euo pipefail
@@ -52,7 +53,9 @@ done
 start_redis() { # port [extra args]
   local port=$1; shift
   mkdir -p "$STACK/redis-$port"
+  # noeviction: at maxmemory writes fail; stock keys are never evicted.
   redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
+    --maxmemory "${FG_REDIS_MAXMEMORY:-512mb}" --maxmemory-policy noeviction \
     --dir "$STACK/redis-$port" --logfile "$STACK/logs/redis-$port.log" --daemonize no "$@" \
     </dev/null >/dev/null 2>&1 &
   echo $! >>"$STACK/pids"

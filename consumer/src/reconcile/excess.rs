@@ -36,6 +36,15 @@ pub async fn remove(
 ) -> Result<i64, ConsumerError> {
     let mut total = 0;
     for f in shards.iter().filter(|f| f.drift > 0) {
+        // Recorded before the removal, under the epoch the removal is conditioned on: at
+        // most one removal can run per (shard, epoch), so the row and the removal match one
+        // to one, and a removal never happens without its row (a failed insert stops here).
+        let reference = format!("{sku}:{}:{}", f.shard, f.epoch);
+        let detail = format!(
+            "shard {}: slice {} + in flight {} + ledger {} against {} released: Redis held {} unit(s) more than the ledger allows; removing them from the slice",
+            f.shard, f.slice, f.in_flight, f.active_ledger, f.expected, f.drift
+        );
+        ledger::anomaly(pool, "excess_removed", &reference, Some(sku), &detail, t).await?;
         let k = ShardKeys::new(client.placement(), f.shard, sku);
         let mut inv = FIX.prepare_invoke();
         inv.key(k.stock())
@@ -58,28 +67,12 @@ pub async fn remove(
         };
         match int(0)? {
             50 => {
-                let (removed, left, epoch) = (int(1)?, int(2)?, int(3)?);
+                let (removed, left) = (int(1)?, int(2)?);
                 total += removed;
-                let detail = format!(
-                    "shard {}: slice held {} unit(s) more than the ledger allows; removed {removed}, slice now {left}{}",
-                    f.shard,
-                    f.drift,
-                    if removed < f.drift {
-                        " (the rest was already sold again: oversold)"
-                    } else {
-                        ""
-                    }
-                );
-                tracing::error!(
-                    sku,
-                    shard = f.shard,
-                    excess = f.drift,
-                    removed,
-                    "excess removed from a slice"
-                );
-                // The epoch this removal ended names it: a retry cannot record it twice.
-                let reference = format!("{sku}:{}:{epoch}", f.shard);
-                ledger::anomaly(pool, "excess_removed", &reference, Some(sku), &detail, t).await?;
+                if removed < f.drift {
+                    tracing::error!(sku, shard = f.shard, excess = f.drift, removed, "slice had less than the excess: the rest was sold again (oversold)");
+                }
+                tracing::error!(sku, shard = f.shard, excess = f.drift, removed, slice = left, "excess removed from a slice");
             }
             51 => tracing::info!(
                 sku,

@@ -168,6 +168,13 @@ pub async fn run_with(
     let stale_holds =
         holds::resolve_stale_holds(pool, client, &streams, sku, &shards, now_ms, t).await?;
     let (mut report, figures) = measure(pool, client, sku, t).await?;
+    // Close-out may have started meanwhile (another process): its missing slices are not
+    // drift, and its series must not come back.
+    if crate::closeout::is_closing(pool, sku, t).await? {
+        return Err(ConsumerError::Invalid(format!(
+            "sku {sku} started closing during the run; not stored"
+        )));
+    }
     report.stale_holds = stale_holds;
     if opts.remove_excess && figures.iter().any(|f| f.drift > 0) {
         report.excess_removed = excess::remove(pool, client, sku, &figures, t).await?;
