@@ -108,7 +108,7 @@ async fn sale_with_reconciliations(
                 };
                 i += 1;
                 tokio::time::sleep(Duration::from_millis(20)).await;
-                if i % 3 == 0 {
+                if i.is_multiple_of(3) {
                     if release::release(&pool, &client, &id, release::Reason::Cancelled, T)
                         .await
                         .is_ok()
