@@ -246,7 +246,11 @@ async fn fence(client: &StockClient, sku: u64, width: u16) -> Result<(), Consume
         })
         .await?;
     for shard in client.placement().shards_of(sku, width) {
-        del(client, &ShardKeys::new(client.placement(), shard, sku).meta()).await?;
+        del(
+            client,
+            &ShardKeys::new(client.placement(), shard, sku).meta(),
+        )
+        .await?;
     }
     Ok(())
 }

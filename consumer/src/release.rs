@@ -116,7 +116,11 @@ pub async fn release(
         }
     }
     // A closed campaign has no Redis stock left: the release is the ledger's alone.
-    if crate::closeout::lifecycle(pool, sku, t).await?.closed_ms.is_some() {
+    if crate::closeout::lifecycle(pool, sku, t)
+        .await?
+        .closed_ms
+        .is_some()
+    {
         return finish(pool, claim_id, sku, qty, reason, t).await;
     }
     let out = client

@@ -231,7 +231,8 @@ async fn close_out_stores_the_report_cleans_redis_and_survives_a_crash() {
     assert_eq!(out, consumer::release::Outcome::Released);
     assert_eq!(keys_of(&s, c.sku), Vec::<String>::new());
     assert_eq!(
-        s.count("SELECT available FROM sku_stock WHERE sku = 9203").await,
+        s.count("SELECT available FROM sku_stock WHERE sku = 9203")
+            .await,
         6
     );
 }
@@ -254,7 +255,9 @@ async fn close_out_fences_late_claims_and_waits_for_those_already_in() {
         payment_timeout_s: 1,
     };
     campaign::put(&s.pool, &c, SHARDS, T).await.unwrap();
-    campaign::preheat(&s.pool, &s.client, c.sku, T).await.unwrap();
+    campaign::preheat(&s.pool, &s.client, c.sku, T)
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let home = s.client.placement().home_shard(c.sku, 1, "late");
     let late = |user: &str| shard_router::ClaimRequest {
@@ -273,12 +276,19 @@ async fn close_out_fences_late_claims_and_waits_for_those_already_in() {
         .claim_home(&late("late"), home, c.end_ms - 1, false)
         .await
         .unwrap();
-    assert!(matches!(got, shard_router::HomeOutcome::Claimed { .. }), "{got:?}");
+    assert!(
+        matches!(got, shard_router::HomeOutcome::Claimed { .. }),
+        "{got:?}"
+    );
     let e = closeout::close(&s.pool, &s.client, c.sku, shard_router::now_ms(), T)
         .await
         .unwrap_err();
     assert!(e.to_string().contains("waiting"), "{e}");
-    assert!(closeout::lifecycle(&s.pool, c.sku, T).await.unwrap().closing_report.is_none());
+    assert!(closeout::lifecycle(&s.pool, c.sku, T)
+        .await
+        .unwrap()
+        .closing_report
+        .is_none());
     // Fenced: the next late claim is refused.
     let home2 = s.client.placement().home_shard(c.sku, 1, "later");
     let refused = s

@@ -249,7 +249,11 @@ async fn excess_is_never_removed_without_its_anomaly_row() {
     let shard = s.client.placement().shards_of(c.sku, 2)[0];
     let key = ShardKeys::new(s.client.placement(), shard, c.sku).stock();
     let mut conn = s.redis.connection();
-    let slice: i64 = redis::cmd("INCRBY").arg(&key).arg(2).query(&mut conn).unwrap();
+    let slice: i64 = redis::cmd("INCRBY")
+        .arg(&key)
+        .arg(2)
+        .query(&mut conn)
+        .unwrap();
     sqlx::query("RENAME TABLE anomalies TO anomalies_away")
         .execute(&s.pool)
         .await

@@ -70,9 +70,22 @@ pub async fn remove(
                 let (removed, left) = (int(1)?, int(2)?);
                 total += removed;
                 if removed < f.drift {
-                    tracing::error!(sku, shard = f.shard, excess = f.drift, removed, "slice had less than the excess: the rest was sold again (oversold)");
+                    tracing::error!(
+                        sku,
+                        shard = f.shard,
+                        excess = f.drift,
+                        removed,
+                        "slice had less than the excess: the rest was sold again (oversold)"
+                    );
                 }
-                tracing::error!(sku, shard = f.shard, excess = f.drift, removed, slice = left, "excess removed from a slice");
+                tracing::error!(
+                    sku,
+                    shard = f.shard,
+                    excess = f.drift,
+                    removed,
+                    slice = left,
+                    "excess removed from a slice"
+                );
             }
             51 => tracing::info!(
                 sku,
