@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Validates the deploy files without a Docker engine: Prometheus config and alert rules
 # (promtool, with unit tests), the haproxy config (the real haproxy binary), the compose
-# file (YAML, references between services, mounted paths, the Dockerfile's packages), the
+# file (YAML, references between services, mounted paths, the Dockerfile's packages, safe
+# defaults; `docker compose config` too where the Compose plugin is installed: Debian's
+# apt has no Compose v2 plugin, so it usually is not), the declared minimum Rust version
+# against Cargo.toml, the Dockerfile and every locked dependency (offline), the
 # Grafana provisioning and dashboard (JSON, every query parsed by promtool), and that the
 # metric names the rules and the dashboard use are the ones the code exports.
 #
@@ -99,6 +102,70 @@ check() {
 ensure_promtool
 ensure_haproxy
 ensure_pyyaml
+
+# --- Rust version -------------------------------------------------------------------------
+
+# The workspace's `rust-version` (Cargo.toml [workspace.package]) is the one declared
+# minimum: every member inherits it, no locked dependency may need a newer compiler, and
+# the Dockerfile's RUST_VERSION build argument must say the same; otherwise `docker compose
+# up --build` (cargo build --locked on that image) fails while local builds on a newer
+# compiler pass. Offline: cargo metadata reads the locked crates' manifests from cargo's
+# cache (filled once with `cargo fetch --locked` when it is empty).
+rust_version() {
+  command -v cargo >/dev/null || { echo "cargo is not installed"; return 1; }
+  local host meta="$WORK/metadata.json"
+  host="$(rustc -vV | sed -n 's/^host: //p')"
+  if ! (cd "$ROOT" && cargo metadata --format-version 1 --locked --offline \
+      --filter-platform "$host" >"$meta" 2>"$WORK/metadata.err"); then
+    echo "cargo metadata --offline failed; fetching the locked crates once"
+    (cd "$ROOT" && cargo fetch --locked -q) || return 1
+    (cd "$ROOT" && cargo metadata --format-version 1 --locked --offline \
+      --filter-platform "$host" >"$meta") || return 1
+  fi
+  "$PY" - "$ROOT" "$meta" <<'PYEOF'
+import json, re, sys, tomllib
+root, meta = sys.argv[1], json.load(open(sys.argv[2]))
+
+def ver(v):
+    # "1.89" and "1.89.0" are the same version.
+    parts = [int(x) for x in v.split(".")]
+    return tuple(parts + [0] * (3 - len(parts)))
+
+ws = tomllib.load(open(f"{root}/Cargo.toml", "rb"))
+declared_text = ws.get("workspace", {}).get("package", {}).get("rust-version")
+if not declared_text:
+    sys.exit("Cargo.toml [workspace.package] declares no rust-version")
+declared = ver(declared_text)
+errors = []
+members = set(meta["workspace_members"])
+# Only what a build for this platform compiles (the resolve graph, filtered by platform).
+used = {n["id"] for n in meta["resolve"]["nodes"]}
+deps = [p for p in meta["packages"] if p["id"] in used and p["id"] not in members]
+for p in meta["packages"]:
+    if p["id"] in members and (p.get("rust_version") is None or ver(p["rust_version"]) != declared):
+        errors.append(f"workspace member {p['name']} declares rust-version {p.get('rust_version')}, "
+                      f"not the workspace's {declared_text} (add rust-version.workspace = true)")
+for p in deps:
+    if p.get("rust_version") and ver(p["rust_version"]) > declared:
+        errors.append(f"{p['name']} {p['version']} needs Rust {p['rust_version']}, but Cargo.toml "
+                      f"declares rust-version = {declared_text!r}")
+dockerfile = open(f"{root}/deploy/compose/Dockerfile").read()
+m = re.search(r"^ARG RUST_VERSION=(\S+)\s*$", dockerfile, re.M)
+if not m:
+    errors.append("deploy/compose/Dockerfile has no `ARG RUST_VERSION=<version>` line")
+elif ver(m.group(1)) != declared:
+    errors.append(f"deploy/compose/Dockerfile builds with Rust {m.group(1)}, but Cargo.toml "
+                  f"declares rust-version = {declared_text!r}")
+for e in errors:
+    print(e)
+if not errors:
+    need, name = max((ver(p["rust_version"]), p["name"]) for p in deps if p.get("rust_version"))
+    print(f"rust-version {declared_text} in Cargo.toml and the Dockerfile; the most demanding "
+          f"locked dependency, {name}, needs {'.'.join(map(str, need))}")
+sys.exit(1 if errors else 0)
+PYEOF
+}
+check "Rust version: Cargo.toml, the Dockerfile and every locked dependency agree" rust_version
 
 # --- Prometheus ---------------------------------------------------------------------------
 
@@ -302,6 +369,10 @@ for name, svc in services.items():
             need(os.path.exists(os.path.join(base, src)), f"{name} mounts missing path {src}")
         else:
             need(src in volumes, f"{name} uses undeclared volume {src}")
+    for ef in svc.get("env_file") or []:
+        ef = {"path": ef} if isinstance(ef, str) else ef
+        if ef.get("required", True):
+            need(os.path.isfile(os.path.join(base, ef["path"])), f"{name}: env_file {ef['path']} is missing")
     build = svc.get("build")
     if build:
         ctx = os.path.normpath(os.path.join(base, build["context"]))
@@ -318,7 +389,7 @@ for pkg in re.findall(r"\s-p ([a-z][a-z0-9_-]*)", dockerfile):
 
 # The flashgate processes' settings are flags of the binaries (clap env names).
 sources = ""
-for crate in ("gateway", "consumer"):
+for crate in ("gateway", "consumer", "bench"):
     for dirpath, _, files in os.walk(os.path.join(root, crate, "src")):
         for f in files:
             if f.endswith(".rs"):
@@ -327,7 +398,19 @@ for name, svc in services.items():
     env = svc.get("environment") or {}
     for key in (env if isinstance(env, dict) else [e.split("=")[0] for e in env]):
         if key.startswith("FLASHGATE_"):
-            need(f'"{key}"' in sources, f"{name}: {key} is not a setting of gateway/ or consumer/")
+            need(f'"{key}"' in sources, f"{name}: {key} is not a setting of gateway/, consumer/ or bench/")
+
+# Safe defaults: persistent Redis nodes that refuse writes rather than evict stock, no
+# Prometheus lifecycle API, no Grafana admin password in the compose file.
+for n in range(1, 7):
+    svc = services.get(f"redis-{n}", {})
+    cmd = " ".join(svc.get("command") or [])
+    need("--appendonly yes" in cmd and "--appendfsync everysec" in cmd, f"redis-{n}: no AOF everysec")
+    need(any(str(v).endswith(":/data") for v in svc.get("volumes") or []), f"redis-{n}: no volume on /data")
+prom = " ".join(services.get("prometheus", {}).get("command") or [])
+need("--web.enable-lifecycle" not in prom, "prometheus: the lifecycle API is on")
+genv = services.get("grafana", {}).get("environment") or {}
+need("GF_SECURITY_ADMIN_PASSWORD" not in genv, "grafana: admin password set in the compose file; use grafana.env")
 
 for e in errors:
     print(e)
