@@ -28,7 +28,9 @@ pub struct Target {
 }
 
 impl Target {
-    /// Parses `http://host:port[/path]`; `default_path` is used when the URL has none.
+    /// Parses `http://host:port[/path]`; `default_path` is used when the URL has none. A
+    /// host name is resolved here, once (the system resolver's own timeout bounds it), so
+    /// every connection of the run goes to the same address.
     pub fn parse(url: &str, default_path: &str) -> Result<Self, String> {
         let uri: hyper::Uri = url.parse().map_err(|e| format!("{url}: {e}"))?;
         if uri.scheme_str() != Some("http") {
@@ -37,22 +39,36 @@ impl Target {
         let auth = uri.authority().ok_or(format!("{url}: no host"))?;
         let port = auth.port_u16().unwrap_or(80);
         let host = auth.host().trim_start_matches('[').trim_end_matches(']');
-        let ip = if host == "localhost" {
-            "127.0.0.1".parse().expect("literal")
-        } else {
-            host.parse()
-                .map_err(|_| format!("{url}: host must be an IP address or localhost"))?
+        let addr = match host.parse::<std::net::IpAddr>() {
+            Ok(ip) => SocketAddr::new(ip, port),
+            Err(_) => resolve(host, port).map_err(|e| format!("{url}: {e}"))?,
         };
         let path = match uri.path() {
             "" | "/" => default_path.to_owned(),
             p => p.to_owned(),
         };
         Ok(Self {
-            addr: SocketAddr::new(ip, port),
+            addr,
             host: auth.as_str().to_owned(),
             path,
         })
     }
+}
+
+/// The first address of `host` (IPv4 first: `localhost` may also name `::1`, which the
+/// gateway need not listen on).
+fn resolve(host: &str, port: u16) -> Result<SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    let addrs: Vec<SocketAddr> = (host, port)
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve {host}: {e}"))?
+        .collect();
+    addrs
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(addrs.first())
+        .copied()
+        .ok_or_else(|| format!("{host} has no address"))
 }
 
 /// The answer to one request, as far as the bench cares.
@@ -175,6 +191,10 @@ mod tests {
         let t = Target::parse("http://localhost:9/x", "/v1/claims").unwrap();
         assert_eq!(t.path, "/x");
         assert!(Target::parse("https://127.0.0.1:1", "/").is_err());
-        assert!(Target::parse("http://example.com:1", "/").is_err());
+        assert_eq!(
+            Target::parse("http://localhost:7", "/").unwrap().addr,
+            "127.0.0.1:7".parse().unwrap()
+        );
+
     }
 }

@@ -12,6 +12,10 @@ use clap::{Parser, Subcommand};
     about = "flashgate load generator and capacity-planning harness"
 )]
 struct Cli {
+    /// Log line format: `text` or `json` (one object per line). `RUST_LOG` sets the
+    /// levels (default warn: the report goes to stdout, progress to stderr).
+    #[arg(long, env = "FLASHGATE_LOG_FORMAT", value_enum, default_value_t = telemetry::LogFormat::Text, global = true)]
+    log_format: telemetry::LogFormat,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -58,7 +62,9 @@ struct BaselineOpts {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    match Cli::parse().cmd {
+    let cli = Cli::parse();
+    telemetry::init(cli.log_format, "warn")?;
+    match cli.cmd {
         Cmd::Core(opts) => {
             let report = bench::core::run(&opts).await.context("bench core")?;
             println!("{}", bench::core::render(&report));

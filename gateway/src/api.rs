@@ -18,9 +18,24 @@ use crate::app::App;
 use crate::metrics::{hot, REQUESTS, REQUEST_SECONDS};
 use reply::{Body, Reply};
 
-/// The claim API listener.
+/// The claim API listener: every request runs under its trace id (see `access.rs`).
 pub(crate) async fn api(app: Arc<App>, peer: SocketAddr, req: Request<Incoming>) -> Response<Body> {
     let started = Instant::now();
+    let trace_id = app.access.trace_id(req.headers());
+    let method = req.method().clone();
+    let access = app.clone();
+    access
+        .access
+        .around(method, trace_id, started, route(app, peer, req, started))
+        .await
+}
+
+async fn route(
+    app: Arc<App>,
+    peer: SocketAddr,
+    req: Request<Incoming>,
+    started: Instant,
+) -> (&'static str, Response<Body>) {
     // The claim route first, without copying the path: it is nearly all the traffic.
     if req.method() == Method::POST && req.uri().path() == "/v1/claims" {
         let resp = match client_limited(&app, &req, peer) {
@@ -34,7 +49,7 @@ pub(crate) async fn api(app: Arc<App>, peer: SocketAddr, req: Request<Incoming>)
         let hot = hot();
         hot.claim_request(status_label(resp.status().as_u16()));
         hot.claim_seconds.record(started.elapsed().as_secs_f64());
-        return resp;
+        return ("claims", resp);
     }
     let path = req.uri().path().to_owned();
     let (route, reply) = match (path.as_str(), req.method()) {
@@ -51,7 +66,7 @@ pub(crate) async fn api(app: Arc<App>, peer: SocketAddr, req: Request<Incoming>)
             None => ("other", Reply::not_found(p)),
         },
     };
-    finish(route, started, reply.into_response())
+    (route, finish(route, started, reply.into_response()))
 }
 
 /// The admin listener.

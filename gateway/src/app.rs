@@ -12,6 +12,8 @@ use crate::limiter::ClientLimiter;
 use crate::link::Link;
 
 pub(crate) struct App {
+    /// Trace ids and the bounded access log of the API listener.
+    pub(crate) access: crate::access::AccessLog,
     pub(crate) link: Arc<Link>,
     pub(crate) cache: SoldOutCache,
     pub(crate) admission: Arc<Admission>,

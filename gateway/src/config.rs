@@ -8,6 +8,7 @@ use std::time::Duration;
 use clap::{Parser, ValueEnum};
 use shard_router::placement::MAX_SHARDS;
 use shard_router::{RedisTarget, StockConfig, Timeouts};
+pub use telemetry::LogFormat;
 
 mod access;
 pub use access::{AccessConfig, MAX_CLIENT_SLOTS};
@@ -16,6 +17,11 @@ pub use access::{AccessConfig, MAX_CLIENT_SLOTS};
 pub const MAX_BODY_CAP: usize = 1 << 20;
 /// More worker threads than this is a typo, not a tuning.
 pub const MAX_WORKER_THREADS: usize = 1024;
+/// Default `--drain-delay-ms`: longer than the balancer's 3 failed checks 1 s apart
+/// (deploy/haproxy/haproxy.cfg `inter 1s fall 3`), with a second of margin.
+pub const DEFAULT_DRAIN_DELAY_MS: u64 = 4_000;
+/// More access log lines per second than this would be the flood the bound prevents.
+pub const MAX_ACCESS_LOG_RATE: u32 = 100_000;
 
 /// Bounds of `--max-header-bytes`: hyper cannot read a head into less than 8 KiB, and a
 /// claim's head (a few short headers, a token from the auth layer) never needs more than
@@ -123,8 +129,10 @@ pub struct Config {
     #[arg(long, env = "FLASHGATE_PROBE_INTERVAL_MS", default_value_t = 1_000)]
     pub probe_interval_ms: u64,
     /// After a shutdown signal, keep serving (not ready) this long so load balancers
-    /// notice, before the listeners close (ms).
-    #[arg(long, env = "FLASHGATE_DRAIN_DELAY_MS", default_value_t = 0)]
+    /// notice, before the listeners close (ms). The default outlasts the documented
+    /// balancer check (deploy/haproxy/haproxy.cfg: 3 failed checks 1 s apart), so a
+    /// rolling restart drops no claims; 0 without a balancer in front.
+    #[arg(long, env = "FLASHGATE_DRAIN_DELAY_MS", default_value_t = DEFAULT_DRAIN_DELAY_MS)]
     pub drain_delay_ms: u64,
     /// In-flight requests get this long to finish after the listeners close (ms).
     #[arg(long, env = "FLASHGATE_SHUTDOWN_GRACE_MS", default_value_t = 10_000)]
@@ -141,6 +149,21 @@ pub struct Config {
     /// than cores cost less switching (see README "Benchmarks").
     #[arg(long, env = "FLASHGATE_WORKER_THREADS", default_value_t = 0)]
     pub worker_threads: usize,
+    /// Log line format: `text` for terminals, `json` (one object per line) for a log
+    /// pipeline. `RUST_LOG` sets the levels.
+    #[arg(long, env = "FLASHGATE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// Access log lines per second at most (target `flashgate_access`: method, route,
+    /// status, latency, hashed user, trace id); 0 = off. Lines past the bound are dropped
+    /// and counted in `flashgate_access_log_dropped_total`, so a rush cannot flood the log.
+    #[arg(long, env = "FLASHGATE_ACCESS_LOG_RATE", default_value_t = 0)]
+    pub access_log_rate: u32,
+    /// File holding a secret that keys the access log's user hash. Every gateway given
+    /// the same file writes the same hash for a user; without it each process picks a
+    /// random key, so lines correlate within one gateway only. A file, not a flag value,
+    /// so the secret is not visible in `ps`.
+    #[arg(long, env = "FLASHGATE_ACCESS_LOG_KEY_FILE")]
+    pub access_log_key_file: Option<std::path::PathBuf>,
 }
 
 /// One bad setting, printed as one line.
@@ -160,7 +183,8 @@ fn bad(setting: &'static str, reason: impl Into<String>) -> ConfigError {
 
 impl Config {
     /// Defaults with a given Redis, for tests and embedding (on loopback, so no identity
-    /// source is needed to start; claims then answer 401 until one is set).
+    /// source is needed to start; claims then answer 401 until one is set). No balancer
+    /// in front, so no drain delay.
     pub fn for_redis(redis: &str, cluster: bool) -> Self {
         let mut args = vec![
             "flashgate-gateway",
@@ -174,7 +198,9 @@ impl Config {
         if cluster {
             args.push("--redis-cluster");
         }
-        Self::parse_from(args)
+        let mut cfg = Self::parse_from(args);
+        cfg.drain_delay_ms = 0;
+        cfg
     }
 
     /// Checks every setting against the others; the error names the first bad one.
@@ -222,6 +248,12 @@ impl Config {
                     "{} is outside {MIN_HEADER_BYTES}..={MAX_HEADER_CAP}",
                     self.max_header_bytes
                 ),
+            ));
+        }
+        if self.access_log_rate > MAX_ACCESS_LOG_RATE {
+            return Err(bad(
+                "--access-log-rate",
+                format!("{} is over {MAX_ACCESS_LOG_RATE}", self.access_log_rate),
             ));
         }
         if self.user_rate > 0 && self.user_burst == 0 {
@@ -303,6 +335,49 @@ mod tests {
         .unwrap();
     }
 
+    /// haproxy takes a gateway out after `fall` failed checks `inter` apart; a drain delay
+    /// shorter than that would close the listener while claims still arrive.
+    #[test]
+    fn drain_delay_default_outlasts_the_balancer_check() {
+        let cfg = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../deploy/haproxy/haproxy.cfg"
+        ))
+        .unwrap();
+        let server = cfg
+            .lines()
+            .find(|l| l.contains("default-server") || l.trim_start().starts_with("server "))
+            .expect("a server line");
+        let word = |key: &str| -> u64 {
+            let mut it = server.split_whitespace();
+            while let Some(w) = it.next() {
+                if w == key {
+                    let v = it.next().expect("value");
+                    // `inter 1s` / `inter 500ms` in ms; `fall 3` as the count it is.
+                    return match (v.strip_suffix("ms"), v.strip_suffix('s')) {
+                        (Some(ms), _) => ms.parse().unwrap(),
+                        (None, Some(s)) => s.parse::<u64>().unwrap() * 1000,
+                        (None, None) => v.parse().unwrap(),
+                    };
+                }
+            }
+            panic!("{key} not on {server:?}");
+        };
+        let removal_ms = word("inter") * word("fall");
+        assert!(
+            parse(&[]).drain_delay_ms > removal_ms,
+            "drain delay {} ms does not outlast {removal_ms} ms of failed checks",
+            parse(&[]).drain_delay_ms
+        );
+    }
+
+    #[test]
+    fn log_format_parses() {
+        assert_eq!(parse(&[]).log_format, LogFormat::Text);
+        assert_eq!(parse(&["--log-format", "json"]).log_format, LogFormat::Json);
+        assert!(Config::try_parse_from(["gw", "--log-format", "xml"]).is_err());
+    }
+
     #[test]
     fn bad_settings_name_themselves() {
         let cases: &[(&[&str], &str)] = &[
@@ -320,6 +395,7 @@ mod tests {
             (&["--client-burst", "0"], "--client-burst"),
             (&["--client-slots", "0"], "--client-slots"),
             (&["--worker-threads", "5000"], "--worker-threads"),
+            (&["--access-log-rate", "1000000"], "--access-log-rate"),
             (&["--redis", "a:1,b:2"], "--redis"),
             (
                 &["--durability", "replica", "--wait-ms", "900"],

@@ -25,7 +25,8 @@ pub(crate) async fn confirm(client: &StockClient, shard: ShardId, wait: Duration
     if !ok {
         metrics::counter!(REPLICATION_UNCONFIRMED).increment(1);
         if let Err(e) = acked {
-            tracing::warn!(error = %e, shard, "WAIT after a claim failed");
+            let trace_id = crate::access::trace_id();
+            tracing::warn!(error = %e, shard, trace_id = %trace_id, "WAIT after a claim failed");
         }
     }
     ok

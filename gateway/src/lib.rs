@@ -12,13 +12,15 @@
 //! - `cache.rs`: the sold-out cache, `live.rs`: the set of live SKUs; `events.rs`: the
 //!   Pub/Sub subscriber feeding both.
 //! - `link.rs`: the Redis connection and readiness probe; `durability.rs`: `WAIT`.
-//! - [`metrics`]: metric names and the Prometheus recorder.
+//! - [`metrics`]: metric names, their HELP texts and the Prometheus recorder.
+//! - `access.rs`: the trace id of each request (`X-Request-Id`) and the bounded access log.
 //!
 //! [`parse_claim`] is the socket-free part of reading a claim, public for fuzzing.
 //!
 //! [`run`] serves until a shutdown future resolves; tests call it in-process on
 //! `127.0.0.1:0` listeners.
 
+mod access;
 mod admission;
 mod api;
 mod app;
@@ -84,7 +86,12 @@ pub async fn run(
         cfg.user_rate,
         cfg.user_burst,
     ));
+    let access_key = match &cfg.access_log_key_file {
+        Some(path) => Some(access::key_from(&read_key_file(path)?)),
+        None => None,
+    };
     let app = Arc::new(App {
+        access: access::AccessLog::new(cfg.access_log_rate, access_key),
         link: link.clone(),
         cache: cache.clone(),
         admission: admission.clone(),
@@ -162,6 +169,23 @@ pub async fn run(
     while background.join_next().await.is_some() {}
     tracing::info!("gateway stopped");
     Ok(())
+}
+
+/// Reads `--access-log-key-file` (a few bytes of secret; more than 4 KiB is a mistake).
+fn read_key_file(path: &std::path::Path) -> Result<Vec<u8>, ConfigError> {
+    let bad = |reason: String| ConfigError {
+        setting: "--access-log-key-file",
+        reason,
+    };
+    let bytes = std::fs::read(path).map_err(|e| bad(format!("{}: {e}", path.display())))?;
+    if bytes.trim_ascii().is_empty() || bytes.len() > 4096 {
+        return Err(bad(format!(
+            "{}: expected 1..=4096 bytes of key, found {}",
+            path.display(),
+            bytes.len()
+        )));
+    }
+    Ok(bytes)
 }
 
 /// Resolves once a shutdown watch turns true (or its sender is gone). Every background

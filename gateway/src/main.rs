@@ -34,12 +34,10 @@ fn main() -> ExitCode {
         eprintln!("{NAME}: {e}");
         return ExitCode::from(2);
     }
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
+    if let Err(e) = telemetry::init(cfg.log_format, "info") {
+        eprintln!("{NAME}: {e}");
+        return ExitCode::from(2);
+    }
     let mut rt = tokio::runtime::Builder::new_multi_thread();
     if cfg.worker_threads > 0 {
         rt.worker_threads(cfg.worker_threads);

@@ -31,6 +31,24 @@ pub const PUBSUB_RECONNECTS: &str = "flashgate_pubsub_reconnects_total";
 pub const REPLICATION_UNCONFIRMED: &str = "flashgate_replication_unconfirmed_total";
 /// Gauge: 1 while `/readyz` answers 200.
 pub const READY: &str = "flashgate_ready";
+/// Counter: access log lines dropped by the `--access-log-rate` bound.
+pub const ACCESS_LOG_DROPPED: &str = "flashgate_access_log_dropped_total";
+
+/// Every series with its `# HELP` text: [`install`] describes them all, and the tests
+/// check that `/metrics` has a HELP line for each series it shows.
+pub const DESCRIPTIONS: &[(&str, &str)] = &[
+    (REQUESTS, "HTTP answers by route (claims, sku, healthz, readyz, probe, other, metrics, admin) and status code."),
+    (REQUEST_SECONDS, "Server time per request by route, from the request head to the answer, in seconds."),
+    (CLAIMS, "Claims by outcome: claimed (home shard), rerouted (second chance), replay, sold_out_cache (no Redis call), sold_out_redis, limit_reached, rejected (before Redis), in_progress, unavailable (Redis trouble or unconfirmed replication)."),
+    (REDIS_SECONDS, "Redis time of a claim's scripts (op=claim) and of replica WAITs (op=wait), in seconds."),
+    (IN_FLIGHT, "Requests being served now; past --max-in-flight claims are shed with 503."),
+    (CONNECTIONS, "Open client connections, capped by --max-connections."),
+    (CACHE_EVENTS, "Sold-out cache traffic by event: hit, miss, load_error, unknown, empty, restock, resync, resync_error, invalidate."),
+    (PUBSUB_RECONNECTS, "Pub/Sub (re)subscriptions after the first; each one resyncs the sold-out cache from Redis."),
+    (REPLICATION_UNCONFIRMED, "Claims in --durability replica whose WAIT saw no replica acknowledge; answered 503 with unconfirmed=true."),
+    (READY, "1 while /readyz answers 200 (Redis reachable, scripts loaded, not draining), else 0."),
+    (ACCESS_LOG_DROPPED, "Access log lines dropped because more than --access-log-rate lines per second were due."),
+];
 
 /// Claim outcomes (values of the `outcome` label).
 pub mod outcome {
@@ -146,10 +164,24 @@ pub fn install() -> PrometheusHandle {
             if metrics::set_global_recorder(recorder).is_err() {
                 tracing::warn!("a metrics recorder was already installed; /metrics stays empty");
             }
+            describe();
             let _ = hot();
             handle
         })
         .clone()
+}
+
+/// Gives every series its HELP text (the recorder keeps it for the process's life).
+fn describe() {
+    for (name, help) in DESCRIPTIONS {
+        if name.ends_with("_total") {
+            metrics::describe_counter!(*name, *help);
+        } else if name.ends_with("_seconds") {
+            metrics::describe_histogram!(*name, metrics::Unit::Seconds, *help);
+        } else {
+            metrics::describe_gauge!(*name, *help);
+        }
+    }
 }
 
 /// Registers the series that only move on rare events, so dashboards and alerts see a 0
@@ -157,6 +189,7 @@ pub fn install() -> PrometheusHandle {
 pub(crate) fn register_defaults() {
     metrics::counter!(PUBSUB_RECONNECTS).increment(0);
     metrics::counter!(REPLICATION_UNCONFIRMED).increment(0);
+    metrics::counter!(ACCESS_LOG_DROPPED).increment(0);
     metrics::gauge!(IN_FLIGHT).increment(0.0);
     metrics::gauge!(CONNECTIONS).increment(0.0);
     metrics::gauge!(READY).set(0.0);

@@ -25,35 +25,39 @@ use super::stack::{Stack, StackOpts};
 /// Path of the claim API.
 pub(crate) const CLAIM_PATH: &str = "/v1/claims";
 
-/// Where the system under test is, and what to do around the load.
+/// Where the system under test is, and what to do around the load. Each setting is also
+/// a `FLASHGATE_*` variable, the same names the gateway and the consumer read (and that
+/// `deploy/local/up.sh` prints), so bench runs as the compose service unchanged.
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct SystemArgs {
     /// Gateway URL(s), comma-separated or repeated; connections are spread round-robin.
+    /// Host names are resolved once at start (`http://haproxy:8080`).
     #[arg(
         long = "target",
+        env = "FLASHGATE_URL",
         value_delimiter = ',',
         default_value = "http://127.0.0.1:8080"
     )]
     pub(crate) targets: Vec<String>,
     /// Redis the gateways use (URL or host:port list): preheats the SKUs and checks the
     /// invariants. Without it only client-side checks run.
-    #[arg(long)]
+    #[arg(long, env = "FLASHGATE_REDIS")]
     pub(crate) redis: Option<String>,
-    #[arg(long)]
+    #[arg(long, env = "FLASHGATE_REDIS_CLUSTER")]
     pub(crate) redis_cluster: bool,
     /// Stock shard count S of the deployment.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, env = "FLASHGATE_SHARDS", default_value_t = 16)]
     pub(crate) shards: u16,
     /// Leave the SKUs as they are (they were preheated elsewhere).
     #[arg(long)]
     pub(crate) no_preheat: bool,
     /// Ledger URL (mysql://user@host:port/db): checks ledger rows == successes once the
     /// consumer has drained.
-    #[arg(long)]
+    #[arg(long, env = "FLASHGATE_MYSQL_URL")]
     pub(crate) mysql: Option<String>,
     /// Consumer binary: campaigns are created in MySQL and preheated through it, so the
     /// ledger knows them. Without it, SKUs are preheated straight into Redis.
-    #[arg(long)]
+    #[arg(long, env = "FLASHGATE_CONSUMER_BIN")]
     pub(crate) consumer_bin: Option<PathBuf>,
     /// Longest wait for the consumer to drain before the ledger check (s).
     #[arg(long, default_value_t = 60)]

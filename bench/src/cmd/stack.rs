@@ -269,11 +269,14 @@ impl Stack {
             let api = SocketAddr::from(([127, 0, 0, 1], free_port()?));
             let admin = SocketAddr::from(([127, 0, 0, 1], free_port()?));
             let mut cmd = Command::new(&bin);
+            // No balancer in front of a bench stack: nothing to wait for on stop.
             cmd.args(&common).args([
                 "--listen",
                 &api.to_string(),
                 "--admin-listen",
                 &admin.to_string(),
+                "--drain-delay-ms",
+                "0",
             ]);
             cmd.arg("--token-secret-file").arg(&stack.token_secret_file);
             // All the load comes from one address: a per-client limit would measure itself.

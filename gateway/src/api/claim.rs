@@ -17,6 +17,7 @@ use shard_router::{now_ms, Claim, ClaimOutcome, StockError, StoredAnswer};
 
 use super::input::{read_claim, InputRules};
 use super::reply::Reply;
+use crate::access;
 use crate::app::App;
 use crate::durability;
 use crate::metrics::{hot, outcome};
@@ -38,6 +39,7 @@ async fn claim(app: &App, peer: SocketAddr, req: Request<Incoming>) -> (&'static
         Ok(r) => r,
         Err(reply) => return (outcome::REJECTED, reply),
     };
+    access::set_user(&req.user);
     // The in-flight slot is taken only once the body is in: a body that trickles in holds
     // a connection (bounded by --max-connections and the body timeout), never a slot, so
     // slow senders cannot shed everyone else's claims.
@@ -303,7 +305,7 @@ fn window(kind: &str, sku: u64, at_ms: i64) -> Reply {
 pub(crate) fn redis_trouble(e: &StockError) -> Reply {
     match e {
         StockError::Protocol { .. } | StockError::InvalidArgument(_) => {
-            tracing::error!(error = %e, "stock protocol failure");
+            tracing::error!(error = %e, trace_id = %access::trace_id(), "stock protocol failure");
             Reply::error(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "internal",
@@ -311,13 +313,13 @@ pub(crate) fn redis_trouble(e: &StockError) -> Reply {
             )
         }
         _ if e.is_ambiguous() => {
-            tracing::debug!(error = %e, "redis did not answer");
+            tracing::debug!(error = %e, trace_id = %access::trace_id(), "redis did not answer");
             Reply::unavailable(
                 "stock service did not answer in time; retry with the same request_id to learn the outcome",
             )
         }
         _ => {
-            tracing::debug!(error = %e, "redis unavailable");
+            tracing::debug!(error = %e, trace_id = %access::trace_id(), "redis unavailable");
             Reply::unavailable("stock service unavailable; nothing was taken")
         }
     }
