@@ -22,6 +22,7 @@ use tokio::sync::watch;
 use crate::campaign::{self, Campaign};
 use crate::config::Config;
 use crate::error::ConsumerError;
+use crate::health::Health;
 use crate::{reconcile, release};
 
 /// Largest request body the API reads.
@@ -36,6 +37,8 @@ pub struct Admin {
     pub pool: MySqlPool,
     pub client: StockClient,
     pub prom: Option<PrometheusHandle>,
+    /// The MySQL and Redis probes `/healthz` reports.
+    pub health: Arc<Health>,
 }
 
 type Resp = Response<Full<Bytes>>;
@@ -93,6 +96,21 @@ impl Admin {
         given.as_bytes().ct_eq(token.as_bytes()).into()
     }
 
+    /// 200 while MySQL and Redis both answered the last probe, else 503; the body says
+    /// which is down.
+    fn healthz(&self) -> Resp {
+        let (db, redis) = (self.health.db(), self.health.redis());
+        let (status, word) = if db && redis {
+            (StatusCode::OK, "ok")
+        } else {
+            (StatusCode::SERVICE_UNAVAILABLE, "unhealthy")
+        };
+        json(
+            status,
+            &serde_json::json!({"status": word, "mysql": db, "redis": redis}),
+        )
+    }
+
     /// Routes one request.
     pub async fn handle(&self, req: Request<Incoming>) -> Resp {
         let path: Vec<String> = req
@@ -105,7 +123,7 @@ impl Admin {
         let parts: Vec<&str> = path.iter().map(String::as_str).collect();
         let method = req.method().clone();
         match (&method, parts.as_slice()) {
-            (&Method::GET, ["healthz"]) => return text(StatusCode::OK, "ok\n".into()),
+            (&Method::GET, ["healthz"]) => return self.healthz(),
             (&Method::GET, ["metrics"]) => {
                 return match &self.prom {
                     Some(h) => text(StatusCode::OK, crate::series::render(h)),

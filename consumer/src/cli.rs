@@ -2,6 +2,7 @@
 //! admin subcommands, which work against MySQL and Redis directly.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
@@ -49,6 +50,10 @@ pub struct Common {
     pub mysql: String,
     #[arg(long, env = "FLASHGATE_GROUP", default_value = config::DEFAULT_GROUP, global = true)]
     pub group: String,
+    /// Log line format: `text` for terminals, `json` (one object per line) for a log
+    /// pipeline. `RUST_LOG` sets the levels.
+    #[arg(long, env = "FLASHGATE_LOG_FORMAT", value_enum, default_value_t = telemetry::LogFormat::Text, global = true)]
+    pub log_format: telemetry::LogFormat,
 }
 
 #[derive(Debug, Subcommand)]
@@ -80,9 +85,15 @@ pub struct RunArgs {
     /// Admin listener (/metrics, /healthz, admin API).
     #[arg(long, env = "FLASHGATE_ADMIN_ADDR", default_value = "127.0.0.1:9091")]
     pub admin_addr: SocketAddr,
-    /// Bearer token of the admin API (at least 16 bytes); unset disables the API.
-    #[arg(long, env = "FLASHGATE_ADMIN_TOKEN")]
-    pub admin_token: Option<String>,
+    /// File holding the bearer token of the admin API (at least 16 bytes; a trailing
+    /// newline is ignored). The token may instead come from the environment variable
+    /// FLASHGATE_ADMIN_TOKEN; never from a flag, since argv is visible in `ps`. Neither
+    /// set: the admin API is off (only /metrics and /healthz answer).
+    #[arg(long, env = "FLASHGATE_ADMIN_TOKEN_FILE")]
+    pub admin_token_file: Option<PathBuf>,
+    /// Refused with a clear error: a token on the command line is visible in `ps`.
+    #[arg(long = "admin-token", hide = true)]
+    pub admin_token_argv: Option<String>,
     /// Unique consumer name; defaults to <host>-<pid>-<start ms>.
     #[arg(long, env = "FLASHGATE_CONSUMER_NAME")]
     pub consumer_name: Option<String>,
@@ -198,10 +209,41 @@ impl Common {
     }
 }
 
+/// Environment variable that may carry the admin token.
+pub const ENV_ADMIN_TOKEN: &str = "FLASHGATE_ADMIN_TOKEN";
+
 impl RunArgs {
-    pub fn apply(&self, cfg: &mut Config) {
+    /// The admin token from `--admin-token-file` or [`ENV_ADMIN_TOKEN`] (`env_token`),
+    /// never from argv; the error names the setting.
+    pub fn admin_token(&self, env_token: Option<String>) -> Result<Option<String>, String> {
+        if self.admin_token_argv.is_some() {
+            return Err(format!(
+                "--admin-token: a token on the command line is visible in `ps`; put it in a \
+                 file named by --admin-token-file or in {ENV_ADMIN_TOKEN}"
+            ));
+        }
+        let env_token = env_token.filter(|t| !t.is_empty());
+        match (&self.admin_token_file, env_token) {
+            (Some(_), Some(_)) => Err(format!(
+                "--admin-token-file and {ENV_ADMIN_TOKEN} are both set; set one"
+            )),
+            (Some(path), None) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| format!("--admin-token-file {}: {e}", path.display()))?;
+                let token = text.trim_end_matches(['\r', '\n']);
+                if token.is_empty() {
+                    return Err(format!("--admin-token-file {}: empty", path.display()));
+                }
+                Ok(Some(token.to_owned()))
+            }
+            (None, t) => Ok(t),
+        }
+    }
+
+    /// Applies the run flags; the admin token comes from [`Self::admin_token`].
+    pub fn apply(&self, cfg: &mut Config) -> Result<(), String> {
         cfg.admin_addr = Some(self.admin_addr);
-        cfg.admin_token = self.admin_token.clone();
+        cfg.admin_token = self.admin_token(std::env::var(ENV_ADMIN_TOKEN).ok())?;
         if let Some(n) = &self.consumer_name {
             cfg.consumer_name = n.clone();
         }
@@ -215,5 +257,49 @@ impl RunArgs {
         cfg.reconcile_keep_runs = self.reconcile_keep_runs;
         cfg.auto_close = self.auto_close;
         cfg.replica_wait = self.replica_wait_ms.map(Duration::from_millis);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run_args(args: &[&str]) -> RunArgs {
+        let mut all = vec!["consumer", "run"];
+        all.extend_from_slice(args);
+        match Cli::try_parse_from(all).unwrap().command {
+            Command::Run(a) => a,
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn admin_token_never_from_argv() {
+        let err = run_args(&["--admin-token", "0123456789abcdef0"])
+            .admin_token(None)
+            .unwrap_err();
+        assert!(err.starts_with("--admin-token:"), "{err}");
+    }
+
+    #[test]
+    fn admin_token_from_env_or_file_but_not_both() {
+        let a = run_args(&[]);
+        assert_eq!(a.admin_token(None).unwrap(), None);
+        assert_eq!(
+            a.admin_token(Some("from-env-0123456789".into())).unwrap(),
+            Some("from-env-0123456789".into())
+        );
+        let path = std::env::temp_dir().join(format!("fg-token-{}", std::process::id()));
+        std::fs::write(&path, "from-file-0123456789\n").unwrap();
+        let a = run_args(&["--admin-token-file", path.to_str().unwrap()]);
+        assert_eq!(
+            a.admin_token(None).unwrap(),
+            Some("from-file-0123456789".into())
+        );
+        assert!(a.admin_token(Some("x".repeat(20))).is_err());
+        std::fs::remove_file(&path).unwrap();
+        let err = a.admin_token(None).unwrap_err();
+        assert!(err.starts_with("--admin-token-file"), "{err}");
     }
 }

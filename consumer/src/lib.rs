@@ -13,7 +13,8 @@
 //! - [`reconcile`]: invariant 4 per SKU, exact under load; excess removal; stale holds.
 //! - [`wave`]: stock waves; [`closeout`]: closing report and Redis cleanup; [`times`]:
 //!   human times on the command line; [`series`]: closed SKUs' series left out of /metrics.
-//! - [`admin`]: `/healthz`, `/metrics`, the token-protected admin API.
+//! - [`admin`]: `/healthz`, `/metrics`, the token-protected admin API; [`health`]: the
+//!   MySQL and Redis probes behind `/healthz`.
 //! - [`service`]: wires the tasks together with one shutdown signal.
 
 pub mod admin;
@@ -24,6 +25,7 @@ pub mod closeout;
 pub mod config;
 pub mod db;
 mod error;
+pub mod health;
 pub mod housekeeping;
 pub mod inflight;
 pub mod ledger;

@@ -9,13 +9,10 @@ use shard_router::StockClient;
 
 fn main() {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,sqlx=warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    if let Err(e) = telemetry::init(cli.common.log_format, "info,sqlx=warn") {
+        eprintln!("consumer: {e}");
+        std::process::exit(2);
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
         Err(e) => {
@@ -35,7 +32,9 @@ async fn real_main(cli: Cli) -> anyhow::Result<()> {
         Err(e) => anyhow::bail!("bad configuration: {e}"),
     };
     if let Command::Run(args) = &cli.command {
-        args.apply(&mut cfg);
+        if let Err(e) = args.apply(&mut cfg) {
+            anyhow::bail!("bad configuration: {e}");
+        }
         if let Err(e) = cfg.validate() {
             anyhow::bail!("bad configuration: {e}");
         }

@@ -25,6 +25,35 @@ pub const REDIS_USED_MEMORY: &str = "flashgate_redis_used_memory_bytes";
 pub const REDIS_MAX_MEMORY: &str = "flashgate_redis_maxmemory_bytes";
 pub const STALE_HOLDS: &str = "flashgate_consumer_stale_holds_resolved_total";
 pub const REPLICA_UNCONFIRMED: &str = "flashgate_consumer_replica_unconfirmed_total";
+/// Gauge: 1 while MySQL answered the last health probe (what `/healthz` reports).
+pub const DB_UP: &str = "flashgate_consumer_db_up";
+/// Gauge: 1 while Redis answered the last health probe.
+pub const REDIS_UP: &str = "flashgate_consumer_redis_up";
+
+/// Histograms (the rest are counters, `_total`, and gauges).
+const HISTOGRAMS: &[&str] = &[BATCH_ROWS, COMMIT_SECONDS];
+
+/// Every series with its `# HELP` text: [`install`] describes them all, and the tests
+/// check that `/metrics` has a HELP line for each series it shows.
+pub const DESCRIPTIONS: &[(&str, &str)] = &[
+    (BATCH_ROWS, "Rows per committed ledger batch."),
+    (COMMIT_SECONDS, "Time to commit one ledger batch (one MySQL transaction), in seconds."),
+    (CLAIMS_COMMITTED, "Claim records newly written to the ledger."),
+    (REDELIVERED, "Claim records the ledger already held (a redelivery after a crash or takeover), skipped."),
+    (ANOMALIES, "Anomalies recorded in the ledger by kind (duplicate, dead letter, drift, ...)."),
+    (DB_ERRORS, "Ledger batches that failed on MySQL and will be retried."),
+    (STREAM_LAG, "Records in a shard's claims stream not yet committed to the ledger (XLEN)."),
+    (STREAM_PENDING, "Records of a shard's stream delivered to the consumer group but not yet acknowledged."),
+    (OLDEST_PENDING_SECONDS, "Age of a shard's oldest delivered but unacknowledged record, in seconds (0 when none)."),
+    (RECOVERED, "Pending records taken over from idle consumers (XAUTOCLAIM)."),
+    (DEAD_LETTERED, "Records moved to the dead-letter stream after too many deliveries."),
+    (RELEASED, "Claims released by reason (payment timeout, cancelled): units back to Redis."),
+    (RECONCILE_DRIFT, "Units by which a SKU's last reconciliation missed stock = slices + in-flight + active ledger units; 0 when it closes."),
+    (STALE_HOLDS, "Holds left by crashed gateways that the consumer resolved against the ledger."),
+    (REPLICA_UNCONFIRMED, "Stream records held back from the ledger because no replica confirmed them yet (--replica-wait-ms)."),
+    (DB_UP, "1 while MySQL answered the last health probe (SELECT 1 within 2 s), else 0; /healthz is 503 while 0."),
+    (REDIS_UP, "1 while Redis answered the last health probe (PING within 2 s), else 0; /healthz is 503 while 0."),
+];
 
 static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
 
@@ -48,7 +77,21 @@ pub fn install() -> Option<PrometheusHandle> {
                 .build_recorder();
             let handle = recorder.handle();
             metrics::set_global_recorder(recorder).ok()?;
+            describe();
             Some(handle)
         })
         .clone()
+}
+
+/// Gives every series its HELP text (the recorder keeps it for the process's life).
+fn describe() {
+    for (name, help) in DESCRIPTIONS {
+        if HISTOGRAMS.contains(name) {
+            metrics::describe_histogram!(*name, *help);
+        } else if name.ends_with("_total") {
+            metrics::describe_counter!(*name, *help);
+        } else {
+            metrics::describe_gauge!(*name, *help);
+        }
+    }
 }

@@ -22,6 +22,7 @@ use crate::inflight::InFlight;
 use crate::recovery::Recovery;
 use crate::stream::ShardStream;
 use crate::writer::Writer;
+use crate::health::{self, Health};
 use crate::{db, reader, reconcile, release};
 
 /// Connects to MySQL and applies migrations, retrying with backoff until `shutdown`.
@@ -125,12 +126,20 @@ pub async fn run(
         client.clone(),
         shutdown.clone(),
     ));
+    let health = Arc::new(Health::default());
+    background.spawn(health::run(
+        health.clone(),
+        pool.clone(),
+        client.clone(),
+        shutdown.clone(),
+    ));
     if let Some(listener) = listener {
         let admin = Admin {
             cfg: cfg.clone(),
             pool: pool.clone(),
             client: client.clone(),
             prom: crate::metrics::install(),
+            health,
         };
         background.spawn(admin::serve(admin, listener, shutdown.clone()));
     }

@@ -92,8 +92,10 @@ consumer_durability=()
 [ "${FG_DURABILITY:-none}" = replica ] && consumer_durability=(--replica-wait-ms 50)
 ADMIN_TOKEN="local-admin-token-$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')"
 
-"$BIN/consumer" "${REDIS_FLAGS[@]}" --shards "$FG_SHARDS" --mysql "$MYSQL_URL" \
-  run --admin-addr "127.0.0.1:$CONSUMER_ADMIN" --admin-token "$ADMIN_TOKEN" "${consumer_durability[@]}" \
+# The token goes in the environment, not argv, where `ps` would show it to every user.
+FLASHGATE_ADMIN_TOKEN="$ADMIN_TOKEN" \
+  "$BIN/consumer" "${REDIS_FLAGS[@]}" --shards "$FG_SHARDS" --mysql "$MYSQL_URL" \
+  run --admin-addr "127.0.0.1:$CONSUMER_ADMIN" "${consumer_durability[@]}" \
   </dev/null >"$STACK/logs/consumer.log" 2>&1 &
 echo $! >>"$STACK/pids"
 
@@ -149,6 +151,7 @@ FLASHGATE_SHARDS=$FG_SHARDS
 FLASHGATE_MYSQL_URL=$MYSQL_URL
 FLASHGATE_BIN=$BIN
 FLASHGATE_TOKEN_SECRET_FILE=$TOKEN_SECRET_FILE
+FLASHGATE_CONSUMER_BIN=$BIN/consumer
 ENV
 say "stack up (logs in $STACK/logs)"
 print_env
