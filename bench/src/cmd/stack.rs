@@ -71,29 +71,50 @@ impl StackOpts {
     }
 }
 
-/// A child process stopped with SIGTERM, then SIGKILL, on drop.
+/// A child process stopped with SIGTERM, then SIGKILL, on drop. Its stderr (the log)
+/// goes to a temporary file, not a pipe: nobody reads a pipe while the stack runs, and a
+/// full one would block the process at its next log line (an access log fills it in a
+/// fraction of a second).
 struct Proc {
     name: String,
     child: Child,
+    log: PathBuf,
 }
+
+/// The end of a log that is shown when a process died.
+const LOG_TAIL: u64 = 4096;
 
 impl Proc {
     fn spawn(name: String, cmd: &mut Command) -> anyhow::Result<Self> {
+        let slug: String = name
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+            .collect();
+        let log = std::env::temp_dir().join(format!(
+            "fg-bench-{}-{slug}-{}.log",
+            std::process::id(),
+            shard_router::now_ms()
+        ));
+        let file = std::fs::File::create(&log)
+            .map_err(|e| anyhow::anyhow!("{name}: log file {}: {e}", log.display()))?;
         let child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::piped())
+            .stderr(file)
             .spawn()
             .map_err(|e| anyhow::anyhow!("spawn {name}: {e}"))?;
-        Ok(Self { name, child })
+        Ok(Self { name, child, log })
     }
 
-    /// Fails with the process's stderr if it already exited.
+    /// Fails with the end of the process's log if it already exited.
     fn check_alive(&mut self) -> anyhow::Result<()> {
         if let Ok(Some(status)) = self.child.try_wait() {
             let mut err = String::new();
-            if let Some(mut e) = self.child.stderr.take() {
-                let _ = e.read_to_string(&mut err);
+            if let Ok(mut f) = std::fs::File::open(&self.log) {
+                use std::io::{Seek, SeekFrom};
+                let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+                let _ = f.seek(SeekFrom::Start(len.saturating_sub(LOG_TAIL)));
+                let _ = f.read_to_string(&mut err);
             }
             anyhow::bail!("{} exited ({status}): {}", self.name, err.trim());
         }
@@ -127,6 +148,7 @@ impl Proc {
 impl Drop for Proc {
     fn drop(&mut self) {
         self.stop();
+        let _ = std::fs::remove_file(&self.log);
     }
 }
 
