@@ -187,18 +187,24 @@ impl SoldOutCache {
         }
     }
 
-    /// Re-reads every loaded SKU's slices and rebuilds its empty set: events may have been
-    /// missed while the subscriber was away. A SKU that fails to resync is dropped, so its
-    /// next request reloads it.
-    pub(crate) async fn resync(&self, client: &StockClient) {
+    /// Re-reads the live SKU set (after each resubscribe, and every `--cache-ttl-ms`, so a
+    /// missed `live` event hides a SKU for that long at most).
+    pub(crate) async fn reload_live(&self, client: &StockClient) {
         match client.skus().await {
             Ok(skus) => self.live.replace(Some(skus.into_iter().collect())),
             Err(e) => {
-                // Unknown again: every SKU is looked up in Redis until the next resync.
+                // Unknown again: every SKU is looked up in Redis until the next read.
                 tracing::warn!(error = %e, "reading the live SKU set failed");
                 self.live.replace(None);
             }
         }
+    }
+
+    /// Re-reads every loaded SKU's slices and rebuilds its empty set: events may have been
+    /// missed while the subscriber was away. A SKU that fails to resync is dropped, so its
+    /// next request reloads it.
+    pub(crate) async fn resync(&self, client: &StockClient) {
+        self.reload_live(client).await;
         let loaded: Vec<(u64, Arc<SkuState>)> = self
             .entries
             .iter()

@@ -62,6 +62,7 @@ pub(crate) async fn subscribe(
     link: Arc<Link>,
     cache: SoldOutCache,
     timeout: Duration,
+    live_refresh: Duration,
     mut shutdown: watch::Receiver<bool>,
 ) {
     // Resync needs the client: wait for the first connection.
@@ -96,8 +97,13 @@ pub(crate) async fn subscribe(
 
         let mut ping = tokio::time::interval(PING_EVERY);
         ping.tick().await;
+        // A `live` event lost while the connection stayed up (a cluster bus hiccup, a
+        // writer that does not publish) must not hide a SKU for longer than this.
+        let mut refresh = tokio::time::interval(live_refresh);
+        refresh.tick().await;
         loop {
             tokio::select! {
+                _ = refresh.tick() => cache.reload_live(&client).await,
                 msg = stream.next() => {
                     let Some(msg) = msg else {
                         tracing::warn!(node = %node, "pubsub connection lost");

@@ -123,6 +123,7 @@ pub async fn run(
         link.clone(),
         cache,
         ms(cfg.redis_connect_timeout_ms).max(ms(cfg.redis_timeout_ms)),
+        ms(cfg.cache_ttl_ms),
         bg_rx.clone(),
     ));
     background.spawn(admission.sweep(bg_rx.clone()));

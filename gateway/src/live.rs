@@ -3,7 +3,8 @@
 //! out of the sold-out cache.
 //!
 //! Fed like the sold-out cache (`events.rs`): the whole set (`fg:skus`, written by every
-//! preheat) is read after each (re)subscribe, and each preheat publishes `live <sku>`.
+//! preheat) is read after each (re)subscribe and every `--cache-ttl-ms`, and each preheat
+//! publishes `live <sku>`, so a missed event hides a SKU for one cache TTL at most.
 //! Until the first read succeeds the set is unknown and every SKU is looked up in Redis
 //! (with the short "no such SKU" memory of `cache.rs`).
 

@@ -172,3 +172,54 @@ async fn unknown_skus_are_answered_from_memory() {
     }
     gw.stop().await;
 }
+
+/// Review finding: a SKU whose `live` event was lost (here: written without any PUBLISH)
+/// must become visible within the cache TTL, not stay 404 until a resubscribe.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missed_live_event_heals_within_the_cache_ttl() {
+    let redis = RedisServer::start();
+    let stock = stock_client(&redis.url(), false).await;
+    preheat(&stock, 8701, 10, 2, 1).await;
+    let mut cfg = config(&redis.url(), false);
+    cfg.cache_ttl_ms = 500;
+    let gw = Gateway::start(cfg).await;
+    wait_live_set(&gw, &redis).await;
+    // Campaign 8702 written by hand, the way preheat does but with no `live` PUBLISH (a
+    // lost event): the gateway's subscription stays up, so only the timer can heal it.
+    let meta = SkuMeta {
+        sku: 8702,
+        stock: 10,
+        width: 2,
+        limit: 1,
+        start_ms: now_ms() - 60_000,
+        end_ms: now_ms() + 3_600_000,
+    };
+    let mut conn = redis.connection();
+    for (shard, slice) in stock.placement().shards_of(8702, 2).into_iter().zip(meta.slices()) {
+        let k = shard_router::keys::ShardKeys::new(stock.placement(), shard, 8702);
+        redis::pipe()
+            .set(k.stock(), slice)
+            .hset_multiple(k.meta(), &[("limit", 1), ("start", meta.start_ms), ("end", meta.end_ms)])
+            .query::<()>(&mut conn)
+            .unwrap();
+    }
+    redis::pipe()
+        .hset_multiple(
+            shard_router::keys::sku_meta(8702),
+            &[("stock", 10), ("width", 2), ("limit", 1), ("start", meta.start_ms), ("end", meta.end_ms)],
+        )
+        .sadd(shard_router::keys::SKU_SET, 8702)
+        .query::<()>(&mut conn)
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let a = gw.claim(json!({"sku": 8702, "user": "fay"})).await;
+        if a.status == StatusCode::CREATED {
+            break;
+        }
+        assert_eq!(a.status, StatusCode::NOT_FOUND, "{}", a.body);
+        assert!(Instant::now() < deadline, "a missed live event hid the SKU past the TTL");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    gw.stop().await;
+}
