@@ -123,6 +123,7 @@ pub async fn run(
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let grace = ms(cfg.shutdown_grace_ms);
+    let (write_timeout, max_age) = (ms(cfg.write_timeout_ms), ms(cfg.max_connection_age_ms));
     let api = tokio::spawn(server::serve(
         listeners.api,
         app.clone(),
@@ -131,6 +132,8 @@ pub async fn run(
             max_connections: cfg.max_connections,
             header_timeout: ms(cfg.header_timeout_ms),
             max_header_bytes: cfg.max_header_bytes,
+            write_timeout,
+            max_age,
             grace,
         },
         stop_rx.clone(),
@@ -143,6 +146,8 @@ pub async fn run(
             max_connections: 64,
             header_timeout: ms(cfg.header_timeout_ms),
             max_header_bytes: cfg.max_header_bytes,
+            write_timeout,
+            max_age,
             grace,
         },
         stop_rx,
