@@ -36,7 +36,8 @@ ensure_rust() {
 # The machine's shared Redis on 6379 (the demo and the tests start private ones as well;
 # this one is only started when nothing answers there).
 ensure_redis() {
-  ensure_packages redis-server:redis-server redis-cli:redis-tools
+  # openssl: the TLS tests make a throw-away CA and server certificate with it.
+  ensure_packages redis-server:redis-server redis-cli:redis-tools openssl:openssl
   if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
     say "starting redis-server on 127.0.0.1:6379"
     redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no \

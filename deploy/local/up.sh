@@ -67,7 +67,9 @@ if [ "$FG_CLUSTER" = 1 ]; then
   nodes=()
   for i in 0 1 2; do
     port=$((REDIS_BASE + i))
-    start_redis "$port" --cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout 2000
+    # Partial coverage: while one master fails over, the others keep serving their shards.
+    start_redis "$port" --cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout 2000 \
+      --cluster-require-full-coverage no
     nodes+=("127.0.0.1:$port")
   done
   redis-cli --cluster create "${nodes[@]}" --cluster-yes >"$STACK/logs/cluster-create.log" 2>&1 ||

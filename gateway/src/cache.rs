@@ -102,6 +102,11 @@ struct Slot {
 #[derive(Clone)]
 pub(crate) struct SoldOutCache {
     entries: Cache<u64, Arc<Slot>>,
+    /// The last state loaded per SKU, kept past `entries`' TTL: when a reload fails (the
+    /// metadata key's master is down or failing over) the SKU is served from it instead of
+    /// answering 503 for every shard. Metadata does not change during a sale and every
+    /// script checks window, limit and stock itself, so serving it stale is safe.
+    last_loaded: Cache<u64, Arc<SkuState>>,
     unknown_ttl: Duration,
     live: Arc<LiveSkus>,
 }
@@ -113,6 +118,7 @@ impl SoldOutCache {
                 .max_capacity(capacity)
                 .time_to_live(ttl)
                 .build(),
+            last_loaded: Cache::new(capacity),
             unknown_ttl,
             live: Arc::default(),
         }
@@ -146,12 +152,27 @@ impl SoldOutCache {
         }
         let slot = self.entries.get_with(sku, new_slot);
         event("miss");
-        let state = slot
-            .state
-            .get_or_try_init(|| load(client, sku))
-            .await
-            .inspect_err(|_| event("load_error"))?;
-        Ok(state.clone())
+        match slot.state.get_or_try_init(|| load(client, sku)).await {
+            Ok(state) => {
+                if let Some(s) = state {
+                    self.last_loaded.insert(sku, s.clone());
+                }
+                Ok(state.clone())
+            }
+            Err(e) => {
+                event("load_error");
+                match self.last_loaded.get(&sku) {
+                    Some(stale) => {
+                        // Served from the slot until it expires, so a dead master costs one
+                        // failed load per TTL, not one per request.
+                        event("stale");
+                        let _ = slot.state.set(Some(stale.clone()));
+                        Ok(Some(stale))
+                    }
+                    None => Err(e),
+                }
+            }
+        }
     }
 
     /// The state if it is loaded; never touches Redis (for Pub/Sub events).
@@ -163,6 +184,7 @@ impl SoldOutCache {
     pub(crate) fn invalidate(&self, sku: u64) {
         event("invalidate");
         self.entries.invalidate(&sku);
+        self.last_loaded.invalidate(&sku);
     }
 
     /// Applies an `empty` / `restock` event.
@@ -201,8 +223,7 @@ impl SoldOutCache {
     }
 
     /// Re-reads every loaded SKU's slices and rebuilds its empty set: events may have been
-    /// missed while the subscriber was away. A SKU that fails to resync is dropped, so its
-    /// next request reloads it.
+    /// missed while the subscriber was away. Shards that do not answer keep what was known.
     pub(crate) async fn resync(&self, client: &StockClient) {
         self.reload_live(client).await;
         let loaded: Vec<(u64, Arc<SkuState>)> = self
@@ -210,18 +231,16 @@ impl SoldOutCache {
             .iter()
             .filter_map(|(sku, slot)| Some((*sku, slot.state.get()?.clone()?)))
             .collect();
-        for (sku, state) in loaded {
-            match client.slices(sku, state.meta.width).await {
-                Ok(slices) => {
-                    state.rebuild(&slices);
-                    event("resync");
-                }
-                Err(e) => {
-                    tracing::warn!(sku, error = %e, "resync failed; dropping the cache entry");
-                    event("resync_error");
-                    self.entries.invalidate(&sku);
-                }
-            }
+        for (_, state) in loaded {
+            let slices = client
+                .slices_answered(state.meta.sku, state.meta.width)
+                .await;
+            event(if slices.len() == state.shards.len() {
+                "resync"
+            } else {
+                "resync_error"
+            });
+            state.rebuild(&slices);
         }
     }
 }
@@ -238,7 +257,8 @@ async fn load(client: &StockClient, sku: u64) -> Result<Option<Arc<SkuState>>, S
         return Ok(None);
     };
     let shards = client.placement().shards_of(sku, meta.width);
-    let slices = client.slices(sku, meta.width).await?;
+    // A shard whose master is down is simply not marked empty: its claims find out.
+    let slices = client.slices_answered(sku, meta.width).await;
     let state = SkuState::new(meta, shards);
     state.rebuild(&slices);
     Ok(Some(Arc::new(state)))

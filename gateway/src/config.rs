@@ -105,6 +105,20 @@ pub struct Config {
     /// A client must send its full body within this (ms), else 408.
     #[arg(long, env = "FLASHGATE_BODY_TIMEOUT_MS", default_value_t = 5_000)]
     pub body_timeout_ms: u64,
+    /// A write to a client that makes no progress for this long (ms) closes the
+    /// connection: a client that pipelines requests and never reads the answers would
+    /// otherwise keep its connection slot forever.
+    #[arg(long, env = "FLASHGATE_WRITE_TIMEOUT_MS", default_value_t = 5_000)]
+    pub write_timeout_ms: u64,
+    /// A connection older than this (ms) finishes its current request and is closed
+    /// (`Connection: close`); clients reconnect. Bounds what any one client can hold,
+    /// and spreads long-lived keep-alive clients over gateways added later.
+    #[arg(
+        long,
+        env = "FLASHGATE_MAX_CONNECTION_AGE_MS",
+        default_value_t = 60_000
+    )]
+    pub max_connection_age_ms: u64,
     /// Redis connect timeout (ms).
     #[arg(
         long,
@@ -216,11 +230,13 @@ impl Config {
             return Err(bad("--admin-listen", "must differ from --listen"));
         }
         self.access.validate(self.listen)?;
-        let positive: [(&'static str, u64); 8] = [
+        let positive: [(&'static str, u64); 10] = [
             ("--max-connections", self.max_connections as u64),
             ("--max-in-flight", self.max_in_flight as u64),
             ("--header-timeout-ms", self.header_timeout_ms),
             ("--body-timeout-ms", self.body_timeout_ms),
+            ("--write-timeout-ms", self.write_timeout_ms),
+            ("--max-connection-age-ms", self.max_connection_age_ms),
             ("--redis-connect-timeout-ms", self.redis_connect_timeout_ms),
             ("--redis-timeout-ms", self.redis_timeout_ms),
             ("--cache-ttl-ms", self.cache_ttl_ms),
@@ -383,6 +399,8 @@ mod tests {
         let cases: &[(&[&str], &str)] = &[
             (&["--shards", "0"], "--shards"),
             (&["--max-in-flight", "0"], "--max-in-flight"),
+            (&["--write-timeout-ms", "0"], "--write-timeout-ms"),
+            (&["--max-connection-age-ms", "0"], "--max-connection-age-ms"),
             (&["--max-body-bytes", "10"], "--max-body-bytes"),
             (&["--max-header-bytes", "4096"], "--max-header-bytes"),
             (&["--max-header-bytes", "2000000"], "--max-header-bytes"),

@@ -131,6 +131,7 @@ pub async fn run(
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let grace = ms(cfg.shutdown_grace_ms);
+    let (write_timeout, max_age) = (ms(cfg.write_timeout_ms), ms(cfg.max_connection_age_ms));
     let api = tokio::spawn(server::serve(
         listeners.api,
         app.clone(),
@@ -139,6 +140,8 @@ pub async fn run(
             max_connections: cfg.max_connections,
             header_timeout: ms(cfg.header_timeout_ms),
             max_header_bytes: cfg.max_header_bytes,
+            write_timeout,
+            max_age,
             grace,
         },
         stop_rx.clone(),
@@ -151,6 +154,8 @@ pub async fn run(
             max_connections: 64,
             header_timeout: ms(cfg.header_timeout_ms),
             max_header_bytes: cfg.max_header_bytes,
+            write_timeout,
+            max_age,
             grace,
         },
         stop_rx,

@@ -1,22 +1,34 @@
 //! The gateway's link to Redis and its readiness. The process starts serving before Redis
 //! answers (so `/healthz` works and `/readyz` says why it is not ready); a probe task
-//! connects, loads the scripts, and keeps pinging, so readiness follows Redis both ways.
+//! connects, loads the scripts, and keeps pinging every stock shard's master.
+//!
+//! Readiness is this process's own health, not the health of any one master: it is ready
+//! while it is not draining, has its connection and scripts, and reaches at least one
+//! shard. On Redis Cluster a master that dies or fails over takes only its own shards
+//! out (their claims answer 503 until the replica serves them), while every gateway stays
+//! in the balancer and claims on the other masters' shards go on. Were readiness to need
+//! every master, one failover would empty the balancer and fail the whole sale. A gateway
+//! that reaches no shard at all (a single Redis down, or this gateway cut off) is not
+//! ready: it could answer nothing but 503.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
 
 use shard_router::{StockClient, StockConfig};
 use tokio::sync::{watch, Notify};
 
-use crate::metrics::READY;
+use crate::metrics::{READY, SHARDS_UNREACHABLE};
 
 /// Shared view of Redis and of the process's readiness.
 #[derive(Default)]
 pub(crate) struct Link {
     client: OnceLock<StockClient>,
     connected: Notify,
+    /// At least one shard's master answered the last probe.
     reachable: AtomicBool,
+    /// Shards whose master did not answer the last probe (shown by `/readyz`).
+    unreachable_shards: AtomicUsize,
     scripts_loaded: AtomicBool,
     draining: AtomicBool,
 }
@@ -33,7 +45,7 @@ impl NotReady {
     pub(crate) fn reason(self) -> &'static str {
         match self {
             NotReady::Draining => "draining",
-            NotReady::RedisUnreachable => "redis unreachable",
+            NotReady::RedisUnreachable => "no redis shard reachable",
             NotReady::ScriptsNotLoaded => "scripts not loaded",
         }
     }
@@ -75,6 +87,11 @@ impl Link {
         }
     }
 
+    /// Shards whose master did not answer the last probe.
+    pub(crate) fn unreachable_shards(&self) -> usize {
+        self.unreachable_shards.load(Ordering::Relaxed)
+    }
+
     pub(crate) fn start_draining(&self) {
         self.draining.store(true, Ordering::Relaxed);
         self.publish_ready();
@@ -84,9 +101,10 @@ impl Link {
         metrics::gauge!(READY).set(if self.readiness().is_ok() { 1.0 } else { 0.0 });
     }
 
-    /// Connects, loads the scripts, then pings every `interval` until shutdown. A failed
-    /// ping also clears "scripts loaded": a restarted Redis has an empty script cache (the
-    /// claim path would reload on NOSCRIPT anyway, but readiness should not claim it).
+    /// Connects, loads the scripts, then probes every shard every `interval` until
+    /// shutdown. When no shard answers, "scripts loaded" is cleared too: a restarted Redis
+    /// has an empty script cache (the claim path reloads on NOSCRIPT anyway, but readiness
+    /// should not claim it).
     pub(crate) async fn probe(
         &self,
         cfg: StockConfig,
@@ -115,22 +133,38 @@ impl Link {
                     }
                 },
             };
-            match client.ping().await {
-                Ok(()) => {
-                    self.reachable.store(true, Ordering::Relaxed);
-                    if !self.scripts_loaded.load(Ordering::Relaxed) {
-                        match client.load_scripts().await {
-                            Ok(()) => self.scripts_loaded.store(true, Ordering::Relaxed),
-                            Err(e) => tracing::warn!(error = %e, "loading scripts failed"),
+            let health = client.shard_health().await;
+            let down = health.unreachable.len();
+            if down != self.unreachable_shards.swap(down, Ordering::Relaxed) {
+                tracing::warn!(
+                    unreachable = ?health.unreachable,
+                    total = health.total,
+                    "reachable redis shards changed"
+                );
+            }
+            metrics::gauge!(SHARDS_UNREACHABLE).set(down as f64);
+            if health.any_reachable() {
+                self.reachable.store(true, Ordering::Relaxed);
+                if !self.scripts_loaded.load(Ordering::Relaxed) {
+                    match client.load_scripts().await {
+                        Ok(()) => self.scripts_loaded.store(true, Ordering::Relaxed),
+                        // SCRIPT LOAD goes to every master and fails when one is down, but
+                        // the masters that answered have the scripts, and a master that
+                        // missed them gets them on its first NOSCRIPT. Waiting for all of
+                        // them would make a gateway started during a failover depend on
+                        // the failed master.
+                        Err(e) if down > 0 => {
+                            tracing::warn!(error = %e, "scripts loaded on the reachable masters only");
+                            self.scripts_loaded.store(true, Ordering::Relaxed);
                         }
+                        Err(e) => tracing::warn!(error = %e, "loading scripts failed"),
                     }
                 }
-                Err(e) => {
-                    if self.reachable.swap(false, Ordering::Relaxed) {
-                        tracing::warn!(error = %e, "redis unreachable");
-                    }
-                    self.scripts_loaded.store(false, Ordering::Relaxed);
+            } else {
+                if self.reachable.swap(false, Ordering::Relaxed) {
+                    tracing::warn!("no redis shard reachable");
                 }
+                self.scripts_loaded.store(false, Ordering::Relaxed);
             }
             self.publish_ready();
         }

@@ -22,8 +22,9 @@ pub const REDIS_SECONDS: &str = "flashgate_redis_duration_seconds";
 pub const IN_FLIGHT: &str = "flashgate_in_flight_requests";
 /// Gauge: open client connections.
 pub const CONNECTIONS: &str = "flashgate_open_connections";
-/// Counter `{event}`: sold-out cache traffic (hit, miss, load_error, unknown, empty,
-/// restock, resync, resync_error, invalidate).
+/// Counter `{event}`: sold-out cache traffic (hit, miss, load_error, stale (a failed load
+/// served from the last loaded state), unknown, empty, restock, resync, resync_error (some
+/// shard did not answer), invalidate).
 pub const CACHE_EVENTS: &str = "flashgate_cache_events_total";
 /// Counter: Pub/Sub (re)connections after the first.
 pub const PUBSUB_RECONNECTS: &str = "flashgate_pubsub_reconnects_total";
@@ -31,6 +32,9 @@ pub const PUBSUB_RECONNECTS: &str = "flashgate_pubsub_reconnects_total";
 pub const REPLICATION_UNCONFIRMED: &str = "flashgate_replication_unconfirmed_total";
 /// Gauge: 1 while `/readyz` answers 200.
 pub const READY: &str = "flashgate_ready";
+/// Gauge: stock shards whose Redis master did not answer the last readiness probe. Not
+/// part of readiness unless it is every shard (`link.rs`); this is how a dead master shows.
+pub const SHARDS_UNREACHABLE: &str = "flashgate_redis_shards_unreachable";
 /// Counter: access log lines dropped by the `--access-log-rate` bound.
 pub const ACCESS_LOG_DROPPED: &str = "flashgate_access_log_dropped_total";
 
@@ -48,6 +52,7 @@ pub const DESCRIPTIONS: &[(&str, &str)] = &[
     (REPLICATION_UNCONFIRMED, "Claims in --durability replica whose WAIT saw no replica acknowledge; answered 503 with unconfirmed=true."),
     (READY, "1 while /readyz answers 200 (Redis reachable, scripts loaded, not draining), else 0."),
     (ACCESS_LOG_DROPPED, "Access log lines dropped because more than --access-log-rate lines per second were due."),
+    (SHARDS_UNREACHABLE, "Stock shards whose Redis master did not answer the last readiness probe; readiness fails only when every shard is unreachable."),
 ];
 
 /// Claim outcomes (values of the `outcome` label).
@@ -193,6 +198,7 @@ pub(crate) fn register_defaults() {
     metrics::gauge!(IN_FLIGHT).increment(0.0);
     metrics::gauge!(CONNECTIONS).increment(0.0);
     metrics::gauge!(READY).set(0.0);
+    metrics::gauge!(SHARDS_UNREACHABLE).set(0.0);
 }
 
 /// Runs the recorder's upkeep (histogram buffers) until shutdown; without the exporter's

@@ -4,6 +4,12 @@
 //! a request head (so a slow connection pins little memory), and on stop the
 //! listener closes, every connection is asked to finish its current request, and whatever
 //! is still running after the grace period is aborted.
+//!
+//! Two more bounds keep a slot from being held forever by a client that sends but does
+//! not read (pipelined requests whose answers pile up): a write that makes no progress for
+//! `write_timeout` closes the connection, and a connection older than `max_age` is asked
+//! to finish its current request and close (`Connection: close`), which also catches a
+//! client reading just fast enough to dodge the write timeout.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -16,10 +22,10 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
+use tokio_io_timeout::TimeoutStream;
 
 use crate::api::reply::Body;
 use crate::app::App;
@@ -31,6 +37,10 @@ pub(crate) struct ServeOpts {
     pub(crate) header_timeout: Duration,
     /// Read buffer cap, which is the cap on a request head (431 past it).
     pub(crate) max_header_bytes: usize,
+    /// A write to the client that makes no progress this long closes the connection.
+    pub(crate) write_timeout: Duration,
+    /// A connection this old finishes its current request and closes.
+    pub(crate) max_age: Duration,
     pub(crate) grace: Duration,
 }
 
@@ -46,7 +56,6 @@ pub(crate) async fn serve<H, F>(
     F: Future<Output = Response<Body>> + Send + 'static,
 {
     let slots = Arc::new(Semaphore::new(opts.max_connections));
-    let graceful = GracefulShutdown::new();
     let mut conns = JoinSet::new();
     let mut http = http1::Builder::new();
     http.timer(TokioTimer::new())
@@ -78,15 +87,33 @@ pub(crate) async fn serve<H, F>(
             }
         };
         let _ = stream.set_nodelay(true);
+        let mut stream = TimeoutStream::new(stream);
+        stream.set_write_timeout(Some(opts.write_timeout));
         let app = app.clone();
         let service = service_fn(move |req| {
             let app = app.clone();
             async move { Ok::<_, Infallible>(handler(app, peer, req).await) }
         });
-        let conn = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
+        let conn = http.serve_connection(TokioIo::new(Box::pin(stream)), service);
+        let (mut stop, max_age) = (stop.clone(), opts.max_age);
         conns.spawn(async move {
             metrics::gauge!(CONNECTIONS).increment(1.0);
-            if let Err(e) = conn.await {
+            let mut conn = std::pin::pin!(conn);
+            let ended = tokio::select! {
+                r = conn.as_mut() => Some(r),
+                _ = tokio::time::sleep(max_age) => None,
+                _ = crate::stopped(&mut stop) => None,
+            };
+            // Too old, or the server stops: finish the request in progress (an idle
+            // connection closes at once), then close.
+            let ended = match ended {
+                Some(r) => r,
+                None => {
+                    conn.as_mut().graceful_shutdown();
+                    conn.await
+                }
+            };
+            if let Err(e) = ended {
                 tracing::debug!(error = %e, "connection ended with an error");
             }
             metrics::gauge!(CONNECTIONS).decrement(1.0);
@@ -94,13 +121,12 @@ pub(crate) async fn serve<H, F>(
         });
     }
 
-    // New connections are refused from here on.
+    // New connections are refused from here on; every connection saw `stop` and is
+    // finishing its current request.
     drop(listener);
     let open = conns.len();
-    if tokio::time::timeout(opts.grace, graceful.shutdown())
-        .await
-        .is_err()
-    {
+    let drained = async { while conns.join_next().await.is_some() {} };
+    if tokio::time::timeout(opts.grace, drained).await.is_err() {
         tracing::warn!(open, grace = ?opts.grace, "grace period over; aborting connections");
         conns.abort_all();
     }

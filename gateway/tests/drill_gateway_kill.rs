@@ -5,7 +5,6 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -13,38 +12,18 @@ use common::*;
 use drills::load::Answers;
 use hyper::{Method, StatusCode};
 use shard_router::Claim;
-use test_support::{free_port, RedisServer};
+use test_support::RedisServer;
 
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn spawn_gateway(redis: &str) -> (Proc, SocketAddr) {
-    let (api, admin) = (free_port(), free_port());
-    let child = Command::new(env!("CARGO_BIN_EXE_gateway"))
-        .args(["--listen", &format!("127.0.0.1:{api}")])
-        .args(["--admin-listen", &format!("127.0.0.1:{admin}")])
-        .args(["--redis", redis, "--user-rate", "0", "--client-rate", "0"])
-        .arg("--insecure-body-user")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("gateway binary");
-    (Proc(child), SocketAddr::from(([127, 0, 0, 1], api)))
-}
-
-async fn wait_ready(addr: SocketAddr) -> Duration {
-    let t = Instant::now();
-    while !matches!(get(addr, "/readyz").await, Ok((StatusCode::OK, _, _))) {
-        assert!(t.elapsed() < Duration::from_secs(20), "gateway never ready");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    t.elapsed()
+fn spawn_gateway(redis: &str) -> (GatewayProcess, SocketAddr) {
+    GatewayProcess::spawn(&[
+        "--redis",
+        redis,
+        "--user-rate",
+        "0",
+        "--client-rate",
+        "0",
+        "--insecure-body-user",
+    ])
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -53,7 +32,7 @@ async fn gateway_sigkill_takes_nothing_without_a_record() {
     let stock = stock_client(&redis.url(), false).await;
     let meta = preheat(&stock, 9001, 1_000_000, 8, 1).await;
     let (mut gw, addr) = spawn_gateway(&redis.url());
-    wait_ready(addr).await;
+    wait_ready_at(addr).await;
 
     let answers = Arc::new(Mutex::new(Answers::default()));
     let deadline = Instant::now() + drills::scaled(Duration::from_secs(3));
@@ -100,8 +79,7 @@ async fn gateway_sigkill_takes_nothing_without_a_record() {
         }));
     }
     tokio::time::sleep(drills::scaled(Duration::from_millis(1000))).await;
-    let _ = gw.0.kill();
-    let _ = gw.0.wait();
+    gw.kill();
     for t in tasks {
         t.await.unwrap();
     }
@@ -110,7 +88,7 @@ async fn gateway_sigkill_takes_nothing_without_a_record() {
     // Time to recover: a replacement process until its first acknowledged claim.
     let respawned = Instant::now();
     let (gw2, addr2) = spawn_gateway(&redis.url());
-    let ready_after = wait_ready(addr2).await;
+    let ready_after = wait_ready_at(addr2).await;
     let again = post_json(addr2, "/v1/claims", r#"{"sku":9001,"user":"after-kill"}"#).await;
     assert_eq!(again.status, StatusCode::CREATED, "{}", again.body);
     let recover = respawned.elapsed();

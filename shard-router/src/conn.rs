@@ -6,7 +6,8 @@ use std::time::Duration;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, Pipeline, RedisFuture, Value};
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
 use crate::error::StockError;
 
@@ -69,8 +70,16 @@ pub enum RedisConn {
     Cluster(ClusterConnection),
 }
 
+/// `rediss://` needs a process-wide rustls crypto provider. The workspace builds rustls with
+/// ring only (workspace `Cargo.toml`); installing it here, before any connection, means no
+/// binary needs a setup step of its own. A provider installed earlier is kept.
+pub fn install_tls_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 impl RedisConn {
     pub async fn connect(target: &RedisTarget, t: Timeouts) -> Result<Self, StockError> {
+        install_tls_provider();
         let err = |source| StockError::Redis {
             op: "connect",
             source,
@@ -119,6 +128,23 @@ impl RedisConn {
 
     pub fn is_cluster(&self) -> bool {
         matches!(self, Self::Cluster(_))
+    }
+
+    /// Sends `cmd` to the master serving `slot` only: on a cluster this bypasses the
+    /// key-based routing (and the fan-out to every master that commands like PING get), so
+    /// one master's trouble says nothing about the others. A single Redis serves every slot.
+    pub async fn on_slot_master(&mut self, cmd: Cmd, slot: u16) -> RedisResult<Value> {
+        match self {
+            Self::Single(c) => c.req_packed_command(&cmd).await,
+            Self::Cluster(c) => {
+                let route = Route::new(slot, SlotAddr::Master);
+                c.route_command(
+                    cmd,
+                    RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
+                )
+                .await
+            }
+        }
     }
 }
 

@@ -11,11 +11,13 @@
 //! - `replay`: the stored answer of a request id, read without a script.
 //! - [`conn`]: one connection type for single Redis and Redis Cluster.
 //! - `batch`: group commit of claim scripts per shard (one pipeline per batch).
+//! - [`health`]: which shards' masters answer right now (readiness, failover view).
 
 mod batch;
 mod client;
 pub mod conn;
 mod error;
+pub mod health;
 pub mod keys;
 pub mod outcome;
 pub mod placement;
@@ -28,6 +30,7 @@ mod scripts;
 pub use client::{StockClient, StockConfig};
 pub use conn::{RedisConn, RedisTarget, Timeouts};
 pub use error::StockError;
+pub use health::ShardHealth;
 pub use outcome::*;
 pub use placement::{Placement, ShardId};
 pub use record::ClaimRecord;

@@ -26,6 +26,10 @@ impl RedisCluster {
                     "nodes.conf",
                     "--cluster-node-timeout",
                     "2000",
+                    // As deployed (deploy/local/up.sh, deploy/compose): while one master's
+                    // slots wait for their replica, the other masters keep serving theirs.
+                    "--cluster-require-full-coverage",
+                    "no",
                 ])
             })
             .collect();

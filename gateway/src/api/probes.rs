@@ -11,11 +11,15 @@ pub(crate) fn healthz() -> Reply {
     status_only(StatusCode::OK, "ok")
 }
 
-/// Redis reachable, scripts loaded, not draining.
+/// Not draining, connected with the scripts loaded, and at least one stock shard reachable
+/// (see `link.rs` for why one dead master does not make a gateway unready). The body counts
+/// the shards that did not answer the last probe.
 pub(crate) fn readyz(app: &App) -> Reply {
+    let down = app.link.unreachable_shards();
     match app.link.readiness() {
-        Ok(()) => status_only(StatusCode::OK, "ready"),
-        Err(why) => Reply::error(StatusCode::SERVICE_UNAVAILABLE, "not_ready", why.reason()),
+        Ok(()) => status_only(StatusCode::OK, "ready").with("unreachable_shards", down),
+        Err(why) => Reply::error(StatusCode::SERVICE_UNAVAILABLE, "not_ready", why.reason())
+            .with("unreachable_shards", down),
     }
 }
 

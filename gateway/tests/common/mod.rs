@@ -3,6 +3,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -101,6 +102,58 @@ impl Drop for Gateway {
         }
     }
 }
+
+/// A real gateway process (the built binary) on free loopback ports; killed on drop.
+pub struct GatewayProcess(Child);
+
+impl GatewayProcess {
+    /// Starts `gateway --listen … --admin-listen … <args>`; returns it and its API address.
+    pub fn spawn(args: &[&str]) -> (Self, SocketAddr) {
+        Self::spawn_with_env(args, &[])
+    }
+
+    /// [`Self::spawn`] with extra environment. The trust-store variables of the test's own
+    /// environment are not passed on, so TLS tests decide what the gateway trusts.
+    pub fn spawn_with_env(args: &[&str], env: &[(&str, &str)]) -> (Self, SocketAddr) {
+        let (api, admin) = (test_support::free_port(), test_support::free_port());
+        let child = Command::new(env!("CARGO_BIN_EXE_gateway"))
+            .args(["--listen", &format!("127.0.0.1:{api}")])
+            .args(["--admin-listen", &format!("127.0.0.1:{admin}")])
+            .args(args)
+            .env_remove("SSL_CERT_FILE")
+            .env_remove("SSL_CERT_DIR")
+            .envs(env.iter().copied())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("gateway binary");
+        (Self(child), SocketAddr::from(([127, 0, 0, 1], api)))
+    }
+
+    /// SIGKILL, and wait for the process to be gone.
+    pub fn kill(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for GatewayProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Waits until `/readyz` at `addr` answers 200 (20 s at most); returns how long it took.
+pub async fn wait_ready_at(addr: SocketAddr) -> Duration {
+    let t = Instant::now();
+    while !matches!(get(addr, "/readyz").await, Ok((StatusCode::OK, _, _))) {
+        assert!(t.elapsed() < Duration::from_secs(20), "gateway never ready");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    t.elapsed()
+}
+
+/// Test defaults: fast probes, no per-user rate limit unless a test sets one.
 
 /// Test defaults: fast probes, no per-user or per-client rate limit unless a test sets
 /// one, and the user from the body (`--insecure-body-user`): these tests are about the
