@@ -1,0 +1,63 @@
+-- wrk script for flashgate: POST /v1/claims, one distinct user and request id per
+-- request, so the gateway does a real claim (or answers sold out) for each, as it does
+-- for bench's own load generator. Used by `bench run --external` and by
+-- bench/external/compare.sh; by hand:
+--
+--   wrk -t2 -c100 -d8s -s bench/external/claims.lua http://127.0.0.1:8080/v1/claims -- <tag> <sku[,sku...]>
+--
+-- At the end it prints one line `FGJSON {...}` (requests, duration, latency percentiles in
+-- µs, answers by HTTP status, socket errors, wrk's own CPU seconds) for bench to read.
+
+local threads = {}
+local next_id = 0
+
+function setup(thread)
+   thread:set("tid", next_id)
+   next_id = next_id + 1
+   table.insert(threads, thread)
+end
+
+function init(args)
+   tag = args[1] or ("w" .. os.time() .. "-")
+   skus = {}
+   for s in string.gmatch(args[2] or "1", "[^,]+") do
+      table.insert(skus, s)
+   end
+   n = 0
+   statuses = {}
+   wrk.method = "POST"
+   wrk.headers["Content-Type"] = "application/json"
+end
+
+function request()
+   n = n + 1
+   local sku = skus[(n % #skus) + 1]
+   local id = tid .. "-" .. n
+   local body = '{"sku":' .. sku .. ',"user":"' .. tag .. 'u' .. id ..
+      '","qty":1,"request_id":"' .. tag .. 'r' .. id .. '"}'
+   return wrk.format(nil, nil, nil, body)
+end
+
+function response(status, headers, body)
+   statuses[status] = (statuses[status] or 0) + 1
+end
+
+function done(summary, latency, requests)
+   local by = {}
+   for _, t in ipairs(threads) do
+      for s, c in pairs(t:get("statuses") or {}) do
+         by[s] = (by[s] or 0) + c
+      end
+   end
+   local parts = {}
+   for s, c in pairs(by) do
+      table.insert(parts, '"' .. s .. '":' .. c)
+   end
+   local e = summary.errors
+   io.write(string.format(
+      'FGJSON {"requests":%d,"duration_us":%d,"p50_us":%d,"p99_us":%d,"max_us":%d,' ..
+      '"socket_errors":%d,"statuses":{%s},"cpu_s":%.3f}\n',
+      summary.requests, summary.duration, latency:percentile(50), latency:percentile(99),
+      latency.max, e.connect + e.read + e.write + e.timeout, table.concat(parts, ","),
+      os.clock()))
+end
