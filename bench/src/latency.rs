@@ -33,7 +33,12 @@ pub fn micros(d: Duration) -> u64 {
 
 /// Records one sample; values out of range are clamped, never dropped.
 pub fn record(h: &mut Histogram<u64>, d: Duration) {
-    h.saturating_record(micros(d));
+    // `record` grows an auto-resizing histogram; `saturating_record` would clamp to its
+    // current (initially tiny) range instead.
+    let v = micros(d);
+    if h.record(v).is_err() {
+        h.saturating_record(v);
+    }
 }
 
 /// Records one sample plus the samples a stall hid: with an expected interval of
