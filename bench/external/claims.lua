@@ -3,8 +3,11 @@
 -- for bench's own load generator. Used by `bench run --external` and by
 -- bench/external/compare.sh; by hand:
 --
---   wrk -t2 -c100 -d8s -s bench/external/claims.lua http://127.0.0.1:8080/v1/claims -- <tag> <sku[,sku...]>
+--   wrk -t2 -c100 -d8s -s bench/external/claims.lua http://127.0.0.1:8080/v1/claims -- <tag> <sku[,sku...]> [tokens-file threads]
 --
+-- The gateways verify a bearer token per claim: `tokens-file` holds one `user token` line
+-- per user (minted beforehand, as bench does with `--token-secret-file`), and request n of
+-- thread t uses line n·threads + t (wrapping around: past the end, users repeat).
 -- At the end it prints one line `FGJSON {...}` (requests, duration, latency percentiles in
 -- µs, answers by HTTP status, socket errors, wrk's own CPU seconds) for bench to read.
 
@@ -25,6 +28,20 @@ function init(args)
    end
    n = 0
    statuses = {}
+   users, tokens = {}, {}
+   if args[3] then
+      local f = assert(io.open(args[3]))
+      for line in f:lines() do
+         local u, t = line:match("^(%S+) (.+)$")
+         if u then
+            table.insert(users, u)
+            table.insert(tokens, t)
+         end
+      end
+      f:close()
+   end
+   nthreads = tonumber(args[4] or "1")
+   headers = { ["Content-Type"] = "application/json" }
    wrk.method = "POST"
    wrk.headers["Content-Type"] = "application/json"
 end
@@ -33,9 +50,15 @@ function request()
    n = n + 1
    local sku = skus[(n % #skus) + 1]
    local id = tid .. "-" .. n
-   local body = '{"sku":' .. sku .. ',"user":"' .. tag .. 'u' .. id ..
+   local user = tag .. "u" .. id
+   if #users > 0 then
+      local i = (((n - 1) * nthreads + tid) % #users) + 1
+      user = users[i]
+      headers["Authorization"] = tokens[i]
+   end
+   local body = '{"sku":' .. sku .. ',"user":"' .. user ..
       '","qty":1,"request_id":"' .. tag .. 'r' .. id .. '"}'
-   return wrk.format(nil, nil, nil, body)
+   return wrk.format(nil, nil, headers, body)
 end
 
 function response(status, headers, body)

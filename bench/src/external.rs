@@ -22,10 +22,7 @@ const OVERRUN: Duration = Duration::from_secs(30);
 #[derive(Debug, thiserror::Error)]
 pub enum ExternalError {
     #[error("cannot run {bin}: {source} (install it: apt-get install wrk)")]
-    Spawn {
-        bin: String,
-        source: std::io::Error,
-    },
+    Spawn { bin: String, source: std::io::Error },
     #[error("cannot write the wrk script {path}: {source}")]
     Script {
         path: PathBuf,
@@ -52,6 +49,8 @@ pub struct WrkSpec {
     /// Prefix of users and request ids.
     pub tag: String,
     pub skus: Vec<u64>,
+    /// Bearer tokens to send (`user token` lines), when the gateways verify them.
+    pub tokens_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -67,7 +66,10 @@ struct Summary {
 }
 
 /// Runs wrk and accounts CPU for it and for `watched` (the stack's processes).
-pub async fn run_wrk(spec: &WrkSpec, watched: Vec<Watched>) -> Result<ExternalReport, ExternalError> {
+pub async fn run_wrk(
+    spec: &WrkSpec,
+    watched: Vec<Watched>,
+) -> Result<ExternalReport, ExternalError> {
     let path = std::env::temp_dir().join(format!("flashgate-wrk-{}.lua", std::process::id()));
     std::fs::write(&path, CLAIMS_LUA).map_err(|source| ExternalError::Script {
         path: path.clone(),
@@ -96,6 +98,11 @@ pub async fn run_wrk(spec: &WrkSpec, watched: Vec<Watched>) -> Result<ExternalRe
             spec.tag.clone(),
             skus.join(","),
         ])
+        .args(
+            spec.tokens_file
+                .iter()
+                .flat_map(|p| [p.display().to_string(), threads.to_string()]),
+        )
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -118,7 +125,12 @@ pub async fn run_wrk(spec: &WrkSpec, watched: Vec<Watched>) -> Result<ExternalRe
     let mut wrk_cpu = None;
     for _ in 0..100 {
         match pid.and_then(|p| std::fs::read_to_string(format!("/proc/{p}/stat")).ok()) {
-            Some(stat) if stat.rsplit(')').next().is_some_and(|r| r.trim_start().starts_with('Z')) => {
+            Some(stat)
+                if stat
+                    .rsplit(')')
+                    .next()
+                    .is_some_and(|r| r.trim_start().starts_with('Z')) =>
+            {
                 wrk_cpu = pid.and_then(|p| cpu_seconds(Some(p)));
                 break;
             }

@@ -7,8 +7,8 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
 use futures::FutureExt;
+use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1::{self, Connection, SendRequest};
 use hyper::header::HeaderValue;
 use hyper::{Method, Request, Uri};
@@ -85,7 +85,10 @@ impl Conn {
     pub fn new(target: Target, timeout: Duration) -> Self {
         // The target was parsed from a URL, so its path and host are valid; fall back to
         // "/" and an empty Host rather than panic.
-        let uri = target.path.parse().unwrap_or_else(|_| Uri::from_static("/"));
+        let uri = target
+            .path
+            .parse()
+            .unwrap_or_else(|_| Uri::from_static("/"));
         let host = HeaderValue::from_str(&target.host).unwrap_or(HeaderValue::from_static(""));
         Self {
             target,

@@ -94,7 +94,11 @@ async fn main() -> anyhow::Result<()> {
                         bad.join("\n")
                     );
                 }
-                eprintln!("first-second latency within {}× of {}", bench::regress::FACTOR, path.display());
+                eprintln!(
+                    "first-second latency within {}× of {}",
+                    bench::regress::FACTOR,
+                    path.display()
+                );
             }
         }
         Cmd::Sweep(o) => {

@@ -99,7 +99,11 @@ pub fn run_summary(r: &Report) -> String {
         }
     }
     if let Some(x) = &r.external {
-        let statuses: Vec<String> = x.statuses.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+        let statuses: Vec<String> = x
+            .statuses
+            .iter()
+            .map(|(k, v)| format!("{k}: {v}"))
+            .collect();
         let _ = writeln!(
             s,
             "\n**External client, same stack ({}, {} connections, fresh SKU copies):** {} answers in {:.2} s = {:.0} req/s, p50 {}, p99 {}, max {}; statuses {}; socket errors {}\n",
@@ -114,11 +118,21 @@ pub fn run_summary(r: &Report) -> String {
             statuses.join(", "),
             x.socket_errors
         );
-        let _ = writeln!(s, "| process | CPU s | CPU µs per answer |\n| --- | ---: | ---: |");
+        let _ = writeln!(
+            s,
+            "| process | CPU s | CPU µs per answer |\n| --- | ---: | ---: |"
+        );
         for c in &x.cpu {
-            let _ = writeln!(s, "| {} | {:.2} | {:.1} |", c.process, c.cpu_s, c.us_per_answer);
+            let _ = writeln!(
+                s,
+                "| {} | {:.2} | {:.1} |",
+                c.process, c.cpu_s, c.us_per_answer
+            );
         }
-        let ours = r.cpu.iter().find(|c| c.process.starts_with("load generator"));
+        let ours = r
+            .cpu
+            .iter()
+            .find(|c| c.process.starts_with("load generator"));
         let theirs = x.cpu.iter().find(|c| c.process.starts_with("wrk"));
         if let (Some(a), Some(b)) = (ours, theirs) {
             if b.us_per_answer > 0.0 {

@@ -241,7 +241,10 @@ mod tests {
         assert_eq!(all.hist(Outcome::SoldOut).map(Histogram::len), Some(1));
         assert_eq!(all.all.len(), 2);
         assert_eq!(all.first_second.as_ref().map(Histogram::len), Some(1));
-        let fc = all.first_second_claimed.as_ref().expect("a claimed first-second answer");
+        let fc = all
+            .first_second_claimed
+            .as_ref()
+            .expect("a claimed first-second answer");
         assert!((4_990..=5_010).contains(&fc.max()), "{}", fc.max());
         assert_eq!(all.total(), 2);
         assert_eq!(live.done.load(Ordering::Relaxed), 2);

@@ -17,7 +17,11 @@ pub const FLOOR_US: u64 = 1_000;
 pub fn first_second_regressions(now: &Report, reference: &Report) -> Vec<String> {
     let mut out = Vec::new();
     let pairs = [
-        ("first second, all", &now.first_second, &reference.first_second),
+        (
+            "first second, all",
+            &now.first_second,
+            &reference.first_second,
+        ),
         (
             "first second, claimed",
             &now.first_second_claimed,
@@ -27,7 +31,10 @@ pub fn first_second_regressions(now: &Report, reference: &Report) -> Vec<String>
     for (what, n, r) in pairs {
         let Some(r) = r else { continue };
         let Some(n) = n else {
-            out.push(format!("{what}: no answers in this run, the reference had {}", r.count));
+            out.push(format!(
+                "{what}: no answers in this run, the reference had {}",
+                r.count
+            ));
             continue;
         };
         check(&mut out, what, "p50", n.p50_us, r.p50_us);

@@ -323,6 +323,9 @@ pub(crate) async fn run(o: &RunOpts) -> anyhow::Result<Report> {
     Ok(report)
 }
 
+/// Distinct users (tokens) the external client cycles through.
+const EXTERNAL_USERS: u64 = 200_000;
+
 /// SKU ids of the external client's copies: the scenario's plus this.
 const EXTERNAL_SKU_OFFSET: u64 = 1_000_000;
 
@@ -345,6 +348,29 @@ async fn external(
     } else {
         run_s
     };
+    let tag = run_tag("w");
+    // The gateways verify a token per claim: mint the external client's users' tokens
+    // before it starts (off its clock and its CPU), one line per user.
+    let tokens_file = match &sys.token_secret_file {
+        Some(secret) => {
+            let users = EXTERNAL_USERS;
+            let tokens = Tokens::load(secret, users)?;
+            let mut lines = String::with_capacity(users as usize * 200);
+            for i in 0..users {
+                let name = format!("{tag}x{i}");
+                let auth = tokens.authorization(i, || name.clone());
+                lines.push_str(&name);
+                lines.push(' ');
+                lines.push_str(auth.to_str().unwrap_or_default());
+                lines.push('\n');
+            }
+            let path =
+                std::env::temp_dir().join(format!("flashgate-wrk-tokens-{}", std::process::id()));
+            std::fs::write(&path, lines)?;
+            Some(path)
+        }
+        None => None,
+    };
     let spec = bench::external::WrkSpec {
         bin: o.wrk_bin.clone(),
         url: format!("{}{CLAIM_PATH}", sys.targets[0]),
@@ -352,8 +378,9 @@ async fn external(
         connections: s.load.connections,
         duration: Duration::from_secs_f64(duration.max(1.0)),
         timeout: Duration::from_millis(s.load.timeout_ms),
-        tag: run_tag("w"),
+        tag,
         skus: copy.skus.iter().map(|k| k.id).collect(),
+        tokens_file: tokens_file.clone(),
     };
     eprintln!(
         "external: wrk -t{} -c{} for {:.0} s against {} ...",
@@ -362,7 +389,11 @@ async fn external(
         spec.duration.as_secs_f64().ceil(),
         spec.url
     );
-    Ok(bench::external::run_wrk(&spec, st.watched()).await?)
+    let r = bench::external::run_wrk(&spec, st.watched()).await;
+    if let Some(p) = tokens_file {
+        let _ = std::fs::remove_file(p);
+    }
+    Ok(r?)
 }
 
 /// Writes report.json, report.md and timeline.svg (and the baseline's) into `dir`.
