@@ -110,10 +110,12 @@ pub async fn drive(spec: LoadSpec, workload: Arc<Workload>) -> LoadResult {
             let mut conn = Conn::new(target, spec.timeout);
             // A failed warm connect is retried (and counted) by the first send.
             let _ = tokio::time::timeout(spec.timeout, conn.warm()).await;
+            // Built before the gate: nothing is allocated on the clock.
+            let mut rec = Recorder::new(Instant::now(), spec.warmup);
             gate.wait().await;
             let start = *clock.get_or_init(Instant::now);
+            rec.set_start(start);
             let end = (!spec.duration.is_zero()).then(|| start + spec.warmup + spec.duration);
-            let mut rec = Recorder::new(start, spec.warmup);
             loop {
                 let k = next.fetch_add(1, Ordering::Relaxed);
                 if spec.max_requests > 0 && k >= spec.max_requests {

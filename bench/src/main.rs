@@ -87,6 +87,25 @@ async fn main() -> anyhow::Result<()> {
             if r.invariants.as_ref().is_some_and(|i| !i.passed) {
                 anyhow::bail!("invariant check failed");
             }
+            if let Some(path) = &o.first_second_reference {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("read {}", path.display()))?;
+                let reference: bench::report::Report = serde_json::from_str(&text)
+                    .with_context(|| format!("{} is not a bench report", path.display()))?;
+                let bad = bench::regress::first_second_regressions(&r, &reference);
+                if !bad.is_empty() {
+                    anyhow::bail!(
+                        "first-second latency regressed against {}:\n{}",
+                        path.display(),
+                        bad.join("\n")
+                    );
+                }
+                eprintln!(
+                    "first-second latency within {}× of {}",
+                    bench::regress::FACTOR,
+                    path.display()
+                );
+            }
         }
         Cmd::Sweep(o) => {
             let (_, md) = cmd::sweep::sweep(&o).await.context("bench sweep")?;

@@ -68,6 +68,23 @@ pub fn run_summary(r: &Report) -> String {
             }
         }
     }
+    for (name, p) in [
+        ("sent in the first second", &r.first_second),
+        ("claimed, sent in the first second", &r.first_second_claimed),
+    ] {
+        if let Some(p) = p {
+            let _ = writeln!(
+                s,
+                "| {name} | {} | {} | {} | {} | {} | {} |",
+                p.count,
+                fmt_us(p.p50_us),
+                fmt_us(p.p90_us),
+                fmt_us(p.p99_us),
+                fmt_us(p.p999_us),
+                fmt_us(p.max_us)
+            );
+        }
+    }
     if !r.cpu.is_empty() {
         let _ = writeln!(
             s,
@@ -79,6 +96,54 @@ pub fn run_summary(r: &Report) -> String {
                 "| {} | {:.2} | {:.1} |",
                 c.process, c.cpu_s, c.us_per_answer
             );
+        }
+    }
+    if let Some(x) = &r.external {
+        let statuses: Vec<String> = x
+            .statuses
+            .iter()
+            .map(|(k, v)| format!("{k}: {v}"))
+            .collect();
+        let _ = writeln!(
+            s,
+            "\n**External client, same stack ({}, {} connections, fresh SKU copies):** {} answers in {:.2} s = {:.0} req/s, p50 {}, p99 {}, max {}; statuses {}; socket errors {}\n",
+            x.client,
+            x.connections,
+            x.requests,
+            x.duration_s,
+            x.throughput_rps,
+            fmt_us(x.p50_us),
+            fmt_us(x.p99_us),
+            fmt_us(x.max_us),
+            statuses.join(", "),
+            x.socket_errors
+        );
+        let _ = writeln!(
+            s,
+            "| process | CPU s | CPU µs per answer |\n| --- | ---: | ---: |"
+        );
+        for c in &x.cpu {
+            let _ = writeln!(
+                s,
+                "| {} | {:.2} | {:.1} |",
+                c.process, c.cpu_s, c.us_per_answer
+            );
+        }
+        let ours = r
+            .cpu
+            .iter()
+            .find(|c| c.process.starts_with("load generator"));
+        let theirs = x.cpu.iter().find(|c| c.process.starts_with("wrk"));
+        if let (Some(a), Some(b)) = (ours, theirs) {
+            if b.us_per_answer > 0.0 {
+                let _ = writeln!(
+                    s,
+                    "\nload generator / wrk, CPU per answer: {:.1} / {:.1} µs = **{:.2}×**",
+                    a.us_per_answer,
+                    b.us_per_answer,
+                    a.us_per_answer / b.us_per_answer
+                );
+            }
         }
     }
     if let Some(inv) = &r.invariants {

@@ -19,6 +19,8 @@
 //! | `invariants` | verdict and checks (absent when not checked) |
 //! | `baseline` | the bare-hyper figures and the ratios (absent without `--compare-baseline`) |
 //! | `cpu` | per process: CPU seconds over the run and CPU µs per answer (absent when not measured) |
+//! | `first_second`, `first_second_claimed` | percentiles (µs) of the requests sent in the first second, all and claimed (the opening rush) |
+//! | `external` | the same load from an external client (wrk) on the same stack, with its CPU by process (absent without `--external`) |
 
 use std::collections::BTreeMap;
 
@@ -102,6 +104,30 @@ pub struct Report {
     pub baseline: Option<BaselineRatios>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cpu: Vec<CpuUse>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_second: Option<Percentiles>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_second_claimed: Option<Percentiles>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external: Option<ExternalReport>,
+}
+
+/// What an external client (wrk) measured on the same stack in the same run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExternalReport {
+    pub client: String,
+    pub connections: usize,
+    pub requests: u64,
+    pub duration_s: f64,
+    pub throughput_rps: f64,
+    pub p50_us: u64,
+    pub p99_us: u64,
+    pub max_us: u64,
+    /// Answers by HTTP status.
+    pub statuses: BTreeMap<u16, u64>,
+    /// Connect, read, write and timeout errors as the client counts them.
+    pub socket_errors: u64,
+    pub cpu: Vec<CpuUse>,
 }
 
 impl Report {
@@ -116,8 +142,7 @@ impl Report {
             if n > 0 {
                 outcomes.insert(o.name().to_owned(), n);
             }
-            let h = &rec.hists[o.index()];
-            if !h.is_empty() {
+            if let Some(h) = rec.hist(o).filter(|h| !h.is_empty()) {
                 by_outcome.insert(o.name().to_owned(), Percentiles::of(h));
             }
         }
@@ -157,6 +182,9 @@ impl Report {
             invariants: None,
             baseline: None,
             cpu: Vec::new(),
+            first_second: rec.first_second.as_ref().map(Percentiles::of),
+            first_second_claimed: rec.first_second_claimed.as_ref().map(Percentiles::of),
+            external: None,
         }
     }
 

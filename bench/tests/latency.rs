@@ -45,3 +45,15 @@ fn formats_units() {
     assert_eq!(latency::fmt_us(1_500), "1.50ms");
     assert_eq!(latency::fmt_us(2_500_000), "2.50s");
 }
+
+#[test]
+fn a_fresh_histogram_grows_to_the_values_recorded() {
+    // Fresh histograms start tiny and grow: a clamping record would report every sample
+    // as 2 µs.
+    let mut h = latency::new_histogram();
+    latency::record(&mut h, Duration::from_millis(250));
+    latency::record(&mut h, Duration::from_micros(40));
+    let p = Percentiles::of(&h);
+    assert!((249_000..=251_000).contains(&p.max_us), "{p:?}");
+    assert!((39..=41).contains(&p.min_us), "{p:?}");
+}

@@ -213,6 +213,11 @@ impl Stack {
             .collect();
         if let Some(c) = &self.consumer {
             w.push(Watched::new("consumer", c.child.id()));
+            // The ledger's server, when it runs on this machine: the consumer's claims cost
+            // it CPU too (it may serve other work as well, so this is an upper bound).
+            if let Some(pid) = local_mariadb_pid() {
+                w.push(Watched::new("mariadb server (shared)", pid));
+            }
         }
         w.extend(self.redis.watched());
         if let Some(pid) = self._replica.as_ref().and_then(RedisProc::pid) {
@@ -344,6 +349,15 @@ impl Stack {
         }
         s
     }
+}
+
+/// The pid of a local `mariadbd` (or `mysqld`), if one runs and /proc shows it.
+fn local_mariadb_pid() -> Option<u32> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        let comm = std::fs::read_to_string(e.path().join("comm")).ok()?;
+        matches!(comm.trim(), "mariadbd" | "mysqld").then_some(pid)
+    })
 }
 
 fn wait_ready(p: &mut Proc, addr: SocketAddr, path: &str) -> anyhow::Result<()> {

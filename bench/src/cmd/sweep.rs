@@ -78,6 +78,12 @@ pub(crate) struct SweepReport {
     /// (0 when the sweep ran without `--stack` and could not read them).
     pub(crate) gateway_cpu_us: f64,
     pub(crate) redis_cpu_us: f64,
+    /// The same for the consumer and the MariaDB server (0 without a consumer). The
+    /// MariaDB server may be shared with other work, so its figure is an upper bound.
+    #[serde(default)]
+    pub(crate) consumer_cpu_us: f64,
+    #[serde(default)]
+    pub(crate) mariadb_cpu_us: f64,
     pub(crate) steps: Vec<Report>,
     pub(crate) passed: Vec<bool>,
 }
@@ -178,6 +184,8 @@ pub(crate) async fn sweep(o: &SweepOpts) -> anyhow::Result<(SweepReport, String)
         claims_per_s_per_redis_master: knee_claims / masters,
         gateway_cpu_us: cpu_of("gateway"),
         redis_cpu_us: cpu_of("redis-server"),
+        consumer_cpu_us: cpu_of("consumer"),
+        mariadb_cpu_us: cpu_of("mariadb"),
         steps,
         passed,
     };
@@ -249,10 +257,18 @@ fn markdown(r: &SweepReport, plan: &[f64]) -> String {
             r.redis_cpu_us,
             1e6 / r.redis_cpu_us
         );
+        for (what, us) in [
+            ("consumer", r.consumer_cpu_us),
+            ("MariaDB server (shared, upper bound)", r.mariadb_cpu_us),
+        ] {
+            if us > 0.0 {
+                let _ = writeln!(s, "| {what} CPU per claim at the knee | {us:.1} µs |");
+            }
+        }
     }
     let _ = writeln!(
         s,
-        "\n| target claims/s | gateway cores | Redis masters | gateway cores by CPU | Redis masters by CPU |\n| ---: | ---: | ---: | ---: | ---: |"
+        "\n| target claims/s | gateway cores | Redis masters | gateway cores by CPU | Redis masters by CPU | consumer cores by CPU | MariaDB cores by CPU |\n| ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
     );
     for t in plan {
         let need = |per: f64| {
@@ -264,7 +280,7 @@ fn markdown(r: &SweepReport, plan: &[f64]) -> String {
         };
         // By CPU: the measured cost per claim, each core planned at 70% busy.
         let by = |us: f64| {
-            if by_cpu {
+            if by_cpu && us > 0.0 {
                 format!("{}", (t * us / 1e6 / CPU_PLAN_UTILISATION).ceil())
             } else {
                 "–".to_owned()
@@ -272,11 +288,13 @@ fn markdown(r: &SweepReport, plan: &[f64]) -> String {
         };
         let _ = writeln!(
             s,
-            "| {t:.0} | {} | {} | {} | {} |",
+            "| {t:.0} | {} | {} | {} | {} | {} | {} |",
             need(r.claims_per_s_per_gateway_core),
             need(r.claims_per_s_per_redis_master),
             by(r.gateway_cpu_us),
-            by(r.redis_cpu_us)
+            by(r.redis_cpu_us),
+            by(r.consumer_cpu_us),
+            by(r.mariadb_cpu_us)
         );
     }
     let _ = writeln!(

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Our load generator against an external client (wrk) on the same local stack, row by row:
+# sold-out path, claim path at 100 and 1 000 connections, and the users-5k rush. Each row
+# runs `bench run --stack --external` REPS times (default 3) and prints the medians of
+# throughput and CPU µs per answer by process, ours beside wrk's.
+#
+#   bench/external/compare.sh [rows...]     rows: sold-out claims-100 claims-1000 rush (default all)
+#   REPS=5 OUT=/tmp/cmp bench/external/compare.sh rush
+#
+# Installs wrk and h2load (Debian packages wrk, nghttp2-client) when they are missing.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+if ! command -v wrk >/dev/null || ! command -v h2load >/dev/null; then
+  echo "installing wrk and h2load ..." >&2
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get install -y wrk nghttp2-client >/dev/null
+fi
+
+REPS="${REPS:-3}"
+OUT="${OUT:-$(mktemp -d /tmp/flashgate-compare.XXXXXX)}"
+TARGET="${CARGO_TARGET_DIR:-target}"
+# BUILD=0 uses the binaries already in $TARGET/release.
+[ "${BUILD:-1}" = 1 ] && cargo build --release -q -p bench -p gateway -p consumer
+BENCH="$TARGET/release/bench"
+
+# The rows of README "Benchmarks"; every one runs without a per-user rate limit so that
+# both clients send distinct users as fast as they can.
+declare -A ROWS=(
+  [sold-out]="--no-consumer --sku 1:1:1 --users 4000000 --limit 1 --repeat-ratio 0 --connections 100 --duration 8"
+  [claims-100]="--no-consumer --sku 1:10000000:16 --users 4000000 --limit 1 --repeat-ratio 0 --connections 100 --duration 8"
+  [claims-1000]="--no-consumer --sku 1:10000000:16 --users 4000000 --limit 1 --repeat-ratio 0 --connections 1000 --duration 8"
+  [claims-consumer]="--sku 1:10000000:16 --users 4000000 --limit 1 --repeat-ratio 0 --connections 100 --duration 8"
+  [rush]="--preset users-5k"
+)
+rows=("$@")
+[ ${#rows[@]} -eq 0 ] && rows=(sold-out claims-100 claims-1000 rush)
+
+for row in "${rows[@]}"; do
+  args="${ROWS[$row]:?unknown row $row (sold-out claims-100 claims-1000 claims-consumer rush)}"
+  for i in $(seq 1 "$REPS"); do
+    echo "== $row, run $i/$REPS" >&2
+    # shellcheck disable=SC2086
+    "$BENCH" run --stack --quiet --external $args --gateway-arg=--user-rate=0 \
+      --out "$OUT/$row-$i" >/dev/null
+  done
+done
+
+python3 - "$OUT" "${rows[@]}" <<'PY'
+import json, statistics, sys, os
+out, rows = sys.argv[1], sys.argv[2:]
+med = lambda xs: statistics.median(xs) if xs else float("nan")
+for row in rows:
+    reps = []
+    for d in sorted(os.listdir(out)):
+        if d.rsplit("-", 1)[0] == row:
+            reps.append(json.load(open(os.path.join(out, d, "report.json"))))
+    if not reps:
+        continue
+    print(f"\n## {row} ({len(reps)} runs, medians)\n")
+    print("| client | req/s | p50 | p99 | CPU µs per answer by process |")
+    print("| --- | ---: | ---: | ---: | --- |")
+    def cpu(lists):
+        names = [c["process"] for c in lists[0]]
+        return ", ".join(f'{n} {med([c["us_per_answer"] for l in lists for c in l if c["process"] == n]):.1f}' for n in names)
+    print(f'| bench | {med([r["throughput_rps"] for r in reps]):.0f} | {med([r["latency"]["p50_us"] for r in reps])/1e3:.2f} ms | {med([r["latency"]["p99_us"] for r in reps])/1e3:.2f} ms | {cpu([r["cpu"] for r in reps])} |')
+    ext = [r["external"] for r in reps if r.get("external")]
+    if ext:
+        print(f'| wrk | {med([x["throughput_rps"] for x in ext]):.0f} | {med([x["p50_us"] for x in ext])/1e3:.2f} ms | {med([x["p99_us"] for x in ext])/1e3:.2f} ms | {cpu([x["cpu"] for x in ext])} |')
+    fs = [r["first_second_claimed"] for r in reps if r.get("first_second_claimed")]
+    if fs:
+        print(f'\nfirst second, claimed: p50 {med([p["p50_us"] for p in fs])/1e3:.2f} ms, p99 {med([p["p99_us"] for p in fs])/1e3:.2f} ms')
+print(f"\nreports: {out}")
+PY
