@@ -24,7 +24,13 @@ pub const RECONCILE_MISSING: &str = "flashgate_reconcile_missing_slices";
 pub const REDIS_USED_MEMORY: &str = "flashgate_redis_used_memory_bytes";
 pub const REDIS_MAX_MEMORY: &str = "flashgate_redis_maxmemory_bytes";
 pub const STALE_HOLDS: &str = "flashgate_consumer_stale_holds_resolved_total";
+/// Gauge: this process's clock minus Redis's (`clock.rs`).
+pub const CLOCK_SKEW_SECONDS: &str = "flashgate_consumer_clock_skew_seconds";
 pub const REPLICA_UNCONFIRMED: &str = "flashgate_consumer_replica_unconfirmed_total";
+/// Histogram: how long entries waited for a replica before they could be committed.
+pub const REPLICA_WAIT_SECONDS: &str = "flashgate_consumer_replica_wait_seconds";
+/// Counter: read batches dropped because the master changed before a replica confirmed.
+pub const REPLICA_MASTER_CHANGED: &str = "flashgate_consumer_replica_master_changed_total";
 
 static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
 

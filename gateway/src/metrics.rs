@@ -31,6 +31,8 @@ pub const PUBSUB_RECONNECTS: &str = "flashgate_pubsub_reconnects_total";
 pub const REPLICATION_UNCONFIRMED: &str = "flashgate_replication_unconfirmed_total";
 /// Gauge: 1 while `/readyz` answers 200.
 pub const READY: &str = "flashgate_ready";
+/// Gauge: this gateway's clock minus Redis's `TIME` (seconds), from the readiness probe.
+pub const CLOCK_SKEW_SECONDS: &str = "flashgate_clock_skew_seconds";
 
 /// Claim outcomes (values of the `outcome` label).
 pub mod outcome {
