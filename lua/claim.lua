@@ -43,6 +43,9 @@ if rid ~= '' then
   if seen == 'P' then
     return {4}
   elseif seen then
+    -- A write, so a replay advances the replication offset: the WAIT after it (replica
+    -- durability) then confirms the replica has this answer, on whatever connection.
+    redis.call('EXPIRE', KEYS[7], ARGV[8])
     local claim_id, shard, q = string.match(seen, '^([^|]+)|([^|]+)|([^|]+)$')
     return {2, claim_id, tonumber(shard), tonumber(q)}
   end

@@ -172,7 +172,10 @@ impl Admin {
                 Err(e) => Err(e),
             }),
             (&Method::POST, ["v1", "campaigns", s, "reconcile"]) => respond(match sku(s) {
-                Ok(s) => reconcile::run(&self.pool, &self.client, &self.cfg.group, s, shard_router::now_ms(), t).await,
+                Ok(s) => match crate::clock::redis_now(&self.client).await {
+                    Ok(now) => reconcile::run(&self.pool, &self.client, &self.cfg.group, s, now, t).await,
+                    Err(e) => Err(e.into()),
+                },
                 Err(e) => Err(e),
             }),
             (&Method::POST, ["v1", "claims", id, "confirm"]) => respond(release::confirm(&self.pool, id, t).await),

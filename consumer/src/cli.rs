@@ -11,6 +11,7 @@ use shard_router::RedisTarget;
 use crate::campaign::Campaign;
 use crate::config::{self, Config};
 use crate::times;
+use crate::replica::ReplicaWait;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -78,6 +79,12 @@ pub enum Command {
     Wave(WaveArgs),
     /// Close a finished campaign: closing report, Redis keys removed, no more reconciling.
     Close { sku: u64 },
+    /// Replay the dead-letter streams into the ledger (idempotent; dead letters are kept).
+    Redrive {
+        /// Only these shards (repeatable); every shard when omitted.
+        #[arg(long = "shard")]
+        shards: Vec<u16>,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -117,10 +124,21 @@ pub struct RunArgs {
     /// Close campaigns by themselves once their window and payment timeout are over.
     #[arg(long, env = "FLASHGATE_AUTO_CLOSE", default_value_t = true, action = clap::ArgAction::Set)]
     pub auto_close: bool,
-    /// Durability `replica` (use with gateways in `--durability replica`): read entries go
-    /// to the ledger only once `WAIT 1 <ms>` confirmed a replica holds them.
-    #[arg(long, env = "FLASHGATE_REPLICA_WAIT_MS")]
-    pub replica_wait_ms: Option<u64>,
+    /// When read entries wait for a replica before they go to the ledger: `auto` wherever
+    /// the shard's master has (or had since start) a replica, `always`, or `off`.
+    #[arg(long, env = "FLASHGATE_REPLICA_WAIT", value_enum, default_value_t = ReplicaWaitArg::Auto)]
+    pub replica_wait: ReplicaWaitArg,
+    /// Bound of one WAIT for a replica; unconfirmed reads retry with backoff.
+    #[arg(long, env = "FLASHGATE_REPLICA_WAIT_MS", default_value_t = crate::replica::DEFAULT_REPLICA_WAIT.as_millis() as u64)]
+    pub replica_wait_ms: u64,
+}
+
+/// `--replica-wait` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReplicaWaitArg {
+    Auto,
+    Always,
+    Off,
 }
 
 /// `consumer campaign`: every flag but --sku and --stock has a default.
@@ -256,7 +274,12 @@ impl RunArgs {
         cfg.reconcile_interval = Duration::from_millis(self.reconcile_interval_ms);
         cfg.reconcile_keep_runs = self.reconcile_keep_runs;
         cfg.auto_close = self.auto_close;
-        cfg.replica_wait = self.replica_wait_ms.map(Duration::from_millis);
+        let wait = Duration::from_millis(self.replica_wait_ms.max(1));
+        cfg.replica_wait = match self.replica_wait {
+            ReplicaWaitArg::Auto => ReplicaWait::Auto(wait),
+            ReplicaWaitArg::Always => ReplicaWait::Always(wait),
+            ReplicaWaitArg::Off => ReplicaWait::Off,
+        };
         Ok(())
     }
 }

@@ -74,10 +74,13 @@ pub struct Config {
     pub reconcile_keep_runs: u32,
     /// Close campaigns once their window and payment timeout are over.
     pub auto_close: bool,
-    /// Durability `replica`: entries reach the ledger only after `WAIT 1 <this>` on the
-    /// reader's connection confirmed a replica has them. Otherwise a failover could lose a
-    /// decrement the ledger already holds, and the unit would be sold twice.
-    pub replica_wait: Option<Duration>,
+    /// Entries reach the ledger only after a replica confirmed them (see `replica.rs`):
+    /// otherwise a failover could take back a decrement the ledger already holds, and the
+    /// unit would be sold twice. Default: wherever the shard has a replica.
+    pub replica_wait: crate::replica::ReplicaWait,
+    /// Added to this process's clock. Only fault drills set it (injected clock skew); no
+    /// decision reads this clock (see `clock.rs`), only the skew gauge.
+    pub clock_offset_ms: i64,
     /// Admin HTTP listener (`/metrics`, `/healthz`, campaign API); `None` = no listener.
     pub admin_addr: Option<std::net::SocketAddr>,
     /// Bearer token of the admin API; `None` leaves only `/metrics` and `/healthz` open.
@@ -113,7 +116,8 @@ impl Config {
             drain_grace: DEFAULT_DRAIN_GRACE,
             reconcile_keep_runs: crate::reconcile::DEFAULT_KEEP_RUNS,
             auto_close: true,
-            replica_wait: None,
+            replica_wait: crate::replica::ReplicaWait::default(),
+            clock_offset_ms: 0,
             admin_addr: None,
             admin_token: None,
         }

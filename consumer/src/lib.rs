@@ -2,11 +2,13 @@
 //! ledger and Redis in agreement.
 //!
 //! Layout (one concept per file):
-//! - [`config`]: settings and their documented defaults.
+//! - [`config`]: settings and their documented defaults; [`clock`]: Redis's clock decides.
 //! - [`db`]: pool and migrations (`consumer/migrations`, applied at start).
 //! - [`stream`]: the stream commands on one shard (group, read, ack+delete, XAUTOCLAIM,
 //!   dead letters); [`reader`]: XREADGROUP loop per shard into the bounded channel.
 //! - [`writer`]: batches (max rows / max wait) → [`ledger`]: one transaction per batch.
+//! - [`redrive`]: `consumer redrive`, dead letters back into the ledger, idempotently.
+//! - [`replica`]: wait for a replica before committing (default wherever there is one).
 //! - [`recovery`]: refresh own pending entries, take over idle ones, dead-letter poison.
 //! - [`campaign`]: campaigns in MySQL, preheat into Redis, status.
 //! - [`release`]: confirm / cancel / payment-timeout release, idempotent end to end.
@@ -22,6 +24,7 @@ pub mod backoff;
 pub mod campaign;
 pub mod cli;
 pub mod closeout;
+pub mod clock;
 pub mod config;
 pub mod db;
 mod error;
@@ -34,6 +37,8 @@ pub mod metrics;
 pub mod reader;
 pub mod reconcile;
 pub mod recovery;
+pub mod redrive;
+pub mod replica;
 pub mod release;
 pub mod series;
 pub mod service;

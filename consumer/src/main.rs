@@ -142,17 +142,19 @@ async fn real_main(cli: Cli) -> anyhow::Result<()> {
             )
             .await?,
         )?,
-        Command::Reconcile { sku } => serde_json::to_value(
-            reconcile::run(
-                &pool,
-                &client().await?,
-                &cfg.group,
-                sku,
-                shard_router::now_ms(),
-                t,
-            )
-            .await?,
-        )?,
+        Command::Reconcile { sku } => {
+            let client = client().await?;
+            let now = consumer::clock::redis_now(&client).await?;
+            serde_json::to_value(reconcile::run(&pool, &client, &cfg.group, sku, now, t).await?)?
+        }
+        Command::Redrive { shards } => {
+            if let Some(bad) = shards.iter().find(|s| **s >= cfg.shards) {
+                anyhow::bail!("--shard {bad}: must be below --shards {}", cfg.shards);
+            }
+            serde_json::to_value(
+                consumer::redrive::run(&pool, &client().await?, &shards, t).await?,
+            )?
+        }
     };
     println!("{}", serde_json::to_string_pretty(&out)?);
     Ok(())

@@ -24,14 +24,23 @@ pub const RECONCILE_MISSING: &str = "flashgate_reconcile_missing_slices";
 pub const REDIS_USED_MEMORY: &str = "flashgate_redis_used_memory_bytes";
 pub const REDIS_MAX_MEMORY: &str = "flashgate_redis_maxmemory_bytes";
 pub const STALE_HOLDS: &str = "flashgate_consumer_stale_holds_resolved_total";
+/// Gauge: this process's clock minus Redis's (`clock.rs`).
+pub const CLOCK_SKEW_SECONDS: &str = "flashgate_consumer_clock_skew_seconds";
 pub const REPLICA_UNCONFIRMED: &str = "flashgate_consumer_replica_unconfirmed_total";
+/// Histogram: how long entries waited for a replica before they could be committed.
+pub const REPLICA_WAIT_SECONDS: &str = "flashgate_consumer_replica_wait_seconds";
+/// Counter: read batches dropped because the master changed before a replica confirmed.
+pub const REPLICA_MASTER_CHANGED: &str = "flashgate_consumer_replica_master_changed_total";
 /// Gauge: 1 while MySQL answered the last health probe (what `/healthz` reports).
 pub const DB_UP: &str = "flashgate_consumer_db_up";
 /// Gauge: 1 while Redis answered the last health probe.
 pub const REDIS_UP: &str = "flashgate_consumer_redis_up";
 
 /// Histograms (the rest are counters, `_total`, and gauges).
-const HISTOGRAMS: &[&str] = &[BATCH_ROWS, COMMIT_SECONDS];
+const HISTOGRAMS: &[&str] = &[BATCH_ROWS, COMMIT_SECONDS, REPLICA_WAIT_SECONDS    (CLOCK_SKEW_SECONDS, "This consumer's clock minus Redis's TIME in seconds; holds and payment timeouts are decided by Redis's clock."),
+    (REPLICA_WAIT_SECONDS, "How long read records waited for a replica to confirm them before they could be committed, in seconds."),
+    (REPLICA_MASTER_CHANGED, "Read batches dropped (to be read again) because the shard's master changed before a replica confirmed them."),
+];
 
 /// Every series with its `# HELP` text: [`install`] describes them all, and the tests
 /// check that `/metrics` has a HELP line for each series it shows.
@@ -56,6 +65,9 @@ pub const DESCRIPTIONS: &[(&str, &str)] = &[
     (REPLICA_UNCONFIRMED, "Stream records held back from the ledger because no replica confirmed them yet (--replica-wait-ms)."),
     (DB_UP, "1 while MySQL answered the last health probe (SELECT 1 within 2 s), else 0; /healthz is 503 while 0."),
     (REDIS_UP, "1 while Redis answered the last health probe (PING within 2 s), else 0; /healthz is 503 while 0."),
+    (CLOCK_SKEW_SECONDS, "This consumer's clock minus Redis's TIME in seconds; holds and payment timeouts are decided by Redis's clock."),
+    (REPLICA_WAIT_SECONDS, "How long read records waited for a replica to confirm them before they could be committed, in seconds."),
+    (REPLICA_MASTER_CHANGED, "Read batches dropped (to be read again) because the shard's master changed before a replica confirmed them."),
 ];
 
 static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();

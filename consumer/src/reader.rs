@@ -8,6 +8,7 @@ use tokio::sync::{mpsc, watch};
 use crate::backoff::Backoff;
 use crate::config::Config;
 use crate::inflight::InFlight;
+use crate::replica::{Replicated, ShardReplica};
 use crate::stream::{self, Delivered, ShardStream};
 
 /// Reads `stream` until `shutdown`; then returns, dropping its sender so the writer drains.
@@ -15,6 +16,7 @@ pub async fn run(
     cfg: Config,
     client: StockClient,
     stream: ShardStream,
+    replica: ShardReplica,
     inflight: InFlight,
     tx: mpsc::Sender<Vec<Delivered>>,
     mut shutdown: watch::Receiver<bool>,
@@ -24,9 +26,9 @@ pub async fn run(
         // Not raced against shutdown: entries Redis hands over must reach the writer, or
         // they would wait for another consumer's XAUTOCLAIM. The block bounds the wait.
         let read = stream
-            .read_new(&client, &cfg.consumer_name, cfg.read_count, cfg.read_block)
+            .read_new_under(&client, &cfg.consumer_name, cfg.read_count, cfg.read_block)
             .await;
-        let entries = match read {
+        let (entries, read_under) = match read {
             Ok(e) => {
                 backoff.reset();
                 e
@@ -42,6 +44,9 @@ pub async fn run(
                 continue;
             }
         };
+        // Asked on every read, empty ones too, so a replica seen once is remembered
+        // before the first entry needs it (see `replica.rs`).
+        let must_wait = replica.required(&read_under);
         if entries.is_empty() {
             continue;
         }
@@ -59,10 +64,19 @@ pub async fn run(
         // In flight first: recovery then keeps them fresh instead of taking them over
         // while the replica wait below runs.
         inflight.add(stream.shard, batch.iter().map(|d| d.entry_id.as_str()));
-        if let Some(wait) = cfg.replica_wait {
-            if !replicated(&client, &stream, wait, &mut backoff, &mut shutdown).await {
+        if must_wait {
+            match replica
+                .confirm(&client, &read_under, &mut backoff, &mut shutdown)
+                .await
+            {
+                Replicated::Yes => backoff.reset(),
+                Replicated::MasterChanged => {
+                    // Not committed: the new master hands them out again if it has them.
+                    inflight.remove(stream.shard, batch.iter().map(|d| d.entry_id.as_str()));
+                    continue;
+                }
                 // Shutting down: the entries stay pending for another consumer.
-                break;
+                Replicated::Shutdown => break,
             }
         }
         if tx.send(batch).await.is_err() {
@@ -70,30 +84,4 @@ pub async fn run(
         }
     }
     tracing::debug!(shard = stream.shard, "reader stopped");
-}
-
-/// Waits until a replica holds this connection's writes so far. XREADGROUP is itself a
-/// write (it moves the group), and replication is ordered, so a confirmed read implies the
-/// replica also has the entries and their decrements. Retries with backoff until confirmed;
-/// false only on shutdown.
-async fn replicated(
-    client: &StockClient,
-    stream: &ShardStream,
-    wait: std::time::Duration,
-    backoff: &mut Backoff,
-    shutdown: &mut watch::Receiver<bool>,
-) -> bool {
-    loop {
-        match client.wait_replicas(stream.shard, 1, wait).await {
-            Ok(n) if n >= 1 => return true,
-            Ok(_) => tracing::warn!(shard = stream.shard, "no replica confirmed the read yet"),
-            Err(e) => {
-                tracing::warn!(shard = stream.shard, error = %e, "WAIT after XREADGROUP failed")
-            }
-        }
-        metrics::counter!(crate::metrics::REPLICA_UNCONFIRMED).increment(1);
-        if !backoff.sleep(shutdown).await {
-            return false;
-        }
-    }
 }

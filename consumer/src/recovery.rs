@@ -15,6 +15,7 @@ use crate::error::ConsumerError;
 use crate::inflight::InFlight;
 use crate::ledger;
 use crate::metrics as m;
+use crate::replica::ShardReplica;
 use crate::stream::{self, Delivered, ShardStream};
 
 /// Entries looked at per XPENDING / XAUTOCLAIM call.
@@ -29,6 +30,8 @@ pub struct Recovery {
     pub client: StockClient,
     pub pool: MySqlPool,
     pub stream: ShardStream,
+    /// The shard's replica policy, shared with its reader.
+    pub replica: ShardReplica,
     pub inflight: InFlight,
     pub db_healthy: Arc<AtomicBool>,
 }
@@ -91,6 +94,16 @@ impl Recovery {
         if counts.is_empty() {
             return Ok(());
         }
+        // XAUTOCLAIM counts a delivery. While no replica confirms, taking entries over
+        // would only raise their counts towards the dead letters without committing them:
+        // an entry must never be dead-lettered only because the replica is down.
+        let before = match self.replica_check().await {
+            Check::Skip => {
+                metrics::counter!(m::REPLICA_UNCONFIRMED).increment(1);
+                return Ok(());
+            }
+            c => c,
+        };
         let reply = s
             .autoclaim(
                 &self.client,
@@ -136,12 +149,16 @@ impl Recovery {
                 }
             }
         }
-        if !take.is_empty() && !self.replicated().await {
-            // Durability replica: XAUTOCLAIM is a write on this connection after the
-            // entries' XADDs, so a confirmed WAIT covers them; unconfirmed, they wait for
-            // a later round.
-            metrics::counter!(m::REPLICA_UNCONFIRMED).increment(1);
-            return Ok(());
+        if let (false, Check::Confirmed(before)) = (take.is_empty(), &before) {
+            // The fence before covered the entries (they were idle long before it); this
+            // one proves the takeover happened on that same master, not a promoted one.
+            match self.replica_check().await {
+                Check::Confirmed(after) if after == *before => {}
+                _ => {
+                    metrics::counter!(m::REPLICA_UNCONFIRMED).increment(1);
+                    return Ok(());
+                }
+            }
         }
         if !take.is_empty() {
             metrics::counter!(m::RECOVERED).increment(take.len() as u64);
@@ -157,15 +174,19 @@ impl Recovery {
         Ok(())
     }
 
-    /// True unless durability replica is on and no replica confirmed this connection's
-    /// writes so far.
-    async fn replicated(&self) -> bool {
-        match self.cfg.replica_wait {
-            None => true,
-            Some(wait) => matches!(
-                self.client.wait_replicas(self.stream.shard, 1, wait).await,
-                Ok(n) if n >= 1
-            ),
+    /// One fence on the shard (see `replica.rs`), when the policy asks for one.
+    async fn replica_check(&self) -> Check {
+        let Some(wait) = self.cfg.replica_wait.bound() else {
+            return Check::NotRequired;
+        };
+        match self.client.fence(self.stream.shard, 1, wait).await {
+            Ok(f) if !self.replica.required(&f.info) => Check::NotRequired,
+            Ok(f) if f.acked >= 1 => Check::Confirmed(f.info.replid),
+            Ok(_) => Check::Skip,
+            Err(e) => {
+                tracing::warn!(shard = self.stream.shard, error = %e, "replica fence failed");
+                Check::Skip
+            }
         }
     }
 
@@ -228,4 +249,14 @@ impl Recovery {
         }
         Ok(())
     }
+}
+
+/// What a recovery round's replica check found.
+enum Check {
+    /// No replica wait on this shard.
+    NotRequired,
+    /// A replica holds everything this master (replication id) wrote so far.
+    Confirmed(String),
+    /// Not confirmed: take nothing over this round.
+    Skip,
 }

@@ -20,6 +20,7 @@ use crate::config::Config;
 use crate::error::ConsumerError;
 use crate::inflight::InFlight;
 use crate::recovery::Recovery;
+use crate::replica::ShardReplica;
 use crate::stream::ShardStream;
 use crate::writer::Writer;
 use crate::health::{self, Health};
@@ -83,10 +84,12 @@ pub async fn run(
     for &s in &shards {
         // Own connection per reader: a blocked XREADGROUP would stall a shared one.
         let rclient = StockClient::connect(cfg.reader_stock()).await?;
+        let replica = ShardReplica::new(s, cfg.replica_wait);
         feeders.spawn(reader::run(
             cfg.clone(),
             rclient,
             streams[&s].clone(),
+            replica.clone(),
             inflight.clone(),
             tx.clone(),
             shutdown.clone(),
@@ -96,6 +99,7 @@ pub async fn run(
             client: client.clone(),
             pool: pool.clone(),
             stream: streams[&s].clone(),
+            replica,
             inflight: inflight.clone(),
             db_healthy: db_healthy.clone(),
         };
@@ -180,7 +184,16 @@ async fn release_loop(
             _ = tick.tick() => {}
             _ = crate::signal::stopped(&mut shutdown) => break,
         }
-        match release::sweep(&pool, &client, shard_router::now_ms(), cfg.db_timeout).await {
+        // Payment timeouts by Redis's clock (see `clock.rs`).
+        let now = match crate::clock::redis_now(&client).await {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!(error = %e, "release sweep: no clock from redis; skipped");
+                continue;
+            }
+        };
+        let _ = crate::clock::observe_skew(&cfg, &client).await;
+        match release::sweep(&pool, &client, now, cfg.db_timeout).await {
             Ok(0) => {}
             Ok(n) => tracing::info!(released = n, "released unpaid claims"),
             Err(e) => tracing::warn!(error = %e, "release sweep failed"),
@@ -213,6 +226,14 @@ async fn reconcile_loop(
                 continue;
             }
         };
+        // Holds are resolved by Redis's clock, the one `take.lua` enforces them by.
+        let now = match crate::clock::redis_now(&client).await {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!(error = %e, "reconcile: no clock from redis; skipped");
+                continue;
+            }
+        };
         let opts = reconcile::Options {
             keep_runs: cfg.reconcile_keep_runs,
             ..Default::default()
@@ -223,7 +244,7 @@ async fn reconcile_loop(
                 &client,
                 &cfg.group,
                 sku,
-                shard_router::now_ms(),
+                now,
                 cfg.db_timeout,
                 opts,
             )

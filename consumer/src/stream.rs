@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use redis::streams::{StreamAutoClaimReply, StreamId, StreamRangeReply, StreamReadReply};
 use redis::Value;
-use shard_router::{keys, ClaimRecord, ShardId, StockClient, StockError};
+use shard_router::{keys, ClaimRecord, ReplicationInfo, ShardId, StockClient, StockError};
 
 /// One entry read from a shard stream.
 #[derive(Debug, Clone)]
@@ -74,27 +74,42 @@ impl ShardStream {
         count: usize,
         block: Duration,
     ) -> Result<Vec<StreamId>, StockError> {
+        Ok(self
+            .read_new_under(client, consumer, count, block)
+            .await?
+            .0)
+    }
+
+    /// [`Self::read_new`] with `INFO replication` of the same master in the same pipeline:
+    /// the replication id under which the entries were read (see `replica.rs`).
+    pub async fn read_new_under(
+        &self,
+        client: &StockClient,
+        consumer: &str,
+        count: usize,
+        block: Duration,
+    ) -> Result<(Vec<StreamId>, ReplicationInfo), StockError> {
         let mut conn = client.conn();
-        let reply: Option<StreamReadReply> = client
-            .bounded(
-                "xreadgroup",
-                redis::cmd("XREADGROUP")
-                    .arg("GROUP")
-                    .arg(&self.group)
-                    .arg(consumer)
-                    .arg("COUNT")
-                    .arg(count)
-                    .arg("BLOCK")
-                    .arg(block.as_millis() as u64)
-                    .arg("STREAMS")
-                    .arg(&self.key)
-                    .arg(">")
-                    .query_async(&mut conn),
-            )
+        let mut pipe = redis::pipe();
+        pipe.cmd("XREADGROUP")
+            .arg("GROUP")
+            .arg(&self.group)
+            .arg(consumer)
+            .arg("COUNT")
+            .arg(count)
+            .arg("BLOCK")
+            .arg(block.as_millis() as u64)
+            .arg("STREAMS")
+            .arg(&self.key)
+            .arg(">");
+        pipe.cmd("INFO").arg("replication");
+        let (reply, info): (Option<StreamReadReply>, String) = client
+            .bounded("xreadgroup", pipe.query_async(&mut conn))
             .await?;
-        Ok(reply
+        let entries = reply
             .map(|r| r.keys.into_iter().flat_map(|k| k.ids).collect())
-            .unwrap_or_default())
+            .unwrap_or_default();
+        Ok((entries, ReplicationInfo::parse(&info)))
     }
 
     /// Acknowledges committed entries, then deletes them: the stream keeps only work that

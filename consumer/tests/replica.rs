@@ -6,13 +6,14 @@ mod common;
 use std::time::Duration;
 
 use common::*;
+use consumer::replica::ReplicaWait;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_replica_nothing_reaches_the_ledger() {
     let s = Stack::start().await;
     let c = campaign(&s, 12001, 50, SHARDS, 1, 3600).await;
     let mut cfg = s.cfg.clone();
-    cfg.replica_wait = Some(Duration::from_millis(50));
+    cfg.replica_wait = ReplicaWait::Always(Duration::from_millis(50));
     let consumer = start_consumer(cfg);
     let ids = claim_all(&s.client, &c, users("r", 50), 8).await;
     assert_eq!(ids.len(), 50);
@@ -33,7 +34,7 @@ async fn with_replicas_every_claim_lands_once() {
     let s = ClusterStack::start(1).await;
     let c = open_campaign(&s.pool, &s.client, 12002, 300, SHARDS, 1, 3600).await;
     let mut cfg = s.cfg.clone();
-    cfg.replica_wait = Some(Duration::from_millis(200));
+    cfg.replica_wait = ReplicaWait::Always(Duration::from_millis(200));
     let consumer = start_consumer(cfg);
     let ids = claim_all(&s.client, &c, users("q", 300), 8).await;
     assert_eq!(ids.len(), 300);

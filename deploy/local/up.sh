@@ -91,7 +91,7 @@ MYSQL_URL="$FLASHGATE_TEST_MYSQL_URL/flashgate_local"
 mariadb -h127.0.0.1 -u"$FG_MYSQL_USER" -p"$FG_MYSQL_PASSWORD" \
   -e 'DROP DATABASE IF EXISTS flashgate_local; CREATE DATABASE flashgate_local'
 consumer_durability=()
-[ "${FG_DURABILITY:-none}" = replica ] && consumer_durability=(--replica-wait-ms 50)
+[ "${FG_DURABILITY:-none}" = replica ] && consumer_durability=(--replica-wait always --replica-wait-ms 50)
 ADMIN_TOKEN="local-admin-token-$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')"
 
 # The token goes in the environment, not argv, where `ps` would show it to every user.

@@ -1,12 +1,13 @@
 //! A bounded claim load against the stock core: `tasks` loops, each claiming with fresh
-//! users until `duration` passes, recording every answer. Replica durability waits for
-//! one replica after each success and counts the claim as acknowledged only when it came.
+//! users until `duration` passes, recording every answer. With `Durability::Replica` the
+//! client must be built with `StockConfig::replica_ack`: each claim's pipeline carries its
+//! WAIT, and a claim counts as acknowledged only when that WAIT confirmed it.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use shard_router::protocol::{self, LocalEmptyShards};
+use shard_router::protocol::{self, Confirmation, LocalEmptyShards};
 use shard_router::{now_ms, Claim, ClaimOutcome, ClaimRequest, SkuMeta, StockClient};
 
 /// What a client is told counts as an acknowledgement.
@@ -14,7 +15,7 @@ use shard_router::{now_ms, Claim, ClaimOutcome, ClaimRequest, SkuMeta, StockClie
 pub enum Durability {
     /// Acknowledged when the primary ran the script.
     None,
-    /// Acknowledged only when `WAIT 1` confirmed a replica has it.
+    /// Acknowledged only when the claim's own `WAIT 1` confirmed a replica has it.
     Replica,
 }
 
@@ -67,18 +68,22 @@ pub async fn run(
                     qty: 1,
                     request_id: None,
                 };
-                let out = protocol::claim(&client, &meta, &req, empties.as_ref(), now_ms()).await;
-                let confirmed = match &out {
-                    Ok(ClaimOutcome::Claimed { claim, .. }) => match durability {
-                        Durability::None => true,
-                        Durability::Replica => matches!(
-                            client
-                                .wait_replicas(claim.shard, 1, Duration::from_millis(200))
-                                .await,
-                            Ok(n) if n >= 1
-                        ),
-                    },
-                    _ => false,
+                let out = protocol::claim_confirmed(
+                    &client,
+                    &meta,
+                    &req,
+                    empties.as_ref(),
+                    now_ms(),
+                    true,
+                )
+                .await;
+                let (out, confirmation) = match out {
+                    Ok((o, c)) => (Ok(o), c),
+                    Err(e) => (Err(e), Confirmation::NotAsked),
+                };
+                let confirmed = match durability {
+                    Durability::None => true,
+                    Durability::Replica => confirmation == Confirmation::Confirmed,
                 };
                 let failed = out.is_err();
                 {

@@ -32,7 +32,11 @@ async fn connect(target: RedisTarget) -> StockClient {
 /// durability `replica` nothing acknowledged may be lost; with `none` the loss is measured.
 async fn failover(durability: Durability) -> verdict::Figures {
     let mut cluster = RedisCluster::start(3, 1);
-    let client = connect(RedisTarget::Cluster(cluster.urls())).await;
+    let mut cfg = StockConfig::new(RedisTarget::Cluster(cluster.urls()), 16);
+    if durability == Durability::Replica {
+        cfg.replica_ack = Some(Duration::from_millis(200));
+    }
+    let client = StockClient::connect(cfg).await.expect("connect");
     // Stock that lasts past the kill but sells out during the drill, users that come back
     // for a second unit: the oversell and limit checks below can fail.
     let meta = open_meta(4001, drills::scaled_count(12_000), 16, 2);

@@ -24,8 +24,6 @@ pub(crate) struct App {
     pub(crate) clients: Option<ClientLimiter>,
     pub(crate) max_body: usize,
     pub(crate) body_timeout: Duration,
-    /// `Some(wait)` in replica durability mode.
-    pub(crate) replica_wait: Option<Duration>,
     /// Ablation switches (`--no-sold-out-cache`, `--no-second-chance`).
     pub(crate) sold_out_cache: bool,
     pub(crate) second_chance: bool,

@@ -119,6 +119,14 @@ pub struct Config {
         default_value_t = 60_000
     )]
     pub max_connection_age_ms: u64,
+    /// Largest |this clock − Redis's `TIME`| (ms) at which claims are served. This clock
+    /// stamps the sale window and `claimed_ms`, which the consumer's payment timeouts
+    /// measure by Redis's clock; past the bound claims answer 503 and `/readyz` says why.
+    #[arg(long, env = "FLASHGATE_MAX_CLOCK_SKEW_MS", default_value_t = 1_000)]
+    pub max_clock_skew_ms: u64,
+    /// Fault drills only: added to this process's clock (an injected skew).
+    #[arg(long, env = "FLASHGATE_CLOCK_OFFSET_MS", default_value_t = 0, hide = true, allow_hyphen_values = true)]
+    pub clock_offset_ms: i64,
     /// Redis connect timeout (ms).
     #[arg(
         long,
@@ -309,6 +317,8 @@ impl Config {
             connect: ms(self.redis_connect_timeout_ms),
             response: ms(self.redis_timeout_ms),
         };
+        // The WAIT rides in each claim pipeline, on the connection that ran the scripts.
+        cfg.replica_ack = (self.durability == Durability::Replica).then(|| ms(self.wait_ms));
         Ok(cfg)
     }
 }

@@ -44,7 +44,7 @@ use tokio::sync::watch;
 use crate::admission::Admission;
 use crate::app::App;
 use crate::cache::SoldOutCache;
-use crate::config::{ms, Durability};
+use crate::config::ms;
 use crate::identity::Identity;
 use crate::limiter::ClientLimiter;
 use crate::link::Link;
@@ -76,6 +76,7 @@ pub async fn run(
     let handle = metrics::install();
     metrics::register_defaults();
     let link = Arc::new(Link::default());
+    link.set_clock(cfg.max_clock_skew_ms, cfg.clock_offset_ms);
     let cache = SoldOutCache::new(
         cfg.cache_capacity,
         ms(cfg.cache_ttl_ms),
@@ -103,7 +104,6 @@ pub async fn run(
         ),
         max_body: cfg.max_body_bytes,
         body_timeout: ms(cfg.body_timeout_ms),
-        replica_wait: (cfg.durability == Durability::Replica).then(|| ms(cfg.wait_ms)),
         sold_out_cache: !cfg.no_sold_out_cache,
         second_chance: !cfg.no_second_chance,
         metrics: handle.clone(),

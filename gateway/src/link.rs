@@ -11,14 +11,14 @@
 //! that reaches no shard at all (a single Redis down, or this gateway cut off) is not
 //! ready: it could answer nothing but 503.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
 
 use shard_router::{StockClient, StockConfig};
 use tokio::sync::{watch, Notify};
 
-use crate::metrics::{READY, SHARDS_UNREACHABLE};
+use crate::metrics::{CLOCK_SKEW_SECONDS, READY, SHARDS_UNREACHABLE};
 
 /// Shared view of Redis and of the process's readiness.
 #[derive(Default)]
@@ -31,6 +31,12 @@ pub(crate) struct Link {
     unreachable_shards: AtomicUsize,
     scripts_loaded: AtomicBool,
     draining: AtomicBool,
+    /// Injected clock offset (fault drills), ms.
+    clock_offset_ms: AtomicI64,
+    /// `--max-clock-skew-ms`; 0 until configured (then nothing is served).
+    max_skew_ms: AtomicU64,
+    /// The last measured skew was within the bound.
+    clock_ok: AtomicBool,
 }
 
 /// Why `/readyz` says no, in the order checked.
@@ -39,6 +45,7 @@ pub(crate) enum NotReady {
     Draining,
     RedisUnreachable,
     ScriptsNotLoaded,
+    ClockSkew,
 }
 
 impl NotReady {
@@ -47,6 +54,7 @@ impl NotReady {
             NotReady::Draining => "draining",
             NotReady::RedisUnreachable => "no redis shard reachable",
             NotReady::ScriptsNotLoaded => "scripts not loaded",
+            NotReady::ClockSkew => "clock off redis's by more than --max-clock-skew-ms",
         }
     }
 }
@@ -82,6 +90,8 @@ impl Link {
             Err(NotReady::RedisUnreachable)
         } else if !self.scripts_loaded.load(Ordering::Relaxed) {
             Err(NotReady::ScriptsNotLoaded)
+        } else if !self.clock_ok() {
+            Err(NotReady::ClockSkew)
         } else {
             Ok(())
         }
@@ -90,6 +100,45 @@ impl Link {
     /// Shards whose master did not answer the last probe.
     pub(crate) fn unreachable_shards(&self) -> usize {
         self.unreachable_shards.load(Ordering::Relaxed)
+    }
+
+    /// Sets the clock bound (and a fault drill's injected offset).
+    pub(crate) fn set_clock(&self, max_skew_ms: u64, offset_ms: i64) {
+        self.max_skew_ms.store(max_skew_ms, Ordering::Relaxed);
+        self.clock_offset_ms.store(offset_ms, Ordering::Relaxed);
+    }
+
+    /// This gateway's clock: stamps the sale window check and `claimed_ms`.
+    pub(crate) fn now_ms(&self) -> i64 {
+        shard_router::now_ms() + self.clock_offset_ms.load(Ordering::Relaxed)
+    }
+
+    /// False when the last probe found this clock off Redis's past the bound.
+    pub(crate) fn clock_ok(&self) -> bool {
+        self.clock_ok.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn max_skew_ms(&self) -> u64 {
+        self.max_skew_ms.load(Ordering::Relaxed)
+    }
+
+    /// Measures this clock against Redis's `TIME` (shard 0's master).
+    async fn check_clock(&self, client: &StockClient) {
+        match client.clock_skew_ms(0, || self.now_ms()).await {
+            Ok(skew) => {
+                metrics::gauge!(CLOCK_SKEW_SECONDS).set(skew as f64 / 1000.0);
+                let ok = skew.unsigned_abs() <= self.max_skew_ms();
+                if self.clock_ok.swap(ok, Ordering::Relaxed) != ok {
+                    if ok {
+                        tracing::info!(skew_ms = skew, "clock back within the bound of redis's");
+                    } else {
+                        tracing::error!(skew_ms = skew, max_ms = self.max_skew_ms(), "clock off redis's past --max-clock-skew-ms; claims refused");
+                    }
+                }
+            }
+            // Unmeasured keeps the last verdict: a ping failure already marks us unready.
+            Err(e) => tracing::debug!(error = %e, "clock check failed"),
+        }
     }
 
     pub(crate) fn start_draining(&self) {
@@ -145,6 +194,7 @@ impl Link {
             metrics::gauge!(SHARDS_UNREACHABLE).set(down as f64);
             if health.any_reachable() {
                 self.reachable.store(true, Ordering::Relaxed);
+                self.check_clock(&client).await;
                 if !self.scripts_loaded.load(Ordering::Relaxed) {
                     match client.load_scripts().await {
                         Ok(()) => self.scripts_loaded.store(true, Ordering::Relaxed),

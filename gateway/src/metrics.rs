@@ -32,6 +32,8 @@ pub const PUBSUB_RECONNECTS: &str = "flashgate_pubsub_reconnects_total";
 pub const REPLICATION_UNCONFIRMED: &str = "flashgate_replication_unconfirmed_total";
 /// Gauge: 1 while `/readyz` answers 200.
 pub const READY: &str = "flashgate_ready";
+/// Gauge: this gateway's clock minus Redis's `TIME` (seconds), from the readiness probe.
+pub const CLOCK_SKEW_SECONDS: &str = "flashgate_clock_skew_seconds";
 /// Gauge: stock shards whose Redis master did not answer the last readiness probe. Not
 /// part of readiness unless it is every shard (`link.rs`); this is how a dead master shows.
 pub const SHARDS_UNREACHABLE: &str = "flashgate_redis_shards_unreachable";
@@ -53,6 +55,7 @@ pub const DESCRIPTIONS: &[(&str, &str)] = &[
     (READY, "1 while /readyz answers 200 (Redis reachable, scripts loaded, not draining), else 0."),
     (ACCESS_LOG_DROPPED, "Access log lines dropped because more than --access-log-rate lines per second were due."),
     (SHARDS_UNREACHABLE, "Stock shards whose Redis master did not answer the last readiness probe; readiness fails only when every shard is unreachable."),
+    (CLOCK_SKEW_SECONDS, "This gateway's clock minus Redis's TIME in seconds, from the readiness probe; past --max-clock-skew-ms claims answer 503."),
 ];
 
 /// Claim outcomes (values of the `outcome` label).

@@ -8,7 +8,11 @@
 //! pipeline's scripts one after another, in the order they were queued. All of a batch's
 //! keys share the shard's hash tag, so on a cluster the pipeline goes to one node.
 //!
-//! [`WaitGroups`] does the same for replica durability's `WAIT`.
+//! With replica durability the pipeline ends with one `WAIT`: it runs on the connection
+//! that ran the batch's scripts (one pipeline is one write on one connection), so its count
+//! covers exactly those writes, and a reconnect between script and WAIT fails the whole
+//! pipeline instead of confirming nothing. Claims that queue while a batch (and its WAIT)
+//! is in flight go out with the next one and share its WAIT: group commit for WAIT too.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -17,7 +21,6 @@ use redis::{Cmd, RedisError, RedisResult, Value};
 use tokio::sync::oneshot;
 
 use crate::conn::RedisConn;
-use crate::error::StockError;
 use crate::placement::ShardId;
 
 /// Most scripts in one pipeline, which bounds one batch's reply and the wait of its last
@@ -86,9 +89,13 @@ impl<T: Waiting> Drop for Owner<'_, T> {
     }
 }
 
+/// A script's reply and, with replica durability, how many replicas the batch's own WAIT
+/// counted (`None` without durability).
+pub(crate) type Acked = (Value, Option<u32>);
+
 struct Pending {
     cmd: Cmd,
-    reply: oneshot::Sender<RedisResult<Value>>,
+    reply: oneshot::Sender<RedisResult<Acked>>,
 }
 
 impl Waiting for Pending {
@@ -101,13 +108,17 @@ impl Waiting for Pending {
 pub(crate) struct Batcher {
     queues: Vec<GroupQueue<Pending>>,
     timeout: Duration,
+    /// `WAIT 1 <ms>` closing every pipeline (replica durability), `None` without.
+    wait: Option<Duration>,
 }
 
 impl Batcher {
-    pub(crate) fn new(shards: u16, timeout: Duration) -> Self {
+    /// `wait` is capped below `timeout` so the pipeline's bound covers the WAIT's block.
+    pub(crate) fn new(shards: u16, timeout: Duration, wait: Option<Duration>) -> Self {
         Self {
             queues: (0..shards).map(|_| GroupQueue::new()).collect(),
-            timeout,
+            timeout: timeout + wait.unwrap_or_default(),
+            wait: wait.map(|w| w.max(Duration::from_millis(1))),
         }
     }
 
@@ -118,7 +129,7 @@ impl Batcher {
         conn: &RedisConn,
         shard: ShardId,
         cmd: Cmd,
-    ) -> RedisResult<Value> {
+    ) -> RedisResult<Acked> {
         let Some(queue) = self.queues.get(usize::from(shard)) else {
             return Err(RedisError::from((
                 redis::ErrorKind::Client,
@@ -153,28 +164,39 @@ impl Batcher {
                 pipe.add_command(p.cmd);
                 replies.push(p.reply);
             }
+            if let Some(wait) = self.wait {
+                // No key, so on a cluster the pipeline still goes to the scripts' node.
+                pipe.cmd("WAIT").arg(1).arg(wait.as_millis() as u64);
+            }
+            let expected = replies.len() + usize::from(self.wait.is_some());
             let answer = tokio::time::timeout(
                 self.timeout,
                 pipe.query_async::<Vec<RedisResult<Value>>>(&mut conn),
             )
             .await;
             match answer {
-                Ok(Ok(values)) if values.len() == replies.len() => {
+                Ok(Ok(mut values)) if values.len() == expected => {
+                    let acked = self.wait.map(|_| match values.pop() {
+                        Some(Ok(Value::Int(n))) => n.max(0) as u32,
+                        // An error reply (or anything else) confirms nothing.
+                        _ => 0,
+                    });
                     for (tx, v) in replies.into_iter().zip(values) {
-                        let _ = tx.send(v);
+                        let _ = tx.send(v.map(|v| (v, acked)));
                     }
                 }
                 Ok(Ok(values)) => {
                     let e = io_error(
                         std::io::ErrorKind::InvalidData,
-                        &format!("{} replies to {} scripts", values.len(), replies.len()),
+                        &format!("{} replies to {expected} commands", values.len()),
                     );
                     send_all(replies, &e);
                 }
                 // A pipeline that fails as a whole (a dropped connection; on a cluster, one
                 // MOVED or CLUSTERDOWN reply fails them all) may have run some of its
-                // scripts: for more than one, nobody can say "nothing was taken".
-                Ok(Err(e)) if replies.len() > 1 => {
+                // scripts: for more than one (or one and its WAIT), nobody can say
+                // "nothing was taken".
+                Ok(Err(e)) if expected > 1 => {
                     let e = io_error(
                         std::io::ErrorKind::ConnectionAborted,
                         &format!("claim batch failed, some scripts may have run: {e}"),
@@ -191,7 +213,7 @@ impl Batcher {
     }
 }
 
-fn send_all(replies: Vec<oneshot::Sender<RedisResult<Value>>>, e: &RedisError) {
+fn send_all(replies: Vec<oneshot::Sender<RedisResult<Acked>>>, e: &RedisError) {
     for tx in replies {
         let _ = tx.send(Err(e.clone()));
     }
@@ -199,180 +221,4 @@ fn send_all(replies: Vec<oneshot::Sender<RedisResult<Value>>>, e: &RedisError) {
 
 fn io_error(kind: std::io::ErrorKind, msg: &str) -> RedisError {
     RedisError::from(std::io::Error::new(kind, msg.to_owned()))
-}
-
-/// One caller waiting for a shard's next `WAIT`.
-struct Waiter {
-    replicas: u32,
-    wait: Duration,
-    reply: oneshot::Sender<Result<u32, StockError>>,
-}
-
-impl Waiting for Waiter {
-    fn is_open(&self) -> bool {
-        !self.reply.is_closed()
-    }
-}
-
-/// Group commit of `WAIT`, per shard. WAIT covers every earlier write of the connection it
-/// runs on, so one WAIT sent after a caller's claim answered confirms that claim and every
-/// other one answered before it: callers that queue while a shard's WAIT is in flight
-/// share the next one instead of sending one each. Each WAIT parks the shared connection
-/// until a replica acknowledges, so fewer WAITs is throughput for replica durability.
-pub(crate) struct WaitGroups {
-    shards: Vec<GroupQueue<Waiter>>,
-}
-
-impl WaitGroups {
-    pub(crate) fn new(shards: u16) -> Self {
-        Self {
-            shards: (0..shards).map(|_| GroupQueue::new()).collect(),
-        }
-    }
-
-    /// Waits for the first WAIT on `shard` sent after this call began; `send` runs one.
-    pub(crate) async fn confirm<F, Fut>(
-        self: &Arc<Self>,
-        shard: ShardId,
-        replicas: u32,
-        wait: Duration,
-        send: F,
-    ) -> Result<u32, StockError>
-    where
-        F: Fn(u32, Duration) -> Fut + Send + 'static,
-        Fut: std::future::Future<Output = Result<u32, StockError>> + Send + 'static,
-    {
-        let Some(queue) = self.shards.get(usize::from(shard)) else {
-            return Err(StockError::InvalidArgument(format!("no shard {shard}")));
-        };
-        let (tx, rx) = oneshot::channel();
-        let start = queue.push(Waiter {
-            replicas,
-            wait,
-            reply: tx,
-        });
-        if start {
-            tokio::spawn(Arc::clone(self).flush(shard, send));
-        }
-        rx.await.unwrap_or_else(|_| {
-            Err(StockError::Protocol {
-                op: "wait",
-                detail: "WAIT group dropped".into(),
-            })
-        })
-    }
-
-    async fn flush<F, Fut>(self: Arc<Self>, shard: ShardId, send: F)
-    where
-        F: Fn(u32, Duration) -> Fut,
-        Fut: std::future::Future<Output = Result<u32, StockError>>,
-    {
-        let queue = &self.shards[usize::from(shard)];
-        let owner = queue.own();
-        loop {
-            let Some(group) = queue.next(usize::MAX) else {
-                std::mem::forget(owner);
-                return;
-            };
-            // The strictest ask of the group answers everyone in it.
-            let replicas = group.iter().map(|w| w.replicas).max().unwrap_or(1);
-            let wait = group.iter().map(|w| w.wait).max().unwrap_or_default();
-            let acked = send(replicas, wait).await;
-            for w in group {
-                let _ = w.reply.send(acked.clone());
-            }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::sync::atomic::{AtomicU32, Ordering};
-
-    use super::*;
-
-    /// Callers that queue while a WAIT is in flight share the next one, and each caller is
-    /// answered by a WAIT sent after it asked.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn waits_are_shared_but_never_earlier_than_the_ask() {
-        let groups = Arc::new(WaitGroups::new(2));
-        let sent = Arc::new(AtomicU32::new(0));
-        let send = {
-            let sent = sent.clone();
-            move |_n: u32, _w: Duration| {
-                let sent = sent.clone();
-                async move {
-                    // The value is the WAIT's sequence number, taken when it is sent.
-                    let seq = sent.fetch_add(1, Ordering::SeqCst) + 1;
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                    Ok(seq)
-                }
-            }
-        };
-        let mut callers = Vec::new();
-        for _ in 0..50 {
-            let (groups, send, sent) = (groups.clone(), send.clone(), sent.clone());
-            callers.push(tokio::spawn(async move {
-                // WAITs already sent when this caller asks: its answer must come from a
-                // later one, whose sequence number is higher.
-                let before = sent.load(Ordering::SeqCst);
-                let seq = groups
-                    .confirm(1, 1, Duration::from_millis(5), send)
-                    .await
-                    .unwrap();
-                (before, seq)
-            }));
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-        for c in callers {
-            let (before, seq) = c.await.unwrap();
-            assert!(seq > before, "answered by WAIT {seq}, asked after {before}");
-        }
-        let total = sent.load(Ordering::SeqCst);
-        assert!(
-            total < 50,
-            "50 callers over ~50 ms must share WAITs, sent {total}"
-        );
-
-        // One caller that asks while a WAIT is in flight is answered by a later one.
-        let slow = {
-            let (groups, send) = (groups.clone(), send.clone());
-            tokio::spawn(async move { groups.confirm(0, 1, Duration::ZERO, send).await })
-        };
-        tokio::time::sleep(Duration::from_millis(5)).await;
-        let before = sent.load(Ordering::SeqCst);
-        let late = groups.confirm(0, 1, Duration::ZERO, send).await.unwrap();
-        assert!(
-            late > before,
-            "answered by WAIT {late}, asked after {before}"
-        );
-        slow.await.unwrap().unwrap();
-        assert!(groups
-            .confirm(9, 1, Duration::ZERO, |_, _| async { Ok(1) })
-            .await
-            .is_err());
-    }
-
-    /// A flush task that dies (here: its WAIT panics) hands the queue back: its callers
-    /// get an error, and the next caller starts a new flush instead of waiting forever.
-    #[tokio::test]
-    async fn a_dead_flush_task_does_not_strand_the_queue() {
-        let groups = Arc::new(WaitGroups::new(1));
-        let first = groups
-            .confirm(0, 1, Duration::ZERO, |_, _| async {
-                if true {
-                    panic!("WAIT blew up");
-                }
-                Ok(0)
-            })
-            .await;
-        assert!(first.is_err());
-        let second = tokio::time::timeout(
-            Duration::from_secs(5),
-            groups.confirm(0, 1, Duration::ZERO, |_, _| async { Ok(7) }),
-        )
-        .await
-        .expect("a new flush must start");
-        assert_eq!(second.unwrap(), 7);
-    }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use redis::{AsyncCommands, ScriptInvocation, Value};
 
-use crate::batch::{Batcher, WaitGroups};
+use crate::batch::Batcher;
 use crate::conn::{RedisConn, RedisTarget, Timeouts};
 use crate::error::StockError;
 use crate::keys::{self, ShardKeys};
@@ -28,6 +28,10 @@ pub struct StockConfig {
     pub hold_ttl: Duration,
     /// How long a successful answer is kept for replay under its request id.
     pub request_ttl: Duration,
+    /// Replica durability: every claim pipeline ends with `WAIT 1 <this>`, on the
+    /// connection that ran its scripts, and the protocol reports what it confirmed (see
+    /// `batch.rs`). `None`: no WAIT.
+    pub replica_ack: Option<Duration>,
 }
 
 impl StockConfig {
@@ -41,6 +45,7 @@ impl StockConfig {
             timeouts: Timeouts::default(),
             hold_ttl: Self::DEFAULT_HOLD_TTL,
             request_ttl: Self::DEFAULT_REQUEST_TTL,
+            replica_ack: None,
         }
     }
 }
@@ -52,7 +57,6 @@ pub struct StockClient {
     placement: Arc<Placement>,
     cfg: Arc<StockConfig>,
     batcher: Arc<Batcher>,
-    waits: Arc<WaitGroups>,
 }
 
 impl StockClient {
@@ -63,8 +67,11 @@ impl StockClient {
         Ok(Self {
             conn,
             placement: Arc::new(placement),
-            batcher: Arc::new(Batcher::new(cfg.shards, cfg.timeouts.response)),
-            waits: Arc::new(WaitGroups::new(cfg.shards)),
+            batcher: Arc::new(Batcher::new(
+                cfg.shards,
+                cfg.timeouts.response,
+                cfg.replica_ack,
+            )),
             cfg: Arc::new(cfg),
         })
     }
@@ -96,15 +103,60 @@ impl StockClient {
         }
     }
 
-    /// Sends `cmd` with `shard`'s next claim batch (see `batch.rs`), under the timeout.
+    /// Sends `cmd` with `shard`'s next claim batch (see `batch.rs`), under the timeout
+    /// (plus the batch's WAIT): the reply, and what the batch's WAIT counted.
     async fn batched(
         &self,
         op: &'static str,
         shard: ShardId,
         cmd: redis::Cmd,
-    ) -> Result<Value, StockError> {
-        self.bounded(op, self.batcher.call(&self.conn, shard, cmd))
-            .await
+    ) -> Result<(Value, Option<u32>), StockError> {
+        let after = self.cfg.timeouts.response + self.cfg.replica_ack.unwrap_or_default();
+        match tokio::time::timeout(after, self.batcher.call(&self.conn, shard, cmd)).await {
+            Ok(r) => r.map_err(|source| StockError::Redis { op, source }),
+            Err(_) => Err(StockError::Timeout { op, after }),
+        }
+    }
+
+    /// Runs `script` (its keys and args built by `args`) with `shard`'s next batch.
+    /// NOSCRIPT (a flushed or restarted Redis) means the script did not run: load it and
+    /// send the same call once more, both within one more response timeout.
+    async fn script_batched(
+        &self,
+        op: &'static str,
+        shard: ShardId,
+        script: &redis::Script,
+        args: impl Fn(&mut redis::Cmd),
+    ) -> Result<(Reply, Option<u32>), StockError> {
+        let call = || {
+            let mut cmd = redis::cmd("EVALSHA");
+            cmd.arg(script.get_hash());
+            args(&mut cmd);
+            self.batched(op, shard, cmd)
+        };
+        let (value, acked) = match call().await {
+            Err(StockError::Redis { source, .. })
+                if source.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+            {
+                let after = self.cfg.timeouts.response;
+                let retry = async {
+                    let mut conn = self.conn.clone();
+                    script
+                        .load_async(&mut conn)
+                        .await
+                        .map_err(|source| StockError::Redis {
+                            op: "script load",
+                            source,
+                        })?;
+                    call().await
+                };
+                tokio::time::timeout(after, retry)
+                    .await
+                    .unwrap_or(Err(StockError::Timeout { op, after }))?
+            }
+            r => r?,
+        };
+        Ok((Reply::parse(op, value)?, acked))
     }
 
     async fn run(&self, op: &'static str, inv: &ScriptInvocation<'_>) -> Result<Reply, StockError> {
@@ -261,6 +313,17 @@ impl StockClient {
         now_ms: i64,
         allow_hold: bool,
     ) -> Result<HomeOutcome, StockError> {
+        Ok(self.claim_home_acked(req, home, now_ms, allow_hold).await?.0)
+    }
+
+    /// [`Self::claim_home`], with what the batch's WAIT counted (replica durability).
+    pub(crate) async fn claim_home_acked(
+        &self,
+        req: &ClaimRequest,
+        home: ShardId,
+        now_ms: i64,
+        allow_hold: bool,
+    ) -> Result<(HomeOutcome, Option<u32>), StockError> {
         let k = self.keys(home, req.sku);
         let rid = req.request_id.as_deref();
         let hold_ttl = if allow_hold {
@@ -269,54 +332,28 @@ impl StockClient {
             0
         };
         let request_ttl = self.cfg.request_ttl.as_secs().max(1);
-        let call = || {
-            let mut cmd = redis::cmd("EVALSHA");
-            cmd.arg(scripts::CLAIM.get_hash())
-                .arg(7)
-                .arg(k.stock())
-                .arg(k.meta())
-                .arg(k.users())
-                .arg(k.user_seq())
-                .arg(k.holds())
-                .arg(keys::claims_stream(&self.placement, home))
-                .arg(k.request(&req.user, rid))
-                .arg(req.sku)
-                .arg(&req.user)
-                .arg(req.qty)
-                .arg(now_ms)
-                .arg(rid.unwrap_or(""))
-                .arg(home)
-                .arg(hold_ttl)
-                .arg(request_ttl)
-                .arg(keys::EVENTS_CHANNEL);
-            self.batched("claim", home, cmd)
-        };
-        // NOSCRIPT (a flushed or restarted Redis) means the script did not run: load it
-        // and send the same call once more, both within one more response timeout.
-        let value = match call().await {
-            Err(StockError::Redis { source, .. })
-                if source.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
-            {
-                let after = self.cfg.timeouts.response;
-                let retry = async {
-                    let mut conn = self.conn.clone();
-                    scripts::CLAIM
-                        .load_async(&mut conn)
-                        .await
-                        .map_err(|source| StockError::Redis {
-                            op: "script load",
-                            source,
-                        })?;
-                    call().await
-                };
-                tokio::time::timeout(after, retry)
-                    .await
-                    .unwrap_or(Err(StockError::Timeout { op: "claim", after }))?
-            }
-            r => r?,
-        };
-        let r = Reply::parse("claim", value)?;
-        Ok(match r.code {
+        let (r, acked) = self
+            .script_batched("claim", home, &scripts::CLAIM, |cmd| {
+                cmd.arg(7)
+                    .arg(k.stock())
+                    .arg(k.meta())
+                    .arg(k.users())
+                    .arg(k.user_seq())
+                    .arg(k.holds())
+                    .arg(keys::claims_stream(&self.placement, home))
+                    .arg(k.request(&req.user, rid))
+                    .arg(req.sku)
+                    .arg(&req.user)
+                    .arg(req.qty)
+                    .arg(now_ms)
+                    .arg(rid.unwrap_or(""))
+                    .arg(home)
+                    .arg(hold_ttl)
+                    .arg(request_ttl)
+                    .arg(keys::EVENTS_CHANNEL);
+            })
+            .await?;
+        let outcome = match r.code {
             code::CLAIMED => HomeOutcome::Claimed {
                 claim_id: r.text(0)?,
                 user_seq: r.int(1)? as u64,
@@ -346,7 +383,8 @@ impl StockClient {
                 return Err(StockError::InvalidArgument("claim: qty or time".into()))
             }
             _ => return Err(r.unexpected()),
-        })
+        };
+        Ok((outcome, acked))
     }
 
     /// Runs `take.lua` (the second chance) on `shard`, under the hold `user_seq` on `home`.
@@ -358,27 +396,42 @@ impl StockClient {
         user_seq: u64,
         now_ms: i64,
     ) -> Result<TakeOutcome, StockError> {
+        Ok(self.take_acked(req, shard, home, user_seq, now_ms).await?.0)
+    }
+
+    /// [`Self::take`], with what the batch's WAIT counted (replica durability).
+    pub(crate) async fn take_acked(
+        &self,
+        req: &ClaimRequest,
+        shard: ShardId,
+        home: ShardId,
+        user_seq: u64,
+        now_ms: i64,
+    ) -> Result<(TakeOutcome, Option<u32>), StockError> {
         let k = self.keys(shard, req.sku);
         // The hold placed at `now_ms` expires at `now_ms + hold_ttl`; a third of the TTL
         // is the margin for clock skew between Redis and the consumer that resolves it.
         let hold_ttl = self.cfg.hold_ttl.as_millis() as i64;
         let deadline = now_ms + hold_ttl - hold_ttl / 3;
-        let mut inv = scripts::TAKE.prepare_invoke();
-        inv.key(k.stock())
-            .key(k.meta())
-            .key(keys::claims_stream(&self.placement, shard))
-            .arg(req.sku)
-            .arg(&req.user)
-            .arg(req.qty)
-            .arg(now_ms)
-            .arg(user_seq)
-            .arg(home)
-            .arg(req.request_id.as_deref().unwrap_or(""))
-            .arg(shard)
-            .arg(keys::EVENTS_CHANNEL)
-            .arg(deadline);
-        let r = self.run("take", &inv).await?;
-        Ok(match r.code {
+        let (r, acked) = self
+            .script_batched("take", shard, &scripts::TAKE, |cmd| {
+                cmd.arg(3)
+                    .arg(k.stock())
+                    .arg(k.meta())
+                    .arg(keys::claims_stream(&self.placement, shard))
+                    .arg(req.sku)
+                    .arg(&req.user)
+                    .arg(req.qty)
+                    .arg(now_ms)
+                    .arg(user_seq)
+                    .arg(home)
+                    .arg(req.request_id.as_deref().unwrap_or(""))
+                    .arg(shard)
+                    .arg(keys::EVENTS_CHANNEL)
+                    .arg(deadline);
+            })
+            .await?;
+        let outcome = match r.code {
             code::CLAIMED => TakeOutcome::Claimed {
                 claim_id: r.text(0)?,
                 remaining: r.int(1)?,
@@ -394,7 +447,8 @@ impl StockClient {
                 return Err(StockError::InvalidArgument("take: qty or time".into()))
             }
             _ => return Err(r.unexpected()),
-        })
+        };
+        Ok((outcome, acked))
     }
 
     /// Runs `settle.lua` on the home shard: ends the hold `user_seq` of `user`.
@@ -407,29 +461,49 @@ impl StockClient {
         request_id: Option<&str>,
         how: &Settlement,
     ) -> Result<SettleOutcome, StockError> {
+        Ok(self
+            .settle_acked(sku, home, user, user_seq, request_id, how)
+            .await?
+            .0)
+    }
+
+    /// [`Self::settle`], with what the batch's WAIT counted (replica durability).
+    pub(crate) async fn settle_acked(
+        &self,
+        sku: u64,
+        home: ShardId,
+        user: &str,
+        user_seq: u64,
+        request_id: Option<&str>,
+        how: &Settlement,
+    ) -> Result<(SettleOutcome, Option<u32>), StockError> {
         let k = self.keys(home, sku);
         let (verb, answer) = match how {
             Settlement::Keep(c) => ("keep", format!("{}|{}|{}", c.claim_id, c.shard, c.qty)),
             Settlement::Undo => ("undo", String::new()),
         };
-        let mut inv = scripts::SETTLE.prepare_invoke();
-        inv.key(k.users())
-            .key(k.holds())
-            .key(k.request(user, request_id))
-            .arg(user)
-            .arg(user_seq)
-            .arg(verb)
-            .arg(request_id.unwrap_or(""))
-            .arg(answer)
-            .arg(self.cfg.request_ttl.as_secs().max(1));
-        let r = self.run("settle", &inv).await?;
-        match r.code {
-            code::SETTLED => Ok(SettleOutcome::Settled {
+        let (r, acked) = self
+            .script_batched("settle", home, &scripts::SETTLE, |cmd| {
+                cmd.arg(3)
+                    .arg(k.users())
+                    .arg(k.holds())
+                    .arg(k.request(user, request_id))
+                    .arg(user)
+                    .arg(user_seq)
+                    .arg(verb)
+                    .arg(request_id.unwrap_or(""))
+                    .arg(&answer)
+                    .arg(self.cfg.request_ttl.as_secs().max(1));
+            })
+            .await?;
+        let outcome = match r.code {
+            code::SETTLED => SettleOutcome::Settled {
                 qty: r.int(0)? as u32,
-            }),
-            code::HOLD_GONE => Ok(SettleOutcome::HoldGone),
-            _ => Err(r.unexpected()),
-        }
+            },
+            code::HOLD_GONE => SettleOutcome::HoldGone,
+            _ => return Err(r.unexpected()),
+        };
+        Ok((outcome, acked))
     }
 
     /// Holds standing on a shard for a SKU.
@@ -486,77 +560,6 @@ impl StockClient {
             .arg(rel.qty);
         let user = release_step(self.run("release user", &inv).await?)?;
         Ok(ReleaseOutcome { stock, user })
-    }
-
-    /// `WAIT replicas ms` on the node that owns `shard`: how many replicas confirmed this
-    /// connection's writes so far (the claim just made included). WAIT cannot run inside a
-    /// script, so durability mode `replica` calls this after a successful claim. Callers
-    /// that ask while the shard's previous WAIT is in flight share the next one (see
-    /// `batch.rs`). `wait` is capped below the response timeout, which bounds every call on
-    /// the connection, WAIT included.
-    pub async fn wait_replicas(
-        &self,
-        shard: ShardId,
-        replicas: u32,
-        wait: Duration,
-    ) -> Result<u32, StockError> {
-        // One Redis holds every shard on one connection, so every shard shares one group
-        // there; on a cluster, a shard's group follows its master.
-        let group = match self.conn {
-            RedisConn::Single(_) => 0,
-            RedisConn::Cluster(_) => shard,
-        };
-        let client = self.clone();
-        // A caller may wait for the WAIT in flight and then its own.
-        let bound = 2 * (wait + self.cfg.timeouts.response);
-        let confirmed = self.waits.confirm(group, replicas, wait, move |n, w| {
-            let client = client.clone();
-            async move { client.wait_once(shard, n, w).await }
-        });
-        match tokio::time::timeout(bound, confirmed).await {
-            Ok(r) => r,
-            Err(_) => Err(StockError::Timeout {
-                op: "wait",
-                after: bound,
-            }),
-        }
-    }
-
-    async fn wait_once(
-        &self,
-        shard: ShardId,
-        replicas: u32,
-        wait: Duration,
-    ) -> Result<u32, StockError> {
-        // WAIT with 0 ms blocks forever on the Redis side, parking the shared connection.
-        let wait = wait
-            .min(self.cfg.timeouts.response * 4 / 5)
-            .max(Duration::from_millis(1));
-        let mut cmd = redis::cmd("WAIT");
-        cmd.arg(replicas).arg(wait.as_millis() as u64);
-        let after = wait + self.cfg.timeouts.response;
-        let fut = async {
-            match self.conn.clone() {
-                RedisConn::Single(mut c) => cmd.query_async::<i64>(&mut c).await,
-                RedisConn::Cluster(mut c) => {
-                    use redis::cluster_routing::{
-                        Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr,
-                    };
-                    let slot = crate::placement::slot_of_tag(self.placement.tag(shard));
-                    let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
-                        Route::new(slot, SlotAddr::Master),
-                    ));
-                    let v = c.route_command(cmd, route).await?;
-                    Ok(redis::from_redis_value::<i64>(v)?)
-                }
-            }
-        };
-        match tokio::time::timeout(after, fut).await {
-            Ok(r) => r
-                .map(|n| n.max(0) as u32)
-                .map_err(|source| StockError::Redis { op: "wait", source }),
-            Err(_) => Err(StockError::Timeout { op: "wait", after }),
-        }
     }
 
     /// Units the user holds of a SKU (holds included), read from the home shard.

@@ -25,6 +25,10 @@ pub enum StockError {
     /// anything and gave the user's count back. Nothing was taken.
     #[error("redis {op}: the claim outlived its hold; nothing was taken")]
     Expired { op: &'static str },
+    /// Replica durability: no replica confirmed a step that must be durable before the
+    /// claim goes on (the hold of a second chance). The step was undone; nothing was taken.
+    #[error("redis {op}: no replica confirmed it; undone, nothing was taken")]
+    Unconfirmed { op: &'static str },
     /// The caller passed something the keyspace cannot hold.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
@@ -42,7 +46,9 @@ impl StockError {
                     || source.is_connection_refusal()
                     || source.is_cluster_error()
             }
-            StockError::Timeout { .. } | StockError::Expired { .. } => true,
+            StockError::Timeout { .. }
+            | StockError::Expired { .. }
+            | StockError::Unconfirmed { .. } => true,
             StockError::Protocol { .. } | StockError::InvalidArgument(_) => false,
         }
     }

@@ -97,3 +97,10 @@ pub fn claims_stream(placement: &Placement, shard: ShardId) -> String {
 pub fn dead_letter_stream(placement: &Placement, shard: ShardId) -> String {
     format!("{{{}}}:dead", placement.tag(shard))
 }
+
+/// A counter per shard that replication checks write before their `WAIT`, so the WAIT
+/// covers every earlier write of the master whatever connection made them (see
+/// `replication.rs`).
+pub fn fence(placement: &Placement, shard: ShardId) -> String {
+    format!("{{{}}}:fence", placement.tag(shard))
+}

@@ -9,12 +9,17 @@
 //! - [`protocol`]: the whole claim (home shard, hold, second chance, settle).
 //! - [`record`]: the claim record codec shared with the consumer.
 //! - `replay`: the stored answer of a request id, read without a script.
+//! - `clock`: Redis's clock (`TIME`) and a process's skew from it.
 //! - [`conn`]: one connection type for single Redis and Redis Cluster.
-//! - `batch`: group commit of claim scripts per shard (one pipeline per batch).
+//! - `batch`: group commit of claim scripts per shard (one pipeline per batch, closed by
+//!   the batch's `WAIT` with replica durability).
+//! - [`replication`]: fences and `INFO replication`: replica checks that do not trust
+//!   the connection.
 //! - [`health`]: which shards' masters answer right now (readiness, failover view).
 
 mod batch;
 mod client;
+mod clock;
 pub mod conn;
 mod error;
 pub mod health;
@@ -24,6 +29,7 @@ pub mod placement;
 pub mod protocol;
 pub mod record;
 mod replay;
+pub mod replication;
 mod reply;
 mod scripts;
 
@@ -35,6 +41,7 @@ pub use outcome::*;
 pub use placement::{Placement, ShardId};
 pub use record::ClaimRecord;
 pub use replay::StoredAnswer;
+pub use replication::{Fence, ReplicationInfo};
 
 /// Milliseconds since the Unix epoch: the gateway clock passed to every script.
 pub fn now_ms() -> i64 {

@@ -62,6 +62,60 @@ pub async fn claim_with(
     now_ms: i64,
     second_chance: bool,
 ) -> Result<ClaimOutcome, StockError> {
+    Ok(claim_confirmed(client, meta, req, empties, now_ms, second_chance)
+        .await?
+        .0)
+}
+
+/// What replica durability (`StockConfig::replica_ack`) confirmed about a claim or replay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Confirmation {
+    /// No replica durability configured.
+    NotAsked,
+    /// A replica acknowledged every write the claim made (on the connections that made
+    /// them): it survives a failover.
+    Confirmed,
+    /// Taken on the primary, not (yet) confirmed: must not be acknowledged.
+    Unconfirmed,
+}
+
+impl Confirmation {
+    fn of(acked: Option<u32>) -> Self {
+        match acked {
+            None => Self::NotAsked,
+            Some(n) if n >= 1 => Self::Confirmed,
+            Some(_) => Self::Unconfirmed,
+        }
+    }
+
+    fn and(self, other: Self) -> Self {
+        match (self, other) {
+            (Self::NotAsked, o) | (o, Self::NotAsked) => o,
+            (Self::Confirmed, Self::Confirmed) => Self::Confirmed,
+            _ => Self::Unconfirmed,
+        }
+    }
+
+    /// True unless replica durability is on and did not confirm.
+    pub fn acknowledgeable(self) -> bool {
+        self != Self::Unconfirmed
+    }
+}
+
+/// [`claim_with`], also saying what replica durability confirmed. A rerouted claim wrote
+/// on two shards: the units and record on the other shard, the user's count, sequence
+/// and stored answer on the home shard. Its hold must be confirmed before the take, so
+/// that a retry after the home master's failover finds the hold (and waits for it to be
+/// resolved against the ledger) instead of claiming a second time; the take and the settle
+/// must both be confirmed for the claim to be.
+pub async fn claim_confirmed(
+    client: &StockClient,
+    meta: &SkuMeta,
+    req: &ClaimRequest,
+    empties: &dyn EmptyShards,
+    now_ms: i64,
+    second_chance: bool,
+) -> Result<(ClaimOutcome, Confirmation), StockError> {
     req.validate()?;
     if req.sku != meta.sku {
         return Err(StockError::InvalidArgument(
@@ -78,17 +132,20 @@ pub async fn claim_with(
         Vec::new()
     };
 
-    let user_seq = match client
-        .claim_home(req, home, now_ms, !others.is_empty())
-        .await?
-    {
+    let rid = req.request_id.as_deref();
+    let (home_outcome, acked) = client
+        .claim_home_acked(req, home, now_ms, !others.is_empty())
+        .await?;
+    let home_confirmed = Confirmation::of(acked);
+    let done = |o: ClaimOutcome| Ok((o, home_confirmed));
+    let user_seq = match home_outcome {
         HomeOutcome::Claimed {
             claim_id,
             remaining,
             ..
         } => {
             note_remaining(empties, meta.sku, home, remaining);
-            return Ok(ClaimOutcome::Claimed {
+            return done(ClaimOutcome::Claimed {
                 claim: Claim {
                     claim_id,
                     sku: meta.sku,
@@ -107,23 +164,34 @@ pub async fn claim_with(
         }
         HomeOutcome::SoldOut { remaining } => {
             note_remaining(empties, meta.sku, home, remaining);
-            return Ok(ClaimOutcome::SoldOut);
+            return done(ClaimOutcome::SoldOut);
         }
-        HomeOutcome::Replay(c) => return Ok(ClaimOutcome::Replay(c)),
-        HomeOutcome::InProgress => return Ok(ClaimOutcome::InProgress),
-        HomeOutcome::LimitReached { held } => return Ok(ClaimOutcome::LimitReached { held }),
-        HomeOutcome::NotStarted => return Ok(ClaimOutcome::NotStarted),
-        HomeOutcome::Ended => return Ok(ClaimOutcome::Ended),
-        HomeOutcome::NotPreheated => return Ok(ClaimOutcome::NotPreheated),
+        HomeOutcome::Replay(c) => return done(ClaimOutcome::Replay(c)),
+        HomeOutcome::InProgress => return done(ClaimOutcome::InProgress),
+        HomeOutcome::LimitReached { held } => return done(ClaimOutcome::LimitReached { held }),
+        HomeOutcome::NotStarted => return done(ClaimOutcome::NotStarted),
+        HomeOutcome::Ended => return done(ClaimOutcome::Ended),
+        HomeOutcome::NotPreheated => return done(ClaimOutcome::NotPreheated),
     };
+    if home_confirmed == Confirmation::Unconfirmed {
+        // A take under a hold the home replica may not have: after a failover of the home
+        // master, a retry would find no hold and claim again. Give the count back and take
+        // nothing (if the undo is lost too, the consumer resolves the hold: no claim).
+        if let Err(e) = client
+            .settle(meta.sku, home, &req.user, user_seq, rid, &Settlement::Undo)
+            .await
+        {
+            tracing::warn!(sku = meta.sku, user = %req.user, error = %e, "undo of an unconfirmed hold failed; hold left for the consumer");
+        }
+        return Err(StockError::Unconfirmed { op: "hold" });
+    }
 
     // Second chance under the hold. Walking every remaining shard (not just one) keeps
     // "stock left but sold out" from happening when this gateway's view is stale; each
     // miss marks the shard empty, so later claims skip it.
-    let rid = req.request_id.as_deref();
     let mut end = ClaimOutcome::SoldOut;
     for shard in others {
-        let taken = match client.take(req, shard, home, user_seq, now_ms).await {
+        let (taken, take_acked) = match client.take_acked(req, shard, home, user_seq, now_ms).await {
             Ok(t) => t,
             Err(e) => {
                 // A clear failure took nothing: give the count back now instead of leaving
@@ -157,16 +225,24 @@ pub async fn claim_with(
                 // The unit is taken and recorded whatever settle says: a failed settle
                 // leaves the hold (count included) for the consumer, which finds the claim
                 // in the ledger and keeps it.
-                if let Err(e) = client
-                    .settle(meta.sku, home, &req.user, user_seq, rid, &keep)
+                let settled = match client
+                    .settle_acked(meta.sku, home, &req.user, user_seq, rid, &keep)
                     .await
                 {
-                    tracing::warn!(sku = meta.sku, user = %req.user, error = %e, "settle keep failed; hold left for the consumer");
-                }
-                return Ok(ClaimOutcome::Claimed {
-                    claim,
-                    rerouted: true,
-                });
+                    Ok((_, acked)) => Confirmation::of(acked),
+                    Err(e) => {
+                        tracing::warn!(sku = meta.sku, user = %req.user, error = %e, "settle keep failed; hold left for the consumer");
+                        Confirmation::of(take_acked.map(|_| 0))
+                    }
+                };
+                let confirmed = Confirmation::of(take_acked).and(settled);
+                return Ok((
+                    ClaimOutcome::Claimed {
+                        claim,
+                        rerouted: true,
+                    },
+                    confirmed,
+                ));
             }
             TakeOutcome::SoldOut { remaining } => {
                 note_remaining(empties, meta.sku, shard, remaining);
@@ -194,7 +270,7 @@ pub async fn claim_with(
     client
         .settle(meta.sku, home, &req.user, user_seq, rid, &Settlement::Undo)
         .await?;
-    Ok(end)
+    Ok((end, Confirmation::NotAsked))
 }
 
 fn note_remaining(empties: &dyn EmptyShards, sku: u64, shard: ShardId, remaining: i64) {

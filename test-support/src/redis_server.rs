@@ -80,6 +80,32 @@ impl RedisServer {
         self.child.as_ref().map(Child::id)
     }
 
+    /// Starts a replica of `master` and waits until its first sync is done.
+    pub fn start_replica_of(master: &RedisServer) -> Self {
+        let port = master.port().to_string();
+        let replica = Self::start_with(&["--replicaof", "127.0.0.1", &port]);
+        wait_until("replica link up", Duration::from_secs(30), || {
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query(&mut replica.connection())
+                .unwrap_or_default();
+            info.contains("master_link_status:up")
+        });
+        replica
+    }
+
+    /// Sends `sig` (`STOP`, `CONT`) to the server; a stopped replica acknowledges nothing
+    /// while its master goes on.
+    pub fn signal(&self, sig: &str) {
+        let pid = self.pid().expect("server running");
+        let ok = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(pid.to_string())
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "kill -{sig} {pid} failed");
+    }
+
     /// Kills the server (all data is gone: it persists nothing).
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {

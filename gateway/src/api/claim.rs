@@ -12,8 +12,8 @@ use std::time::Instant;
 
 use hyper::body::Incoming;
 use hyper::{Request, StatusCode};
-use shard_router::protocol::{self, EmptyShards};
-use shard_router::{now_ms, Claim, ClaimOutcome, StockError, StoredAnswer};
+use shard_router::protocol::{self, Confirmation, EmptyShards};
+use shard_router::{Claim, ClaimOutcome, StockError, StoredAnswer};
 
 use super::input::{read_claim, InputRules};
 use super::reply::Reply;
@@ -52,6 +52,13 @@ async fn claim(app: &App, peer: SocketAddr, req: Request<Incoming>) -> (&'static
             Reply::unavailable("not connected to redis yet; nothing was taken"),
         );
     };
+    if !app.link.clock_ok() {
+        let msg = format!(
+            "this gateway's clock is off redis's by more than {} ms; nothing was taken",
+            app.link.max_skew_ms()
+        );
+        return (outcome::UNAVAILABLE, Reply::unavailable(msg));
+    }
     let state = match app.cache.get(client, req.sku).await {
         Ok(Some(s)) => s,
         Ok(None) => return (outcome::REJECTED, unknown_sku(req.sku)),
@@ -68,7 +75,7 @@ async fn claim(app: &App, peer: SocketAddr, req: Request<Incoming>) -> (&'static
             Reply::bad_request(msg).with("limit", meta.limit),
         );
     }
-    let now = now_ms();
+    let now = app.link.now_ms();
     if now < meta.start_ms {
         return (
             outcome::REJECTED,
@@ -105,9 +112,13 @@ async fn claim(app: &App, peer: SocketAddr, req: Request<Incoming>) -> (&'static
     hot()
         .redis_claim_seconds
         .record(started.elapsed().as_secs_f64());
+    let (result, confirmation) = match result {
+        Ok((o, c)) => (Ok(o), c),
+        Err(e) => (Err(e), Confirmation::NotAsked),
+    };
     match result {
         Ok(ClaimOutcome::Claimed { claim, rerouted }) => {
-            if let Some(reply) = unconfirmed(app, client, &claim, meta, &req.user).await {
+            if let Some(reply) = unconfirmed(confirmation, &claim) {
                 return (outcome::UNAVAILABLE, reply);
             }
             let kind = if rerouted {
@@ -118,7 +129,7 @@ async fn claim(app: &App, peer: SocketAddr, req: Request<Incoming>) -> (&'static
             (kind, claimed(StatusCode::CREATED, &claim))
         }
         Ok(ClaimOutcome::Replay(claim)) => {
-            if let Some(reply) = unconfirmed(app, client, &claim, meta, &req.user).await {
+            if let Some(reply) = unconfirmed(confirmation, &claim) {
                 return (outcome::UNAVAILABLE, reply);
             }
             (outcome::REPLAY, claimed(StatusCode::OK, &claim))
@@ -157,7 +168,7 @@ async fn claim(app: &App, peer: SocketAddr, req: Request<Incoming>) -> (&'static
 /// The replay check alone (one read on the user's home shard, no script): the stored answer
 /// of `rid` when it has one, else `otherwise`, the answer memory gave.
 async fn replay_or(
-    app: &App,
+    _app: &App,
     client: &shard_router::StockClient,
     meta: &shard_router::SkuMeta,
     user: &str,
@@ -167,8 +178,17 @@ async fn replay_or(
     match client.stored_answer(meta.sku, meta.width, user, rid).await {
         Ok(None) => otherwise,
         Ok(Some(StoredAnswer::Claimed(claim))) => {
-            if let Some(reply) = unconfirmed(app, client, &claim, meta, user).await {
-                return (outcome::UNAVAILABLE, reply);
+            // Read without a script, so no claim pipeline carried a WAIT: a fence on the
+            // home shard confirms everything its master wrote before, this answer included.
+            if let Some(wait) = client.config().replica_ack {
+                let home = client.placement().home_shard(meta.sku, meta.width, user);
+                let confirmation = match client.wait_replicas(home, 1, wait).await {
+                    Ok(n) if n >= 1 => Confirmation::Confirmed,
+                    _ => Confirmation::Unconfirmed,
+                };
+                if let Some(reply) = unconfirmed(confirmation, &claim) {
+                    return (outcome::UNAVAILABLE, reply);
+                }
             }
             (outcome::REPLAY, claimed(StatusCode::OK, &claim))
         }
@@ -208,13 +228,13 @@ async fn run_detached(
     state: &std::sync::Arc<crate::cache::SkuState>,
     req: &shard_router::ClaimRequest,
     now: i64,
-) -> Result<ClaimOutcome, StockError> {
+) -> Result<(ClaimOutcome, Confirmation), StockError> {
     let (client, state, req) = (client.clone(), state.clone(), req.clone());
     let (cache_on, second_chance) = (app.sold_out_cache, app.second_chance);
     let task = tokio::spawn(async move {
         let blind = protocol::LocalEmptyShards::default();
         let empties: &dyn EmptyShards = if cache_on { &*state } else { &blind };
-        protocol::claim_with(&client, &state.meta, &req, empties, now, second_chance).await
+        protocol::claim_confirmed(&client, &state.meta, &req, empties, now, second_chance).await
     });
     task.await.unwrap_or_else(|e| {
         Err(StockError::Protocol {
@@ -227,20 +247,9 @@ async fn run_detached(
 /// In replica mode, the 503 for a claim no replica confirmed. Taken and recorded on the
 /// primary, but a failover now could lose it, so it is not acknowledged: a retry with the
 /// same request_id replays it once it is safe, or claims afresh if it was lost. A rerouted
-/// claim wrote on two shards (units and record on `claim.shard`; the user's count, sequence
-/// and replay answer on `home`), so both must be confirmed.
-async fn unconfirmed(
-    app: &App,
-    client: &shard_router::StockClient,
-    claim: &Claim,
-    meta: &shard_router::SkuMeta,
-    user: &str,
-) -> Option<Reply> {
-    let wait = app.replica_wait?;
-    let home = client.placement().home_shard(meta.sku, meta.width, user);
-    let stock_side = durability::confirm(client, claim.shard, wait).await;
-    let user_side = claim.shard == home || durability::confirm(client, home, wait).await;
-    if stock_side && user_side {
+/// claim is confirmed only when its hold, take and settle all were (see `durability.rs`).
+fn unconfirmed(confirmation: Confirmation, claim: &Claim) -> Option<Reply> {
+    if durability::acknowledgeable(confirmation) {
         return None;
     }
     Some(

@@ -4,7 +4,6 @@
 
 use hyper::StatusCode;
 use serde_json::{Map, Value};
-use shard_router::now_ms;
 
 use super::claim::{redis_trouble, unknown_sku};
 use super::reply::Reply;
@@ -23,7 +22,7 @@ pub(crate) async fn handle(app: &App, sku: &str) -> Reply {
         Err(e) => return redis_trouble(&e),
     };
     let meta = &state.meta;
-    let now = now_ms();
+    let now = app.link.now_ms();
     let sold_out = state.all_empty();
     let hint = if now < meta.start_ms {
         "not_started"

@@ -28,6 +28,13 @@ pub struct Gateway {
 
 impl Gateway {
     pub async fn start(cfg: Config) -> Self {
+        let gw = Self::start_unready(cfg).await;
+        gw.wait_ready().await;
+        gw
+    }
+
+    /// Starts without waiting for `/readyz` (for gateways that must not become ready).
+    pub async fn start_unready(cfg: Config) -> Self {
         let api = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let admin = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let (api_addr, admin_addr) = (api.local_addr().unwrap(), admin.local_addr().unwrap());
@@ -39,14 +46,12 @@ impl Gateway {
             .await
             .expect("valid config");
         });
-        let gw = Self {
+        Self {
             api: api_addr,
             admin: admin_addr,
             stop: Some(tx),
             task: Some(task),
-        };
-        gw.wait_ready().await;
-        gw
+        }
     }
 
     pub async fn wait_ready(&self) {

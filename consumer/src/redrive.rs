@@ -1,0 +1,117 @@
+//! `consumer redrive`: replays the dead-letter streams into the ledger. Entries land in the
+//! dead letters after too many deliveries (or when they do not decode); once the cause is
+//! fixed, redrive writes every decodable one through the same idempotent batch write as
+//! the consumer (`ledger.rs`: claim id primary key, `INSERT IGNORE`), so running it twice,
+//! or on an entry the ledger already holds, adds nothing. The dead letters are kept (they
+//! are the audit trail); undecodable ones are counted and left for a person.
+
+use serde::Serialize;
+use shard_router::{keys, ClaimRecord, ShardId, StockClient};
+use sqlx::MySqlPool;
+use std::time::Duration;
+
+use redis::streams::StreamRangeReply;
+use redis::Value;
+
+use crate::config::MAX_BATCH_ROWS;
+use crate::error::ConsumerError;
+use crate::ledger;
+use crate::writer::return_duplicate;
+
+/// Dead letters read per XRANGE page (and written per ledger batch).
+const PAGE: usize = 500;
+const _: () = assert!(PAGE <= MAX_BATCH_ROWS);
+
+/// What one redrive did, summed over the shards.
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize)]
+pub struct RedriveReport {
+    /// Dead letters looked at.
+    pub entries: u64,
+    /// Rows this run added to the ledger.
+    pub inserted: u64,
+    /// Already in the ledger under the same claim id.
+    pub already: u64,
+    /// Rejected by `(sku, user, user_seq)` under another claim id (see `ledger.rs`).
+    pub duplicates: u64,
+    /// Entries that are not claim records; left in place.
+    pub undecodable: u64,
+}
+
+/// Replays the dead letters of `shards` (every shard when empty).
+pub async fn run(
+    pool: &MySqlPool,
+    client: &StockClient,
+    shards: &[ShardId],
+    timeout: Duration,
+) -> Result<RedriveReport, ConsumerError> {
+    let all: Vec<ShardId> = (0..client.placement().shard_count()).collect();
+    let shards = if shards.is_empty() { &all[..] } else { shards };
+    let mut report = RedriveReport::default();
+    for &shard in shards {
+        let key = keys::dead_letter_stream(client.placement(), shard);
+        let mut start = "-".to_owned();
+        loop {
+            let mut conn = client.conn();
+            let page: StreamRangeReply = client
+                .bounded(
+                    "xrange dead letters",
+                    redis::cmd("XRANGE")
+                        .arg(&key)
+                        .arg(&start)
+                        .arg("+")
+                        .arg("COUNT")
+                        .arg(PAGE)
+                        .query_async(&mut conn),
+                )
+                .await?;
+            let n = page.ids.len();
+            if let Some(last) = page.ids.last() {
+                start = format!("({}", last.id);
+            }
+            let mut records = Vec::with_capacity(n);
+            for entry in &page.ids {
+                report.entries += 1;
+                match decode_dead(shard, &entry.map) {
+                    Some(r) => records.push(r),
+                    None => {
+                        report.undecodable += 1;
+                        tracing::warn!(shard, dead = %entry.id, "dead letter is not a claim record; left in place");
+                    }
+                }
+            }
+            if !records.is_empty() {
+                let out = ledger::write_batch(pool, &records, timeout).await?;
+                report.inserted += out.inserted as u64;
+                report.already += out.redelivered as u64;
+                report.duplicates += out.duplicates.len() as u64;
+                // Same as the consumer's writer: a duplicate's units go back to its slice.
+                for dup in &out.duplicates {
+                    return_duplicate(client, dup).await?;
+                }
+            }
+            if n < PAGE {
+                break;
+            }
+        }
+    }
+    tracing::info!(?report, "redrive done");
+    Ok(report)
+}
+
+/// The claim record of a dead letter: its original fields under its original entry id
+/// (`dead_entry`), which the claim id is made of.
+fn decode_dead(shard: ShardId, map: &std::collections::HashMap<String, Value>) -> Option<ClaimRecord> {
+    let text = |v: &Value| match v {
+        Value::BulkString(b) => Some(b.clone()),
+        Value::SimpleString(s) => Some(s.clone().into_bytes()),
+        _ => None,
+    };
+    let entry_id = String::from_utf8(text(map.get("dead_entry")?)?).ok()?;
+    let fields: Vec<(&str, Vec<u8>)> = map
+        .iter()
+        .filter_map(|(k, v)| Some((k.as_str(), text(v)?)))
+        .collect();
+    let record =
+        ClaimRecord::decode(&entry_id, fields.iter().map(|(k, v)| (*k, v.as_slice()))).ok()?;
+    (record.shard == shard).then_some(record)
+}

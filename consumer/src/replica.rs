@@ -1,0 +1,155 @@
+//! The consumer commits only what a replica holds, so the ledger never shows a claim that
+//! a failover can take back from Redis (the promoted replica would sell that unit again).
+//!
+//! Confirmation never trusts the connection (see `shard-router/src/replication.rs`): the
+//! read carries `INFO replication` in its own pipeline, which names the master's
+//! replication id; a later *fence* (fence write + WAIT + INFO in one pipeline, on any
+//! connection) confirms the read when a replica acknowledged it and the id is unchanged.
+//! A changed id (failover or restart) means the entries may not exist any more: the batch
+//! is dropped, not committed, and the entries are read again from the new master (or
+//! taken over by recovery) if they survived.
+//!
+//! [`ReplicaWait::Auto`] (the default) waits on every shard whose master has, or had since
+//! this process started, a replica; `Always` waits even where none was seen; `Off` never.
+//! Each attempt is bounded by the wait; attempts repeat with backoff until confirmed, the
+//! master changes, or shutdown.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use shard_router::{ReplicationInfo, ShardId, StockClient};
+use tokio::sync::watch;
+
+use crate::backoff::Backoff;
+use crate::metrics as m;
+
+/// Default bound of one WAIT of the consumer.
+pub const DEFAULT_REPLICA_WAIT: Duration = Duration::from_millis(100);
+
+/// When the consumer waits for a replica before committing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplicaWait {
+    /// Never (a deployment without replicas that wants no extra round trip).
+    Off,
+    /// Wherever the shard's master has, or had since start, a replica.
+    Auto(Duration),
+    /// Always: with no replica at all, nothing is committed.
+    Always(Duration),
+}
+
+impl ReplicaWait {
+    pub fn bound(self) -> Option<Duration> {
+        match self {
+            Self::Off => None,
+            Self::Auto(d) | Self::Always(d) => Some(d),
+        }
+    }
+}
+
+impl Default for ReplicaWait {
+    fn default() -> Self {
+        Self::Auto(DEFAULT_REPLICA_WAIT)
+    }
+}
+
+/// How a wait for a replica ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Replicated {
+    /// A replica holds the entries (or no wait is required here).
+    Yes,
+    /// The master's replication id changed since the read: drop the entries.
+    MasterChanged,
+    /// Shutting down before a replica confirmed.
+    Shutdown,
+}
+
+/// The replica policy of one shard, shared by its reader and its recovery loop.
+#[derive(Debug, Clone)]
+pub struct ShardReplica {
+    pub shard: ShardId,
+    mode: ReplicaWait,
+    /// Sticky: once a replica was seen on this shard's master, a replica that goes away is
+    /// waited for, not forgotten.
+    seen: Arc<AtomicBool>,
+}
+
+impl ShardReplica {
+    pub fn new(shard: ShardId, mode: ReplicaWait) -> Self {
+        Self {
+            shard,
+            mode,
+            seen: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// Whether entries read under `info` must wait for a replica.
+    pub fn required(&self, info: &ReplicationInfo) -> bool {
+        if info.connected_replicas > 0 {
+            self.seen.store(true, Ordering::Relaxed);
+        }
+        match self.mode {
+            ReplicaWait::Off => false,
+            ReplicaWait::Always(_) => true,
+            ReplicaWait::Auto(_) => self.seen.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Waits until a replica holds what the master `read_under` wrote before this call.
+    /// Counts unconfirmed attempts and measures the whole wait.
+    pub async fn confirm(
+        &self,
+        client: &StockClient,
+        read_under: &ReplicationInfo,
+        backoff: &mut Backoff,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> Replicated {
+        let Some(wait) = self.mode.bound() else {
+            return Replicated::Yes;
+        };
+        let started = Instant::now();
+        let shard = self.shard;
+        let out = loop {
+            match client.fence(shard, 1, wait).await {
+                Ok(f) if f.info.replid != read_under.replid => {
+                    metrics::counter!(m::REPLICA_MASTER_CHANGED).increment(1);
+                    tracing::warn!(shard, "master changed since the read; entries dropped, read again from the new master");
+                    break Replicated::MasterChanged;
+                }
+                Ok(f) if f.acked >= 1 => break Replicated::Yes,
+                Ok(_) => tracing::warn!(shard, "no replica confirmed the read yet"),
+                Err(e) => tracing::warn!(shard, error = %e, "replica fence failed"),
+            }
+            metrics::counter!(m::REPLICA_UNCONFIRMED).increment(1);
+            if !backoff.sleep(shutdown).await {
+                break Replicated::Shutdown;
+            }
+        };
+        metrics::histogram!(m::REPLICA_WAIT_SECONDS).record(started.elapsed().as_secs_f64());
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(replicas: u32) -> ReplicationInfo {
+        ReplicationInfo {
+            is_master: true,
+            replid: "r".into(),
+            connected_replicas: replicas,
+        }
+    }
+
+    #[test]
+    fn auto_waits_once_a_replica_was_seen_even_after_it_left() {
+        let auto = ShardReplica::new(0, ReplicaWait::default());
+        assert!(!auto.required(&info(0)), "no replica ever: nothing to wait for");
+        assert!(auto.required(&info(1)));
+        assert!(auto.required(&info(0)), "the replica went down: wait for it");
+        assert!(!ShardReplica::new(0, ReplicaWait::Off).required(&info(2)));
+        let always = ShardReplica::new(0, ReplicaWait::Always(DEFAULT_REPLICA_WAIT));
+        assert!(always.required(&info(0)));
+    }
+}

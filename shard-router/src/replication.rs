@@ -1,0 +1,152 @@
+//! Replication checks that do not trust the connection. `WAIT` counts the replicas that
+//! acknowledged the writes of the connection it runs on; after a reconnect (or once the slot
+//! moved to a promoted node) that connection has written nothing, and WAIT "confirms" at
+//! once. Claims therefore carry their WAIT in their own pipeline (`batch.rs`). Everybody
+//! else (the consumer after XREADGROUP, tests, drills) uses a *fence*: one pipeline that
+//! writes the shard's fence key, WAITs, and reads `INFO replication`. The fence write is
+//! on the WAIT's connection, and a master replicates in order, so a confirmed fence covers
+//! every write that master made before it, from any connection. That holds only on the
+//! same master lineage: the caller compares the replication id with the one it saw when it
+//! read the writes it cares about (a promotion or a restart changes it).
+
+use std::time::Duration;
+
+use redis::Value;
+
+use crate::client::StockClient;
+use crate::conn::RedisConn;
+use crate::error::StockError;
+use crate::keys;
+use crate::placement::ShardId;
+
+/// What `INFO replication` says about a master.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReplicationInfo {
+    /// `role:master`; a replica answering means the slot map is stale.
+    pub is_master: bool,
+    /// The replication id: the same id means the same history of writes.
+    pub replid: String,
+    /// Replicas connected right now.
+    pub connected_replicas: u32,
+}
+
+impl ReplicationInfo {
+    /// Parses the text of `INFO replication`.
+    pub fn parse(info: &str) -> Self {
+        let mut out = Self::default();
+        for line in info.lines() {
+            let Some((k, v)) = line.trim().split_once(':') else {
+                continue;
+            };
+            match k {
+                "role" => out.is_master = v == "master",
+                "master_replid" => out.replid = v.to_owned(),
+                "connected_slaves" => out.connected_replicas = v.parse().unwrap_or(0),
+                _ => {}
+            }
+        }
+        out
+    }
+}
+
+/// The answer of one fence.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fence {
+    /// Replicas that acknowledged the fence write.
+    pub acked: u32,
+    /// The master that took the fence.
+    pub info: ReplicationInfo,
+}
+
+impl StockClient {
+    /// Writes `shard`'s fence and waits up to `wait` for `replicas` to acknowledge it, on
+    /// one connection (see the module doc). `acked >= replicas` with `info.replid` equal to
+    /// the id seen earlier means a replica holds everything that master wrote before.
+    pub async fn fence(
+        &self,
+        shard: ShardId,
+        replicas: u32,
+        wait: Duration,
+    ) -> Result<Fence, StockError> {
+        // WAIT 0 blocks forever on the Redis side.
+        let wait = wait.max(Duration::from_millis(1));
+        let mut pipe = redis::pipe();
+        pipe.cmd("INCR").arg(keys::fence(self.placement(), shard));
+        pipe.cmd("WAIT").arg(replicas).arg(wait.as_millis() as u64);
+        pipe.cmd("INFO").arg("replication");
+        let after = wait + self.config().timeouts.response;
+        let mut conn = self.conn();
+        let fut = pipe.query_async::<(i64, i64, String)>(&mut conn);
+        match tokio::time::timeout(after, fut).await {
+            Ok(Ok((_, acked, info))) => Ok(Fence {
+                acked: acked.max(0) as u32,
+                info: ReplicationInfo::parse(&info),
+            }),
+            Ok(Err(source)) => Err(StockError::Redis { op: "fence", source }),
+            Err(_) => Err(StockError::Timeout { op: "fence", after }),
+        }
+    }
+
+    /// How many replicas confirmed everything `shard`'s master wrote before this call: a
+    /// [`Self::fence`]. (It does not guard against a failover before the call; callers
+    /// that need that compare [`Fence::info`].)
+    pub async fn wait_replicas(
+        &self,
+        shard: ShardId,
+        replicas: u32,
+        wait: Duration,
+    ) -> Result<u32, StockError> {
+        Ok(self.fence(shard, replicas, wait).await?.acked)
+    }
+
+    /// `INFO replication` of the master that owns `shard`.
+    pub async fn replication(&self, shard: ShardId) -> Result<ReplicationInfo, StockError> {
+        let mut cmd = redis::cmd("INFO");
+        cmd.arg("replication");
+        let info: String = self.on_master("info replication", shard, cmd).await?;
+        Ok(ReplicationInfo::parse(&info))
+    }
+
+    /// Runs a keyless `cmd` on the master that owns `shard` (on a single Redis, on it).
+    pub(crate) async fn on_master<T: redis::FromRedisValue>(
+        &self,
+        op: &'static str,
+        shard: ShardId,
+        cmd: redis::Cmd,
+    ) -> Result<T, StockError> {
+        let fut = async {
+            match self.conn() {
+                RedisConn::Single(mut c) => cmd.query_async::<T>(&mut c).await,
+                RedisConn::Cluster(mut c) => {
+                    use redis::cluster_routing::{
+                        Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr,
+                    };
+                    let slot = crate::placement::slot_of_tag(self.placement().tag(shard));
+                    let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
+                        Route::new(slot, SlotAddr::Master),
+                    ));
+                    let v: Value = c.route_command(cmd, route).await?;
+                    Ok(redis::from_redis_value::<T>(v)?)
+                }
+            }
+        };
+        self.bounded(op, fut).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ReplicationInfo;
+
+    #[test]
+    fn parses_info_replication() {
+        let text = "# Replication\r\nrole:master\r\nconnected_slaves:2\r\nslave0:ip=127.0.0.1,port=7001,state=online,offset=42,lag=0\r\nmaster_replid:abc123\r\nmaster_replid2:0000\r\n";
+        let info = ReplicationInfo::parse(text);
+        assert!(info.is_master);
+        assert_eq!(info.replid, "abc123");
+        assert_eq!(info.connected_replicas, 2);
+        let replica = ReplicationInfo::parse("role:slave\r\nmaster_replid:x\r\n");
+        assert!(!replica.is_master);
+        assert_eq!(replica.connected_replicas, 0);
+    }
+}
