@@ -37,10 +37,7 @@ pub const DB_UP: &str = "flashgate_consumer_db_up";
 pub const REDIS_UP: &str = "flashgate_consumer_redis_up";
 
 /// Histograms (the rest are counters, `_total`, and gauges).
-const HISTOGRAMS: &[&str] = &[BATCH_ROWS, COMMIT_SECONDS, REPLICA_WAIT_SECONDS    (CLOCK_SKEW_SECONDS, "This consumer's clock minus Redis's TIME in seconds; holds and payment timeouts are decided by Redis's clock."),
-    (REPLICA_WAIT_SECONDS, "How long read records waited for a replica to confirm them before they could be committed, in seconds."),
-    (REPLICA_MASTER_CHANGED, "Read batches dropped (to be read again) because the shard's master changed before a replica confirmed them."),
-];
+const HISTOGRAMS: &[&str] = &[BATCH_ROWS, COMMIT_SECONDS, REPLICA_WAIT_SECONDS];
 
 /// Every series with its `# HELP` text: [`install`] describes them all, and the tests
 /// check that `/metrics` has a HELP line for each series it shows.
