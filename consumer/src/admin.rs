@@ -153,6 +153,10 @@ impl Admin {
                 },
                 Err(e) => Err(e),
             }),
+            (&Method::POST, ["v1", "campaigns", s, "rebuild"]) => respond(match sku(s) {
+                Ok(s) => crate::rebuild::rebuild(&self.pool, &self.client, s, &crate::rebuild::Options::new(t)).await,
+                Err(e) => Err(e),
+            }),
             (&Method::POST, ["v1", "campaigns", s, "reconcile"]) => respond(match sku(s) {
                 Ok(s) => reconcile::run(&self.pool, &self.client, &self.cfg.group, s, shard_router::now_ms(), t).await,
                 Err(e) => Err(e),

@@ -24,6 +24,8 @@ pub const RECONCILE_MISSING: &str = "flashgate_reconcile_missing_slices";
 pub const REDIS_USED_MEMORY: &str = "flashgate_redis_used_memory_bytes";
 pub const REDIS_MAX_MEMORY: &str = "flashgate_redis_maxmemory_bytes";
 pub const STALE_HOLDS: &str = "flashgate_consumer_stale_holds_resolved_total";
+/// Rebuilds of a SKU's Redis state from the ledger (`rebuild.rs`).
+pub const REBUILDS: &str = "flashgate_consumer_rebuilds_total";
 pub const REPLICA_UNCONFIRMED: &str = "flashgate_consumer_replica_unconfirmed_total";
 
 static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();

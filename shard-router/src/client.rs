@@ -107,7 +107,7 @@ impl StockClient {
             .await
     }
 
-    async fn run(&self, op: &'static str, inv: &ScriptInvocation<'_>) -> Result<Reply, StockError> {
+    pub(crate) async fn run(&self, op: &'static str, inv: &ScriptInvocation<'_>) -> Result<Reply, StockError> {
         let mut conn = self.conn.clone();
         let value: Value = self.bounded(op, inv.invoke_async(&mut conn)).await?;
         Reply::parse(op, value)
@@ -130,7 +130,7 @@ impl StockClient {
         Ok(())
     }
 
-    fn keys(&self, shard: ShardId, sku: u64) -> ShardKeys {
+    pub(crate) fn keys(&self, shard: ShardId, sku: u64) -> ShardKeys {
         ShardKeys::new(&self.placement, shard, sku)
     }
 
@@ -165,11 +165,18 @@ impl StockClient {
                 match r.code {
                     code::PREHEATED => PreheatOutcome::Preheated { slice: r.int(0)? },
                     code::LIVE => PreheatOutcome::Live { current: r.int(0)? },
+                    code::REBUILDING => PreheatOutcome::Rebuilding,
                     _ => return Err(r.unexpected()),
                 },
             ));
         }
         // Written after the slices: a gateway that sees the metadata finds the slices too.
+        self.write_sku_meta(meta).await?;
+        Ok(out)
+    }
+
+    /// The SKU-wide metadata hash and the SKU set entry gateways resync from.
+    pub async fn write_sku_meta(&self, meta: &SkuMeta) -> Result<(), StockError> {
         let mut conn = self.conn.clone();
         let fields = [
             ("stock", meta.stock.to_string()),
@@ -194,8 +201,7 @@ impl StockClient {
             "preheat meta",
             conn.publish::<_, _, ()>(keys::EVENTS_CHANNEL, format!("live {}", meta.sku)),
         )
-        .await?;
-        Ok(out)
+        .await
     }
 
     /// The SKU metadata written at preheat, or `None` when the SKU was never preheated.

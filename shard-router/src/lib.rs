@@ -10,6 +10,7 @@
 //! - [`record`]: the claim record codec shared with the consumer.
 //! - `replay`: the stored answer of a request id, read without a script.
 //! - [`conn`]: one connection type for single Redis and Redis Cluster.
+//! - [`rebuild`]: the Redis half of a rebuild from the ledger (fence, write, replay answers).
 //! - `batch`: group commit of claim scripts per shard (one pipeline per batch).
 
 mod batch;
@@ -20,6 +21,7 @@ pub mod keys;
 pub mod outcome;
 pub mod placement;
 pub mod protocol;
+pub mod rebuild;
 pub mod record;
 mod replay;
 mod reply;
