@@ -119,9 +119,8 @@ pub async fn rebuild(
         }
     }
     for &shard in &shards {
-        if let FenceOutcome::Busy { holder, expires_ms } = client
-            .fence_rebuild(sku, shard, &token, opts.lease)
-            .await?
+        if let FenceOutcome::Busy { holder, expires_ms } =
+            client.fence_rebuild(sku, shard, &token, opts.lease).await?
         {
             return Err(busy(sku, shard, &holder, expires_ms));
         }
@@ -166,7 +165,13 @@ pub async fn rebuild(
     }
     let shares: Vec<(u16, u64)> = shards.iter().copied().zip(meta.slices()).collect();
     let request_ttl = client.config().request_ttl.as_millis() as i64;
-    let img = image::compute(&shares, &claims, &holds, shard_router::now_ms(), request_ttl);
+    let img = image::compute(
+        &shares,
+        &claims,
+        &holds,
+        shard_router::now_ms(),
+        request_ttl,
+    );
 
     client.store_answers(sku, &img.answers).await?;
     for shard in &img.shards {
@@ -197,8 +202,15 @@ pub async fn rebuild(
     let detail = serde_json::to_string(&report).unwrap_or_default();
     if report.oversold > 0 {
         tracing::error!(sku, %detail, "rebuild: more units taken than the stock");
-        ledger::anomaly(pool, "oversold", &format!("{sku}:{token}"), Some(sku), &detail, t)
-            .await?;
+        ledger::anomaly(
+            pool,
+            "oversold",
+            &format!("{sku}:{token}"),
+            Some(sku),
+            &detail,
+            t,
+        )
+        .await?;
     }
     metrics::counter!(crate::metrics::REBUILDS).increment(1);
     tracing::info!(sku, %detail, "rebuild: Redis written back from the ledger");
@@ -321,22 +333,24 @@ async fn ledger_claims(
     .await?;
     Ok(rows
         .into_iter()
-        .map(|(claim_id, user, user_seq, qty, shard, home, rid, ts, status)| Known {
-            record: ClaimRecord {
-                claim_id,
-                sku,
-                user,
-                qty,
-                user_seq,
-                shard,
-                home,
-                request_id: rid,
-                ts_ms: ts,
+        .map(
+            |(claim_id, user, user_seq, qty, shard, home, rid, ts, status)| Known {
+                record: ClaimRecord {
+                    claim_id,
+                    sku,
+                    user,
+                    qty,
+                    user_seq,
+                    shard,
+                    home,
+                    request_id: rid,
+                    ts_ms: ts,
+                },
+                seen: match status.as_str() {
+                    "pending" | "confirmed" => Seen::Active,
+                    _ => Seen::Released,
+                },
             },
-            seen: match status.as_str() {
-                "pending" | "confirmed" => Seen::Active,
-                _ => Seen::Released,
-            },
-        })
+        )
         .collect())
 }

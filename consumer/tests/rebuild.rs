@@ -158,7 +158,10 @@ async fn rebuild_restores_counts_sequences_release_sets_and_answers() {
         .await
         .unwrap();
     assert_eq!(total(&slices(&s, &c).await), 18);
-    assert_eq!(s.client.user_count(c.sku, c.width, "carol").await.unwrap(), 0);
+    assert_eq!(
+        s.client.user_count(c.sku, c.width, "carol").await.unwrap(),
+        0
+    );
     // Replay: the same request id gets the same claim, no second unit.
     let ClaimOutcome::Claimed { claim: first, .. } = a1 else {
         unreachable!()
@@ -169,7 +172,10 @@ async fn rebuild_restores_counts_sequences_release_sets_and_answers() {
     );
     // Sequences: bob's next claim is seq 3, not a reused 1 or 2.
     assert!(claimed(&claim(&s, &c, "bob", None).await));
-    assert_eq!(claim(&s, &c, "bob", None).await, ClaimOutcome::LimitReached { held: 2 });
+    assert_eq!(
+        claim(&s, &c, "bob", None).await,
+        ClaimOutcome::LimitReached { held: 2 }
+    );
     let consumer = start_consumer(s.cfg.clone());
     wait_drained(&s, c.sku, 5, Duration::from_secs(20)).await;
     consumer.stop().await;
@@ -202,7 +208,9 @@ async fn the_fence_holds_claims_preheat_and_other_rebuilds_off() {
     );
     let busy = rebuild::rebuild(&s.pool, &s.client, c.sku, &opts()).await;
     assert!(
-        busy.unwrap_err().to_string().contains("being rebuilt by crashed"),
+        busy.unwrap_err()
+            .to_string()
+            .contains("being rebuilt by crashed"),
         "a second rebuild stops"
     );
     assert_eq!(slices(&s, &c).await, vec![None], "nothing written");

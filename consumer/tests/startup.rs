@@ -20,7 +20,10 @@ async fn consumer_started_before_redis_waits_for_it() {
     let cfg = config(&redis.url(), &db.url());
     let consumer = start_consumer(cfg.clone());
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    assert!(!consumer.is_finished(), "connection refused must not end the consumer");
+    assert!(
+        !consumer.is_finished(),
+        "connection refused must not end the consumer"
+    );
 
     redis.restart();
     let client = StockClient::connect(cfg.stock()).await.unwrap();
@@ -51,7 +54,10 @@ async fn consumer_started_before_its_cluster_is_formed_waits_for_it() {
     cfg.redis = RedisTarget::Cluster(nodes.iter().map(|n| n.url()).collect());
     let consumer = start_consumer(cfg.clone());
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    assert!(!consumer.is_finished(), "CLUSTERDOWN must not end the consumer");
+    assert!(
+        !consumer.is_finished(),
+        "CLUSTERDOWN must not end the consumer"
+    );
 
     let addrs: Vec<String> = nodes
         .iter()
@@ -63,7 +69,11 @@ async fn consumer_started_before_its_cluster_is_formed_waits_for_it() {
         .args(["--cluster-replicas", "0", "--cluster-yes"])
         .output()
         .expect("redis-cli");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     let client = loop {
         if let Ok(c) = StockClient::connect(cfg.stock()).await {
@@ -88,7 +98,9 @@ async fn consumer_started_before_its_cluster_is_formed_waits_for_it() {
             end_ms: now + 3_600_000,
             payment_timeout_s: 3600,
         };
-        consumer::campaign::put(&pool, &camp, SHARDS, T).await.unwrap();
+        consumer::campaign::put(&pool, &camp, SHARDS, T)
+            .await
+            .unwrap();
         if consumer::campaign::preheat(&pool, &client, camp.sku, T)
             .await
             .is_ok()

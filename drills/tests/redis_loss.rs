@@ -41,9 +41,12 @@ fn config(redis: &str, db: &str) -> Config {
     c
 }
 
+/// A ledger row: claim id, user, seq, qty, shard, home, claimed_ms, status.
+type Row = (String, String, u64, u32, u16, u16, i64, String);
+
 /// Ledger rows of `sku`: claim id → (record, status).
 async fn ledger(pool: &MySqlPool, sku: u64) -> HashMap<String, (ClaimRecord, String)> {
-    let rows: Vec<(String, String, u64, u32, u16, u16, i64, String)> = sqlx::query_as(
+    let rows: Vec<Row> = sqlx::query_as(
         "SELECT claim_id, CAST(user_id AS CHAR), user_seq, qty, shard, home, claimed_ms, \
          CAST(status AS CHAR) FROM claims WHERE sku = ?",
     )
@@ -90,7 +93,9 @@ async fn drill(loss: Loss) -> verdict::Figures {
         payment_timeout_s: 3600,
     };
     campaign::put(&pool, &c, SHARDS, T).await.expect("campaign");
-    campaign::preheat(&pool, &client, c.sku, T).await.expect("preheat");
+    campaign::preheat(&pool, &client, c.sku, T)
+        .await
+        .expect("preheat");
     let meta = c.meta();
 
     let (stop, rx) = consumer::signal::channel();
@@ -122,7 +127,10 @@ async fn drill(loss: Loss) -> verdict::Figures {
         if left <= stock as i64 * 2 / 3 && rows > 0 {
             break;
         }
-        assert!(started.elapsed() < Duration::from_secs(30), "sale never got going");
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "sale never got going"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let before = ledger(&pool, c.sku).await;
@@ -133,12 +141,13 @@ async fn drill(loss: Loss) -> verdict::Figures {
                 .query(&mut redis.connection())
                 .expect("flushall");
             tokio::time::sleep(Duration::from_millis(300)).await;
-            campaign::preheat(&pool, &client, c.sku, T).await.expect("preheat after the loss");
+            campaign::preheat(&pool, &client, c.sku, T)
+                .await
+                .expect("preheat after the loss");
         }
         Loss::Restart => tokio::task::block_in_place(|| redis.restart()),
     }
-    let answers = load.await.expect("load");
-    // The rebuild is done once every slice is back (the watch's, for a restart).
+    // Rebuilt once every slice is back (the operator's preheat, or the service's watch).
     let deadline = Instant::now() + Duration::from_secs(30);
     while client
         .slices(c.sku, c.width)
@@ -146,30 +155,38 @@ async fn drill(loss: Loss) -> verdict::Figures {
         .map_or(true, |s| s.iter().any(|(_, v)| v.is_none()))
     {
         assert!(Instant::now() < deadline, "never rebuilt");
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let rebuilt_ms = lost_at.elapsed().as_millis();
-    // Let the consumer drain, then stop it.
+    let answers = load.await.expect("load");
+    // Drained: every stream empty (XLEN; a missing stream counts as empty only once the
+    // consumer could have recreated it, which `rows > 0` after the loss shows).
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let acked: usize = answers.acknowledged.len();
-        let rows = ledger(&pool, c.sku).await.len();
-        let depth: u64 = {
-            let mut d = 0;
-            for shard in 0..SHARDS {
-                let st = consumer::stream::ShardStream::new(&client, shard, &cfg.group);
-                d += st.depth(&client).await.map_or(0, |d| d.len);
-            }
-            d
-        };
-        if depth == 0 && rows > 0 {
+        let mut depth = 0i64;
+        for shard in 0..SHARDS {
+            let key = shard_router::keys::claims_stream(client.placement(), shard);
+            let mut conn = client.conn();
+            depth += redis::cmd("XLEN")
+                .arg(&key)
+                .query_async::<i64>(&mut conn)
+                .await
+                .unwrap_or(1);
+        }
+        if depth == 0 {
             break;
         }
-        assert!(Instant::now() < deadline, "not drained: {rows}/{acked}, {depth} in streams");
+        assert!(
+            Instant::now() < deadline,
+            "not drained: {depth} entries in the streams"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let _ = stop.send(true);
-    service.await.expect("service").expect("service ends cleanly");
+    service
+        .await
+        .expect("service")
+        .expect("service ends cleanly");
 
     let after = ledger(&pool, c.sku).await;
     let records: Vec<ClaimRecord> = after.values().map(|(r, _)| r.clone()).collect();
@@ -195,8 +212,14 @@ async fn drill(loss: Loss) -> verdict::Figures {
         before.len(),
         report.drift
     );
-    assert!(after.len() > before.len(), "the sale went on after the loss");
-    assert!(active <= stock, "ledger active units {active} > stock {stock}");
+    assert!(
+        after.len() > before.len(),
+        "the sale went on after the loss"
+    );
+    assert!(
+        active <= stock,
+        "ledger active units {active} > stock {stock}"
+    );
     assert_eq!(f.oversold, 0);
     assert_eq!(f.over_limit, 0, "per-user limit across the loss");
     assert_eq!(voided, 0, "an acknowledged claim in the ledger was voided");

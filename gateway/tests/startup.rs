@@ -28,7 +28,10 @@ async fn gateway_started_before_redis_waits_for_it() {
         },
     ));
     tokio::time::sleep(Duration::from_millis(1000)).await;
-    assert!(!task.is_finished(), "connection refused must not end the gateway");
+    assert!(
+        !task.is_finished(),
+        "connection refused must not end the gateway"
+    );
     assert_eq!(get(api_addr, "/healthz").await.unwrap().0, StatusCode::OK);
     assert_eq!(
         get(api_addr, "/readyz").await.unwrap().0,
@@ -44,7 +47,12 @@ async fn gateway_started_before_redis_waits_for_it() {
     let stock = stock_client(&redis.url(), false).await;
     preheat(&stock, 12_101, 5, 1, 1).await;
     tokio::time::sleep(Duration::from_millis(1_100)).await; // unknown-SKU memory
-    let a = post_json(api_addr, "/v1/claims", &json!({"sku": 12_101, "user": "a"}).to_string()).await;
+    let a = post_json(
+        api_addr,
+        "/v1/claims",
+        &json!({"sku": 12_101, "user": "a"}).to_string(),
+    )
+    .await;
     assert_eq!(a.status, StatusCode::CREATED, "{}", a.body);
     let _ = tx.send(());
     tokio::time::timeout(Duration::from_secs(15), task)

@@ -107,7 +107,11 @@ impl StockClient {
             .await
     }
 
-    pub(crate) async fn run(&self, op: &'static str, inv: &ScriptInvocation<'_>) -> Result<Reply, StockError> {
+    pub(crate) async fn run(
+        &self,
+        op: &'static str,
+        inv: &ScriptInvocation<'_>,
+    ) -> Result<Reply, StockError> {
         let mut conn = self.conn.clone();
         let value: Value = self.bounded(op, inv.invoke_async(&mut conn)).await?;
         Reply::parse(op, value)

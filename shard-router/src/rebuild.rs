@@ -108,7 +108,11 @@ impl StockClient {
 
     /// Stores replay answers (`claim_id|shard|qty`, as claim.lua and settle.lua write them)
     /// under their request ids. Run while the fence is up, so no claim reads them early.
-    pub async fn store_answers(&self, sku: u64, answers: &[ReplayAnswer]) -> Result<(), StockError> {
+    pub async fn store_answers(
+        &self,
+        sku: u64,
+        answers: &[ReplayAnswer],
+    ) -> Result<(), StockError> {
         for chunk in answers.chunks(500) {
             // One pipeline per home shard: every key of it shares that shard's slot.
             let mut by_home: std::collections::BTreeMap<ShardId, redis::Pipeline> =

@@ -75,7 +75,10 @@ pub(super) fn compute(
                 }
             }
             Seen::Released => {
-                rel_stock.entry(r.shard).or_default().push(r.claim_id.clone());
+                rel_stock
+                    .entry(r.shard)
+                    .or_default()
+                    .push(r.claim_id.clone());
                 rel_user.entry(r.home).or_default().push(r.claim_id.clone());
             }
         }
@@ -156,7 +159,11 @@ mod tests {
         let img = compute(&[(0, 5), (1, 5)], &claims, &holds, 2_000, 10_000);
         let s0 = &img.shards[0];
         assert_eq!(s0.slice, 3, "a1 and c3 came from shard 0");
-        assert_eq!(s0.users, vec![("alice".to_owned(), 1, 2)], "a2 released, seq kept");
+        assert_eq!(
+            s0.users,
+            vec![("alice".to_owned(), 1, 2)],
+            "a2 released, seq kept"
+        );
         assert_eq!(s0.released_user, vec!["a2".to_owned()]);
         assert!(s0.released_stock.is_empty());
         let s1 = &img.shards[1];
@@ -166,8 +173,15 @@ mod tests {
             s1.users,
             vec![("bob".to_owned(), 1, 1), ("carol".to_owned(), 1, 3)]
         );
-        assert_eq!(s1.matched_holds, vec!["carol|3".to_owned()], "dave's hold is open");
-        assert_eq!((img.active_units, img.in_flight_units, img.oversold), (2, 1, 0));
+        assert_eq!(
+            s1.matched_holds,
+            vec!["carol|3".to_owned()],
+            "dave's hold is open"
+        );
+        assert_eq!(
+            (img.active_units, img.in_flight_units, img.oversold),
+            (2, 1, 0)
+        );
         assert_eq!(img.answers.len(), 4);
     }
 

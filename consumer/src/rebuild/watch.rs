@@ -70,10 +70,16 @@ pub async fn check(
         if fenced {
             continue;
         }
-        tracing::warn!(sku, ?missing, "slice missing for a live campaign; rebuilding from the ledger");
+        tracing::warn!(
+            sku,
+            ?missing,
+            "slice missing for a live campaign; rebuilding from the ledger"
+        );
         match super::rebuild(pool, client, sku, opts).await {
             Ok(_) => rebuilt.push(sku),
-            Err(e) => tracing::warn!(sku, error = %e, "rebuild did not finish; retrying on the next check"),
+            Err(e) => {
+                tracing::warn!(sku, error = %e, "rebuild did not finish; retrying on the next check")
+            }
         }
     }
     Ok(rebuilt)
