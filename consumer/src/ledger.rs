@@ -1,7 +1,7 @@
 //! One batch of stream entries → one MySQL transaction: a multi-row `INSERT IGNORE` into
 //! claims, the guarded stock UPDATE per SKU, and a critical anomaly for every collision (a
 //! second claim id on one `(sku, user, user_seq)`, kept as its own row: see
-//! `migrations/0003_claim_collisions.sql`). Safe to run twice with the same entries
+//! `migrations/0013_claim_collisions.sql`). Safe to run twice with the same entries
 //! (redelivery): rows that exist under the same claim id are recognised and change nothing.
 
 use std::collections::{BTreeMap, HashSet};

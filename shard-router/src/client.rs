@@ -491,6 +491,7 @@ impl StockClient {
         let mut inv = scripts::RELEASE_USER.prepare_invoke();
         inv.key(kh.users())
             .key(kh.released_user())
+            .key(kh.meta())
             .arg(&rel.claim_id)
             .arg(&rel.user)
             .arg(rel.qty);

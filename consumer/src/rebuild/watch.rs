@@ -1,5 +1,6 @@
-//! The service's own trigger for a rebuild: every few seconds, each campaign whose window
-//! is still open and whose ledger holds claims is checked for a missing slice (Redis lost
+//! The service's own trigger for a rebuild: every few seconds, each campaign not closed
+//! whose window is open (or whose unpaid claims still need releasing) and whose ledger
+//! holds claims is checked for a missing slice (Redis lost
 //! it: a restart without persistence, a FLUSHALL, a failover to an empty node). One is
 //! enough to rebuild the SKU from the ledger. A campaign with no claim in the ledger is
 //! left alone: a missing slice there may simply mean "not preheated yet", an operator's
@@ -37,6 +38,23 @@ pub async fn run(
     }
 }
 
+/// Campaigns not closed whose window is open, or that still have claims a release must
+/// finish after the end (a release needs the slice): filtered in SQL, so the cost does not
+/// grow with history.
+async fn candidates(pool: &MySqlPool, now: i64, t: Duration) -> Result<Vec<u64>, ConsumerError> {
+    crate::db::bounded(
+        "rebuild candidates",
+        t,
+        sqlx::query_scalar(
+            "SELECT c.sku FROM campaigns c WHERE c.closing_ms IS NULL AND (c.end_ms > ? OR EXISTS \
+             (SELECT 1 FROM claims k WHERE k.sku = c.sku AND k.status IN ('pending', 'releasing')))",
+        )
+        .bind(now)
+        .fetch_all(pool),
+    )
+    .await
+}
+
 /// One round: the SKUs rebuilt.
 pub async fn check(
     pool: &MySqlPool,
@@ -46,11 +64,8 @@ pub async fn check(
     let t = opts.db_timeout;
     let now = shard_router::now_ms();
     let mut rebuilt = Vec::new();
-    for sku in crate::closeout::open_campaigns(pool, t).await? {
+    for sku in candidates(pool, now, t).await? {
         let c = campaign::get(pool, sku, t).await?;
-        if c.end_ms <= now {
-            continue;
-        }
         let missing: Vec<u16> = client
             .slices(sku, c.width)
             .await?
