@@ -70,10 +70,14 @@ async fn real_main(cli: Cli) -> anyhow::Result<()> {
                 Err(e) => anyhow::bail!("{e}"),
             };
             campaign::put_checked(&pool, &client().await?, &c, cfg.shards, t).await?;
-            for (i, ((due_ms, units), flag)) in waves.into_iter().zip(&a.waves).enumerate() {
-                // The id is the flag as written (with its position), not the resolved time:
-                // running the same command again, even with now+10m, schedules nothing new.
-                let id: String = format!("{i}:{flag}").chars().take(wave::MAX_ID).collect();
+            let mut seen = std::collections::HashSet::new();
+            if let Some(dup) = a.waves.iter().find(|f| !seen.insert(f.as_str())) {
+                anyhow::bail!("--wave {dup} is given twice; give one wave of the sum instead");
+            }
+            for ((due_ms, units), flag) in waves.into_iter().zip(&a.waves) {
+                // The id is the flag as written (not the resolved time, not its position):
+                // running the command again, even with now+10m, schedules nothing new.
+                let id: String = flag.chars().take(wave::MAX_ID).collect();
                 let w = wave::Wave {
                     sku: a.sku,
                     id,

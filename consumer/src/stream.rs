@@ -8,9 +8,6 @@ use redis::streams::{StreamAutoClaimReply, StreamId, StreamRangeReply, StreamRea
 use redis::Value;
 use shard_router::{keys, ClaimRecord, ShardId, StockClient, StockError};
 
-/// Dead letters kept per shard (approximately: XADD MAXLEN ~).
-pub const DEAD_LETTER_MAX: u64 = 100_000;
-
 /// One entry read from a shard stream.
 #[derive(Debug, Clone)]
 pub struct Delivered {
@@ -211,12 +208,9 @@ impl ShardStream {
     ) -> Result<(), StockError> {
         let mut conn = client.conn();
         let mut add = redis::cmd("XADD");
-        // Capped: a poison flood cannot fill Redis (the oldest dead letters go first).
-        add.arg(&self.dead_key)
-            .arg("MAXLEN")
-            .arg("~")
-            .arg(DEAD_LETTER_MAX)
-            .arg("*");
+        // Not trimmed: valid claim records can be dead-lettered (too many deliveries), and
+        // then this entry is their only copy until redriven.
+        add.arg(&self.dead_key).arg("*");
         for (k, v) in fields {
             add.arg(k).arg(v.as_slice());
         }
