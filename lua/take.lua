@@ -3,7 +3,7 @@
 -- settled on the home shard under the hold.
 --
 -- KEYS[1] stock slice    {T}:stock:<sku>
--- KEYS[2] shard meta     {T}:meta:<sku>
+-- KEYS[2] shard meta     {T}:meta:<sku>      (`rebuilt`: ms, Redis clock, of the last rebuild)
 -- KEYS[3] claims stream  {T}:claims
 -- ARGV[1] sku   ARGV[2] user   ARGV[3] qty   ARGV[4] now_ms   ARGV[5] user_seq (from the hold)
 -- ARGV[6] home shard   ARGV[7] request id or ""   ARGV[8] this shard id   ARGV[9] events channel
@@ -28,10 +28,16 @@ local t = redis.call('TIME')
 if tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) > deadline then
   return {16}
 end
-local meta = redis.call('HMGET', KEYS[2], 'start', 'end')
+local meta = redis.call('HMGET', KEYS[2], 'start', 'end', 'rebuilt')
 local stock = redis.call('GET', KEYS[1])
 if not stock or not meta[1] then
   return {14}
+end
+-- A hold placed before this shard was rebuilt from the ledger may be gone with the data
+-- Redis lost, and the rebuilt user count cannot know it: such a take is refused (see
+-- lua/rebuild.lua; the margin is the rebuild's own duration, at least its quiesce).
+if meta[3] and now < tonumber(meta[3]) then
+  return {16}
 end
 if now < tonumber(meta[1]) then
   return {12}

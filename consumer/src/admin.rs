@@ -171,6 +171,10 @@ impl Admin {
                 },
                 Err(e) => Err(e),
             }),
+            (&Method::POST, ["v1", "campaigns", s, "rebuild"]) => respond(match sku(s) {
+                Ok(s) => crate::rebuild::rebuild(&self.pool, &self.client, s, &crate::rebuild::Options::new(t)).await,
+                Err(e) => Err(e),
+            }),
             (&Method::POST, ["v1", "campaigns", s, "reconcile"]) => respond(match sku(s) {
                 Ok(s) => match crate::clock::redis_now(&self.client).await {
                     Ok(now) => reconcile::run(&self.pool, &self.client, &self.cfg.group, s, now, t).await,

@@ -204,7 +204,9 @@ pub async fn list(pool: &MySqlPool, t: Duration) -> Result<Vec<u64>, ConsumerErr
     .await
 }
 
-/// Preheats Redis from the stored campaign; live slices are left as they are.
+/// Preheats Redis from the stored campaign; live slices are left as they are. Once the
+/// ledger holds claims of the SKU (or a rebuild's fence is up), the full split would refill
+/// sold stock: then this is the rebuild from the ledger (`rebuild.rs`) instead.
 pub async fn preheat(
     pool: &MySqlPool,
     client: &StockClient,
@@ -212,7 +214,21 @@ pub async fn preheat(
     t: Duration,
 ) -> Result<Vec<(u16, PreheatOutcome)>, ConsumerError> {
     let c = get(pool, sku, t).await?;
-    Ok(client.preheat(&c.meta()).await?)
+    if !crate::rebuild::ledger_has_claims(pool, sku, t).await? {
+        let out = client.preheat(&c.meta()).await?;
+        if !out
+            .iter()
+            .any(|(_, o)| matches!(o, PreheatOutcome::Rebuilding))
+        {
+            return Ok(out);
+        }
+    }
+    let opts = crate::rebuild::Options::new(t);
+    let r = crate::rebuild::rebuild(pool, client, sku, &opts).await?;
+    Ok(r.slices
+        .into_iter()
+        .map(|(shard, slice)| (shard, PreheatOutcome::Rebuilt { slice }))
+        .collect())
 }
 
 /// A campaign's state across the ledger and Redis.

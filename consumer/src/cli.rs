@@ -65,8 +65,13 @@ pub enum Command {
     Migrate,
     /// Create or update a campaign in MySQL.
     Campaign(CampaignArgs),
-    /// Preheat Redis from a stored campaign (live slices are never overwritten).
+    /// Preheat Redis from a stored campaign (live slices are never overwritten). Once the
+    /// ledger holds claims of the SKU this is `rebuild`.
     Preheat { sku: u64 },
+    /// Rebuild a SKU's Redis state (slices, user counts and sequences, release sets, replay
+    /// answers) from the ledger and the claims in flight. Claims on the SKU answer "not
+    /// preheated" while it runs; safe to run again after a crash.
+    Rebuild { sku: u64 },
     /// Show a campaign's ledger and Redis state.
     Status { sku: u64 },
     /// Mark a claim paid.

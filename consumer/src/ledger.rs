@@ -1,7 +1,8 @@
 //! One batch of stream entries → one MySQL transaction: a multi-row `INSERT IGNORE` into
-//! claims, the guarded stock UPDATE per SKU, and an anomaly row for every duplicate the
-//! unique key rejected. Safe to run twice with the same entries (redelivery): rows that
-//! exist under the same claim id are recognised and change nothing.
+//! claims, the guarded stock UPDATE per SKU, and a critical anomaly for every collision (a
+//! second claim id on one `(sku, user, user_seq)`, kept as its own row: see
+//! `migrations/0013_claim_collisions.sql`). Safe to run twice with the same entries
+//! (redelivery): rows that exist under the same claim id are recognised and change nothing.
 
 use std::collections::{BTreeMap, HashSet};
 use std::hash::{BuildHasher, Hasher};
@@ -23,9 +24,10 @@ pub struct BatchOutcome {
     pub inserted: usize,
     /// Entries already in the ledger under the same claim id (a redelivery).
     pub redelivered: usize,
-    /// Records rejected by `UNIQUE (sku, user, user_seq)` under another claim id: their
-    /// units must go back to Redis (stock side only; the user count was taken once).
-    pub duplicates: Vec<ClaimRecord>,
+    /// Records inserted although another claim id already holds their
+    /// `(sku, user, user_seq)`: both were acknowledged, so both rows are kept (and counted
+    /// in `inserted`); each is a critical `collision` anomaly for an operator.
+    pub collisions: Vec<ClaimRecord>,
 }
 
 /// A process-unique, practically globally unique batch id: tells a batch which rows it
@@ -92,7 +94,7 @@ pub async fn write_refs(
         .rows_affected() as usize;
 
     let mut out = BatchOutcome::default();
-    let inserted: Vec<&ClaimRecord> = if affected == records.len() {
+    let mut inserted: Vec<&ClaimRecord> = if affected == records.len() {
         records.clone()
     } else {
         let ours = ids_where(&mut tx, &records, Some(batch_id), timeout).await?;
@@ -106,7 +108,7 @@ pub async fn write_refs(
             if existing.contains(&r.claim_id) {
                 out.redelivered += 1;
             } else {
-                out.duplicates.push(r.clone());
+                out.collisions.push(r.clone());
             }
         }
         records
@@ -115,23 +117,34 @@ pub async fn write_refs(
             .filter(|r| ours.contains(&r.claim_id))
             .collect()
     };
-    out.inserted = inserted.len();
-
-    for dup in &out.duplicates {
+    // A collision is an acknowledged claim like any other: its own row, its own units.
+    let mut stored = Vec::new();
+    for c in std::mem::take(&mut out.collisions) {
+        if !insert_collision(&mut tx, &c, batch_id, timeout).await? {
+            // Another consumer stored this very claim id first: a redelivery after all.
+            out.redelivered += 1;
+            continue;
+        }
         let detail = format!(
-            "claim {} duplicates (sku {}, user {}, user_seq {}) already in the ledger; {} unit(s) returned to shard {}",
-            dup.claim_id, dup.sku, dup.user, dup.user_seq, dup.qty, dup.shard
+            "CRITICAL: claim {} reuses (sku {}, user {}, user_seq {}) of another claim in the ledger; \
+             both are kept (Redis lost the user's sequence); the user may hold more than the limit",
+            c.claim_id, c.sku, c.user, c.user_seq
         );
+        tracing::error!(claim = %c.claim_id, sku = c.sku, user = %c.user, seq = c.user_seq, "claim collision: both claims kept");
         anomaly(
             &mut *tx,
-            "duplicate",
-            &dup.claim_id,
-            Some(dup.sku),
+            "collision",
+            &c.claim_id,
+            Some(c.sku),
             &detail,
             timeout,
         )
         .await?;
+        stored.push(c);
     }
+    out.collisions = stored;
+    inserted.extend(out.collisions.iter());
+    out.inserted = inserted.len();
 
     let mut per_sku: BTreeMap<u64, u64> = BTreeMap::new();
     for r in &inserted {
@@ -142,6 +155,39 @@ pub async fn write_refs(
     }
     bounded("commit", timeout, tx.commit()).await?;
     Ok(out)
+}
+
+/// Stores a colliding record under its own claim id as the `collides` part of the unique
+/// key. False when the claim id is already there (a concurrent batch stored it first).
+async fn insert_collision(
+    tx: &mut Transaction<'_, MySql>,
+    r: &ClaimRecord,
+    batch_id: u64,
+    timeout: Duration,
+) -> Result<bool, ConsumerError> {
+    bounded(
+        "insert collision",
+        timeout,
+        sqlx::query(
+            "INSERT IGNORE INTO claims \
+             (claim_id, sku, user_id, user_seq, qty, shard, home, request_id, claimed_ms, batch_id, collides) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(&r.claim_id)
+        .bind(r.sku)
+        .bind(&r.user)
+        .bind(r.user_seq)
+        .bind(r.qty)
+        .bind(r.shard)
+        .bind(r.home)
+        .bind(r.request_id.as_deref())
+        .bind(r.ts_ms)
+        .bind(batch_id)
+        .bind(&r.claim_id)
+        .execute(&mut **tx),
+    )
+    .await
+    .map(|done| done.rows_affected() == 1)
 }
 
 /// The guarded UPDATE: the ledger's available count can never go negative. When the

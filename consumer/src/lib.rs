@@ -15,6 +15,8 @@
 //! - [`reconcile`]: invariant 4 per SKU, exact under load; excess removal; stale holds.
 //! - [`wave`]: stock waves; [`closeout`]: closing report and Redis cleanup; [`times`]:
 //!   human times on the command line; [`series`]: closed SKUs' series left out of /metrics.
+//! - [`rebuild`]: Redis written back from the ledger after a loss (preheat, CLI, watch).
+//! - [`startup`]: waiting out a Redis that is still coming up.
 //! - [`admin`]: `/healthz`, `/metrics`, the token-protected admin API; [`health`]: the
 //!   MySQL and Redis probes behind `/healthz`.
 //! - [`service`]: wires the tasks together with one shutdown signal.
@@ -35,6 +37,7 @@ pub mod ledger;
 pub mod memory;
 pub mod metrics;
 pub mod reader;
+pub mod rebuild;
 pub mod reconcile;
 pub mod recovery;
 pub mod redrive;
@@ -43,6 +46,7 @@ pub mod release;
 pub mod series;
 pub mod service;
 pub mod signal;
+pub mod startup;
 pub mod stream;
 pub mod times;
 pub mod wave;

@@ -4,7 +4,7 @@
 use anyhow::Context;
 use clap::Parser;
 use consumer::cli::{Cli, Command};
-use consumer::{campaign, closeout, reconcile, release, service, wave};
+use consumer::{campaign, closeout, rebuild, reconcile, release, service, wave};
 use shard_router::StockClient;
 
 fn main() {
@@ -122,6 +122,9 @@ async fn real_main(cli: Cli) -> anyhow::Result<()> {
                 .map(|(s, o)| format!("shard {s}: {o:?}"))
                 .collect::<Vec<_>>())
         }
+        Command::Rebuild { sku } => serde_json::to_value(
+            rebuild::rebuild(&pool, &client().await?, sku, &rebuild::Options::new(t)).await?,
+        )?,
         Command::Status { sku } => {
             let mut v =
                 serde_json::to_value(campaign::status(&pool, &client().await?, sku, t).await?)?;

@@ -26,6 +26,8 @@ pub const REDIS_MAX_MEMORY: &str = "flashgate_redis_maxmemory_bytes";
 pub const STALE_HOLDS: &str = "flashgate_consumer_stale_holds_resolved_total";
 /// Gauge: this process's clock minus Redis's (`clock.rs`).
 pub const CLOCK_SKEW_SECONDS: &str = "flashgate_consumer_clock_skew_seconds";
+/// Rebuilds of a SKU's Redis state from the ledger (`rebuild.rs`).
+pub const REBUILDS: &str = "flashgate_consumer_rebuilds_total";
 pub const REPLICA_UNCONFIRMED: &str = "flashgate_consumer_replica_unconfirmed_total";
 /// Histogram: how long entries waited for a replica before they could be committed.
 pub const REPLICA_WAIT_SECONDS: &str = "flashgate_consumer_replica_wait_seconds";
@@ -64,6 +66,7 @@ pub const DESCRIPTIONS: &[(&str, &str)] = &[
     (REDIS_UP, "1 while Redis answered the last health probe (PING within 2 s), else 0; /healthz is 503 while 0."),
     (CLOCK_SKEW_SECONDS, "This consumer's clock minus Redis's TIME in seconds; holds and payment timeouts are decided by Redis's clock."),
     (REPLICA_WAIT_SECONDS, "How long read records waited for a replica to confirm them before they could be committed, in seconds."),
+    (REBUILDS, "Rebuilds of a SKU's Redis state from the ledger (after Redis lost data, or by preheat/rebuild)."),
     (REPLICA_MASTER_CHANGED, "Read batches dropped (to be read again) because the shard's master changed before a replica confirmed them."),
 ];
 

@@ -133,7 +133,9 @@ pub async fn release(
             home,
         })
         .await?;
-    if out.stock == ReleaseStep::NotPreheated {
+    // A missing slice, or a home shard a rebuild holds: finish later (the user half is
+    // then retried; the stock half answers "already released").
+    if out.stock == ReleaseStep::NotPreheated || out.user == ReleaseStep::NotPreheated {
         // Leave it `releasing`: the sweep finishes it once the SKU is preheated again.
         return Err(ConsumerError::Redis(StockError::InvalidArgument(format!(
             "sku {sku} is not preheated on shard {shard}; release of {claim_id} postponed"

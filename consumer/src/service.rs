@@ -24,7 +24,7 @@ use crate::replica::ShardReplica;
 use crate::stream::ShardStream;
 use crate::writer::Writer;
 use crate::health::{self, Health};
-use crate::{db, reader, reconcile, release};
+use crate::{db, reader, rebuild, reconcile, release, startup};
 
 /// Connects to MySQL and applies migrations, retrying with backoff until `shutdown`.
 pub async fn connect_db(
@@ -56,14 +56,19 @@ pub async fn run(
     cfg.validate().map_err(ConsumerError::Invalid)?;
     let mut sd = shutdown.clone();
     let pool = connect_db(&cfg, &mut sd).await?;
-    let client = StockClient::connect(cfg.stock()).await?;
+    // Redis may still be starting, loading or forming its cluster: wait for it.
+    let Some(client) = startup::connect(&cfg, cfg.stock(), "redis", &mut sd).await? else {
+        return Ok(());
+    };
     let shards: Vec<u16> = (0..cfg.shards).collect();
-    let mut streams = HashMap::new();
-    for &s in &shards {
-        let st = ShardStream::new(&client, s, &cfg.group);
-        st.ensure_group(&client).await?;
-        streams.insert(s, st);
+    let list: Vec<ShardStream> = shards
+        .iter()
+        .map(|&s| ShardStream::new(&client, s, &cfg.group))
+        .collect();
+    if !startup::ensure_groups(&cfg, &client, &list, &mut sd).await? {
+        return Ok(());
     }
+    let streams: HashMap<u16, ShardStream> = list.into_iter().map(|st| (st.shard, st)).collect();
     tracing::info!(consumer = %cfg.consumer_name, shards = cfg.shards, "consumer started");
 
     let inflight = InFlight::default();
@@ -83,7 +88,10 @@ pub async fn run(
     let mut feeders = JoinSet::new();
     for &s in &shards {
         // Own connection per reader: a blocked XREADGROUP would stall a shared one.
-        let rclient = StockClient::connect(cfg.reader_stock()).await?;
+        let Some(rclient) = startup::connect(&cfg, cfg.reader_stock(), "reader", &mut sd).await?
+        else {
+            break;
+        };
         let replica = ShardReplica::new(s, cfg.replica_wait);
         feeders.spawn(reader::run(
             cfg.clone(),
@@ -112,6 +120,13 @@ pub async fn run(
         cfg.clone(),
         pool.clone(),
         client.clone(),
+        shutdown.clone(),
+    ));
+    // A live campaign whose slice Redis lost is rebuilt from the ledger.
+    background.spawn(rebuild::watch::run(
+        pool.clone(),
+        client.clone(),
+        rebuild::Options::new(cfg.db_timeout),
         shutdown.clone(),
     ));
     background.spawn(reconcile_loop(

@@ -1,6 +1,7 @@
 //! The batch writer: gathers entries from the channel into batches (flushed at
-//! `batch_max_rows` or `batch_max_wait`), commits each batch in one transaction, gives
-//! duplicates' units back to Redis, and only then acknowledges and deletes the entries.
+//! `batch_max_rows` or `batch_max_wait`), commits each batch in one transaction, and only
+//! then acknowledges and deletes the entries. No unit ever goes back from here: every
+//! record is an acknowledged claim (a collision is kept too, see `ledger.rs`).
 //! While MySQL is down it retries the same batch with exponential backoff: nothing is
 //! dropped, and the full channel stalls the readers.
 
@@ -9,8 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use shard_router::keys::ShardKeys;
-use shard_router::{ClaimRecord, ReleaseRequest, ShardId, StockClient, StockError};
+use shard_router::{ClaimRecord, ShardId, StockClient};
 use sqlx::MySqlPool;
 use tokio::sync::mpsc;
 
@@ -120,7 +120,7 @@ impl Writer {
                         Ok(o) => {
                             total.inserted += o.inserted;
                             total.redelivered += o.redelivered;
-                            total.duplicates.extend(o.duplicates);
+                            total.collisions.extend(o.collisions);
                         }
                         Err(e) => {
                             tracing::error!(claim = %d.record.claim_id, error = %e, "row refused by MySQL; left pending");
@@ -165,7 +165,7 @@ impl Writer {
         }
     }
 
-    /// After the commit: duplicates' units back to Redis, then XACK + XDEL per shard.
+    /// After the commit: XACK + XDEL per shard.
     async fn settle(&self, batch: Vec<Delivered>, outcome: BatchOutcome, started: Instant) {
         let commit_time = started.elapsed();
         let rows = batch.len();
@@ -174,14 +174,6 @@ impl Writer {
         metrics::counter!(m::CLAIMS_COMMITTED).increment(outcome.inserted as u64);
         metrics::counter!(m::REDELIVERED).increment(outcome.redelivered as u64);
 
-        let mut unreturned = Vec::new();
-        for dup in &outcome.duplicates {
-            if let Err(e) = return_duplicate(&self.client, dup).await {
-                // Left pending: the redelivery finds the same duplicate and retries.
-                tracing::warn!(claim = %dup.claim_id, error = %e, "duplicate's units not returned yet");
-                unreturned.push(dup.claim_id.clone());
-            }
-        }
         let mut by_shard: BTreeMap<ShardId, Vec<String>> = BTreeMap::new();
         for d in &batch {
             by_shard
@@ -191,17 +183,11 @@ impl Writer {
         }
         // Shards are independent: acknowledge them concurrently.
         let acks = by_shard.into_iter().map(|(shard, ids)| {
-            let unreturned = &unreturned;
             async move {
-                let ack: Vec<String> = ids
-                    .iter()
-                    .filter(|id| !unreturned.contains(&format!("{shard}-{id}")))
-                    .cloned()
-                    .collect();
                 if let Some(stream) = self.streams.get(&shard) {
                     let mut backoff = Backoff::new(self.cfg.backoff_min, self.cfg.backoff_max);
                     for attempt in 0..5 {
-                        match stream.ack_and_delete(&self.client, &ack).await {
+                        match stream.ack_and_delete(&self.client, &ids).await {
                             Ok(()) => break,
                             Err(e) => {
                                 // Unacknowledged entries are redelivered later; the ledger
@@ -218,32 +204,4 @@ impl Writer {
         futures::future::join_all(acks).await;
         tracing::debug!(rows, inserted = outcome.inserted, ?commit_time, total = ?started.elapsed(), "batch settled");
     }
-}
-
-/// Gives a duplicate record's units back to its slice, once. Its user count was taken once
-/// for the user claim the ledger already holds, so the user side is marked done first and
-/// the shared release script then moves only the stock.
-pub async fn return_duplicate(client: &StockClient, dup: &ClaimRecord) -> Result<(), StockError> {
-    let home = ShardKeys::new(client.placement(), dup.home, dup.sku);
-    let mut conn = client.conn();
-    client
-        .bounded(
-            "mark duplicate",
-            redis::cmd("SADD")
-                .arg(home.released_user())
-                .arg(&dup.claim_id)
-                .query_async::<i64>(&mut conn),
-        )
-        .await?;
-    client
-        .release(&ReleaseRequest {
-            sku: dup.sku,
-            claim_id: dup.claim_id.clone(),
-            user: dup.user.clone(),
-            qty: dup.qty,
-            shard: dup.shard,
-            home: dup.home,
-        })
-        .await
-        .map(drop)
 }

@@ -159,7 +159,11 @@ impl StockClient {
         Ok((Reply::parse(op, value)?, acked))
     }
 
-    async fn run(&self, op: &'static str, inv: &ScriptInvocation<'_>) -> Result<Reply, StockError> {
+    pub(crate) async fn run(
+        &self,
+        op: &'static str,
+        inv: &ScriptInvocation<'_>,
+    ) -> Result<Reply, StockError> {
         let mut conn = self.conn.clone();
         let value: Value = self.bounded(op, inv.invoke_async(&mut conn)).await?;
         Reply::parse(op, value)
@@ -182,7 +186,7 @@ impl StockClient {
         Ok(())
     }
 
-    fn keys(&self, shard: ShardId, sku: u64) -> ShardKeys {
+    pub(crate) fn keys(&self, shard: ShardId, sku: u64) -> ShardKeys {
         ShardKeys::new(&self.placement, shard, sku)
     }
 
@@ -217,11 +221,18 @@ impl StockClient {
                 match r.code {
                     code::PREHEATED => PreheatOutcome::Preheated { slice: r.int(0)? },
                     code::LIVE => PreheatOutcome::Live { current: r.int(0)? },
+                    code::REBUILDING => PreheatOutcome::Rebuilding,
                     _ => return Err(r.unexpected()),
                 },
             ));
         }
         // Written after the slices: a gateway that sees the metadata finds the slices too.
+        self.write_sku_meta(meta).await?;
+        Ok(out)
+    }
+
+    /// The SKU-wide metadata hash and the SKU set entry gateways resync from.
+    pub async fn write_sku_meta(&self, meta: &SkuMeta) -> Result<(), StockError> {
         let mut conn = self.conn.clone();
         let fields = [
             ("stock", meta.stock.to_string()),
@@ -246,8 +257,7 @@ impl StockClient {
             "preheat meta",
             conn.publish::<_, _, ()>(keys::EVENTS_CHANNEL, format!("live {}", meta.sku)),
         )
-        .await?;
-        Ok(out)
+        .await
     }
 
     /// The SKU metadata written at preheat, or `None` when the SKU was never preheated.
@@ -555,6 +565,7 @@ impl StockClient {
         let mut inv = scripts::RELEASE_USER.prepare_invoke();
         inv.key(kh.users())
             .key(kh.released_user())
+            .key(kh.meta())
             .arg(&rel.claim_id)
             .arg(&rel.user)
             .arg(rel.qty);

@@ -16,6 +16,7 @@
 //! - [`replication`]: fences and `INFO replication`: replica checks that do not trust
 //!   the connection.
 //! - [`health`]: which shards' masters answer right now (readiness, failover view).
+//! - [`rebuild`]: the Redis half of a rebuild from the ledger (fence, write, replay answers).
 
 mod batch;
 mod client;
@@ -27,6 +28,7 @@ pub mod keys;
 pub mod outcome;
 pub mod placement;
 pub mod protocol;
+pub mod rebuild;
 pub mod record;
 mod replay;
 pub mod replication;

@@ -181,6 +181,13 @@ pub enum PreheatOutcome {
     Live {
         current: i64,
     },
+    /// A rebuild from the ledger holds the shard (see `lua/rebuild_fence.lua`); nothing
+    /// was written.
+    Rebuilding,
+    /// Written back from the ledger (the consumer's rebuild path, not preheat.lua).
+    Rebuilt {
+        slice: i64,
+    },
 }
 
 /// Outcome of one release step (stock side or user side).

@@ -13,7 +13,7 @@ pub struct ClaimRecord {
     pub user: String,
     pub qty: u32,
     /// The user's running claim number for this SKU (allocated on the home shard); the
-    /// ledger's unique `(sku, user, user_seq)` is the last guard against duplicates.
+    /// ledger keys a collision (a second claim id on it) as a critical anomaly.
     pub user_seq: u64,
     /// Shard whose slice gave the units.
     pub shard: u16,

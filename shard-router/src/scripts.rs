@@ -18,9 +18,13 @@ pub(crate) static RELEASE_STOCK: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/release_stock.lua")));
 pub(crate) static RELEASE_USER: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/release_user.lua")));
+pub(crate) static REBUILD_FENCE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/rebuild_fence.lua")));
+pub(crate) static REBUILD: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/rebuild.lua")));
 
 /// Every script, for loading them all ahead of traffic (readiness).
-pub(crate) fn all() -> [&'static Script; 6] {
+pub(crate) fn all() -> [&'static Script; 8] {
     [
         &CLAIM,
         &TAKE,
@@ -28,6 +32,8 @@ pub(crate) fn all() -> [&'static Script; 6] {
         &PREHEAT,
         &RELEASE_STOCK,
         &RELEASE_USER,
+        &REBUILD_FENCE,
+        &REBUILD,
     ]
 }
 
@@ -46,8 +52,13 @@ pub(crate) mod code {
     pub(crate) const HOLD_EXPIRED: i64 = 16;
     pub(crate) const PREHEATED: i64 = 20;
     pub(crate) const LIVE: i64 = 21;
+    pub(crate) const REBUILDING: i64 = 22;
     pub(crate) const SETTLED: i64 = 30;
     pub(crate) const HOLD_GONE: i64 = 31;
     pub(crate) const RELEASED: i64 = 40;
     pub(crate) const ALREADY_RELEASED: i64 = 41;
+    pub(crate) const FENCED: i64 = 50;
+    pub(crate) const BUSY: i64 = 51;
+    pub(crate) const REBUILT: i64 = 60;
+    pub(crate) const FENCE_LOST: i64 = 61;
 }

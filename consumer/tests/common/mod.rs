@@ -90,6 +90,11 @@ pub fn start_consumer(cfg: Config) -> Running {
 }
 
 impl Running {
+    /// True once `run` returned (it must not, short of a shutdown).
+    pub fn is_finished(&self) -> bool {
+        self.task.is_finished()
+    }
+
     pub async fn stop(self) {
         let _ = self.stop.send(true);
         tokio::time::timeout(Duration::from_secs(20), self.task)

@@ -1,0 +1,114 @@
+//! A collision (two claim ids on one `(sku, user, user_seq)`, as a Redis that lost its
+//! `useq` hands out a seq again) never voids an acknowledged claim: both rows stay, the
+//! stock is taken for both, and a critical anomaly names them. A true redelivery (same
+//! claim id) stays a no-op.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use consumer::{ledger, stream};
+use shard_router::keys::ShardKeys;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reused_user_seq_keeps_both_acknowledged_claims() {
+    let s = Stack::start().await;
+    let c = campaign(&s, 7101, 10, 1, 2, 3600).await;
+    let consumer = start_consumer(s.cfg.clone());
+    let first = claim_all(&s.client, &c, vec!["alice".into()], 1).await;
+    assert_eq!(first.len(), 1);
+    wait_drained(&s, c.sku, 1, Duration::from_secs(20)).await;
+
+    // Redis forgets the user's sequence (a loss, a rollback): the next claim reuses seq 1.
+    let shard = s.client.placement().shards_of(c.sku, 1)[0];
+    let k = ShardKeys::new(s.client.placement(), shard, c.sku);
+    let mut conn = s.redis.connection();
+    let _: i64 = redis::cmd("HDEL")
+        .arg(k.user_seq())
+        .arg("alice")
+        .query(&mut conn)
+        .unwrap();
+    let second = claim_all(&s.client, &c, vec!["alice".into()], 1).await;
+    assert_eq!(second.len(), 1, "the second claim is acknowledged");
+    assert_ne!(first[0], second[0]);
+    wait_drained(&s, c.sku, 2, Duration::from_secs(20)).await;
+    consumer.stop().await;
+
+    for id in [&first[0], &second[0]] {
+        let status: String =
+            sqlx::query_scalar("SELECT CAST(status AS CHAR) FROM claims WHERE claim_id = ?")
+                .bind(id)
+                .fetch_one(&s.pool)
+                .await
+                .unwrap_or_else(|e| panic!("acknowledged claim {id} must be in the ledger: {e}"));
+        assert_eq!(status, "pending", "claim {id}");
+    }
+    assert_eq!(
+        s.count("SELECT COUNT(*) FROM anomalies WHERE kind = 'collision'")
+            .await,
+        1,
+        "the collision is a critical anomaly"
+    );
+    assert_eq!(
+        s.count("SELECT COUNT(*) FROM anomalies WHERE kind = 'duplicate'")
+            .await,
+        0
+    );
+    let slice: i64 = redis::cmd("GET").arg(k.stock()).query(&mut conn).unwrap();
+    assert_eq!(slice, 8, "no unit of an acknowledged claim goes back");
+    assert_eq!(
+        s.count("SELECT available FROM sku_stock WHERE sku = 7101")
+            .await,
+        8
+    );
+    let r = s.reconcile(c.sku).await;
+    assert_eq!(r.drift, 0, "{r:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redelivered_collision_is_still_a_no_op() {
+    let s = Stack::start().await;
+    let c = campaign(&s, 7102, 10, 1, 2, 3600).await;
+    claim_all(&s.client, &c, vec!["bob".into()], 1).await;
+    let shard = s.client.placement().shards_of(c.sku, 1)[0];
+    let k = ShardKeys::new(s.client.placement(), shard, c.sku);
+    let mut conn = s.redis.connection();
+    let _: i64 = redis::cmd("HDEL")
+        .arg(k.user_seq())
+        .arg("bob")
+        .query(&mut conn)
+        .unwrap();
+    claim_all(&s.client, &c, vec!["bob".into()], 1).await;
+    let st = stream::ShardStream::new(&s.client, shard, &s.cfg.group);
+    let records: Vec<_> = st
+        .all_entries(&s.client, 100)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| stream::decode(shard, e).unwrap().record)
+        .collect();
+    assert_eq!(records.len(), 2);
+    assert_eq!(records[0].user_seq, records[1].user_seq);
+
+    let one = ledger::write_batch(&s.pool, &records, T).await.unwrap();
+    assert_eq!((one.inserted, one.redelivered), (2, 0));
+    assert_eq!(one.collisions.len(), 1);
+    // Both again, and each alone: nothing new.
+    for batch in [&records[..], &records[..1], &records[1..]] {
+        let again = ledger::write_batch(&s.pool, batch, T).await.unwrap();
+        assert_eq!((again.inserted, again.redelivered), (0, batch.len()));
+        assert!(again.collisions.is_empty());
+    }
+    assert_eq!(s.count("SELECT COUNT(*) FROM claims").await, 2);
+    assert_eq!(
+        s.count("SELECT available FROM sku_stock WHERE sku = 7102")
+            .await,
+        8
+    );
+    assert_eq!(
+        s.count("SELECT COUNT(*) FROM anomalies WHERE kind = 'collision'")
+            .await,
+        1
+    );
+}

@@ -1,0 +1,305 @@
+//! One rebuild path from the ledger (issue 11): after Redis lost its data, preheat or
+//! `rebuild` writes back what the ledger says was sold, never the full split again; claims
+//! racing the rebuild, a second rebuild and a crashed one are all safe.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use consumer::campaign::Campaign;
+use consumer::rebuild::{self, Options};
+use shard_router::protocol::{self, LocalEmptyShards};
+use shard_router::rebuild::{FenceOutcome, ShardImage};
+use shard_router::{ClaimOutcome, ClaimRequest, PreheatOutcome};
+
+async fn claim(s: &Stack, c: &Campaign, user: &str, rid: Option<&str>) -> ClaimOutcome {
+    let req = ClaimRequest {
+        sku: c.sku,
+        user: user.into(),
+        qty: 1,
+        request_id: rid.map(str::to_owned),
+    };
+    protocol::claim(
+        &s.client,
+        &c.meta(),
+        &req,
+        &LocalEmptyShards::default(),
+        shard_router::now_ms(),
+    )
+    .await
+    .expect("claim")
+}
+
+fn claimed(o: &ClaimOutcome) -> bool {
+    matches!(o, ClaimOutcome::Claimed { .. })
+}
+
+fn flushall(s: &Stack) {
+    let _: () = redis::cmd("FLUSHALL")
+        .query(&mut s.redis.connection())
+        .unwrap();
+}
+
+fn opts() -> Options {
+    let mut o = Options::new(T);
+    o.quiesce = Duration::from_millis(100);
+    o
+}
+
+async fn slices(s: &Stack, c: &Campaign) -> Vec<Option<i64>> {
+    s.client
+        .slices(c.sku, c.width)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(_, v)| v)
+        .collect()
+}
+
+/// The issue's "Reproduced": stock 2, limit 1; alice claims and is committed; Redis loses
+/// everything; the operator preheats again. Before the fix the slice came back as 2 and
+/// bob and carol both got a unit: 3 claims on a stock of 2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn preheat_after_a_flushall_does_not_sell_the_stock_twice() {
+    let s = Stack::start().await;
+    let c = campaign(&s, 11_001, 2, 1, 1, 3600).await;
+    let consumer = start_consumer(s.cfg.clone());
+    assert!(claimed(&claim(&s, &c, "alice", None).await));
+    wait_drained(&s, c.sku, 1, Duration::from_secs(20)).await;
+
+    flushall(&s);
+    let out = consumer::campaign::preheat(&s.pool, &s.client, c.sku, T)
+        .await
+        .unwrap();
+    assert_eq!(out, vec![(out[0].0, PreheatOutcome::Rebuilt { slice: 1 })]);
+    assert!(claimed(&claim(&s, &c, "bob", None).await));
+    assert_eq!(claim(&s, &c, "carol", None).await, ClaimOutcome::SoldOut);
+    assert_eq!(
+        claim(&s, &c, "alice", None).await,
+        ClaimOutcome::LimitReached { held: 1 },
+        "alice's count is back"
+    );
+    wait_drained(&s, c.sku, 2, Duration::from_secs(20)).await;
+    consumer.stop().await;
+    let st = consumer::campaign::status(&s.pool, &s.client, c.sku, T)
+        .await
+        .unwrap();
+    assert_eq!((st.pending, st.available), (2, 0));
+    assert_eq!(s.reconcile(c.sku).await.drift, 0);
+}
+
+/// Everything the issue lists comes back: user counts, sequences (no collision), release
+/// sets (a releasing claim is not released twice), replay answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rebuild_restores_counts_sequences_release_sets_and_answers() {
+    let s = Stack::start().await;
+    let c = campaign(&s, 11_002, 20, SHARDS, 2, 3600).await;
+    let consumer = start_consumer(s.cfg.clone());
+    let a1 = claim(&s, &c, "alice", Some("a-1")).await;
+    assert!(claimed(&a1));
+    assert!(claimed(&claim(&s, &c, "bob", Some("b-1")).await));
+    assert!(claimed(&claim(&s, &c, "bob", Some("b-2")).await));
+    assert!(claimed(&claim(&s, &c, "carol", None).await));
+    wait_drained(&s, c.sku, 4, Duration::from_secs(20)).await;
+    consumer.stop().await;
+    // bob's first claim released for good, carol's half way (ledger `releasing`, Redis not
+    // yet): neither may come back twice.
+    let id = |user: &str, seq: u64| {
+        sqlx::query_scalar::<_, String>(
+            "SELECT claim_id FROM claims WHERE user_id = ? AND user_seq = ?",
+        )
+        .bind(user.to_owned())
+        .bind(seq)
+        .fetch_one(&s.pool)
+    };
+    let bob1 = id("bob", 1).await.unwrap();
+    let carol = id("carol", 1).await.unwrap();
+    consumer::release::release(
+        &s.pool,
+        &s.client,
+        &bob1,
+        consumer::release::Reason::Cancelled,
+        T,
+    )
+    .await
+    .unwrap();
+    sqlx::query("UPDATE claims SET status = 'releasing' WHERE claim_id = ?")
+        .bind(&carol)
+        .execute(&s.pool)
+        .await
+        .unwrap();
+    let before = slices(&s, &c).await;
+
+    flushall(&s);
+    let r = rebuild::rebuild(&s.pool, &s.client, c.sku, &opts())
+        .await
+        .unwrap();
+    assert_eq!((r.active_units, r.in_flight_units, r.oversold), (2, 0, 0));
+    let after = slices(&s, &c).await;
+    let total = |v: &[Option<i64>]| v.iter().map(|x| x.unwrap()).sum::<i64>();
+    assert_eq!(total(&after), 18, "20 - alice - bob's second");
+    assert_eq!(
+        total(&after),
+        total(&before) + 1,
+        "carol's releasing unit is back once"
+    );
+
+    // Counts: alice 1, bob 1 (one released), carol 0.
+    for (user, n) in [("alice", 1), ("bob", 1), ("carol", 0)] {
+        assert_eq!(
+            s.client.user_count(c.sku, c.width, user).await.unwrap(),
+            n,
+            "{user}"
+        );
+    }
+    // Finishing carol's release gives nothing back a second time.
+    consumer::release::sweep(&s.pool, &s.client, shard_router::now_ms(), T)
+        .await
+        .unwrap();
+    assert_eq!(total(&slices(&s, &c).await), 18);
+    assert_eq!(
+        s.client.user_count(c.sku, c.width, "carol").await.unwrap(),
+        0
+    );
+    // Replay: the same request id gets the same claim, no second unit.
+    let ClaimOutcome::Claimed { claim: first, .. } = a1 else {
+        unreachable!()
+    };
+    assert_eq!(
+        claim(&s, &c, "alice", Some("a-1")).await,
+        ClaimOutcome::Replay(first)
+    );
+    // Sequences: bob's next claim is seq 3, not a reused 1 or 2.
+    assert!(claimed(&claim(&s, &c, "bob", None).await));
+    assert_eq!(
+        claim(&s, &c, "bob", None).await,
+        ClaimOutcome::LimitReached { held: 2 }
+    );
+    let consumer = start_consumer(s.cfg.clone());
+    wait_drained(&s, c.sku, 5, Duration::from_secs(20)).await;
+    consumer.stop().await;
+    assert_eq!(
+        s.count("SELECT CAST(MAX(user_seq) AS SIGNED) FROM claims WHERE user_id = 'bob'")
+            .await,
+        3
+    );
+    assert_eq!(s.count("SELECT COUNT(*) FROM anomalies").await, 0);
+    assert_eq!(s.reconcile(c.sku).await.drift, 0);
+}
+
+/// The fence: claims answer "not preheated" and change nothing, preheat refuses, a second
+/// rebuild stops, and a rebuild whose lease was taken over writes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fence_holds_claims_preheat_and_other_rebuilds_off() {
+    let s = Stack::start().await;
+    let c = campaign(&s, 11_003, 10, 1, 1, 3600).await;
+    let shard = s.client.placement().shards_of(c.sku, 1)[0];
+    let fenced = s
+        .client
+        .fence_rebuild(c.sku, shard, "crashed", Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(fenced, FenceOutcome::Fenced { previous: Some(10) });
+    assert_eq!(claim(&s, &c, "u", None).await, ClaimOutcome::NotPreheated);
+    assert_eq!(
+        s.client.preheat(&c.meta()).await.unwrap()[0].1,
+        PreheatOutcome::Rebuilding
+    );
+    let busy = rebuild::rebuild(&s.pool, &s.client, c.sku, &opts()).await;
+    assert!(
+        busy.unwrap_err()
+            .to_string()
+            .contains("being rebuilt by crashed"),
+        "a second rebuild stops"
+    );
+    assert_eq!(slices(&s, &c).await, vec![None], "nothing written");
+
+    // The lease runs out: the next rebuild takes over, the crashed one can write nothing.
+    s.client
+        .fence_rebuild(c.sku, shard, "crashed", Duration::from_millis(1))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    rebuild::rebuild(&s.pool, &s.client, c.sku, &opts())
+        .await
+        .unwrap();
+    assert_eq!(slices(&s, &c).await, vec![Some(10)]);
+    let stale = ShardImage {
+        shard,
+        slice: 10,
+        ..ShardImage::default()
+    };
+    assert!(!s
+        .client
+        .write_rebuild(&c.meta(), "crashed", &stale, &[])
+        .await
+        .unwrap());
+    // With the fence gone, claims work again.
+    assert!(claimed(&claim(&s, &c, "u", None).await));
+}
+
+/// A rebuild of a live SKU while claims run: counted exactly once, nothing refilled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rebuilds_racing_claims_and_the_consumer_keep_the_books() {
+    let s = Stack::start().await;
+    let c = campaign(&s, 11_004, 400, SHARDS, 2, 3600).await;
+    let consumer = start_consumer(s.cfg.clone());
+    let load = {
+        let (client, c) = (s.client.clone(), c.clone());
+        tokio::spawn(async move {
+            let mut got = Vec::new();
+            for round in 0..6 {
+                got.extend(claim_all(&client, &c, users("u", 150), 8).await);
+                tokio::time::sleep(Duration::from_millis(50 * round)).await;
+            }
+            got
+        })
+    };
+    for _ in 0..4 {
+        rebuild::rebuild(&s.pool, &s.client, c.sku, &opts())
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    let ids = load.await.unwrap();
+    assert!(!ids.is_empty());
+    wait_drained(&s, c.sku, ids.len() as i64, Duration::from_secs(30)).await;
+    consumer.stop().await;
+    assert!(ids.len() <= 300, "150 users × limit 2");
+    assert_eq!(
+        s.count("SELECT COUNT(*) FROM (SELECT user_id FROM claims WHERE sku = 11004 GROUP BY user_id HAVING SUM(qty) > 2) o")
+            .await,
+        0,
+        "per-user limit"
+    );
+    assert_eq!(s.count("SELECT COUNT(*) FROM anomalies").await, 0);
+    assert_eq!(s.reconcile(c.sku).await.drift, 0);
+}
+
+/// The service finds a missing slice of a live campaign and rebuilds it by itself; it also
+/// recreates its consumer groups (NOGROUP after the loss) and keeps committing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_consumer_rebuilds_a_lost_slice_and_its_groups_by_itself() {
+    let s = Stack::start().await;
+    let c = campaign(&s, 11_005, 6, 2, 1, 3600).await;
+    let consumer = start_consumer(s.cfg.clone());
+    let ids = claim_all(&s.client, &c, users("a", 3), 2).await;
+    assert_eq!(ids.len(), 3);
+    wait_drained(&s, c.sku, 3, Duration::from_secs(20)).await;
+
+    flushall(&s);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while slices(&s, &c).await.iter().any(Option::is_none) {
+        assert!(std::time::Instant::now() < deadline, "no rebuild");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let total: i64 = slices(&s, &c).await.into_iter().flatten().sum();
+    assert_eq!(total, 3);
+    // The same users are at their limit; new ones take the rest.
+    assert!(claim_all(&s.client, &c, users("a", 3), 2).await.is_empty());
+    assert_eq!(claim_all(&s.client, &c, users("b", 5), 2).await.len(), 3);
+    wait_drained(&s, c.sku, 6, Duration::from_secs(20)).await;
+    consumer.stop().await;
+    assert_eq!(s.reconcile(c.sku).await.drift, 0);
+}

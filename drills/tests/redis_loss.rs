@@ -1,0 +1,239 @@
+//! Drill 1 (issue 11): Redis loses everything mid-sale, the stock is rebuilt from the
+//! ledger, and the sale goes on. Two forms of the loss: `FLUSHALL` followed by an
+//! operator's `consumer preheat`, and a restart of a Redis that persists nothing, rebuilt
+//! by the consumer service on its own. Required after each: ledger active units ≤ stock,
+//! no user above the limit, every ledger row from before the loss still there with the
+//! same status (no acknowledged claim voided), and reconciliation back to 0.
+//!
+//! Short form in CI; `FG_DRILL_SCALE=10 cargo test -p drills --test redis_loss -- --nocapture`
+//! is the long one.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use consumer::campaign::{self, Campaign};
+use consumer::{service, Config};
+use drills::load::{self, Durability};
+use drills::verdict;
+use shard_router::{now_ms, ClaimRecord, RedisTarget, StockClient};
+use sqlx::MySqlPool;
+use test_support::mariadb::TestDatabase;
+use test_support::RedisServer;
+
+const SHARDS: u16 = 8;
+const T: Duration = Duration::from_secs(10);
+
+#[derive(Debug, Clone, Copy)]
+enum Loss {
+    /// `FLUSHALL`, then the operator runs `consumer preheat` (which rebuilds).
+    Flushall,
+    /// redis-server restarted without persistence; the consumer's watch rebuilds.
+    Restart,
+}
+
+fn config(redis: &str, db: &str) -> Config {
+    let mut c = Config::new(RedisTarget::Single(redis.to_owned()), SHARDS, db);
+    c.read_block = Duration::from_millis(200);
+    c.recovery_interval = Duration::from_millis(200);
+    c.claim_idle = Duration::from_millis(1500);
+    c.reconcile_interval = Duration::from_secs(3600);
+    c.backoff_max = Duration::from_millis(500);
+    c
+}
+
+/// A ledger row: claim id, user, seq, qty, shard, home, claimed_ms, status.
+type Row = (String, String, u64, u32, u16, u16, i64, String);
+
+/// Ledger rows of `sku`: claim id → (record, status).
+async fn ledger(pool: &MySqlPool, sku: u64) -> HashMap<String, (ClaimRecord, String)> {
+    let rows: Vec<Row> = sqlx::query_as(
+        "SELECT claim_id, CAST(user_id AS CHAR), user_seq, qty, shard, home, claimed_ms, \
+         CAST(status AS CHAR) FROM claims WHERE sku = ?",
+    )
+    .bind(sku)
+    .fetch_all(pool)
+    .await
+    .expect("read ledger");
+    rows.into_iter()
+        .map(|(id, user, seq, qty, shard, home, ts, status)| {
+            let r = ClaimRecord {
+                claim_id: id.clone(),
+                sku,
+                user,
+                qty,
+                user_seq: seq,
+                shard,
+                home,
+                request_id: None,
+                ts_ms: ts,
+            };
+            (id, (r, status))
+        })
+        .collect()
+}
+
+async fn drill(loss: Loss) -> verdict::Figures {
+    let mut redis = RedisServer::start();
+    let db = TestDatabase::create();
+    let cfg = config(&redis.url(), &db.url());
+    let client = StockClient::connect(cfg.stock()).await.expect("redis");
+    let pool = consumer::db::connect(&cfg.mysql_url, T).await.expect("db");
+    consumer::db::migrate(&pool).await.expect("migrate");
+    let now = now_ms();
+    // Users come back for more than the limit, so the limit check across the loss bites.
+    let stock = drills::scaled_count(1_200);
+    let c = Campaign {
+        sku: 1_101,
+        name: "drill 1".into(),
+        stock,
+        width: SHARDS,
+        limit: 2,
+        start_ms: now - 60_000,
+        end_ms: now + 3_600_000,
+        payment_timeout_s: 3600,
+    };
+    campaign::put(&pool, &c, SHARDS, T).await.expect("campaign");
+    campaign::preheat(&pool, &client, c.sku, T)
+        .await
+        .expect("preheat");
+    let meta = c.meta();
+
+    let (stop, rx) = consumer::signal::channel();
+    let service = tokio::spawn(service::run(cfg.clone(), None, rx));
+
+    let load = {
+        let (client, meta) = (client.clone(), meta.clone());
+        tokio::spawn(async move {
+            load::run(
+                &client,
+                &meta,
+                4,
+                drills::scaled(Duration::from_secs(10)),
+                Durability::None,
+                stock / 3,
+            )
+            .await
+        })
+    };
+    // The loss comes once a third is sold and some of it is in the ledger.
+    let started = Instant::now();
+    loop {
+        let left: i64 = client
+            .slices(c.sku, c.width)
+            .await
+            .map(|s| s.into_iter().filter_map(|(_, v)| v).sum())
+            .unwrap_or(stock as i64);
+        let rows = ledger(&pool, c.sku).await.len();
+        if left <= stock as i64 * 2 / 3 && rows > 0 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "sale never got going"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let before = ledger(&pool, c.sku).await;
+    let lost_at = Instant::now();
+    match loss {
+        Loss::Flushall => {
+            let _: () = redis::cmd("FLUSHALL")
+                .query(&mut redis.connection())
+                .expect("flushall");
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            campaign::preheat(&pool, &client, c.sku, T)
+                .await
+                .expect("preheat after the loss");
+        }
+        Loss::Restart => tokio::task::block_in_place(|| redis.restart()),
+    }
+    // Rebuilt once every slice is back (the operator's preheat, or the service's watch).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while client
+        .slices(c.sku, c.width)
+        .await
+        .map_or(true, |s| s.iter().any(|(_, v)| v.is_none()))
+    {
+        assert!(Instant::now() < deadline, "never rebuilt");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let rebuilt_ms = lost_at.elapsed().as_millis();
+    let answers = load.await.expect("load");
+    // Drained: every stream empty (XLEN; a missing stream counts as empty only once the
+    // consumer could have recreated it, which `rows > 0` after the loss shows).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut depth = 0i64;
+        for shard in 0..SHARDS {
+            let key = shard_router::keys::claims_stream(client.placement(), shard);
+            let mut conn = client.conn();
+            depth += redis::cmd("XLEN")
+                .arg(&key)
+                .query_async::<i64>(&mut conn)
+                .await
+                .unwrap_or(1);
+        }
+        if depth == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not drained: {depth} entries in the streams"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let _ = stop.send(true);
+    service
+        .await
+        .expect("service")
+        .expect("service ends cleanly");
+
+    let after = ledger(&pool, c.sku).await;
+    let records: Vec<ClaimRecord> = after.values().map(|(r, _)| r.clone()).collect();
+    let name = format!("redis_loss loss={loss:?}");
+    let mut f = verdict::compare(&name, &meta, &answers, &records);
+    f.errors = answers.errors;
+    f.ambiguous = answers.ambiguous;
+    f.recover_ms = Some(rebuilt_ms);
+    let voided = before
+        .iter()
+        .filter(|(id, (_, status))| after.get(*id).map(|(_, s)| s) != Some(status))
+        .count();
+    let active: u64 = after
+        .values()
+        .filter(|(_, s)| s == "pending" || s == "confirmed")
+        .map(|(r, _)| u64::from(r.qty))
+        .sum();
+    let report = consumer::reconcile::run(&pool, &client, &cfg.group, c.sku, now_ms(), T)
+        .await
+        .expect("reconcile");
+    println!(
+        "{f} voided={voided} ledger_before={} active={active} stock={stock} drift={}",
+        before.len(),
+        report.drift
+    );
+    assert!(
+        after.len() > before.len(),
+        "the sale went on after the loss"
+    );
+    assert!(
+        active <= stock,
+        "ledger active units {active} > stock {stock}"
+    );
+    assert_eq!(f.oversold, 0);
+    assert_eq!(f.over_limit, 0, "per-user limit across the loss");
+    assert_eq!(voided, 0, "an acknowledged claim in the ledger was voided");
+    assert_eq!(f.duplicated, 0, "no (user, seq) reused");
+    assert_eq!(report.drift, 0, "{report:?}");
+    f
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_flushall_mid_sale_then_preheat() {
+    drill(Loss::Flushall).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_restart_without_persistence_mid_sale() {
+    drill(Loss::Restart).await;
+}

@@ -1,0 +1,111 @@
+-- rebuild.lua: writes one shard of a SKU back from the ledger and lifts the fence that
+-- rebuild_fence.lua put up, in one atomic step. Runs only under the caller's own fence: a
+-- rebuild whose fence was taken over (its lease ran out) changes nothing.
+--
+-- KEYS[1] stock slice      {T}:stock:<sku>
+-- KEYS[2] shard meta       {T}:meta:<sku>
+-- KEYS[3] user counts      {T}:users:<sku>     replaced as a whole
+-- KEYS[4] user sequence    {T}:useq:<sku>      raised, never lowered
+-- KEYS[5] holds            {T}:holds:<sku>     kept; unmatched holds count for their user
+-- KEYS[6] released (stock) {T}:relstock:<sku>  added to
+-- KEYS[7] released (user)  {T}:reluser:<sku>   added to
+-- KEYS[8] applied waves    {T}:waves:<sku>     replaced: only waves the ledger applied
+-- KEYS[9] fix epoch        {T}:epoch:<sku>     bumped: an excess measured before the
+--                                               rebuild is stale (lua/reconcile_fix.lua)
+-- ARGV[1] token   ARGV[2] slice (>= 0)   ARGV[3] limit   ARGV[4] start_ms   ARGV[5] end_ms
+-- ARGV[6] sku   ARGV[7] this shard id   ARGV[8] events channel
+-- then four counted lists, each "<n>" followed by its items:
+--   users:    n × (user, units held in active claims homed here, highest user_seq)
+--   matched:  n × "user|seq" of holds whose claim the rebuild found (already counted)
+--   relstock: n × claim id released to this slice
+--   reluser:  n × claim id released to this home shard's user counts
+--   waves:    n × wave id the ledger has applied (inside the stock; see consumer/src/wave.rs)
+-- Returns (never nil):
+--   {60, slice}   REBUILT
+--   {61}          FENCE_LOST: this token no longer holds the shard; nothing changed
+--   {15}          BAD_ARGUMENT
+
+local slice = tonumber(ARGV[2])
+if not slice or slice < 0 or not tonumber(ARGV[3]) or not tonumber(ARGV[4])
+  or not tonumber(ARGV[5]) then
+  return {15}
+end
+local held = redis.call('HGET', KEYS[2], 'rebuild')
+if not held or string.match(held, '^([^|]+)|') ~= ARGV[1] then
+  return {61}
+end
+
+local i = 9
+local function count()
+  local n = tonumber(ARGV[i])
+  i = i + 1
+  return n or 0
+end
+
+redis.call('DEL', KEYS[3])
+local n = count()
+for _ = 1, n do
+  local user, units, seq = ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
+  i = i + 3
+  if units > 0 then
+    redis.call('HSET', KEYS[3], user, units)
+  end
+  local cur = tonumber(redis.call('HGET', KEYS[4], user) or '0')
+  if seq > cur then
+    redis.call('HSET', KEYS[4], user, seq)
+  end
+end
+
+-- A hold still standing is a claim in progress (placed before the fence): its units count
+-- for the user until it is settled, unless its claim is already among the counted ones.
+local matched = {}
+n = count()
+for _ = 1, n do
+  matched[ARGV[i]] = true
+  i = i + 1
+end
+local holds = redis.call('HGETALL', KEYS[5])
+for h = 1, #holds, 2 do
+  local field, value = holds[h], holds[h + 1]
+  local user, seq = string.match(field, '^(.*)|(%d+)$')
+  local qty = tonumber(string.match(value, '^(%d+)|'))
+  if user and qty and not matched[field] then
+    redis.call('HINCRBY', KEYS[3], user, qty)
+  end
+  if user and tonumber(redis.call('HGET', KEYS[4], user) or '0') < tonumber(seq) then
+    redis.call('HSET', KEYS[4], user, seq)
+  end
+end
+
+for k = 6, 7 do
+  n = count()
+  for _ = 1, n do
+    redis.call('SADD', KEYS[k], ARGV[i])
+    i = i + 1
+  end
+end
+
+-- `rebuilt` (Redis clock) lets take.lua refuse a second chance whose hold, placed before
+-- the rebuild, the counts above could not see (it may have been lost with the data).
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- A wave id left here but not applied in the ledger would make its retry add nothing
+-- after the slice was written without it.
+redis.call('DEL', KEYS[8])
+n = count()
+for _ = 1, n do
+  redis.call('HSET', KEYS[8], ARGV[i], 0)
+  i = i + 1
+end
+
+redis.call('INCR', KEYS[9])
+
+redis.call('HSET', KEYS[2], 'limit', ARGV[3], 'start', ARGV[4], 'end', ARGV[5], 'rebuilt', now)
+redis.call('HDEL', KEYS[2], 'rebuild')
+redis.call('SET', KEYS[1], slice)
+if slice > 0 then
+  redis.call('PUBLISH', ARGV[8], 'restock ' .. ARGV[6] .. ' ' .. ARGV[7])
+else
+  redis.call('PUBLISH', ARGV[8], 'empty ' .. ARGV[6] .. ' ' .. ARGV[7])
+end
+return {60, slice}
