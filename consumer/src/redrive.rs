@@ -16,7 +16,6 @@ use redis::Value;
 use crate::config::MAX_BATCH_ROWS;
 use crate::error::ConsumerError;
 use crate::ledger;
-use crate::writer::return_duplicate;
 
 /// Dead letters read per XRANGE page (and written per ledger batch).
 const PAGE: usize = 500;
@@ -83,11 +82,9 @@ pub async fn run(
                 let out = ledger::write_batch(pool, &records, timeout).await?;
                 report.inserted += out.inserted as u64;
                 report.already += out.redelivered as u64;
-                report.duplicates += out.duplicates.len() as u64;
-                // Same as the consumer's writer: a duplicate's units go back to its slice.
-                for dup in &out.duplicates {
-                    return_duplicate(client, dup).await?;
-                }
+                // A collision is an acknowledged claim too: kept as its own row with a
+                // critical anomaly (`ledger.rs`), never given back.
+                report.duplicates += out.collisions.len() as u64;
             }
             if n < PAGE {
                 break;
