@@ -237,6 +237,5 @@ mod tests {
             Target::parse("http://localhost:7", "/").unwrap().addr,
             "127.0.0.1:7".parse().unwrap()
         );
-
     }
 }

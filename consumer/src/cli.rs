@@ -10,8 +10,8 @@ use shard_router::RedisTarget;
 
 use crate::campaign::Campaign;
 use crate::config::{self, Config};
-use crate::times;
 use crate::replica::ReplicaWait;
+use crate::times;
 
 #[derive(Debug, Parser)]
 #[command(

@@ -25,7 +25,10 @@ pub async fn observe_skew(cfg: &Config, client: &StockClient) -> Result<i64, Sto
     let skew = client.clock_skew_ms(0, || local_now(cfg)).await?;
     metrics::gauge!(m::CLOCK_SKEW_SECONDS).set(skew as f64 / 1000.0);
     if skew.abs() > 1000 {
-        tracing::warn!(skew_ms = skew, "this clock is off Redis's; holds and payment timeouts use Redis's clock");
+        tracing::warn!(
+            skew_ms = skew,
+            "this clock is off Redis's; holds and payment timeouts use Redis's clock"
+        );
     }
     Ok(skew)
 }

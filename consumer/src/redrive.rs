@@ -97,7 +97,10 @@ pub async fn run(
 
 /// The claim record of a dead letter: its original fields under its original entry id
 /// (`dead_entry`), which the claim id is made of.
-fn decode_dead(shard: ShardId, map: &std::collections::HashMap<String, Value>) -> Option<ClaimRecord> {
+fn decode_dead(
+    shard: ShardId,
+    map: &std::collections::HashMap<String, Value>,
+) -> Option<ClaimRecord> {
     let text = |v: &Value| match v {
         Value::BulkString(b) => Some(b.clone()),
         Value::SimpleString(s) => Some(s.clone().into_bytes()),

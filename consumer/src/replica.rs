@@ -145,9 +145,15 @@ mod tests {
     #[test]
     fn auto_waits_once_a_replica_was_seen_even_after_it_left() {
         let auto = ShardReplica::new(0, ReplicaWait::default());
-        assert!(!auto.required(&info(0)), "no replica ever: nothing to wait for");
+        assert!(
+            !auto.required(&info(0)),
+            "no replica ever: nothing to wait for"
+        );
         assert!(auto.required(&info(1)));
-        assert!(auto.required(&info(0)), "the replica went down: wait for it");
+        assert!(
+            auto.required(&info(0)),
+            "the replica went down: wait for it"
+        );
         assert!(!ShardReplica::new(0, ReplicaWait::Off).required(&info(2)));
         let always = ShardReplica::new(0, ReplicaWait::Always(DEFAULT_REPLICA_WAIT));
         assert!(always.required(&info(0)));

@@ -18,12 +18,12 @@ use crate::admin::{self, Admin};
 use crate::backoff::Backoff;
 use crate::config::Config;
 use crate::error::ConsumerError;
+use crate::health::{self, Health};
 use crate::inflight::InFlight;
 use crate::recovery::Recovery;
 use crate::replica::ShardReplica;
 use crate::stream::ShardStream;
 use crate::writer::Writer;
-use crate::health::{self, Health};
 use crate::{db, reader, rebuild, reconcile, release, startup};
 
 /// Connects to MySQL and applies migrations, retrying with backoff until `shutdown`.
@@ -254,16 +254,9 @@ async fn reconcile_loop(
             ..Default::default()
         };
         for sku in skus {
-            if let Err(e) = reconcile::run_with(
-                &pool,
-                &client,
-                &cfg.group,
-                sku,
-                now,
-                cfg.db_timeout,
-                opts,
-            )
-            .await
+            if let Err(e) =
+                reconcile::run_with(&pool, &client, &cfg.group, sku, now, cfg.db_timeout, opts)
+                    .await
             {
                 tracing::warn!(sku, error = %e, "reconcile failed");
             }

@@ -74,10 +74,7 @@ impl ShardStream {
         count: usize,
         block: Duration,
     ) -> Result<Vec<StreamId>, StockError> {
-        Ok(self
-            .read_new_under(client, consumer, count, block)
-            .await?
-            .0)
+        Ok(self.read_new_under(client, consumer, count, block).await?.0)
     }
 
     /// [`Self::read_new`] with `INFO replication` of the same master in the same pipeline:

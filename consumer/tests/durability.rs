@@ -75,7 +75,10 @@ async fn redrive_twice_gives_one_row_each() {
     let first = consumer::redrive::run(&s.pool, &s.client, &[], T)
         .await
         .expect("redrive");
-    assert_eq!((first.inserted, first.already, first.undecodable), (12, 0, 1));
+    assert_eq!(
+        (first.inserted, first.already, first.undecodable),
+        (12, 0, 1)
+    );
     let second = consumer::redrive::run(&s.pool, &s.client, &[], T)
         .await
         .expect("redrive again");
@@ -91,7 +94,11 @@ async fn redrive_twice_gives_one_row_each() {
         .into_iter()
         .collect();
     assert_eq!(ledger, ids.into_iter().collect::<HashSet<_>>());
-    assert_eq!(s.reconcile(c.sku).await.drift, 0, "the books close after redrive");
+    assert_eq!(
+        s.reconcile(c.sku).await.drift,
+        0,
+        "the books close after redrive"
+    );
 }
 
 /// The replica of the master serving `slot`, as an index into the cluster's nodes.
@@ -180,7 +187,10 @@ async fn replica_down_nothing_dead_lettered() {
         rows_while_down - before.len() as i64
     );
     consumer.stop().await;
-    assert!(!during.is_empty(), "claims went on while the replicas were down");
+    assert!(
+        !during.is_empty(),
+        "claims went on while the replicas were down"
+    );
     assert_eq!(
         rows_while_down,
         before.len() as i64,
@@ -232,7 +242,11 @@ async fn skewed_consumer_clock_decides_nothing() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     consumer.stop().await;
     let holds = s.client.holds(meta.sku, home).await.expect("holds");
-    assert_eq!(holds.len(), 1, "the hold is 2 s old on Redis's clock: left alone");
+    assert_eq!(
+        holds.len(),
+        1,
+        "the hold is 2 s old on Redis's clock: left alone"
+    );
     let released = s
         .count("SELECT COUNT(*) FROM claims WHERE status <> 'pending'")
         .await;
@@ -302,7 +316,13 @@ async fn failover_rollback_with_durability_none_is_bounded() {
     let replica = replica_of(&s.cluster, port);
 
     let mut acknowledged = claim_all(&s.client, &c, users("pre", 40), 4).await;
-    wait_rows(&s.pool, c.sku, acknowledged.len() as i64, Duration::from_secs(30)).await;
+    wait_rows(
+        &s.pool,
+        c.sku,
+        acknowledged.len() as i64,
+        Duration::from_secs(30),
+    )
+    .await;
 
     // The cut: claims go on, acknowledged, that the replica never gets.
     // Stopped, and its link cut: a stopped process still receives into its socket
@@ -356,7 +376,9 @@ async fn failover_rollback_with_durability_none_is_bounded() {
         .collect();
     let mut check_cfg = s.cfg.clone();
     check_cfg.redis = shard_router::RedisTarget::Cluster(live);
-    let check = StockClient::connect(check_cfg.stock()).await.expect("connect");
+    let check = StockClient::connect(check_cfg.stock())
+        .await
+        .expect("connect");
     let settle = Instant::now();
     loop {
         let mut left = 0;
@@ -392,7 +414,10 @@ async fn failover_rollback_with_durability_none_is_bounded() {
     .fetch_one(&s.pool)
     .await
     .expect("duplicates");
-    let lost = acknowledged.iter().filter(|id| !ledger.contains(*id)).count();
+    let lost = acknowledged
+        .iter()
+        .filter(|id| !ledger.contains(*id))
+        .count();
     let oversold = (acknowledged.len() as u64).saturating_sub(stock);
     let report = consumer::reconcile::run(
         &s.pool,

@@ -61,7 +61,10 @@ async fn healthz_follows_mysql_and_redis() {
 
     tokio::task::block_in_place(|| mysql.stop());
     let body = wait_health(addr, 503, limit).await;
-    assert!(body.contains(r#""mysql":false"#) && body.contains(r#""redis":true"#), "{body}");
+    assert!(
+        body.contains(r#""mysql":false"#) && body.contains(r#""redis":true"#),
+        "{body}"
+    );
     let (_, metrics) = get(addr, "/metrics").await;
     assert!(metrics.contains("flashgate_consumer_db_up 0"), "{metrics}");
 

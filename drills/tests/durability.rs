@@ -9,8 +9,8 @@ use drills::load::{self, Durability};
 use drills::verdict;
 use shard_router::protocol::{self, Confirmation, LocalEmptyShards};
 use shard_router::{
-    now_ms, ClaimOutcome, ClaimRequest, HomeOutcome, RedisTarget, Settlement, SkuMeta,
-    StockClient, StockConfig, StockError, TakeOutcome,
+    now_ms, ClaimOutcome, ClaimRequest, HomeOutcome, RedisTarget, Settlement, SkuMeta, StockClient,
+    StockConfig, StockError, TakeOutcome,
 };
 use test_support::{RedisCluster, RedisServer};
 
@@ -112,7 +112,10 @@ async fn reconnect_between_script_and_wait_gives_no_false_ack() {
     )
     .await;
     println!("{} unconfirmed={}", v.figures, answers.unconfirmed);
-    assert!(v.figures.acknowledged > 0, "the load must have made progress");
+    assert!(
+        v.figures.acknowledged > 0,
+        "the load must have made progress"
+    );
     // Killed mid-WAIT, a claim is an ambiguous error; finished unconfirmed, a 503.
     assert!(
         answers.unconfirmed + answers.ambiguous > 0,
@@ -260,7 +263,8 @@ async fn reroute_with_home_master_killed_claims_once() {
     )
     .await;
     cluster.nodes()[home_replica].signal("CONT");
-    let a_first_acked = matches!(&first, Ok((ClaimOutcome::Claimed { .. }, c)) if *c != Confirmation::Unconfirmed);
+    let a_first_acked =
+        matches!(&first, Ok((ClaimOutcome::Claimed { .. }, c)) if *c != Confirmation::Unconfirmed);
     assert!(
         matches!(first, Err(StockError::Unconfirmed { op: "hold" })),
         "an unconfirmed hold must take nothing: {first:?}"
@@ -308,13 +312,17 @@ async fn reroute_with_home_master_killed_claims_once() {
     // answers nothing as confirmed on a master without one.
     cluster.nodes_mut()[home_master].restart();
     tokio::task::block_in_place(|| {
-        test_support::wait_until("old master rejoined as a replica", Duration::from_secs(30), || {
-            let info: String = redis::cmd("INFO")
-                .arg("replication")
-                .query(&mut cluster.nodes()[home_master].connection())
-                .unwrap_or_default();
-            info.contains("role:slave") && info.contains("master_link_status:up")
-        });
+        test_support::wait_until(
+            "old master rejoined as a replica",
+            Duration::from_secs(30),
+            || {
+                let info: String = redis::cmd("INFO")
+                    .arg("replication")
+                    .query(&mut cluster.nodes()[home_master].connection())
+                    .unwrap_or_default();
+                info.contains("role:slave") && info.contains("master_link_status:up")
+            },
+        );
         cluster.wait_ok();
     });
     let fresh = connect(
@@ -335,8 +343,8 @@ async fn reroute_with_home_master_killed_claims_once() {
     let a_records = records_of(&fresh, &meta, &a.user).await;
     let b_records = records_of(&fresh, &meta, &b.user).await;
     let duplicated = (a_records.saturating_sub(1) + b_records.saturating_sub(1)) as u64;
-    let acknowledged = u64::from(a_first_acked)
-        + u64::from(matches!(a_retry, ClaimOutcome::Claimed { .. }));
+    let acknowledged =
+        u64::from(a_first_acked) + u64::from(matches!(a_retry, ClaimOutcome::Claimed { .. }));
     println!(
         "drill=reroute-home-master-killed acknowledged={acknowledged} recorded={} lost=0 duplicated={duplicated} oversold=0 over_limit={duplicated} b_retry={b_retry:?}",
         a_records + b_records

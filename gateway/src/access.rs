@@ -60,8 +60,8 @@ impl AccessLog {
     /// on every gateway makes a user's lines correlate across gateways; without one a
     /// random per-process key is used.
     pub(crate) fn new(rate: u32, key: Option<u64>) -> Self {
-        let limiter = NonZeroU32::new(rate)
-            .map(|r| RateLimiter::direct(Quota::per_second(r).allow_burst(r)));
+        let limiter =
+            NonZeroU32::new(rate).map(|r| RateLimiter::direct(Quota::per_second(r).allow_burst(r)));
         Self {
             limiter,
             hash_key: key.unwrap_or_else(rand::random),
@@ -191,7 +191,6 @@ fn hex(mut v: u64, out: &mut [u8; 16]) {
 pub(crate) fn key_from(contents: &[u8]) -> u64 {
     twox_hash::XxHash64::oneshot(0, contents.trim_ascii_end())
 }
-
 
 #[cfg(test)]
 mod tests {

@@ -125,7 +125,13 @@ pub struct Config {
     #[arg(long, env = "FLASHGATE_MAX_CLOCK_SKEW_MS", default_value_t = 1_000)]
     pub max_clock_skew_ms: u64,
     /// Fault drills only: added to this process's clock (an injected skew).
-    #[arg(long, env = "FLASHGATE_CLOCK_OFFSET_MS", default_value_t = 0, hide = true, allow_hyphen_values = true)]
+    #[arg(
+        long,
+        env = "FLASHGATE_CLOCK_OFFSET_MS",
+        default_value_t = 0,
+        hide = true,
+        allow_hyphen_values = true
+    )]
     pub clock_offset_ms: i64,
     /// Redis connect timeout (ms).
     #[arg(

@@ -132,7 +132,11 @@ impl Link {
                     if ok {
                         tracing::info!(skew_ms = skew, "clock back within the bound of redis's");
                     } else {
-                        tracing::error!(skew_ms = skew, max_ms = self.max_skew_ms(), "clock off redis's past --max-clock-skew-ms; claims refused");
+                        tracing::error!(
+                            skew_ms = skew,
+                            max_ms = self.max_skew_ms(),
+                            "clock off redis's past --max-clock-skew-ms; claims refused"
+                        );
                     }
                 }
             }

@@ -34,7 +34,11 @@ async fn a_clock_off_redis_past_the_bound_refuses_claims() {
     assert!(ready.1.to_string().contains("clock"), "{}", ready.1);
     let a = gw.claim(json!({"sku": 7301, "user": "skewed"})).await;
     assert_eq!(a.status, StatusCode::SERVICE_UNAVAILABLE, "{}", a.body);
-    assert!(a.body["error"].as_str().unwrap_or("").contains("clock"), "{}", a.body);
+    assert!(
+        a.body["error"].as_str().unwrap_or("").contains("clock"),
+        "{}",
+        a.body
+    );
     assert!(
         metric(&gw.metrics().await, "flashgate_clock_skew_seconds") < -4.0,
         "the skew is exported"

@@ -39,7 +39,10 @@ async fn every_series_on_metrics_has_help() {
     }
     // Every series the gateway declares was exported by this traffic, with its text.
     for (name, text_of) in gateway::metrics::DESCRIPTIONS {
-        assert!(types.iter().any(|t| t == name), "{name} not exported:\n{text}");
+        assert!(
+            types.iter().any(|t| t == name),
+            "{name} not exported:\n{text}"
+        );
         assert!(
             text.contains(&format!("# HELP {name} {text_of}")),
             "{name}: wrong HELP"
@@ -59,9 +62,15 @@ async fn trace_id_is_echoed_or_generated() {
             .map(str::to_owned)
     };
 
-    let (_, h, _) = request(gw.api, Method::POST, "/v1/claims", body, &[("x-request-id", "lb-42.a")])
-        .await
-        .unwrap();
+    let (_, h, _) = request(
+        gw.api,
+        Method::POST,
+        "/v1/claims",
+        body,
+        &[("x-request-id", "lb-42.a")],
+    )
+    .await
+    .unwrap();
     assert_eq!(trace(&h).as_deref(), Some("lb-42.a"));
 
     // None given, or one that is not a short token: a fresh 16-hex-digit id each time.
@@ -72,7 +81,10 @@ async fn trace_id_is_echoed_or_generated() {
             .await
             .unwrap();
         let id = trace(&h).expect("x-request-id on every answer");
-        assert!(id.len() == 16 && id.bytes().all(|b| b.is_ascii_hexdigit()), "{id}");
+        assert!(
+            id.len() == 16 && id.bytes().all(|b| b.is_ascii_hexdigit()),
+            "{id}"
+        );
         assert!(!seen.contains(&id), "{id} repeated");
         seen.push(id);
     }
@@ -106,7 +118,14 @@ async fn access_log_is_json_bounded_and_hashes_users() {
         Command::new(env!("CARGO_BIN_EXE_gateway"))
             .args(["--listen", &format!("127.0.0.1:{api}")])
             .args(["--admin-listen", &format!("127.0.0.1:{admin}")])
-            .args(["--redis", &redis.url(), "--user-rate", "0", "--client-rate", "0"])
+            .args([
+                "--redis",
+                &redis.url(),
+                "--user-rate",
+                "0",
+                "--client-rate",
+                "0",
+            ])
             .arg("--insecure-body-user")
             .args(["--log-format", "json", "--access-log-rate", "5"])
             .args(["--access-log-key-file", key.to_str().unwrap()])
@@ -128,7 +147,10 @@ async fn access_log_is_json_bounded_and_hashes_users() {
     let admin = SocketAddr::from(([127, 0, 0, 1], admin));
     let started = Instant::now();
     while !matches!(get(api, "/readyz").await, Ok((StatusCode::OK, _, _))) {
-        assert!(started.elapsed() < drills::scaled(Duration::from_secs(20)), "never ready");
+        assert!(
+            started.elapsed() < drills::scaled(Duration::from_secs(20)),
+            "never ready"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 
@@ -136,15 +158,29 @@ async fn access_log_is_json_bounded_and_hashes_users() {
     let body = r#"{"sku": 5, "user": "alice-real-name"}"#;
     for i in 0..300 {
         let id = format!("rush-{i}");
-        request(api, Method::POST, "/v1/claims", Some(("application/json", body)), &[("x-request-id", &id)])
-            .await
-            .unwrap();
+        request(
+            api,
+            Method::POST,
+            "/v1/claims",
+            Some(("application/json", body)),
+            &[("x-request-id", &id)],
+        )
+        .await
+        .unwrap();
     }
     let elapsed = rush.elapsed().as_secs_f64() + started.elapsed().as_secs_f64();
-    let (_, _, metrics) = request(admin, Method::GET, "/metrics", None, &[]).await.unwrap();
-    let dropped = metric(std::str::from_utf8(&metrics).unwrap(), "flashgate_access_log_dropped_total");
+    let (_, _, metrics) = request(admin, Method::GET, "/metrics", None, &[])
+        .await
+        .unwrap();
+    let dropped = metric(
+        std::str::from_utf8(&metrics).unwrap(),
+        "flashgate_access_log_dropped_total",
+    );
 
-    let ok = Command::new("kill").args(["-TERM", &child.0.id().to_string()]).status().unwrap();
+    let ok = Command::new("kill")
+        .args(["-TERM", &child.0.id().to_string()])
+        .status()
+        .unwrap();
     assert!(ok.success());
     let _ = child.0.wait();
     let lines = lines.join().unwrap();
@@ -169,7 +205,10 @@ async fn access_log_is_json_bounded_and_hashes_users() {
     let claims: Vec<&&Value> = access.iter().filter(|v| v["route"] == "claims").collect();
     assert!(!claims.is_empty(), "{access:#?}");
     let user = claims[0]["user"].as_str().unwrap().to_owned();
-    assert!(user.len() == 16 && user.bytes().all(|b| b.is_ascii_hexdigit()), "{user}");
+    assert!(
+        user.len() == 16 && user.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{user}"
+    );
     for v in &claims {
         assert_eq!(v["method"], "POST");
         assert_eq!(v["status"], 404, "{v}");

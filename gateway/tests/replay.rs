@@ -195,18 +195,32 @@ async fn a_missed_live_event_heals_within_the_cache_ttl() {
         end_ms: now_ms() + 3_600_000,
     };
     let mut conn = redis.connection();
-    for (shard, slice) in stock.placement().shards_of(8702, 2).into_iter().zip(meta.slices()) {
+    for (shard, slice) in stock
+        .placement()
+        .shards_of(8702, 2)
+        .into_iter()
+        .zip(meta.slices())
+    {
         let k = shard_router::keys::ShardKeys::new(stock.placement(), shard, 8702);
         redis::pipe()
             .set(k.stock(), slice)
-            .hset_multiple(k.meta(), &[("limit", 1), ("start", meta.start_ms), ("end", meta.end_ms)])
+            .hset_multiple(
+                k.meta(),
+                &[("limit", 1), ("start", meta.start_ms), ("end", meta.end_ms)],
+            )
             .query::<()>(&mut conn)
             .unwrap();
     }
     redis::pipe()
         .hset_multiple(
             shard_router::keys::sku_meta(8702),
-            &[("stock", 10), ("width", 2), ("limit", 1), ("start", meta.start_ms), ("end", meta.end_ms)],
+            &[
+                ("stock", 10),
+                ("width", 2),
+                ("limit", 1),
+                ("start", meta.start_ms),
+                ("end", meta.end_ms),
+            ],
         )
         .sadd(shard_router::keys::SKU_SET, 8702)
         .query::<()>(&mut conn)
@@ -218,7 +232,10 @@ async fn a_missed_live_event_heals_within_the_cache_ttl() {
             break;
         }
         assert_eq!(a.status, StatusCode::NOT_FOUND, "{}", a.body);
-        assert!(Instant::now() < deadline, "a missed live event hid the SKU past the TTL");
+        assert!(
+            Instant::now() < deadline,
+            "a missed live event hid the SKU past the TTL"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     gw.stop().await;

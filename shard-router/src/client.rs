@@ -323,7 +323,10 @@ impl StockClient {
         now_ms: i64,
         allow_hold: bool,
     ) -> Result<HomeOutcome, StockError> {
-        Ok(self.claim_home_acked(req, home, now_ms, allow_hold).await?.0)
+        Ok(self
+            .claim_home_acked(req, home, now_ms, allow_hold)
+            .await?
+            .0)
     }
 
     /// [`Self::claim_home`], with what the batch's WAIT counted (replica durability).

@@ -13,9 +13,7 @@ use crate::placement::ShardId;
 impl StockClient {
     /// `TIME` on the master that owns `shard`, in ms since the Unix epoch.
     pub async fn redis_time_ms(&self, shard: ShardId) -> Result<i64, StockError> {
-        let (secs, micros): (i64, i64) = self
-            .on_master("time", shard, redis::cmd("TIME"))
-            .await?;
+        let (secs, micros): (i64, i64) = self.on_master("time", shard, redis::cmd("TIME")).await?;
         Ok(secs * 1000 + micros / 1000)
     }
 

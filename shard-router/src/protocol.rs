@@ -62,9 +62,11 @@ pub async fn claim_with(
     now_ms: i64,
     second_chance: bool,
 ) -> Result<ClaimOutcome, StockError> {
-    Ok(claim_confirmed(client, meta, req, empties, now_ms, second_chance)
-        .await?
-        .0)
+    Ok(
+        claim_confirmed(client, meta, req, empties, now_ms, second_chance)
+            .await?
+            .0,
+    )
 }
 
 /// What replica durability (`StockConfig::replica_ack`) confirmed about a claim or replay.
@@ -191,7 +193,8 @@ pub async fn claim_confirmed(
     // miss marks the shard empty, so later claims skip it.
     let mut end = ClaimOutcome::SoldOut;
     for shard in others {
-        let (taken, take_acked) = match client.take_acked(req, shard, home, user_seq, now_ms).await {
+        let (taken, take_acked) = match client.take_acked(req, shard, home, user_seq, now_ms).await
+        {
             Ok(t) => t,
             Err(e) => {
                 // A clear failure took nothing: give the count back now instead of leaving

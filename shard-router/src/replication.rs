@@ -82,7 +82,10 @@ impl StockClient {
                 acked: acked.max(0) as u32,
                 info: ReplicationInfo::parse(&info),
             }),
-            Ok(Err(source)) => Err(StockError::Redis { op: "fence", source }),
+            Ok(Err(source)) => Err(StockError::Redis {
+                op: "fence",
+                source,
+            }),
             Err(_) => Err(StockError::Timeout { op: "fence", after }),
         }
     }

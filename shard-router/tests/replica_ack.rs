@@ -129,7 +129,10 @@ async fn a_claim_is_confirmed_only_by_its_own_wait() {
         }
     }
     replica.signal("CONT");
-    assert_eq!(confirmed, 0, "nothing is confirmed while the replica is stopped");
+    assert_eq!(
+        confirmed, 0,
+        "nothing is confirmed while the replica is stopped"
+    );
     assert!(unconfirmed > 0, "the claims themselves went through");
     // A replay writes (its answer's TTL), so its WAIT says whether the replica has it.
     let (o, conf) = claim(&c, &m, "live").await.expect("replay");
