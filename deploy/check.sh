@@ -17,8 +17,8 @@ set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DEPLOY="$ROOT/deploy"
 TOOLS="${FG_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/flashgate/tools}"
-# Metric names the rules or the dashboard use before the code exports them (the report of
-# issue 6 asks for them). A name listed here is reported, not failed.
+# Metric names the rules or the dashboard use before the code exports them (kept empty once
+# every name is exported). A name listed here is reported, not failed.
 PENDING_METRICS=""
 
 WORK="$(mktemp -d)"

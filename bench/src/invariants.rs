@@ -1,4 +1,4 @@
-//! The invariant check after a run (DESIGN.md "Invariants"), against Redis and, when a
+//! The invariant check after a run (docs/DESIGN.md "Invariants"), against Redis and, when a
 //! MySQL URL is given, the ledger:
 //! - no oversell: units acknowledged to clients ≤ units taken in Redis ≤ stock, no slice
 //!   below zero;

@@ -78,7 +78,7 @@ pub enum Command {
     Confirm { claim_id: String },
     /// Cancel a claim: units back to Redis, once.
     Cancel { claim_id: String },
-    /// Reconcile one SKU (invariant 4) and print the report; takes excess out of the slices.
+    /// Reconcile one SKU (invariant `books-close` (docs/DESIGN.md)) and print the report; takes excess out of the slices.
     Reconcile { sku: u64 },
     /// Release a stock wave now (or at --at): slices grow, gateways hear `restock`.
     Wave(WaveArgs),

@@ -12,7 +12,7 @@
 //! - [`recovery`]: refresh own pending entries, take over idle ones, dead-letter poison.
 //! - [`campaign`]: campaigns in MySQL, preheat into Redis, status.
 //! - [`release`]: confirm / cancel / payment-timeout release, idempotent end to end.
-//! - [`reconcile`]: invariant 4 per SKU, exact under load; excess removal; stale holds.
+//! - [`reconcile`]: invariant `books-close` (docs/DESIGN.md) per SKU, exact under load; excess removal; stale holds.
 //! - [`wave`]: stock waves; [`closeout`]: closing report and Redis cleanup; [`times`]:
 //!   human times on the command line; [`series`]: closed SKUs' series left out of /metrics.
 //! - [`rebuild`]: Redis written back from the ledger after a loss (preheat, CLI, watch).

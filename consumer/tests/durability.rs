@@ -1,8 +1,8 @@
-//! Truth after loss, consumer side (issue 11): the ledger holds only what a replica holds,
+//! Truth after loss, consumer side: the ledger holds only what a replica holds,
 //! nothing is dead-lettered because a replica is down, dead letters can be replayed, and
 //! holds and payment timeouts follow Redis's clock, not this process's.
 //!
-//! Drill 5 (a replica down under load, then back) runs here in a short form; the long
+//! Drill `replica_down` (a replica down under load, then back) runs here in a short form; the long
 //! form: `FG_DRILL_REPLICA_DOWN_S=300 cargo test --release -p consumer --test durability
 //! replica_down -- --nocapture`.
 
@@ -124,7 +124,7 @@ fn replicas(cluster: &RedisCluster) -> Vec<usize> {
         .collect()
 }
 
-/// Drill 5: every replica stopped (SIGSTOP: connected, acknowledging nothing) while claims
+/// Drill `replica_down`: every replica stopped (SIGSTOP: connected, acknowledging nothing) while claims
 /// go on, then back. Every claim reaches the ledger once the replicas are back, nothing
 /// earlier (the ledger must not hold what a failover could take back), and nothing is
 /// dead-lettered although the entries idle far past `claim_idle × max_deliveries`.
@@ -295,7 +295,7 @@ async fn try_claims(
     (ids, errors, sold_out)
 }
 
-/// Drill 2: failover rollback with durability `none`. One master's replica is cut off
+/// Drill `failover_rollback`: failover rollback with durability `none`. One master's replica is cut off
 /// (SIGSTOP) while claims go on and are acknowledged; then the master dies and the stale
 /// replica takes over, without the claims made during the cut. The consumer (default:
 /// waits for a replica) never committed those, so the ledger stays within the stock; the

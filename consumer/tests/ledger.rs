@@ -8,7 +8,7 @@ use common::*;
 use consumer::{ledger, stream};
 use shard_router::ClaimRecord;
 
-/// Claims produced by this test: 50 000 as issue 4 asks (~30 s in a debug build on 2 shared
+/// Claims produced by this test: 50 000 as the ledger's throughput target asks (~30 s in a debug build on 2 shared
 /// cores, bound by the producer); `FG_TEST_CLAIMS` changes it.
 fn claims_n() -> usize {
     std::env::var("FG_TEST_CLAIMS")

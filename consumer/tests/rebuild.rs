@@ -1,4 +1,4 @@
-//! One rebuild path from the ledger (issue 11): after Redis lost its data, preheat or
+//! One rebuild path from the ledger: after Redis lost its data, preheat or
 //! `rebuild` writes back what the ledger says was sold, never the full split again; claims
 //! racing the rebuild, a second rebuild and a crashed one are all safe.
 

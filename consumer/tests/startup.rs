@@ -1,4 +1,4 @@
-//! Startup rides out a Redis that is still coming up (issue 11): the consumer started
+//! Startup rides out a Redis that is still coming up: the consumer started
 //! before its Redis, or before its cluster is formed (`CLUSTERDOWN`, the `xgroup create`
 //! case of the issue), waits with backoff instead of exiting, then works.
 

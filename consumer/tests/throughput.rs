@@ -1,4 +1,4 @@
-//! Ledger throughput (issue 4, "Performance"), three writers side by side on the same
+//! Ledger throughput (the ledger writer's throughput), three writers side by side on the same
 //! MariaDB server in one run:
 //! 1. the consumer draining a pre-filled stream backlog (claims committed per second);
 //! 2. the `mariadb` client running multi-row INSERTs of the same rows (1000 per statement,

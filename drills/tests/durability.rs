@@ -1,5 +1,5 @@
-//! Durability drills (issue 11): drill 3, a rerouted claim whose home master dies right
-//! after the take, must not be claimed twice on retry; drill 4, a forced reconnect between
+//! Durability drills (docs/DESIGN.md): `reroute_home_kill`, a rerouted claim whose home master dies right
+//! after the take, must not be claimed twice on retry; `wait_reconnect`, a forced reconnect between
 //! a claim's script and its WAIT, must never give a false acknowledgement. Short forms; the
 //! load scales with `FG_DRILL_SCALE`.
 
@@ -49,7 +49,7 @@ fn kill_connections(node: &RedisServer) {
     }
 }
 
-/// Drill 4: claims under replica durability while the replica is stopped (SIGSTOP) and
+/// Drill `wait_reconnect`: claims under replica durability while the replica is stopped (SIGSTOP) and
 /// the gateway's connections are killed again and again, so scripts and WAITs straddle
 /// reconnects. Then the master dies with the replica still behind and the replica is
 /// promoted: every claim acknowledged as confirmed must be on it.
@@ -220,7 +220,7 @@ async fn records_of(client: &StockClient, meta: &SkuMeta, user: &str) -> usize {
     v.records.iter().filter(|r| r.user == user).count()
 }
 
-/// Drill 3: a reroute in replica mode whose home master dies right after the take.
+/// Drill `reroute_home_kill`: a reroute in replica mode whose home master dies right after the take.
 /// (a) The home replica never confirmed the hold: the claim must take nothing, so the
 /// retry after the failover claims once. (b) The hold was confirmed, the take too, then
 /// the home replica falls behind and the master dies before the settle replicates: the

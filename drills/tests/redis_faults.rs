@@ -28,7 +28,7 @@ async fn connect(target: RedisTarget) -> StockClient {
         .expect("connect")
 }
 
-/// Drill 4: a cluster master is SIGKILLed under load and its replica takes over. With
+/// Drill `master_failover`: a cluster master is SIGKILLed under load and its replica takes over. With
 /// durability `replica` nothing acknowledged may be lost; with `none` the loss is measured.
 async fn failover(durability: Durability) -> verdict::Figures {
     let mut cluster = RedisCluster::start(3, 1);
@@ -124,7 +124,7 @@ async fn cluster_failover_none_is_measured() {
     failover(Durability::None).await;
 }
 
-/// Drill 7: redis-server is frozen (SIGSTOP) under load, then thawed. Claims answer errors
+/// Drill `redis_frozen`: redis-server is frozen (SIGSTOP) under load, then thawed. Claims answer errors
 /// within the bound instead of hanging, and afterwards every acknowledged claim is
 /// recorded and stock + records still add up (nothing taken without a record).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -204,7 +204,7 @@ async fn sigstop_is_bounded_and_books_close() {
     );
 }
 
-/// Drill 3: Redis restarts empty. Scripts reload by themselves, claims answer
+/// Drill `redis_restart`: Redis restarts empty. Scripts reload by themselves, claims answer
 /// NotPreheated, and no slice is recreated (neither as zero nor as full).
 #[tokio::test]
 async fn redis_restart_reports_not_preheated() {

@@ -1,4 +1,4 @@
-//! Drill 1 (issue 11): Redis loses everything mid-sale, the stock is rebuilt from the
+//! Drill `redis_loss` (docs/DESIGN.md): Redis loses everything mid-sale, the stock is rebuilt from the
 //! ledger, and the sale goes on. Two forms of the loss: `FLUSHALL` followed by an
 //! operator's `consumer preheat`, and a restart of a Redis that persists nothing, rebuilt
 //! by the consumer service on its own. Required after each: ledger active units ≤ stock,
@@ -84,7 +84,7 @@ async fn drill(loss: Loss) -> verdict::Figures {
     let stock = drills::scaled_count(1_200);
     let c = Campaign {
         sku: 1_101,
-        name: "drill 1".into(),
+        name: "redis_loss drill".into(),
         stock,
         width: SHARDS,
         limit: 2,

@@ -1,4 +1,4 @@
-//! Fault drill 2 (short form): a gateway process is SIGKILLed under load. Clients see
+//! Drill `gateway_kill` (docs/DESIGN.md), short form: a gateway process is SIGKILLed under load. Clients see
 //! errors, every acknowledged claim has its record, and no unit is taken without one
 //! (slices + recorded units = stock). A new gateway then serves at once.
 

@@ -1,4 +1,4 @@
-//! Fault drill 6 (short form): Pub/Sub trouble leaves a gateway wrong about a SKU only
+//! Drill `pubsub_loss` (docs/DESIGN.md), short form: Pub/Sub trouble leaves a gateway wrong about a SKU only
 //! within the documented bound.
 
 mod common;
@@ -10,7 +10,7 @@ use hyper::StatusCode;
 use serde_json::json;
 use test_support::RedisServer;
 
-/// Fault drill 6: how long a gateway can be wrong about a SKU. A restock it never hears
+/// Drill `pubsub_loss`: how long a gateway can be wrong about a SKU. A restock it never hears
 /// (no event at all) heals by the cache TTL; a killed subscriber heals by its resync. Both
 /// are measured against the documented bound (`--cache-ttl-ms`) and printed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

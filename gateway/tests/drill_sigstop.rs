@@ -1,4 +1,4 @@
-//! Fault drill 7 through HTTP: redis-server frozen with SIGSTOP. A claim gets a clear 503
+//! Drill `redis_frozen` (docs/DESIGN.md) through HTTP: redis-server frozen with SIGSTOP. A claim gets a clear 503
 //! `unavailable` with Retry-After within the Redis timeout (it may or may not have been
 //! taken, so the answer says to retry with the same request_id); after SIGCONT the retry
 //! learns the outcome, and slices plus stream records still add up to the stock.

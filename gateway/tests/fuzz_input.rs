@@ -1,4 +1,4 @@
-//! Fault drill 8 (hostile input), fuzz half: property tests over claim parsing.
+//! Drill `hostile_input` (docs/DESIGN.md), fuzz half: property tests over claim parsing.
 //!
 //! - [`gateway::parse_claim`] (the socket-free part of reading a claim) is fed arbitrary
 //!   bytes, arbitrary JSON values, byte-level mutations of a valid claim, and near-valid
@@ -30,7 +30,7 @@ use proptest::test_runner::{
 use serde_json::{Map, Value};
 use test_support::RedisServer;
 
-/// DESIGN.md: `user` and `request_id` are 1..=64 bytes.
+/// README.md "HTTP API": `user` and `request_id` are 1..=64 bytes.
 const MAX_ID: usize = 64;
 /// The SKU the HTTP property preheats, so a parser that let a bad claim through would
 /// take real stock.

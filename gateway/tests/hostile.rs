@@ -1,4 +1,4 @@
-//! Fault drill 8 (hostile input), socket half: a real gateway on `127.0.0.1:0` and a real
+//! Drill `hostile_input` (docs/DESIGN.md), socket half: a real gateway on `127.0.0.1:0` and a real
 //! Redis, attacked over raw TCP while a normal client keeps claiming.
 //!
 //! - slowloris: hundreds of connections trickling a request head byte by byte (and some

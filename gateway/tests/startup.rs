@@ -1,4 +1,4 @@
-//! A gateway started before its Redis (issue 11): it stays up, answers `/healthz`, reports
+//! A gateway started before its Redis: it stays up, answers `/healthz`, reports
 //! not ready on `/readyz`, retries, and serves once Redis answers.
 
 mod common;

@@ -8,7 +8,7 @@ use serde::Serialize;
 use super::ledger_view::{After, Before, Row};
 use super::snapshot::{claim_entry, ShardSnap};
 
-/// One shard's terms of invariant 4, as of its snapshot.
+/// One shard's terms of invariant `books-close` (docs/DESIGN.md), as of its snapshot.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct ShardFigures {
     pub shard: u16,

@@ -1,4 +1,4 @@
-//! Reconciliation of one SKU against invariant 4, exact while the sale runs:
+//! Reconciliation of one SKU against invariant `books-close` (docs/DESIGN.md), exact while the sale runs:
 //! for every shard `s` of the SKU, `released_s = slice_s + in_flight_s + active_s`.
 //!
 //! # Why it is exact

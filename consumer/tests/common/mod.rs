@@ -55,7 +55,7 @@ impl Stack {
         }
     }
 
-    /// Reconciles `sku` now (invariant 4) and returns the report.
+    /// Reconciles `sku` now (invariant `books-close` (docs/DESIGN.md)) and returns the report.
     pub async fn reconcile(&self, sku: u64) -> consumer::reconcile::Report {
         consumer::reconcile::run(
             &self.pool,

@@ -1,5 +1,5 @@
 //! The stock-core scenarios. Each takes a fresh [`Env`] and fails if an invariant of
-//! DESIGN.md breaks; `stock_single.rs` and `stock_cluster.rs` run every one of them.
+//! docs/DESIGN.md breaks; `stock_single.rs` and `stock_cluster.rs` run every one of them.
 
 #![allow(dead_code, unreachable_pub)]
 
