@@ -229,11 +229,16 @@ pub async fn close(
     Ok(serde_json::to_value(life).unwrap_or_default())
 }
 
-/// Stops every sale of the SKU: the SKU metadata and each shard's meta go (idempotent).
-async fn fence(client: &StockClient, sku: u64, width: u16) -> Result<(), ConsumerError> {
+/// Takes the SKU out of the live set and deletes its metadata, so gateways stop selling it
+/// (idempotent). Shared by the fence and the final key removal.
+async fn drop_sku_meta(
+    client: &StockClient,
+    sku: u64,
+    op: &'static str,
+) -> Result<(), ConsumerError> {
     let mut conn = client.conn();
     client
-        .bounded("close fence", async {
+        .bounded(op, async {
             redis::cmd("SREM")
                 .arg(keys::SKU_SET)
                 .arg(sku)
@@ -245,6 +250,12 @@ async fn fence(client: &StockClient, sku: u64, width: u16) -> Result<(), Consume
                 .await
         })
         .await?;
+    Ok(())
+}
+
+/// Stops every sale of the SKU: the SKU metadata and each shard's meta go (idempotent).
+async fn fence(client: &StockClient, sku: u64, width: u16) -> Result<(), ConsumerError> {
+    drop_sku_meta(client, sku, "close fence").await?;
     for shard in client.placement().shards_of(sku, width) {
         del(
             client,
@@ -257,20 +268,7 @@ async fn fence(client: &StockClient, sku: u64, width: u16) -> Result<(), Consume
 
 /// Removes every Redis key of the campaign (idempotent).
 async fn remove_keys(client: &StockClient, sku: u64, width: u16) -> Result<(), ConsumerError> {
-    let mut conn = client.conn();
-    client
-        .bounded("close sku meta", async {
-            redis::cmd("SREM")
-                .arg(keys::SKU_SET)
-                .arg(sku)
-                .query_async::<i64>(&mut conn)
-                .await?;
-            redis::cmd("DEL")
-                .arg(keys::sku_meta(sku))
-                .query_async::<i64>(&mut conn)
-                .await
-        })
-        .await?;
+    drop_sku_meta(client, sku, "close sku meta").await?;
     for shard in client.placement().shards_of(sku, width) {
         let k = ShardKeys::new(client.placement(), shard, sku);
         for key in stored_answers(client, shard, &k.request_pattern()).await? {
