@@ -83,6 +83,8 @@ pub struct Answer {
 }
 
 type Io = TokioIo<TcpStream>;
+/// The hyper connection future, pinned so the worker can poll it beside its request.
+type Driver = Pin<Box<Connection<Io, Full<Bytes>>>>;
 
 /// A lazily (re)connected HTTP/1.1 connection. Its hyper connection is driven inside the
 /// worker's own task, beside the request: a separate connection task would cost two
@@ -93,7 +95,7 @@ pub struct Conn {
     uri: Uri,
     host: HeaderValue,
     sender: Option<SendRequest<Full<Bytes>>>,
-    conn: Option<Pin<Box<Connection<Io, Full<Bytes>>>>>,
+    conn: Option<Driver>,
     timeout: Duration,
 }
 
