@@ -1,38 +1,19 @@
 //! flashgate's load generator and capacity-planning harness (library half; the `bench`
 //! binary's subcommands in `src/cmd/` orchestrate these parts).
 //!
-//! Layout:
-//! - [`servers`]: private `redis-server` / cluster processes, killed on drop.
-//! - [`core`]: `bench core`, claims/s of the stock core in-process, single vs cluster.
-//! - [`scenario`], [`presets`], [`cli`]: what a run offers (TOML, presets, flags).
-//! - [`workload`]: request `k` of a run as a pure function (users, repeats, Zipf SKUs).
-//! - [`http`], [`loadgen`], [`recorder`], [`outcome`]: one connection per worker, closed
-//!   and open loop, per-outcome HdrHistograms, timeline.
-//! - [`latency`]: HdrHistogram recording, coordinated-omission correction, percentiles.
-//! - [`baseline`]: the bare hyper server every ratio is taken against.
-//! - [`cpu`]: CPU time per answer of each process under test.
-//! - [`invariants`], [`mysql`]: the checks against Redis and the ledger after a run.
-//! - [`report`], [`markdown`], [`svg`]: JSON (stable fields), Markdown, SVG charts.
-//! - [`token`]: the bearer tokens the gateways verify, minted once per user.
+//! Layout (one folder per part):
+//! - [`scenario`]: what a run offers (TOML scenarios, presets, flags).
+//! - [`load`]: workload, connections, closed and open loops, tokens, outcome recording.
+//! - [`stack`]: the processes under test, the baseline server, the external client, CPU.
+//! - [`checks`]: invariants against Redis and the ledger, regression against a reference.
+//! - [`report`]: JSON (stable fields), Markdown, SVG charts.
+//! - [`capacity`]: the sweep's knee and capacity-plan maths (pure, unit-tested).
+//! - [`stock_core`]: `bench core`, claims/s of the stock core in-process, single vs cluster.
 
-pub mod baseline;
-pub mod cli;
-pub mod core;
-pub mod cpu;
-pub mod external;
-pub mod http;
-pub mod invariants;
-pub mod latency;
-pub mod loadgen;
-pub mod markdown;
-pub mod mysql;
-pub mod outcome;
-pub mod presets;
-pub mod recorder;
-pub mod regress;
+pub mod capacity;
+pub mod checks;
+pub mod load;
 pub mod report;
 pub mod scenario;
-pub mod servers;
-pub mod svg;
-pub mod token;
-pub mod workload;
+pub mod stack;
+pub mod stock_core;

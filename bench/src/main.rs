@@ -24,7 +24,7 @@ struct Cli {
 enum Cmd {
     /// Claims/s of the stock core in-process, on a private single Redis and a private
     /// 3-master cluster, side by side.
-    Core(bench::core::CoreOpts),
+    Core(bench::stock_core::CoreOpts),
     /// Drive the bare hyper baseline server: the machine's HTTP limit.
     Baseline(BaselineOpts),
     /// Drive a flash sale against gateway(s), check the invariants, write reports.
@@ -52,7 +52,7 @@ enum Cmd {
 #[derive(clap::Args)]
 struct BaselineOpts {
     #[command(flatten)]
-    scenario: bench::cli::ScenarioArgs,
+    scenario: bench::scenario::cli::ScenarioArgs,
     /// Directory for report.json, report.md and timeline.svg.
     #[arg(long)]
     out: Option<std::path::PathBuf>,
@@ -66,8 +66,8 @@ async fn main() -> anyhow::Result<()> {
     telemetry::init(cli.log_format, "warn")?;
     match cli.cmd {
         Cmd::Core(opts) => {
-            let report = bench::core::run(&opts).await.context("bench core")?;
-            println!("{}", bench::core::render(&report));
+            let report = bench::stock_core::run(&opts).await.context("bench core")?;
+            println!("{}", bench::stock_core::render(&report));
             if let Some(path) = &opts.json {
                 std::fs::write(path, serde_json::to_vec_pretty(&report)?)
                     .with_context(|| format!("write {}", path.display()))?;
@@ -78,12 +78,12 @@ async fn main() -> anyhow::Result<()> {
             let r = cmd::run::baseline(&s, !o.quiet)
                 .await
                 .context("bench baseline")?;
-            println!("{}", bench::markdown::run_summary(&r));
+            println!("{}", bench::report::markdown::run_summary(&r));
             cmd::run::write_outputs(o.out.as_deref(), &r, None)?;
         }
         Cmd::Run(o) => {
             let r = cmd::run::run(&o).await.context("bench run")?;
-            println!("{}", bench::markdown::run_summary(&r));
+            println!("{}", bench::report::markdown::run_summary(&r));
             if r.invariants.as_ref().is_some_and(|i| !i.passed) {
                 anyhow::bail!("invariant check failed");
             }
@@ -92,7 +92,7 @@ async fn main() -> anyhow::Result<()> {
                     .with_context(|| format!("read {}", path.display()))?;
                 let reference: bench::report::Report = serde_json::from_str(&text)
                     .with_context(|| format!("{} is not a bench report", path.display()))?;
-                let bad = bench::regress::first_second_regressions(&r, &reference);
+                let bad = bench::checks::regress::first_second_regressions(&r, &reference);
                 if !bad.is_empty() {
                     anyhow::bail!(
                         "first-second latency regressed against {}:\n{}",
@@ -102,7 +102,7 @@ async fn main() -> anyhow::Result<()> {
                 }
                 eprintln!(
                     "first-second latency within {}× of {}",
-                    bench::regress::FACTOR,
+                    bench::checks::regress::FACTOR,
                     path.display()
                 );
             }
@@ -116,7 +116,7 @@ async fn main() -> anyhow::Result<()> {
             println!("{md}");
             for (name, r) in &rows {
                 if let Ok(r) = r {
-                    println!("{name}:\n{}", bench::markdown::run_summary(r));
+                    println!("{name}:\n{}", bench::report::markdown::run_summary(r));
                 }
             }
         }
@@ -135,7 +135,7 @@ async fn main() -> anyhow::Result<()> {
             eprintln!("stopping ...");
             drop(st);
         }
-        Cmd::ServeBaseline { listen } => bench::baseline::serve(listen)
+        Cmd::ServeBaseline { listen } => bench::stack::baseline::serve(listen)
             .await
             .with_context(|| format!("baseline server on {listen}"))?,
     }

@@ -22,16 +22,19 @@
 //! | `first_second`, `first_second_claimed` | percentiles (µs) of the requests sent in the first second, all and claimed (the opening rush) |
 //! | `external` | the same load from an external client (wrk) on the same stack, with its CPU by process (absent without `--external`) |
 
+pub mod markdown;
+pub mod svg;
+
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::cpu::{total_us_per_answer, CpuUse};
-use crate::invariants::InvariantReport;
-use crate::latency::Percentiles;
-use crate::loadgen::LoadResult;
-use crate::outcome::Outcome;
+use crate::checks::invariants::InvariantReport;
+use crate::load::latency::Percentiles;
+use crate::load::loadgen::LoadResult;
+use crate::load::outcome::Outcome;
 use crate::scenario::Mode;
+use crate::stack::cpu::{total_us_per_answer, CpuUse};
 
 pub const SCHEMA: u32 = 1;
 

@@ -18,6 +18,9 @@
 //! width = 8
 //! ```
 
+pub mod cli;
+pub mod presets;
+
 use serde::{Deserialize, Serialize};
 
 /// One SKU on sale.

@@ -5,18 +5,19 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bench::http::Target;
-use bench::invariants::{self, InvariantReport};
-use bench::loadgen::{self, LoadSpec};
-use bench::outcome::Outcome;
+use bench::checks::invariants::{self, InvariantReport};
+use bench::load::http::Target;
+use bench::load::loadgen::{self, LoadSpec};
+use bench::load::outcome::Outcome;
+use bench::load::workload::Workload;
+use bench::report::{markdown, svg};
 use bench::report::{BaselineRatios, Report, SCHEMA};
 use bench::scenario::{Mode, Scenario};
-use bench::workload::Workload;
-use bench::{markdown, servers, svg};
+use bench::stack::servers;
 
 async fn baseline_server() -> SocketAddr {
     let addr = SocketAddr::from(([127, 0, 0, 1], servers::free_port().unwrap()));
-    tokio::spawn(bench::baseline::serve(addr));
+    tokio::spawn(bench::stack::baseline::serve(addr));
     for _ in 0..100 {
         if tokio::net::TcpStream::connect(addr).await.is_ok() {
             return addr;

@@ -1,8 +1,8 @@
 //! Scenario parsing: TOML, flag overrides, presets, and the errors that name the field.
 
-use bench::cli::{parse_sku, ScenarioArgs};
+use bench::load::workload::Workload;
+use bench::scenario::cli::{parse_sku, ScenarioArgs};
 use bench::scenario::{Mode, Scenario};
-use bench::workload::Workload;
 
 const HOT_DROP: &str = r#"
 name = "hot-drop"

@@ -5,9 +5,9 @@
 use std::fmt::Write;
 use std::path::PathBuf;
 
-use bench::cli::ScenarioArgs;
-use bench::latency::fmt_us;
+use bench::load::latency::fmt_us;
 use bench::report::Report;
+use bench::scenario::cli::ScenarioArgs;
 
 use super::run::{self, SystemArgs};
 use super::stack::{Ablation, Stack, StackOpts};

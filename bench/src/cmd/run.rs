@@ -7,18 +7,18 @@ use std::time::Duration;
 
 use shard_router::{RedisTarget, SkuMeta, StockClient, StockConfig};
 
-use bench::baseline::BaselineProc;
-use bench::cli::ScenarioArgs;
-use bench::cpu::{Sampler, Watched};
-use bench::http::Target;
-use bench::invariants::{self, InvariantReport};
-use bench::loadgen::{self, LoadSpec};
-use bench::mysql::Mysql;
+use bench::checks::invariants::{self, InvariantReport};
+use bench::load::http::Target;
+use bench::load::loadgen::{self, LoadSpec};
+use bench::load::token::Tokens;
+use bench::load::workload::Workload;
+use bench::report::{markdown, svg};
 use bench::report::{BaselineRatios, Report};
+use bench::scenario::cli::ScenarioArgs;
 use bench::scenario::Scenario;
-use bench::token::Tokens;
-use bench::workload::Workload;
-use bench::{markdown, svg};
+use bench::stack::baseline::BaselineProc;
+use bench::stack::cpu::{Role, Sampler, Watched};
+use bench::stack::mysql::Mysql;
 
 use super::stack::{Stack, StackOpts};
 
@@ -236,7 +236,7 @@ pub(crate) async fn baseline(s: &Scenario, progress: bool) -> anyhow::Result<Rep
     spec.progress = progress;
     let cpu = Sampler::start(vec![
         Watched::load_generator(),
-        Watched::new("bare hyper server", server.pid()),
+        Watched::new(Role::Baseline, "bare hyper server", server.pid()),
     ]);
     let r = loadgen::drive(spec, Arc::new(Workload::new(s))).await;
     let mut report = Report::from_load("baseline", &s.name, &r);
@@ -375,7 +375,7 @@ async fn external(
         }
         None => None,
     };
-    let spec = bench::external::WrkSpec {
+    let spec = bench::stack::external::WrkSpec {
         bin: o.wrk_bin.clone(),
         url: format!("{}{CLAIM_PATH}", sys.targets[0]),
         threads: o.wrk_threads,
@@ -393,7 +393,7 @@ async fn external(
         spec.duration.as_secs_f64().ceil(),
         spec.url
     );
-    let r = bench::external::run_wrk(&spec, st.watched()).await;
+    let r = bench::stack::external::run_wrk(&spec, st.watched()).await;
     if let Some(p) = tokens_file {
         let _ = std::fs::remove_file(p);
     }

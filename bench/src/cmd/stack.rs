@@ -9,9 +9,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use bench::cpu::Watched;
-use bench::mysql::Mysql;
-use bench::servers::{free_port, wait_until, LocalRedis, RedisProc};
+use bench::stack::cpu::{Role, Watched};
+use bench::stack::mysql::Mysql;
+use bench::stack::servers::{free_port, wait_until, LocalRedis, RedisProc};
 
 /// How long a process may take to become ready (a consumer applies migrations first).
 const READY_LIMIT: Duration = Duration::from_secs(30);
@@ -209,19 +209,23 @@ impl Stack {
             .gateways
             .iter()
             .enumerate()
-            .map(|(i, (p, _, _))| Watched::new(format!("gateway {i}"), p.child.id()))
+            .map(|(i, (p, _, _))| Watched::new(Role::Gateway, format!("gateway {i}"), p.child.id()))
             .collect();
         if let Some(c) = &self.consumer {
-            w.push(Watched::new("consumer", c.child.id()));
+            w.push(Watched::new(Role::Consumer, "consumer", c.child.id()));
             // The ledger's server, when it runs on this machine: the consumer's claims cost
             // it CPU too (it may serve other work as well, so this is an upper bound).
             if let Some(pid) = local_mariadb_pid() {
-                w.push(Watched::new("mariadb server (shared)", pid));
+                w.push(Watched::new(Role::Mariadb, "mariadb server (shared)", pid));
             }
         }
         w.extend(self.redis.watched());
         if let Some(pid) = self._replica.as_ref().and_then(RedisProc::pid) {
-            w.push(Watched::new("redis-server replica", pid));
+            w.push(Watched::new(
+                Role::RedisReplica,
+                "redis-server replica",
+                pid,
+            ));
         }
         w
     }

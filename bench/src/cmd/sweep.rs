@@ -8,11 +8,12 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
-use bench::cli::ScenarioArgs;
-use bench::latency::fmt_us;
+use bench::capacity::{self, Capacity, CPU_PLAN_UTILISATION};
+use bench::load::latency::fmt_us;
+use bench::report::svg;
 use bench::report::Report;
+use bench::scenario::cli::ScenarioArgs;
 use bench::scenario::{Mode, SkuSpec};
-use bench::svg;
 
 use super::run::{self, SystemArgs};
 use super::stack::{Stack, StackOpts};
@@ -58,32 +59,13 @@ pub(crate) struct SweepOpts {
     pub(crate) quiet: bool,
 }
 
-/// How busy a planned core may run in the "by CPU" plan: headroom for bursts and for
-/// scheduler, interrupt and Redis background work.
-const CPU_PLAN_UTILISATION: f64 = 0.7;
-
 /// The sweep's machine-readable result.
 #[derive(Debug, Serialize)]
 pub(crate) struct SweepReport {
     pub(crate) slo_p99_ms: f64,
     pub(crate) max_error_ratio: f64,
-    /// Throughput of the last passing step (answers/s); 0 when none passed.
-    pub(crate) knee_rps: f64,
-    pub(crate) knee_offered_rps: f64,
-    pub(crate) gateway_cores: f64,
-    pub(crate) redis_masters: f64,
-    pub(crate) claims_per_s_per_gateway_core: f64,
-    pub(crate) claims_per_s_per_redis_master: f64,
-    /// CPU µs per answer at the knee, summed over the gateways and over the Redis nodes
-    /// (0 when the sweep ran without `--stack` and could not read them).
-    pub(crate) gateway_cpu_us: f64,
-    pub(crate) redis_cpu_us: f64,
-    /// The same for the consumer and the MariaDB server (0 without a consumer). The
-    /// MariaDB server may be shared with other work, so its figure is an upper bound.
-    #[serde(default)]
-    pub(crate) consumer_cpu_us: f64,
-    #[serde(default)]
-    pub(crate) mariadb_cpu_us: f64,
+    #[serde(flatten)]
+    pub(crate) capacity: Capacity,
     pub(crate) steps: Vec<Report>,
     pub(crate) passed: Vec<bool>,
 }
@@ -147,12 +129,6 @@ pub(crate) async fn sweep(o: &SweepOpts) -> anyhow::Result<(SweepReport, String)
         rate *= o.factor.max(1.01);
     }
     drop(stack);
-    let knee = steps
-        .iter()
-        .zip(&passed)
-        .filter(|(_, ok)| **ok)
-        .map(|(r, _)| r.clone())
-        .next_back();
     let cores = o
         .gateway_cores
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1.0, |n| n.get() as f64));
@@ -163,29 +139,11 @@ pub(crate) async fn sweep(o: &SweepOpts) -> anyhow::Result<(SweepReport, String)
         } else {
             1.0
         });
-    let knee_claims = knee.as_ref().map_or(0.0, |k| k.throughput_rps);
-    let cpu_of = |prefix: &str| -> f64 {
-        knee.as_ref().map_or(0.0, |k| {
-            k.cpu
-                .iter()
-                .filter(|c| c.process.starts_with(prefix))
-                .map(|c| c.us_per_answer)
-                .sum()
-        })
-    };
+    let knee = capacity::knee(&steps, &passed).cloned();
     let rep = SweepReport {
         slo_p99_ms: o.slo_p99_ms,
         max_error_ratio: o.max_error_ratio,
-        knee_rps: knee_claims,
-        knee_offered_rps: knee.as_ref().map_or(0.0, |k| k.offered_rps),
-        gateway_cores: cores,
-        redis_masters: masters,
-        claims_per_s_per_gateway_core: knee_claims / cores,
-        claims_per_s_per_redis_master: knee_claims / masters,
-        gateway_cpu_us: cpu_of("gateway"),
-        redis_cpu_us: cpu_of("redis-server"),
-        consumer_cpu_us: cpu_of("consumer"),
-        mariadb_cpu_us: cpu_of("mariadb"),
+        capacity: Capacity::at(knee.as_ref(), cores, masters),
         steps,
         passed,
     };
@@ -234,32 +192,32 @@ fn markdown(r: &SweepReport, plan: &[f64]) -> String {
             if *ok { "ok" } else { "past knee" }
         );
     }
+    let c = &r.capacity;
     let _ = writeln!(
         s,
         "\n**Knee:** {:.0} answers/s (offered {:.0}/s)\n",
-        r.knee_rps, r.knee_offered_rps
+        c.knee_rps, c.knee_offered_rps
     );
     let _ = writeln!(
         s,
         "| capacity | value |\n| --- | ---: |\n| claims/s per gateway core ({} cores) | {:.0} |\n| claims/s per Redis master ({} masters) | {:.0} |",
-        r.gateway_cores,
-        r.claims_per_s_per_gateway_core,
-        r.redis_masters,
-        r.claims_per_s_per_redis_master
+        c.gateway_cores,
+        c.claims_per_s_per_gateway_core,
+        c.redis_masters,
+        c.claims_per_s_per_redis_master
     );
-    let by_cpu = r.gateway_cpu_us > 0.0 && r.redis_cpu_us > 0.0;
-    if by_cpu {
+    if c.by_cpu() {
         let _ = writeln!(
             s,
-            "| gateway CPU per claim at the knee | {:.1} µs ({:.0} claims/s per busy core) |\n| Redis CPU per claim at the knee | {:.1} µs ({:.0} claims/s per busy core) |",
-            r.gateway_cpu_us,
-            1e6 / r.gateway_cpu_us,
-            r.redis_cpu_us,
-            1e6 / r.redis_cpu_us
+            "| gateway CPU per claim at the knee | {:.1} µs ({:.0} claims/s per busy core) |\n| Redis CPU per claim at the knee (masters) | {:.1} µs ({:.0} claims/s per busy core) |",
+            c.gateway_cpu_us,
+            1e6 / c.gateway_cpu_us,
+            c.redis_cpu_us,
+            1e6 / c.redis_cpu_us
         );
         for (what, us) in [
-            ("consumer", r.consumer_cpu_us),
-            ("MariaDB server (shared, upper bound)", r.mariadb_cpu_us),
+            ("consumer", c.consumer_cpu_us),
+            ("MariaDB server (shared, upper bound)", c.mariadb_cpu_us),
         ] {
             if us > 0.0 {
                 let _ = writeln!(s, "| {what} CPU per claim at the knee | {us:.1} µs |");
@@ -270,31 +228,18 @@ fn markdown(r: &SweepReport, plan: &[f64]) -> String {
         s,
         "\n| target claims/s | gateway cores | Redis masters | gateway cores by CPU | Redis masters by CPU | consumer cores by CPU | MariaDB cores by CPU |\n| ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
     );
-    for t in plan {
-        let need = |per: f64| {
-            if per > 0.0 {
-                (t / per).ceil()
-            } else {
-                f64::NAN
-            }
-        };
-        // By CPU: the measured cost per claim, each core planned at 70% busy.
-        let by = |us: f64| {
-            if by_cpu && us > 0.0 {
-                format!("{}", (t * us / 1e6 / CPU_PLAN_UTILISATION).ceil())
-            } else {
-                "–".to_owned()
-            }
-        };
+    let cell = |v: Option<f64>| v.map_or("–".to_owned(), |n| format!("{n:.0}"));
+    for &t in plan {
+        let row = c.plan(t);
         let _ = writeln!(
             s,
             "| {t:.0} | {} | {} | {} | {} | {} | {} |",
-            need(r.claims_per_s_per_gateway_core),
-            need(r.claims_per_s_per_redis_master),
-            by(r.gateway_cpu_us),
-            by(r.redis_cpu_us),
-            by(r.consumer_cpu_us),
-            by(r.mariadb_cpu_us)
+            cell(row.gateway_cores),
+            cell(row.redis_masters),
+            cell(row.gateway_cores_by_cpu),
+            cell(row.redis_masters_by_cpu),
+            cell(row.consumer_cores_by_cpu),
+            cell(row.mariadb_cores_by_cpu)
         );
     }
     let _ = writeln!(

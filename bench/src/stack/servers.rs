@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 
 use shard_router::RedisTarget;
 
+use crate::stack::cpu::{Role, Watched};
+
 /// How long a server may take to answer after spawn. Generous: the machine is shared.
 const START_LIMIT: Duration = Duration::from_secs(15);
 /// How long a fresh cluster may take to reach `cluster_state:ok` on every node.
@@ -231,7 +233,7 @@ pub enum LocalRedis {
 
 impl LocalRedis {
     /// Every node's process, for CPU accounting.
-    pub fn watched(&self) -> Vec<crate::cpu::Watched> {
+    pub fn watched(&self) -> Vec<Watched> {
         let pids = match self {
             Self::Single(r) => r.pid().into_iter().collect(),
             Self::Cluster(c) => c.pids(),
@@ -245,7 +247,7 @@ impl LocalRedis {
                 } else {
                     format!("redis-server {i}")
                 };
-                crate::cpu::Watched::new(name, pid)
+                Watched::new(Role::RedisMaster, name, pid)
             })
             .collect()
     }

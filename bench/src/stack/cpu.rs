@@ -8,17 +8,37 @@ use serde::{Deserialize, Serialize};
 /// Linux reports `utime`/`stime` in USER_HZ ticks, fixed at 100 for user space.
 const TICKS_PER_S: f64 = 100.0;
 
+/// What a process does in the run: the capacity plan sums CPU by role, so a replica is
+/// never counted as a master because both are `redis-server`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Role {
+    LoadGenerator,
+    ExternalClient,
+    Baseline,
+    Gateway,
+    Consumer,
+    Mariadb,
+    RedisMaster,
+    RedisReplica,
+    /// Reports written before roles were recorded.
+    #[default]
+    Unknown,
+}
+
 /// A process to account for; `pid: None` is this process (the load generator).
 #[derive(Debug, Clone)]
 pub struct Watched {
     pub name: String,
+    pub role: Role,
     pub pid: Option<u32>,
 }
 
 impl Watched {
-    pub fn new(name: impl Into<String>, pid: u32) -> Self {
+    pub fn new(role: Role, name: impl Into<String>, pid: u32) -> Self {
         Self {
             name: name.into(),
+            role,
             pid: Some(pid),
         }
     }
@@ -26,6 +46,7 @@ impl Watched {
     pub fn load_generator() -> Self {
         Self {
             name: "load generator (bench)".into(),
+            role: Role::LoadGenerator,
             pid: None,
         }
     }
@@ -35,6 +56,8 @@ impl Watched {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CpuUse {
     pub process: String,
+    #[serde(default)]
+    pub role: Role,
     pub cpu_s: f64,
     /// CPU µs per answer (warm-up included, like the CPU time).
     pub us_per_answer: f64,
@@ -86,6 +109,7 @@ impl Sampler {
                 let used = cpu_seconds(w.pid)? - before?;
                 Some(CpuUse {
                     process: w.name,
+                    role: w.role,
                     cpu_s: used,
                     us_per_answer: if answers > 0 {
                         used * 1e6 / answers as f64
@@ -96,6 +120,14 @@ impl Sampler {
             })
             .collect()
     }
+}
+
+/// CPU µs per answer of every process in `role`.
+pub fn us_per_answer_of(uses: &[CpuUse], role: Role) -> f64 {
+    uses.iter()
+        .filter(|u| u.role == role)
+        .map(|u| u.us_per_answer)
+        .sum()
 }
 
 /// CPU µs per answer over every accounted process.

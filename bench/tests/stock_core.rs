@@ -1,7 +1,7 @@
 //! `bench core` end to end on tiny numbers: both private Redis targets start, every claim
 //! succeeds, the slices add up, and the servers are gone afterwards.
 
-use bench::core::{self, CoreOpts};
+use bench::stock_core::{self, CoreOpts};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn core_bench_runs_on_single_and_cluster() {
@@ -15,14 +15,14 @@ async fn core_bench_runs_on_single_and_cluster() {
         no_request_id: false,
         json: None,
     };
-    let r = core::run(&opts).await.unwrap();
+    let r = stock_core::run(&opts).await.unwrap();
     assert_eq!(r.samples.len(), 2);
     for s in &r.samples {
         assert_eq!((s.claimed, s.errors), (500, 0), "{s:?}");
         assert!(s.slices_consistent, "{s:?}");
     }
     assert!(r.single_median_claims_per_s > 0.0 && r.cluster_median_claims_per_s > 0.0);
-    assert!(core::render(&r).contains("| median | single | cluster (3 masters) |"));
-    assert_eq!(core::median(vec![3.0, 1.0, 2.0]), 2.0);
-    assert_eq!(core::median(vec![4.0, 1.0, 2.0, 3.0]), 2.5);
+    assert!(stock_core::render(&r).contains("| median | single | cluster (3 masters) |"));
+    assert_eq!(stock_core::median(vec![3.0, 1.0, 2.0]), 2.0);
+    assert_eq!(stock_core::median(vec![4.0, 1.0, 2.0, 3.0]), 2.5);
 }

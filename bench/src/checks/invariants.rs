@@ -15,9 +15,9 @@ use serde::{Deserialize, Serialize};
 use shard_router::keys::ShardKeys;
 use shard_router::StockClient;
 
-use crate::mysql::Mysql;
-use crate::recorder::AckedClaim;
+use crate::load::recorder::AckedClaim;
 use crate::scenario::Scenario;
+use crate::stack::mysql::Mysql;
 
 /// One named check and its evidence.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

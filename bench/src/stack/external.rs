@@ -11,11 +11,11 @@ use std::time::Duration;
 use serde::Deserialize;
 use tokio::io::AsyncReadExt;
 
-use crate::cpu::{cpu_seconds, CpuUse, Watched};
 use crate::report::ExternalReport;
+use crate::stack::cpu::{cpu_seconds, CpuUse, Role, Watched};
 
 /// The wrk script, also committed as `bench/external/claims.lua` for use by hand.
-pub const CLAIMS_LUA: &str = include_str!("../external/claims.lua");
+pub const CLAIMS_LUA: &str = include_str!("../../external/claims.lua");
 /// How long wrk may overrun its duration before it is killed.
 const OVERRUN: Duration = Duration::from_secs(30);
 
@@ -156,6 +156,7 @@ pub async fn run_wrk(
     let wrk_s = wrk_cpu.unwrap_or(s.cpu_s);
     let mut cpu = vec![CpuUse {
         process: "wrk (external client)".into(),
+        role: Role::ExternalClient,
         cpu_s: wrk_s,
         us_per_answer: per(wrk_s),
     }];
@@ -163,6 +164,7 @@ pub async fn run_wrk(
         let used = cpu_seconds(w.pid)? - t0?;
         Some(CpuUse {
             process: w.name,
+            role: w.role,
             cpu_s: used,
             us_per_answer: per(used),
         })

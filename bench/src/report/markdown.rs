@@ -2,8 +2,9 @@
 
 use std::fmt::Write;
 
-use crate::latency::fmt_us;
+use crate::load::latency::fmt_us;
 use crate::report::Report;
+use crate::stack::cpu::Role;
 
 /// The summary of one run.
 pub fn run_summary(r: &Report) -> String {
@@ -129,11 +130,8 @@ pub fn run_summary(r: &Report) -> String {
                 c.process, c.cpu_s, c.us_per_answer
             );
         }
-        let ours = r
-            .cpu
-            .iter()
-            .find(|c| c.process.starts_with("load generator"));
-        let theirs = x.cpu.iter().find(|c| c.process.starts_with("wrk"));
+        let ours = r.cpu.iter().find(|c| c.role == Role::LoadGenerator);
+        let theirs = x.cpu.iter().find(|c| c.role == Role::ExternalClient);
         if let (Some(a), Some(b)) = (ours, theirs) {
             if b.us_per_answer > 0.0 {
                 let _ = writeln!(

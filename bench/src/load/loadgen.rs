@@ -13,12 +13,12 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressStyle};
 use tokio::sync::Barrier;
 
-use crate::http::{Conn, Target};
-use crate::outcome::{ClaimAnswer, Outcome};
-use crate::recorder::{AckedClaim, Live, Recorder};
+use crate::load::http::{Conn, Target};
+use crate::load::outcome::{ClaimAnswer, Outcome};
+use crate::load::recorder::{AckedClaim, Live, Recorder};
+use crate::load::token::Tokens;
+use crate::load::workload::Workload;
 use crate::scenario::{Mode, Scenario};
-use crate::token::Tokens;
-use crate::workload::Workload;
 
 /// Everything a load run needs besides the request generator.
 #[derive(Debug, Clone)]

@@ -2,7 +2,7 @@
 //! [`FACTOR`]× a stored reference run's fails. The first second of a flash sale decides it,
 //! and it is where a harness or scheduling change shows up first (see README, Benchmarks).
 
-use crate::latency::{fmt_us, Percentiles};
+use crate::load::latency::{fmt_us, Percentiles};
 use crate::report::Report;
 
 /// Allowed growth over the reference.
@@ -78,7 +78,7 @@ mod tests {
     }
 
     fn report(all: Option<Percentiles>, claimed: Option<Percentiles>) -> Report {
-        let mut r: Report = serde_json::from_str(include_str!("../reference/users-5k.json"))
+        let mut r: Report = serde_json::from_str(include_str!("../../reference/users-5k.json"))
             .expect("stored reference parses");
         r.first_second = all;
         r.first_second_claimed = claimed;
@@ -119,7 +119,8 @@ mod tests {
 
     #[test]
     fn the_stored_reference_has_first_second_figures() {
-        let r: Report = serde_json::from_str(include_str!("../reference/users-5k.json")).unwrap();
+        let r: Report =
+            serde_json::from_str(include_str!("../../reference/users-5k.json")).unwrap();
         assert!(r.first_second.is_some() && r.first_second_claimed.is_some());
     }
 }

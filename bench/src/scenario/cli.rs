@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use crate::presets;
+use crate::scenario::presets;
 use crate::scenario::{Mode, Scenario, ScenarioError, SkuSpec};
 
 #[derive(Debug, Clone, Default, clap::Args)]

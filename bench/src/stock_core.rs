@@ -13,8 +13,8 @@ use serde::Serialize;
 use shard_router::protocol::{self, LocalEmptyShards};
 use shard_router::{ClaimOutcome, ClaimRequest, SkuMeta, StockClient, StockConfig};
 
-use crate::latency::{self, Percentiles};
-use crate::servers::LocalRedis;
+use crate::load::latency::{self, Percentiles};
+use crate::stack::servers::LocalRedis;
 
 /// The fixed workload. Defaults are the figure the lead asked for.
 #[derive(Debug, Clone, clap::Args)]
@@ -75,7 +75,7 @@ pub struct CoreReport {
 #[derive(Debug, thiserror::Error)]
 pub enum CoreError {
     #[error(transparent)]
-    Server(#[from] crate::servers::ServerError),
+    Server(#[from] crate::stack::servers::ServerError),
     #[error(transparent)]
     Stock(#[from] shard_router::StockError),
     #[error("task: {0}")]
@@ -87,7 +87,10 @@ pub async fn run(opts: &CoreOpts) -> Result<CoreReport, CoreError> {
     let masters = opts.masters.max(3);
     eprintln!("starting private redis (single) and a {masters}-master cluster ...");
     let (single, cluster) = tokio::task::spawn_blocking(move || {
-        Ok::<_, crate::servers::ServerError>((LocalRedis::start(1)?, LocalRedis::start(masters)?))
+        Ok::<_, crate::stack::servers::ServerError>((
+            LocalRedis::start(1)?,
+            LocalRedis::start(masters)?,
+        ))
     })
     .await??;
     let targets = [("single", &single), ("cluster", &cluster)];

@@ -18,7 +18,7 @@ use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
-use crate::servers::{free_port, wait_until, ServerError};
+use crate::stack::servers::{free_port, wait_until, ServerError};
 
 /// The constant answer, about the size of a claim answer.
 pub const BODY: &str =
