@@ -16,7 +16,7 @@ use bench::scenario::{Mode, Scenario};
 use bench::stack::servers;
 
 async fn baseline_server() -> SocketAddr {
-    let addr = SocketAddr::from(([127, 0, 0, 1], servers::free_port().unwrap()));
+    let addr = SocketAddr::from(([127, 0, 0, 1], servers::free_port()));
     tokio::spawn(bench::stack::baseline::serve(addr));
     for _ in 0..100 {
         if tokio::net::TcpStream::connect(addr).await.is_ok() {

@@ -1,7 +1,8 @@
 //! Test guards that own real server processes started on free loopback ports: a single
 //! `redis-server` (also with TLS, `TlsRedis`), a local Redis Cluster made with
 //! `redis-cli --cluster create`, and MariaDB (see `mariadb`). Each guard kills what it
-//! started when dropped.
+//! started when dropped. Tests call the panicking constructors (`start`); the bench harness
+//! calls the `try_` ones and reports a [`ServerError`] in one line.
 
 pub mod mariadb;
 mod ports;
@@ -16,14 +17,43 @@ pub use redis_tls::TlsRedis;
 
 use std::time::{Duration, Instant};
 
+/// Why a server could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("spawn {program}: {source} (is it installed?)")]
+    Spawn {
+        program: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("timed out after {after:?} waiting for {what}")]
+    NotReady { what: String, after: Duration },
+    #[error("{what}: {detail}")]
+    Failed { what: String, detail: String },
+}
+
 /// Polls `probe` until it returns true or `limit` passes; panics with `what` on timeout.
-pub fn wait_until(what: &str, limit: Duration, mut probe: impl FnMut() -> bool) {
+pub fn wait_until(what: &str, limit: Duration, probe: impl FnMut() -> bool) {
+    if let Err(e) = try_wait_until(what, limit, probe) {
+        panic!("{e}");
+    }
+}
+
+/// [`wait_until`] that returns the timeout as an error.
+pub fn try_wait_until(
+    what: &str,
+    limit: Duration,
+    mut probe: impl FnMut() -> bool,
+) -> Result<(), ServerError> {
     let deadline = Instant::now() + limit;
     while !probe() {
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {limit:?} waiting for {what}"
-        );
+        if Instant::now() >= deadline {
+            return Err(ServerError::NotReady {
+                what: what.to_owned(),
+                after: limit,
+            });
+        }
         std::thread::sleep(Duration::from_millis(50));
     }
+    Ok(())
 }

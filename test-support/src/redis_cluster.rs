@@ -4,7 +4,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use crate::{wait_until, RedisServer};
+use crate::{try_wait_until, RedisServer, ServerError};
 
 /// A running local cluster owned by the test.
 pub struct RedisCluster {
@@ -13,13 +13,20 @@ pub struct RedisCluster {
 
 impl RedisCluster {
     pub fn start(masters: usize, replicas: usize) -> Self {
-        assert!(
-            masters >= 3,
-            "redis-cli --cluster create needs at least 3 masters"
-        );
+        Self::try_start(masters, replicas).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`Self::start`] that returns what went wrong.
+    pub fn try_start(masters: usize, replicas: usize) -> Result<Self, ServerError> {
+        if masters < 3 {
+            return Err(ServerError::Failed {
+                what: format!("a cluster of {masters} masters"),
+                detail: "redis-cli --cluster create needs at least 3 masters".into(),
+            });
+        }
         let nodes: Vec<RedisServer> = (0..masters * (1 + replicas))
             .map(|_| {
-                RedisServer::start_with(&[
+                RedisServer::try_start_with(&[
                     "--cluster-enabled",
                     "yes",
                     "--cluster-config-file",
@@ -32,7 +39,7 @@ impl RedisCluster {
                     "no",
                 ])
             })
-            .collect();
+            .collect::<Result<_, _>>()?;
         let addrs: Vec<String> = nodes
             .iter()
             .map(|n| format!("127.0.0.1:{}", n.port()))
@@ -41,38 +48,55 @@ impl RedisCluster {
             .args(["--cluster", "create"])
             .args(&addrs)
             .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
+            .stdin(std::process::Stdio::null())
             .output()
-            .expect("redis-cli must be installed (see .ci/run)");
-        assert!(
-            out.status.success(),
-            "redis-cli --cluster create failed: {}",
-            String::from_utf8_lossy(&out.stdout)
-        );
+            .map_err(|source| ServerError::Spawn {
+                program: "redis-cli",
+                source,
+            })?;
+        if !out.status.success() {
+            return Err(ServerError::Failed {
+                what: "redis-cli --cluster create".into(),
+                detail: String::from_utf8_lossy(&out.stdout).into_owned(),
+            });
+        }
         let cluster = Self { nodes };
-        cluster.wait_ok();
-        cluster
+        cluster.try_wait_ok()?;
+        Ok(cluster)
     }
 
     /// Waits until every node sees the whole slot space served and every replica has
     /// finished its first sync (until then WAIT cannot be confirmed).
     /// Killed nodes are skipped, so this also waits out a failover.
     pub fn wait_ok(&self) {
-        for n in self.nodes.iter().filter(|n| n.pid().is_some()) {
-            wait_until("cluster_state:ok", Duration::from_secs(30), || {
-                let info: String = redis::cmd("CLUSTER")
-                    .arg("INFO")
-                    .query(&mut n.connection())
-                    .unwrap_or_default();
-                info.contains("cluster_state:ok") && info.contains("cluster_slots_ok:16384")
-            });
-            wait_until("replica link up", Duration::from_secs(30), || {
-                let info: String = redis::cmd("INFO")
-                    .arg("replication")
-                    .query(&mut n.connection())
-                    .unwrap_or_default();
-                !info.contains("role:slave") || info.contains("master_link_status:up")
-            });
+        if let Err(e) = self.try_wait_ok() {
+            panic!("{e}");
         }
+    }
+
+    fn try_wait_ok(&self) -> Result<(), ServerError> {
+        for n in self.nodes.iter().filter(|n| n.pid().is_some()) {
+            let url = n.url();
+            let query = |args: &[&str]| -> String {
+                redis::Client::open(url.as_str())
+                    .and_then(|c| c.get_connection_with_timeout(Duration::from_millis(500)))
+                    .and_then(|mut c| redis::cmd(args[0]).arg(&args[1..]).query(&mut c))
+                    .unwrap_or_default()
+            };
+            try_wait_until(
+                &format!("cluster_state:ok on :{}", n.port()),
+                Duration::from_secs(30),
+                || {
+                    let info = query(&["CLUSTER", "INFO"]);
+                    info.contains("cluster_state:ok") && info.contains("cluster_slots_ok:16384")
+                },
+            )?;
+            try_wait_until("replica link up", Duration::from_secs(30), || {
+                let info = query(&["INFO", "replication"]);
+                !info.contains("role:slave") || info.contains("master_link_status:up")
+            })?;
+        }
+        Ok(())
     }
 
     /// `redis://127.0.0.1:PORT` of every node.

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use crate::{free_port, wait_until};
+use crate::{free_port, try_wait_until, ServerError};
 
 /// A running `redis-server` owned by the test.
 pub struct RedisServer {
@@ -22,20 +22,28 @@ impl RedisServer {
 
     /// Starts a node with extra `redis-server` arguments (`--cluster-enabled yes`, ...).
     pub fn start_with(extra: &[&str]) -> Self {
+        Self::try_start_with(extra).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`Self::start_with`] that returns what went wrong.
+    pub fn try_start_with(extra: &[&str]) -> Result<Self, ServerError> {
         let port = free_port();
         let dir = std::env::temp_dir().join(format!("fg-redis-{}-{port}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("create redis temp dir");
+        std::fs::create_dir_all(&dir).map_err(|e| ServerError::Failed {
+            what: format!("create {}", dir.display()),
+            detail: e.to_string(),
+        })?;
         let mut s = Self {
             child: None,
             port,
             dir,
             extra: extra.iter().map(|s| s.to_string()).collect(),
         };
-        s.spawn();
-        s
+        s.spawn()?;
+        Ok(s)
     }
 
-    fn spawn(&mut self) {
+    fn spawn(&mut self) -> Result<(), ServerError> {
         let child = Command::new("redis-server")
             .args(["--port", &self.port.to_string()])
             .args(["--bind", "127.0.0.1"])
@@ -45,11 +53,14 @@ impl RedisServer {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .expect("redis-server must be installed (see .ci/run)");
+            .map_err(|source| ServerError::Spawn {
+                program: "redis-server",
+                source,
+            })?;
         self.child = Some(child);
         let url = self.url();
-        wait_until(
-            "redis-server to answer PING",
+        try_wait_until(
+            &format!("redis-server :{} to answer PING", self.port),
             Duration::from_secs(10),
             || {
                 redis::Client::open(url.as_str())
@@ -57,7 +68,7 @@ impl RedisServer {
                     .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c))
                     .is_ok()
             },
-        );
+        )
     }
 
     pub fn port(&self) -> u16 {
@@ -82,16 +93,22 @@ impl RedisServer {
 
     /// Starts a replica of `master` and waits until its first sync is done.
     pub fn start_replica_of(master: &RedisServer) -> Self {
+        Self::try_start_replica_of(master).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`Self::start_replica_of`] that returns what went wrong.
+    pub fn try_start_replica_of(master: &RedisServer) -> Result<Self, ServerError> {
         let port = master.port().to_string();
-        let replica = Self::start_with(&["--replicaof", "127.0.0.1", &port]);
-        wait_until("replica link up", Duration::from_secs(30), || {
-            let info: String = redis::cmd("INFO")
-                .arg("replication")
-                .query(&mut replica.connection())
+        let replica = Self::try_start_with(&["--replicaof", "127.0.0.1", &port])?;
+        let url = replica.url();
+        try_wait_until("replica link up", Duration::from_secs(30), || {
+            let info: String = redis::Client::open(url.as_str())
+                .and_then(|c| c.get_connection_with_timeout(Duration::from_millis(200)))
+                .and_then(|mut c| redis::cmd("INFO").arg("replication").query(&mut c))
                 .unwrap_or_default();
-            info.contains("master_link_status:up")
-        });
-        replica
+            info.contains("master_link_status:up") && info.contains("master_sync_in_progress:0")
+        })?;
+        Ok(replica)
     }
 
     /// Sends `sig` (`STOP`, `CONT`) to the server; a stopped replica acknowledges nothing
@@ -117,7 +134,9 @@ impl RedisServer {
     /// Starts it again on the same port, empty.
     pub fn restart(&mut self) {
         self.kill();
-        self.spawn();
+        if let Err(e) = self.spawn() {
+            panic!("{e}");
+        }
     }
 }
 

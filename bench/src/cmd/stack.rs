@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use bench::stack::cpu::{Role, Watched};
 use bench::stack::mysql::Mysql;
-use bench::stack::servers::{free_port, wait_until, LocalRedis, RedisProc};
+use bench::stack::servers::{free_port, wait_until, LocalRedis, RedisServer};
 
 /// How long a process may take to become ready (a consumer applies migrations first).
 const READY_LIMIT: Duration = Duration::from_secs(30);
@@ -191,7 +191,7 @@ pub(crate) struct Stack {
     // Field order is drop order: gateways first, Redis last.
     gateways: Vec<(Proc, SocketAddr, SocketAddr)>,
     consumer: Option<Proc>,
-    _replica: Option<RedisProc>,
+    _replica: Option<RedisServer>,
     pub(crate) redis: LocalRedis,
     pub(crate) mysql_url: Option<String>,
     pub(crate) consumer_bin: Option<PathBuf>,
@@ -220,7 +220,7 @@ impl Stack {
             }
         }
         w.extend(self.redis.watched());
-        if let Some(pid) = self._replica.as_ref().and_then(RedisProc::pid) {
+        if let Some(pid) = self._replica.as_ref().and_then(RedisServer::pid) {
             w.push(Watched::new(
                 Role::RedisReplica,
                 "redis-server replica",
@@ -239,7 +239,9 @@ impl Stack {
         let shards = o.shards();
         let redis = LocalRedis::start(if o.cluster { 3 } else { 1 })?;
         let replica = match (o.ablation.contains(&Ablation::Replica), &redis) {
-            (true, LocalRedis::Single(primary)) => Some(RedisProc::start_replica_of(primary)?),
+            (true, LocalRedis::Single(primary)) => {
+                Some(RedisServer::try_start_replica_of(primary)?)
+            }
             _ => None,
         };
         let mut stack = Self {
@@ -279,7 +281,7 @@ impl Stack {
             );
             stack.db = Some((server, db));
             let bin = find_bin(o.consumer_bin_path.as_deref(), "consumer")?;
-            let admin = SocketAddr::from(([127, 0, 0, 1], free_port()?));
+            let admin = SocketAddr::from(([127, 0, 0, 1], free_port()));
             let mut p = Proc::spawn(
                 "consumer".into(),
                 Command::new(&bin).args(&common).args([
@@ -297,8 +299,8 @@ impl Stack {
         }
         let bin = find_bin(o.gateway_bin.as_deref(), "gateway")?;
         for i in 0..o.gateways {
-            let api = SocketAddr::from(([127, 0, 0, 1], free_port()?));
-            let admin = SocketAddr::from(([127, 0, 0, 1], free_port()?));
+            let api = SocketAddr::from(([127, 0, 0, 1], free_port()));
+            let admin = SocketAddr::from(([127, 0, 0, 1], free_port()));
             let mut cmd = Command::new(&bin);
             // No balancer in front of a bench stack: nothing to wait for on stop.
             cmd.args(&common).args([

@@ -61,7 +61,7 @@ pub struct BaselineProc {
 
 impl BaselineProc {
     pub fn start() -> Result<Self, ServerError> {
-        let port = free_port()?;
+        let port = free_port();
         let addr = SocketAddr::from(([127, 0, 0, 1], port));
         let exe = std::env::current_exe().map_err(|source| ServerError::Spawn {
             program: "bench (self)",
