@@ -10,6 +10,7 @@ use shard_router::{RedisTarget, SkuMeta, StockClient, StockConfig};
 use bench::checks::invariants::{self, InvariantReport};
 use bench::load::http::Target;
 use bench::load::loadgen::{self, LoadSpec};
+use bench::load::outcome::Outcome;
 use bench::load::token::Tokens;
 use bench::load::workload::Workload;
 use bench::report::{markdown, svg};
@@ -279,7 +280,12 @@ pub(crate) async fn against_system(
     if let Some(url) = &sys.mysql {
         let db = Mysql::parse(url)?;
         let limit = Duration::from_secs(sys.drain_timeout_s);
-        checks.extend(invariants::ledger_checks(&db, s, claims, &tag, limit).await);
+        let ambiguous = Outcome::ALL
+            .iter()
+            .filter(|o| o.is_ambiguous())
+            .map(|o| r.rec.count(*o))
+            .sum();
+        checks.extend(invariants::ledger_checks(&db, s, claims, &tag, limit, ambiguous).await);
         if let Some(bin) = &sys.consumer_bin {
             // Reconcile now, so the drift checked is measured after this run drained.
             for sku in &s.skus {
@@ -295,6 +301,8 @@ pub(crate) async fn against_system(
     report.invariants = Some(InvariantReport::new(checks));
     Ok(report)
 }
+
+mod external;
 
 /// `bench run`.
 pub(crate) async fn run(o: &RunOpts) -> anyhow::Result<Report> {
@@ -319,85 +327,12 @@ pub(crate) async fn run(o: &RunOpts) -> anyhow::Result<Report> {
     let w = watched(stack.as_ref());
     let mut report = against_system(&sys, &s, client.as_ref(), run_tag("b"), !o.quiet, w).await?;
     if let (true, Some(st)) = (o.external, stack.as_ref()) {
-        report.external = Some(external(o, &sys, &s, st, report.measured_s).await?);
+        report.external = Some(external::drive(o, &sys, &s, st, report.measured_s).await?);
     }
     drop(stack);
     report.baseline = base.as_ref().map(|b| BaselineRatios::of(&report, b));
     write_outputs(o.out.as_deref(), &report, base.as_ref())?;
     Ok(report)
-}
-
-/// Distinct users (tokens) the external client cycles through.
-const EXTERNAL_USERS: u64 = 200_000;
-
-/// SKU ids of the external client's copies: the scenario's plus this.
-const EXTERNAL_SKU_OFFSET: u64 = 1_000_000;
-
-/// Drives the stack with wrk on fresh copies of the scenario's SKUs, for as long as our
-/// own run took (at least a second).
-async fn external(
-    o: &RunOpts,
-    sys: &SystemArgs,
-    s: &Scenario,
-    st: &Stack,
-    run_s: f64,
-) -> anyhow::Result<bench::report::ExternalReport> {
-    let mut copy = s.clone();
-    for k in &mut copy.skus {
-        k.id += EXTERNAL_SKU_OFFSET;
-    }
-    prepare(sys, &copy).await?;
-    let duration = if s.duration_s > 0.0 {
-        s.duration_s + s.warmup_s
-    } else {
-        run_s
-    };
-    let tag = run_tag("w");
-    // The gateways verify a token per claim: mint the external client's users' tokens
-    // before it starts (off its clock and its CPU), one line per user.
-    let tokens_file = match &sys.token_secret_file {
-        Some(secret) => {
-            let users = EXTERNAL_USERS;
-            let tokens = Tokens::load(secret, users)?;
-            let mut lines = String::with_capacity(users as usize * 200);
-            for i in 0..users {
-                let name = format!("{tag}x{i}");
-                let auth = tokens.authorization(i, || name.clone());
-                lines.push_str(&name);
-                lines.push(' ');
-                lines.push_str(auth.to_str().unwrap_or_default());
-                lines.push('\n');
-            }
-            let path =
-                std::env::temp_dir().join(format!("flashgate-wrk-tokens-{}", std::process::id()));
-            std::fs::write(&path, lines)?;
-            Some(path)
-        }
-        None => None,
-    };
-    let spec = bench::stack::external::WrkSpec {
-        bin: o.wrk_bin.clone(),
-        url: format!("{}{CLAIM_PATH}", sys.targets[0]),
-        threads: o.wrk_threads,
-        connections: s.load.connections,
-        duration: Duration::from_secs_f64(duration.max(1.0)),
-        timeout: Duration::from_millis(s.load.timeout_ms),
-        tag,
-        skus: copy.skus.iter().map(|k| k.id).collect(),
-        tokens_file: tokens_file.clone(),
-    };
-    eprintln!(
-        "external: wrk -t{} -c{} for {:.0} s against {} ...",
-        spec.threads,
-        spec.connections,
-        spec.duration.as_secs_f64().ceil(),
-        spec.url
-    );
-    let r = bench::stack::external::run_wrk(&spec, st.watched()).await;
-    if let Some(p) = tokens_file {
-        let _ = std::fs::remove_file(p);
-    }
-    Ok(r?)
 }
 
 /// Writes report.json, report.md and timeline.svg (and the baseline's) into `dir`.

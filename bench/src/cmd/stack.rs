@@ -3,15 +3,17 @@
 //! the consumer, and N gateways. Every process is owned by [`Stack`] and stopped on drop:
 //! SIGTERM first (gateways drain, the consumer flushes its batch), SIGKILL after a bound.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
 
 use bench::stack::cpu::{Role, Watched};
 use bench::stack::mysql::Mysql;
-use bench::stack::servers::{free_port, wait_until, LocalRedis, RedisServer};
+use bench::stack::servers::{free_port, LocalRedis, RedisServer};
+
+mod proc;
+use proc::{find_bin, local_mariadb_pid, wait_ready, Proc};
 
 /// How long a process may take to become ready (a consumer applies migrations first).
 const READY_LIMIT: Duration = Duration::from_secs(30);
@@ -69,121 +71,6 @@ impl StackOpts {
             self.stack_shards
         }
     }
-}
-
-/// A child process stopped with SIGTERM, then SIGKILL, on drop. Its stderr (the log)
-/// goes to a temporary file, not a pipe: nobody reads a pipe while the stack runs, and a
-/// full one would block the process at its next log line (an access log fills it in a
-/// fraction of a second).
-struct Proc {
-    name: String,
-    child: Child,
-    log: PathBuf,
-}
-
-/// The end of a log that is shown when a process died.
-const LOG_TAIL: u64 = 4096;
-
-impl Proc {
-    fn spawn(name: String, cmd: &mut Command) -> anyhow::Result<Self> {
-        let slug: String = name
-            .chars()
-            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
-            .collect();
-        let log = std::env::temp_dir().join(format!(
-            "fg-bench-{}-{slug}-{}.log",
-            std::process::id(),
-            shard_router::now_ms()
-        ));
-        let file = std::fs::File::create(&log)
-            .map_err(|e| anyhow::anyhow!("{name}: log file {}: {e}", log.display()))?;
-        let child = cmd
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(file)
-            .spawn()
-            .map_err(|e| anyhow::anyhow!("spawn {name}: {e}"))?;
-        Ok(Self { name, child, log })
-    }
-
-    /// Fails with the end of the process's log if it already exited.
-    fn check_alive(&mut self) -> anyhow::Result<()> {
-        if let Ok(Some(status)) = self.child.try_wait() {
-            let mut err = String::new();
-            if let Ok(mut f) = std::fs::File::open(&self.log) {
-                use std::io::{Seek, SeekFrom};
-                let len = f.metadata().map(|m| m.len()).unwrap_or(0);
-                let _ = f.seek(SeekFrom::Start(len.saturating_sub(LOG_TAIL)));
-                let _ = f.read_to_string(&mut err);
-            }
-            anyhow::bail!("{} exited ({status}): {}", self.name, err.trim());
-        }
-        Ok(())
-    }
-
-    fn stop(&mut self) {
-        if matches!(self.child.try_wait(), Ok(Some(_))) {
-            return;
-        }
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .stderr(Stdio::null())
-            .status();
-        let deadline = Instant::now() + STOP_GRACE;
-        while Instant::now() < deadline {
-            if matches!(self.child.try_wait(), Ok(Some(_))) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        eprintln!(
-            "{} did not stop within {STOP_GRACE:?}; killing it",
-            self.name
-        );
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        self.stop();
-        let _ = std::fs::remove_file(&self.log);
-    }
-}
-
-/// `GET path` answered 200, within a short bound.
-fn http_ok(addr: SocketAddr, path: &str) -> bool {
-    let probe = || -> std::io::Result<bool> {
-        let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(300))?;
-        s.set_read_timeout(Some(Duration::from_millis(500)))?;
-        write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
-        let mut head = [0u8; 12];
-        s.read_exact(&mut head)?;
-        Ok(head.starts_with(b"HTTP/1.") && &head[9..12] == b"200")
-    };
-    probe().unwrap_or(false)
-}
-
-/// A binary: the flag, else next to this executable, else the workspace's target dirs.
-fn find_bin(flag: Option<&Path>, name: &str) -> anyhow::Result<PathBuf> {
-    if let Some(p) = flag {
-        return Ok(p.to_owned());
-    }
-    let mut dirs: Vec<PathBuf> = Vec::new();
-    if let Some(d) = std::env::current_exe()
-        .ok()
-        .and_then(|e| e.parent().map(Path::to_owned))
-    {
-        dirs.push(d);
-    }
-    let ws = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    dirs.push(ws.join("target/release"));
-    dirs.push(ws.join("target/debug"));
-    dirs.into_iter()
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
-        .ok_or_else(|| anyhow::anyhow!("no {name} binary found; build it or pass its path"))
 }
 
 /// The running stack.
@@ -267,18 +154,8 @@ impl Stack {
         if !o.no_consumer {
             let server = Mysql::parse(&o.mysql_server)?;
             let db = format!("fg_bench_{}", shard_router::now_ms());
-            server.query_blocking(&format!("CREATE DATABASE `{db}`"))?;
-            let url = format!(
-                "mysql://{}{}@{}:{}/{db}",
-                server.user,
-                server
-                    .password
-                    .as_ref()
-                    .map(|p| format!(":{p}"))
-                    .unwrap_or_default(),
-                server.host,
-                server.port
-            );
+            tokio::runtime::Handle::current().block_on(server.create_database(&db))?;
+            let url = Mysql::url_of(&o.mysql_server, &db);
             stack.db = Some((server, db));
             let bin = find_bin(o.consumer_bin_path.as_deref(), "consumer")?;
             let admin = SocketAddr::from(([127, 0, 0, 1], free_port()));
@@ -357,38 +234,22 @@ impl Stack {
     }
 }
 
-/// The pid of a local `mariadbd` (or `mysqld`), if one runs and /proc shows it.
-fn local_mariadb_pid() -> Option<u32> {
-    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
-        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
-        let comm = std::fs::read_to_string(e.path().join("comm")).ok()?;
-        matches!(comm.trim(), "mariadbd" | "mysqld").then_some(pid)
-    })
-}
-
-fn wait_ready(p: &mut Proc, addr: SocketAddr, path: &str) -> anyhow::Result<()> {
-    let name = p.name.clone();
-    let mut exited = None;
-    let r = wait_until(&format!("{name} {path}"), READY_LIMIT, || {
-        if let Err(e) = p.check_alive() {
-            exited = Some(e);
-            return true;
-        }
-        http_ok(addr, path)
-    });
-    if let Some(e) = exited {
-        return Err(e);
-    }
-    Ok(r?)
-}
-
 impl Drop for Stack {
     fn drop(&mut self) {
         // Gateways first (no new claims), then the consumer flushes, then the database goes.
         self.gateways.clear();
         self.consumer = None;
         if let Some((server, db)) = self.db.take() {
-            let _ = server.query_blocking(&format!("DROP DATABASE IF EXISTS `{db}`"));
+            // Drop runs inside the bench's runtime: the bounded async drop goes to a thread
+            // with its own, so the database goes even when the run failed.
+            let _ = std::thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()?;
+                rt.block_on(server.drop_database(&db))
+                    .map_err(std::io::Error::other)
+            })
+            .join();
         }
         let _ = std::fs::remove_file(&self.token_secret_file);
     }

@@ -95,6 +95,19 @@ impl Outcome {
         )
     }
 
+    /// True when the claim may or may not have been made: the client got no definite answer
+    /// (the gateway lost Redis after sending the script, or the answer never arrived). Such a
+    /// claim can be in the ledger without having been acknowledged.
+    pub fn is_ambiguous(self) -> bool {
+        matches!(
+            self,
+            Outcome::Unavailable
+                | Outcome::OtherStatus
+                | Outcome::TransportError
+                | Outcome::Timeout
+        )
+    }
+
     /// Classifies an HTTP answer. The status code decides; the body's `status` only splits
     /// codes the API shares (503 overloaded vs unavailable).
     pub fn classify(http: u16, body: &[u8]) -> Outcome {

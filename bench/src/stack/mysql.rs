@@ -1,135 +1,111 @@
-//! Read-only ledger queries through the `mariadb` command-line client. The bench only
-//! counts rows after a run, so it needs no driver of its own (and none of sqlx's build).
+//! The ledger queries the bench needs, through sqlx (the driver the consumer uses): rows
+//! per SKU after a run, the latest reconciliation drift, and the private database a local
+//! stack creates and drops. Every query is bounded.
 
-use std::process::{Command, Stdio};
+use std::str::FromStr;
 use std::time::Duration;
+
+use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
 
 /// A failed ledger query.
 #[derive(Debug, thiserror::Error)]
 pub enum MysqlError {
-    #[error("mysql url {0:?}: expected mysql://user[:pass]@host[:port]/db")]
-    BadUrl(String),
-    #[error("run mariadb client: {0} (is it installed?)")]
-    Spawn(#[source] std::io::Error),
-    #[error("mariadb client: {0}")]
-    Query(String),
-    #[error("mariadb client: no answer within {0:?}")]
+    #[error("mysql url {0:?}: expected mysql://user[:pass]@host[:port][/db]")]
+    BadScheme(String),
+    #[error("mysql url {url:?}: {source}")]
+    BadUrl {
+        url: String,
+        #[source]
+        source: sqlx::Error,
+    },
+    #[error("ledger query: {0}")]
+    Query(#[from] sqlx::Error),
+    #[error("ledger query: no answer within {0:?}")]
     Timeout(Duration),
 }
 
-/// Bound on one query (the client's own connect timeout is shorter).
+/// Bound on one query, connecting included.
 const QUERY_LIMIT: Duration = Duration::from_secs(20);
 
-/// Connection parts of a `mysql://` URL.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A ledger (or a bare server, for creating databases), connected on first use.
+#[derive(Debug, Clone)]
 pub struct Mysql {
-    pub user: String,
-    pub password: Option<String>,
-    pub host: String,
-    pub port: u16,
-    pub db: String,
+    pool: MySqlPool,
 }
 
 impl Mysql {
+    /// From a `mysql://user[:pass]@host[:port][/db]` URL. Connects lazily: a bad password
+    /// or a stopped server shows at the first query.
     pub fn parse(url: &str) -> Result<Self, MysqlError> {
-        let bad = || MysqlError::BadUrl(url.to_owned());
-        let rest = url
-            .strip_prefix("mysql://")
-            .or_else(|| url.strip_prefix("mariadb://"))
-            .ok_or_else(bad)?;
-        let (auth, db) = rest.split_once('/').ok_or_else(bad)?;
-        let db = db.split('?').next().unwrap_or(db);
-        let (cred, hostport) = auth.rsplit_once('@').unwrap_or(("root", auth));
-        let (user, password) = match cred.split_once(':') {
-            Some((u, p)) => (u.to_owned(), Some(p.to_owned())),
-            None => (cred.to_owned(), None),
-        };
-        let (host, port) = match hostport.rsplit_once(':') {
-            Some((h, p)) => (h.to_owned(), p.parse().map_err(|_| bad())?),
-            None => (hostport.to_owned(), 3306),
-        };
-        if db.is_empty() || host.is_empty() {
-            return Err(bad());
+        // sqlx reads any scheme as MySQL; a postgres:// URL here is a mistake to name.
+        if !(url.starts_with("mysql://") || url.starts_with("mariadb://")) {
+            return Err(MysqlError::BadScheme(url.to_owned()));
         }
-        Ok(Self {
-            user,
-            password,
-            host,
-            port,
-            db: db.to_owned(),
-        })
+        let options = MySqlConnectOptions::from_str(url).map_err(|source| MysqlError::BadUrl {
+            url: url.to_owned(),
+            source,
+        })?;
+        let pool = MySqlPoolOptions::new()
+            .max_connections(2)
+            .acquire_timeout(QUERY_LIMIT)
+            .connect_lazy_with(options);
+        Ok(Self { pool })
     }
 
-    /// Runs one query; returns the rows as tab-separated fields.
-    pub async fn query(&self, sql: &str) -> Result<Vec<Vec<String>>, MysqlError> {
-        let mut cmd = tokio::process::Command::from(self.command());
-        cmd.args(["-e", sql])
-            .stdin(Stdio::null())
-            .kill_on_drop(true);
-        let out = tokio::time::timeout(QUERY_LIMIT, cmd.output())
-            .await
-            .map_err(|_| MysqlError::Timeout(QUERY_LIMIT))?
-            .map_err(MysqlError::Spawn)?;
-        if !out.status.success() {
-            return Err(MysqlError::Query(
-                String::from_utf8_lossy(&out.stderr).trim().to_owned(),
-            ));
-        }
-        Ok(String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .map(|l| l.split('\t').map(str::to_owned).collect())
+    /// `mysql://user[:pass]@host:port/db` for a process the bench starts (the consumer).
+    pub fn url_of(server_url: &str, db: &str) -> String {
+        let base = server_url.split('?').next().unwrap_or(server_url);
+        let rest = base.strip_prefix("mysql://").unwrap_or(base);
+        let server = rest.split('/').next().unwrap_or(rest);
+        format!("mysql://{server}/{db}")
+    }
+
+    /// Ledger rows per SKU whose user id starts with `tag` (the run's users).
+    pub async fn rows_per_sku(&self, tag: &str) -> Result<Vec<(u64, u64)>, MysqlError> {
+        let q = sqlx::query_as::<_, (u64, i64)>(
+            "SELECT sku, COUNT(*) FROM claims WHERE user_id LIKE CONCAT(?, '%') GROUP BY sku",
+        )
+        .bind(tag)
+        .fetch_all(&self.pool);
+        let rows = bounded(q).await?;
+        Ok(rows
+            .into_iter()
+            .map(|(sku, n)| (sku, n.max(0) as u64))
             .collect())
     }
 
-    /// [`Self::query`] for callers outside async code (setup and teardown of a stack).
-    /// Polls the child, so the wait stays bounded.
-    pub fn query_blocking(&self, sql: &str) -> Result<(), MysqlError> {
-        let mut child = self
-            .command()
-            .args(["-e", sql])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(MysqlError::Spawn)?;
-        let deadline = std::time::Instant::now() + QUERY_LIMIT;
-        loop {
-            if let Some(status) = child.try_wait().map_err(MysqlError::Spawn)? {
-                if status.success() {
-                    return Ok(());
-                }
-                let mut err = String::new();
-                if let Some(mut e) = child.stderr.take() {
-                    let _ = std::io::Read::read_to_string(&mut e, &mut err);
-                }
-                return Err(MysqlError::Query(err.trim().to_owned()));
-            }
-            if std::time::Instant::now() >= deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(MysqlError::Timeout(QUERY_LIMIT));
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+    /// The drift of the latest reconciliation of `sku`, if one ran.
+    pub async fn latest_drift(&self, sku: u64) -> Result<Option<i64>, MysqlError> {
+        let q = sqlx::query_scalar::<_, i64>(
+            "SELECT drift FROM reconcile_runs WHERE sku = ? ORDER BY id DESC LIMIT 1",
+        )
+        .bind(sku)
+        .fetch_optional(&self.pool);
+        bounded(q).await
     }
 
-    fn command(&self) -> Command {
-        let mut cmd = Command::new("mariadb");
-        cmd.args([
-            "--batch",
-            "--skip-column-names",
-            "--connect-timeout=3",
-            "--protocol=TCP",
-        ])
-        .arg(format!("--host={}", self.host))
-        .arg(format!("--port={}", self.port))
-        .arg(format!("--user={}", self.user));
-        if let Some(p) = &self.password {
-            cmd.arg(format!("--password={p}"));
-        }
-        cmd.arg(&self.db);
-        cmd
+    /// Creates database `name` (made of `[a-z0-9_]` by the caller).
+    pub async fn create_database(&self, name: &str) -> Result<(), MysqlError> {
+        let sql = format!("CREATE DATABASE `{name}`");
+        bounded(sqlx::raw_sql(&sql).execute(&self.pool)).await?;
+        Ok(())
     }
+
+    /// Drops database `name` if it exists.
+    pub async fn drop_database(&self, name: &str) -> Result<(), MysqlError> {
+        let sql = format!("DROP DATABASE IF EXISTS `{name}`");
+        bounded(sqlx::raw_sql(&sql).execute(&self.pool)).await?;
+        Ok(())
+    }
+}
+
+async fn bounded<T>(
+    f: impl std::future::Future<Output = Result<T, sqlx::Error>>,
+) -> Result<T, MysqlError> {
+    tokio::time::timeout(QUERY_LIMIT, f)
+        .await
+        .map_err(|_| MysqlError::Timeout(QUERY_LIMIT))?
+        .map_err(MysqlError::from)
 }
 
 #[cfg(test)]
@@ -137,15 +113,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn parses_urls() {
-        let m = Mysql::parse("mysql://root:pw@127.0.0.1:3307/flashgate").unwrap();
-        assert_eq!(m.user, "root");
-        assert_eq!(m.password.as_deref(), Some("pw"));
-        assert_eq!(m.port, 3307);
-        assert_eq!(m.db, "flashgate");
-        let m = Mysql::parse("mysql://127.0.0.1/fg").unwrap();
-        assert_eq!((m.user.as_str(), m.port), ("root", 3306));
+    fn urls_for_a_database() {
+        assert_eq!(
+            Mysql::url_of("mysql://root:pw@127.0.0.1:3307", "fg_bench_1"),
+            "mysql://root:pw@127.0.0.1:3307/fg_bench_1"
+        );
+        assert_eq!(
+            Mysql::url_of("mysql://root@127.0.0.1:3306/other?x=1", "b"),
+            "mysql://root@127.0.0.1:3306/b"
+        );
+    }
+
+    #[tokio::test]
+    async fn bad_urls_are_refused_before_any_query() {
         assert!(Mysql::parse("postgres://x/y").is_err());
-        assert!(Mysql::parse("mysql://127.0.0.1").is_err());
     }
 }
