@@ -167,6 +167,18 @@ PYEOF
 }
 check "Rust version: Cargo.toml, the Dockerfile and every locked dependency agree" rust_version
 
+# Every declared dependency is used: a crate declared and never used still costs every build
+# its compile time and widens what must be audited. cargo-machete reads the sources (no
+# build); it is installed once from crates.io when missing.
+unused_dependencies() {
+  command -v cargo >/dev/null || { echo "cargo is not installed"; return 1; }
+  if ! command -v cargo-machete >/dev/null; then
+    cargo install cargo-machete --locked --quiet || return 1
+  fi
+  (cd "$ROOT" && cargo machete)
+}
+check "no unused dependency in any crate (cargo machete)" unused_dependencies
+
 # --- Prometheus ---------------------------------------------------------------------------
 
 check "promtool check config deploy/prometheus/prometheus.yml (local targets)" \

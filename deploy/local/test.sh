@@ -14,6 +14,8 @@ say "deploy checks (promtool, haproxy, compose, dashboard)"
 ./deploy/check.sh
 say "cargo fmt --check"
 cargo fmt --all -- --check
+say "cargo clippy -D warnings"
+cargo clippy --workspace --all-targets --locked -- -D warnings
 say "cargo test --workspace"
 # Cluster tests start several redis-server processes each; two test threads fit 2 cores.
 cargo test --workspace --locked -- --test-threads="${FG_TEST_THREADS:-2}"
