@@ -2,7 +2,6 @@
 //! token compared in constant time. Errors become responses in one place ([`respond`]):
 //! caller mistakes are 4xx and not logged as errors; internal details never leak.
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -60,8 +59,18 @@ fn text(status: StatusCode, body: String) -> Resp {
         .unwrap_or_default()
 }
 
+/// A rejection: `{"status": kind, "error": message}`, the shape the gateway answers with,
+/// so one client parser reads both.
 fn error(status: StatusCode, msg: &str) -> Resp {
-    json(status, &serde_json::json!({ "error": msg }))
+    let kind = match status {
+        StatusCode::BAD_REQUEST => "bad_request",
+        StatusCode::UNAUTHORIZED => "unauthorized",
+        StatusCode::NOT_FOUND => "not_found",
+        StatusCode::PAYLOAD_TOO_LARGE => "too_large",
+        StatusCode::SERVICE_UNAVAILABLE => "unavailable",
+        _ => "internal",
+    };
+    json(status, &serde_json::json!({ "status": kind, "error": msg }))
 }
 
 /// Maps a result to a response; the one place errors are classified.
@@ -191,38 +200,22 @@ impl Admin {
     }
 }
 
-/// Serves the admin API on `listener` until `shutdown`.
-pub async fn serve(admin: Admin, listener: TcpListener, mut shutdown: watch::Receiver<bool>) {
-    let admin = Arc::new(admin);
-    // Admin traffic is light; the cap keeps a flood from taking the process down.
-    let permits = Arc::new(tokio::sync::Semaphore::new(64));
-    loop {
-        let (stream, _peer): (_, SocketAddr) = tokio::select! {
-            r = listener.accept() => match r {
-                Ok(x) => x,
-                Err(e) => {
-                    tracing::warn!(error = %e, "admin accept failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
-            _ = crate::signal::stopped(&mut shutdown) => break,
-        };
-        let Ok(permit) = permits.clone().try_acquire_owned() else {
-            continue;
-        };
-        let admin = admin.clone();
-        tokio::spawn(async move {
-            let svc = hyper::service::service_fn(move |req| {
-                let admin = admin.clone();
-                async move { Ok::<_, Infallible>(admin.handle(req).await) }
-            });
-            let conn = hyper::server::conn::http1::Builder::new()
-                .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(HEADER_TIMEOUT)
-                .serve_connection(hyper_util::rt::TokioIo::new(stream), svc);
-            let _ = tokio::time::timeout(Duration::from_secs(60), conn).await;
-            drop(permit);
-        });
-    }
+/// How long a stop waits for admin requests in progress (a rebuild answers when done).
+const ADMIN_GRACE: Duration = Duration::from_secs(10);
+
+/// Serves the admin API on `listener` until `shutdown`, then drains. Admin traffic is
+/// light: past 64 open connections new ones wait in the kernel backlog.
+pub async fn serve(admin: Admin, listener: TcpListener, shutdown: watch::Receiver<bool>) {
+    let opts = plumbing::ServeOpts {
+        header_timeout: HEADER_TIMEOUT,
+        ..plumbing::ServeOpts::internal(ADMIN_GRACE)
+    };
+    plumbing::serve(
+        listener,
+        Arc::new(admin),
+        |admin: Arc<Admin>, _peer: SocketAddr, req| async move { admin.handle(req).await },
+        opts,
+        shutdown,
+    )
+    .await;
 }

@@ -22,7 +22,6 @@
 //! - [`service`]: wires the tasks together with one shutdown signal.
 
 pub mod admin;
-pub mod backoff;
 pub mod campaign;
 pub mod cli;
 pub mod clock;
@@ -45,12 +44,14 @@ pub mod release;
 pub mod replica;
 pub mod series;
 pub mod service;
-pub mod signal;
 pub mod startup;
 pub mod stream;
 pub mod times;
 pub mod wave;
 pub mod writer;
+
+// The consumer's modules name the shared plumbing by these paths.
+pub use plumbing::{backoff, shutdown as signal};
 
 pub use config::Config;
 pub use error::ConsumerError;

@@ -49,7 +49,7 @@ async fn real_main(cli: Cli) -> anyhow::Result<()> {
         };
         let (stop, rx) = consumer::signal::channel();
         tokio::spawn(async move {
-            wait_for_signal().await;
+            plumbing::shutdown::terminated().await;
             let _ = stop.send(true);
         });
         service::run(cfg, listener, rx).await?;
@@ -161,20 +161,4 @@ async fn real_main(cli: Cli) -> anyhow::Result<()> {
     };
     println!("{}", serde_json::to_string_pretty(&out)?);
     Ok(())
-}
-
-/// SIGTERM or Ctrl-C.
-async fn wait_for_signal() {
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    tokio::select! {
-        _ = term => {}
-        _ = tokio::signal::ctrl_c() => {}
-    }
 }

@@ -61,9 +61,12 @@ async fn admin_api_needs_the_token_and_manages_campaigns() {
         now - 1000,
         now + 60_000
     );
-    assert_eq!(
-        http(addr, "PUT", "/v1/campaigns", None, &campaign).await.0,
-        401
+    let (st, body) = http(addr, "PUT", "/v1/campaigns", None, &campaign).await;
+    assert_eq!(st, 401);
+    // Rejections carry the same shape as the gateway's: a status word and a message.
+    assert!(
+        body.contains(r#""status":"unauthorized""#) && body.contains(r#""error":"#),
+        "{body}"
     );
     assert_eq!(
         http(
@@ -107,12 +110,9 @@ async fn admin_api_needs_the_token_and_manages_campaigns() {
             .0,
         400
     );
-    assert_eq!(
-        http(addr, "GET", "/v1/campaigns/556", Some(TOKEN), "")
-            .await
-            .0,
-        404
-    );
+    let (st, body) = http(addr, "GET", "/v1/campaigns/556", Some(TOKEN), "").await;
+    assert_eq!(st, 404);
+    assert!(body.contains(r#""status":"not_found""#), "{body}");
     assert_eq!(
         http(addr, "POST", "/v1/claims/0-1-1/cancel", Some(TOKEN), "")
             .await

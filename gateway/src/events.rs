@@ -69,7 +69,7 @@ pub(crate) async fn subscribe(
     let Some(client) = link.wait_client(&mut shutdown).await else {
         return;
     };
-    let mut backoff = BACKOFF_MIN;
+    let mut backoff = plumbing::Backoff::new(BACKOFF_MIN, BACKOFF_MAX);
     let mut attempt: usize = 0;
     let mut connected_before = false;
     while !*shutdown.borrow() {
@@ -79,11 +79,9 @@ pub(crate) async fn subscribe(
             Ok(ps) => ps.split(),
             Err(e) => {
                 tracing::warn!(node = %node, error = %e, "pubsub connect failed");
-                tokio::select! {
-                    _ = tokio::time::sleep(backoff) => {}
-                    _ = crate::stopped(&mut shutdown) => return,
+                if !backoff.sleep(&mut shutdown).await {
+                    return;
                 }
-                backoff = (backoff * 2).min(BACKOFF_MAX);
                 continue;
             }
         };
@@ -91,7 +89,7 @@ pub(crate) async fn subscribe(
             metrics::counter!(PUBSUB_RECONNECTS).increment(1);
         }
         connected_before = true;
-        backoff = BACKOFF_MIN;
+        backoff.reset();
         cache.resync(&client).await;
         tracing::info!(node = %node, "pubsub subscribed; cache resynced");
 

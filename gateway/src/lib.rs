@@ -2,7 +2,8 @@
 //!
 //! Layout:
 //! - [`config`]: flags / `FLASHGATE_*` variables and their validation.
-//! - `server.rs`: accept loops, connection cap, header timeout, graceful drain.
+//! - accept loops, connection cap, header timeout and graceful drain come from the shared
+//!   `plumbing` crate (`plumbing/src/serve.rs`).
 //! - `api.rs` + `api/`: routing and one file per route (`claim`, `sku`, `probes`), request
 //!   parsing (`input`) and every response shape (`reply`).
 //! - `admission.rs`: in-flight cap and per-user rate limit; `limiter.rs`: the per-client
@@ -33,7 +34,6 @@ mod limiter;
 mod link;
 mod live;
 pub mod metrics;
-mod server;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -48,7 +48,7 @@ use crate::config::ms;
 use crate::identity::Identity;
 use crate::limiter::ClientLimiter;
 use crate::link::Link;
-use crate::server::ServeOpts;
+use plumbing::ServeOpts;
 
 pub use api::input::{parse_claim, Rejection};
 pub use config::{Config, ConfigError};
@@ -132,7 +132,7 @@ pub async fn run(
     let (stop_tx, stop_rx) = watch::channel(false);
     let grace = ms(cfg.shutdown_grace_ms);
     let (write_timeout, max_age) = (ms(cfg.write_timeout_ms), ms(cfg.max_connection_age_ms));
-    let api = tokio::spawn(server::serve(
+    let api = tokio::spawn(plumbing::serve(
         listeners.api,
         app.clone(),
         api::api,
@@ -143,10 +143,11 @@ pub async fn run(
             write_timeout,
             max_age,
             grace,
+            connections_gauge: Some(metrics::CONNECTIONS),
         },
         stop_rx.clone(),
     ));
-    let admin = tokio::spawn(server::serve(
+    let admin = tokio::spawn(plumbing::serve(
         listeners.admin,
         app,
         api::admin,
@@ -157,6 +158,7 @@ pub async fn run(
             write_timeout,
             max_age,
             grace,
+            connections_gauge: Some(metrics::CONNECTIONS),
         },
         stop_rx,
     ));
@@ -194,9 +196,5 @@ fn read_key_file(path: &std::path::Path) -> Result<Vec<u8>, ConfigError> {
     Ok(bytes)
 }
 
-/// Resolves once a shutdown watch turns true (or its sender is gone). Every background
-/// loop selects on it.
-pub(crate) async fn stopped(rx: &mut watch::Receiver<bool>) {
-    // The guard `wait_for` returns is not Send; drop it here, not across the caller's await.
-    let _ = rx.wait_for(|s| *s).await.map(|_| ());
-}
+/// Every background loop selects on the shared stop signal.
+pub(crate) use plumbing::stopped;

@@ -66,22 +66,11 @@ async fn serve(cfg: Config) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot bind --admin-listen {}", cfg.admin_listen))?;
     tracing::info!(api = %cfg.listen, admin = %cfg.admin_listen, "listening");
-    gateway::run(cfg, Listeners { api, admin }, signal()).await?;
+    gateway::run(
+        cfg,
+        Listeners { api, admin },
+        plumbing::shutdown::terminated(),
+    )
+    .await?;
     Ok(())
-}
-
-/// Resolves on the first SIGTERM or SIGINT.
-async fn signal() {
-    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot watch SIGTERM; only SIGINT stops the gateway");
-            let _ = tokio::signal::ctrl_c().await;
-            return;
-        }
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
-    }
 }

@@ -37,7 +37,7 @@ impl Backoff {
         let d = self.step();
         tokio::select! {
             _ = tokio::time::sleep(d) => true,
-            _ = crate::signal::stopped(shutdown) => false,
+            _ = crate::shutdown::stopped(shutdown) => false,
         }
     }
 }

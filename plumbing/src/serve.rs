@@ -27,33 +27,56 @@ use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
 use tokio_io_timeout::TimeoutStream;
 
-use crate::api::reply::Body;
-use crate::app::App;
-use crate::metrics::CONNECTIONS;
+use crate::shutdown::stopped;
 
 /// Settings of one listener.
-pub(crate) struct ServeOpts {
-    pub(crate) max_connections: usize,
-    pub(crate) header_timeout: Duration,
+#[derive(Debug, Clone)]
+pub struct ServeOpts {
+    /// Open connections at most; past it, new ones wait in the kernel backlog.
+    pub max_connections: usize,
+    pub header_timeout: Duration,
     /// Read buffer cap, which is the cap on a request head (431 past it).
-    pub(crate) max_header_bytes: usize,
+    pub max_header_bytes: usize,
     /// A write to the client that makes no progress this long closes the connection.
-    pub(crate) write_timeout: Duration,
+    pub write_timeout: Duration,
     /// A connection this old finishes its current request and closes.
-    pub(crate) max_age: Duration,
-    pub(crate) grace: Duration,
+    pub max_age: Duration,
+    /// How long a stop waits for requests in progress before aborting them.
+    pub grace: Duration,
+    /// Gauge of open connections, when the process exports one.
+    pub connections_gauge: Option<&'static str>,
 }
 
-/// Serves `listener` with `handler` until `stop` turns true, then drains.
-pub(crate) async fn serve<H, F>(
+impl ServeOpts {
+    /// Bounds for a light internal listener (metrics, probes, an admin API).
+    pub fn internal(grace: Duration) -> Self {
+        Self {
+            max_connections: 64,
+            header_timeout: Duration::from_secs(5),
+            max_header_bytes: 16 * 1024,
+            write_timeout: Duration::from_secs(5),
+            max_age: Duration::from_secs(60),
+            grace,
+            connections_gauge: None,
+        }
+    }
+}
+
+/// Serves `listener` with `handler` (given `state` and the peer's address) until `stop`
+/// turns true, then drains.
+pub async fn serve<S, H, F, B>(
     listener: TcpListener,
-    app: Arc<App>,
+    state: S,
     handler: H,
     opts: ServeOpts,
     mut stop: watch::Receiver<bool>,
 ) where
-    H: Fn(Arc<App>, SocketAddr, Request<Incoming>) -> F + Copy + Send + Sync + 'static,
-    F: Future<Output = Response<Body>> + Send + 'static,
+    S: Clone + Send + Sync + 'static,
+    H: Fn(S, SocketAddr, Request<Incoming>) -> F + Copy + Send + Sync + 'static,
+    F: Future<Output = Response<B>> + Send + 'static,
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let slots = Arc::new(Semaphore::new(opts.max_connections));
     let mut conns = JoinSet::new();
@@ -69,13 +92,13 @@ pub(crate) async fn serve<H, F>(
                 Ok(s) => s,
                 Err(_) => break,
             },
-            _ = crate::stopped(&mut stop) => break,
+            _ = stopped(&mut stop) => break,
         };
         let accepted = tokio::select! {
             r = listener.accept() => r,
             // Reap finished connections while idle, so the set stays small.
             Some(_) = conns.join_next() => continue,
-            _ = crate::stopped(&mut stop) => break,
+            _ = stopped(&mut stop) => break,
         };
         let (stream, peer) = match accepted {
             Ok(accepted) => accepted,
@@ -89,20 +112,22 @@ pub(crate) async fn serve<H, F>(
         let _ = stream.set_nodelay(true);
         let mut stream = TimeoutStream::new(stream);
         stream.set_write_timeout(Some(opts.write_timeout));
-        let app = app.clone();
+        let state = state.clone();
         let service = service_fn(move |req| {
-            let app = app.clone();
-            async move { Ok::<_, Infallible>(handler(app, peer, req).await) }
+            let state = state.clone();
+            async move { Ok::<_, Infallible>(handler(state, peer, req).await) }
         });
         let conn = http.serve_connection(TokioIo::new(Box::pin(stream)), service);
-        let (mut stop, max_age) = (stop.clone(), opts.max_age);
+        let (mut stop, max_age, gauge) = (stop.clone(), opts.max_age, opts.connections_gauge);
         conns.spawn(async move {
-            metrics::gauge!(CONNECTIONS).increment(1.0);
+            if let Some(g) = gauge {
+                metrics::gauge!(g).increment(1.0);
+            }
             let mut conn = std::pin::pin!(conn);
             let ended = tokio::select! {
                 r = conn.as_mut() => Some(r),
                 _ = tokio::time::sleep(max_age) => None,
-                _ = crate::stopped(&mut stop) => None,
+                _ = stopped(&mut stop) => None,
             };
             // Too old, or the server stops: finish the request in progress (an idle
             // connection closes at once), then close.
@@ -116,7 +141,9 @@ pub(crate) async fn serve<H, F>(
             if let Err(e) = ended {
                 tracing::debug!(error = %e, "connection ended with an error");
             }
-            metrics::gauge!(CONNECTIONS).decrement(1.0);
+            if let Some(g) = gauge {
+                metrics::gauge!(g).decrement(1.0);
+            }
             drop(slot);
         });
     }
