@@ -156,7 +156,8 @@ async fn dead_letter(s: &Stack, id: &str) {
     let st = ShardStream::new(&s.client, shard.parse().unwrap(), &s.cfg.group);
     st.ensure_group(&s.client).await.unwrap();
     let mut conn = s.redis.connection();
-    let found: Vec<(String, Vec<(String, Vec<u8>)>)> = redis::cmd("XRANGE")
+    type Entry = (String, Vec<(String, Vec<u8>)>);
+    let found: Vec<Entry> = redis::cmd("XRANGE")
         .arg(&st.key)
         .arg(entry)
         .arg(entry)
