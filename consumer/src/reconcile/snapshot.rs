@@ -311,11 +311,17 @@ pub async fn take(
         }
         // A member neither the scan nor the ledger showed (a release that started after
         // the ledger read, or one the ledger does not know): scan again and retry.
+        tracing::debug!(
+            shard,
+            size = got.set_size,
+            known = released.len() + got.found.len(),
+            "release set moved under the snapshot's anchor; reading it again"
+        );
         scan_set(client, &set, page, &mut released).await?;
     }
     let a = a.ok_or_else(|| {
         ConsumerError::Invalid(format!(
-            "shard {shard}: the release set of sku {sku} kept changing under {ANCHOR_ATTEMPTS} snapshots; try again"
+            "shard {shard}: the release set of sku {sku} kept changing under {ANCHOR_ATTEMPTS} anchors; try again"
         ))
     })?;
     // Step 4: entries taken up to the cutoff, still in the claims stream or dead-lettered.
