@@ -23,13 +23,14 @@
 //!   then the run fails: it never guesses).
 //! - Stream entries, read after `T_s`: the claims stream up to the cutoff, then the whole
 //!   dead-letter stream (an entry there is its claim's original id, kept when `<=` the
-//!   cutoff). Entries are only appended and ids never reused, so one read in a page was in
-//!   the stream at `T_s`. One in the claims stream at `T_s` but gone when its page was read
-//!   was deleted after its commit (the consumer deletes only committed entries), or
-//!   dead-lettered, whose copy is appended before the claims entry is deleted and is read
-//!   later (the dead letters come second) unless redrive removed it, which it does only
-//!   once the claim is committed. So a claim taken before `T_s` is read in a page, or its
-//!   row is in `L1`, read after every page; or both.
+//!   cutoff). Entries are only appended and ids never reused, so the claim of one read in a
+//!   page was taken before `T_s` and was still in one of the two streams then (the copy to
+//!   the dead letters precedes the delete). One in the claims stream at `T_s` but gone when
+//!   its page was read was deleted after its commit (the consumer deletes only committed
+//!   entries), or dead-lettered, whose copy is appended before the claims entry is deleted
+//!   and is read later (the dead letters come second) unless redrive removed it, which it
+//!   does only once the claim is committed. So a claim taken before `T_s` is read in a
+//!   page, or its row is in `L1`, read after every page; or both.
 //!
 //! The ledger is read twice: `L0` (stock, applied waves, claims `released`) before every
 //! snapshot, `L1` (every claim row, every wave row) after. Rows are never deleted and a
