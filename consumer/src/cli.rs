@@ -84,7 +84,7 @@ pub enum Command {
     Wave(WaveArgs),
     /// Close a finished campaign: closing report, Redis keys removed, no more reconciling.
     Close { sku: u64 },
-    /// Replay the dead-letter streams into the ledger (idempotent; dead letters are kept).
+    /// Replay the dead-letter streams into the ledger and remove what it committed (idempotent).
     Redrive {
         /// Only these shards (repeatable); every shard when omitted.
         #[arg(long = "shard")]

@@ -12,16 +12,17 @@
 //! 4. the final reconciliation stored as `closing_report`, only if none is stored yet (a
 //!    retry after a crash in step 5 would measure a half-removed Redis);
 //! 5. the Redis keys removed: per shard the user counts, `useq`, holds, release sets, waves, fix
-//!    epoch, stored answers, and the slice last;
+//!    epoch, and the slice last. Stored answers of request ids (`{T}:req:…`) stay until their
+//!    own TTL (24 h from the claim): invariant `replay` (docs/DESIGN.md) promises a retried
+//!    success its first answer that long, and they expire without help;
 //! 6. `closed_ms` set; the per-SKU series forgotten. A claim released after that is
 //!    released in the ledger only (`release.rs`): there is no Redis stock left to return to.
 
 use std::time::Duration;
 
-use redis::Value;
 use serde::Serialize;
 use shard_router::keys::{self, ShardKeys};
-use shard_router::{RedisConn, ShardId, StockClient};
+use shard_router::StockClient;
 use sqlx::MySqlPool;
 
 use crate::db::bounded;
@@ -266,14 +267,12 @@ async fn fence(client: &StockClient, sku: u64, width: u16) -> Result<(), Consume
     Ok(())
 }
 
-/// Removes every Redis key of the campaign (idempotent).
+/// Removes every Redis key of the campaign but the stored answers, which expire by their
+/// TTL (idempotent).
 async fn remove_keys(client: &StockClient, sku: u64, width: u16) -> Result<(), ConsumerError> {
     drop_sku_meta(client, sku, "close sku meta").await?;
     for shard in client.placement().shards_of(sku, width) {
         let k = ShardKeys::new(client.placement(), shard, sku);
-        for key in stored_answers(client, shard, &k.request_pattern()).await? {
-            del(client, &key).await?;
-        }
         for key in [
             k.meta(),
             k.users(),
@@ -300,50 +299,4 @@ async fn del(client: &StockClient, key: &str) -> Result<(), ConsumerError> {
         )
         .await?;
     Ok(())
-}
-
-/// Keys matching `pattern` on the node that holds `shard` (SCAN runs per node; on a
-/// cluster it is routed to the shard's master by the tag's slot).
-async fn stored_answers(
-    client: &StockClient,
-    shard: ShardId,
-    pattern: &str,
-) -> Result<Vec<String>, ConsumerError> {
-    let mut out = Vec::new();
-    let mut cursor = 0u64;
-    loop {
-        let mut cmd = redis::cmd("SCAN");
-        cmd.arg(cursor)
-            .arg("MATCH")
-            .arg(pattern)
-            .arg("COUNT")
-            .arg(1000);
-        let v: Value = match client.conn() {
-            RedisConn::Single(mut c) => {
-                client
-                    .bounded("close scan", cmd.query_async(&mut c))
-                    .await?
-            }
-            RedisConn::Cluster(mut c) => {
-                use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
-                let slot = shard_router::placement::slot_of_tag(client.placement().tag(shard));
-                let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
-                    Route::new(slot, SlotAddr::Master),
-                ));
-                client
-                    .bounded("close scan", c.route_command(cmd, route))
-                    .await?
-            }
-        };
-        let (next, keys): (u64, Vec<String>) =
-            redis::from_redis_value(v).map_err(|source| shard_router::StockError::Redis {
-                op: "close scan",
-                source: source.into(),
-            })?;
-        out.extend(keys);
-        cursor = next;
-        if cursor == 0 {
-            return Ok(out);
-        }
-    }
 }

@@ -1,5 +1,5 @@
 //! Background loops of the campaign lifecycle: due stock waves, automatic close-out, and
-//! the Redis memory export. Each stops on the shutdown signal.
+//! the Redis memory and dead-letter exports. Each stops on the shutdown signal.
 
 use std::time::Duration;
 
@@ -8,11 +8,11 @@ use sqlx::MySqlPool;
 use tokio::sync::watch;
 
 use crate::config::Config;
-use crate::{closeout, memory, wave};
+use crate::{closeout, memory, redrive, wave};
 
 /// How often due waves are applied; also bounds how late a scheduled wave starts selling.
 pub const WAVE_INTERVAL: Duration = Duration::from_secs(1);
-/// How often Redis memory use is exported.
+/// How often Redis memory use and the dead-letter counts are exported.
 pub const MEMORY_INTERVAL: Duration = Duration::from_secs(10);
 
 /// A ticker that ends on shutdown: `next` is false once the signal came.
@@ -57,6 +57,9 @@ pub async fn memory_loop(client: StockClient, mut shutdown: watch::Receiver<bool
     while every.next().await {
         if let Err(e) = memory::export(&client).await {
             tracing::warn!(error = %e, "redis memory export failed");
+        }
+        if let Err(e) = redrive::export_lengths(&client).await {
+            tracing::warn!(error = %e, "dead-letter count export failed");
         }
     }
 }

@@ -16,6 +16,9 @@ pub const STREAM_PENDING: &str = "flashgate_consumer_stream_pending";
 pub const OLDEST_PENDING_SECONDS: &str = "flashgate_consumer_stream_oldest_pending_seconds";
 pub const RECOVERED: &str = "flashgate_consumer_recovered_total";
 pub const DEAD_LETTERED: &str = "flashgate_consumer_dead_lettered_total";
+/// Gauge `{shard}`: entries in the shard's dead-letter stream (never trimmed by the
+/// consumer: redrive removes what it committed, see `redrive.rs`).
+pub const DEAD_LETTERS: &str = "flashgate_consumer_dead_letters";
 pub const RELEASED: &str = "flashgate_consumer_released_total";
 pub const RECONCILE_DRIFT: &str = "flashgate_reconcile_drift";
 /// Gauge `{sku}`: shards whose slice is missing at the SKU's last reconciliation.
@@ -55,6 +58,7 @@ pub const DESCRIPTIONS: &[(&str, &str)] = &[
     (OLDEST_PENDING_SECONDS, "Age of a shard's oldest delivered but unacknowledged record, in seconds (0 when none)."),
     (RECOVERED, "Pending records taken over from idle consumers (XAUTOCLAIM)."),
     (DEAD_LETTERED, "Records moved to the dead-letter stream after too many deliveries."),
+    (DEAD_LETTERS, "Entries in a shard's dead-letter stream (XLEN): claims not in the ledger until `consumer redrive` commits and removes them."),
     (RELEASED, "Claims released by reason (payment timeout, cancelled): units back to Redis."),
     (RECONCILE_DRIFT, "Units by which a SKU's last reconciliation missed stock = slices + in-flight + active ledger units; 0 when it closes."),
     (RECONCILE_MISSING, "Shards whose stock slice was missing in Redis at the SKU's last reconciliation (claims there answer unknown_sku)."),

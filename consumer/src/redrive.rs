@@ -2,8 +2,12 @@
 //! dead letters after too many deliveries (or when they do not decode); once the cause is
 //! fixed, redrive writes every decodable one through the same idempotent batch write as
 //! the consumer (`ledger.rs`: claim id primary key, `INSERT IGNORE`), so running it twice,
-//! or on an entry the ledger already holds, adds nothing. The dead letters are kept (they
-//! are the audit trail); undecodable ones are counted and left for a person.
+//! or on an entry the ledger already holds, adds nothing. Once its batch is committed, each
+//! redriven letter is deleted (XDEL of those ids only: an entry that arrives meanwhile is
+//! never touched), so the stream keeps exactly what is not in the ledger; the audit trail
+//! is the `dead_letter` anomaly row written when the entry was moved. Undecodable letters
+//! are counted and left for a person. Their number per shard is the gauge
+//! `flashgate_consumer_dead_letters`, exported by [`export_lengths`].
 
 use serde::Serialize;
 use shard_router::{keys, ClaimRecord, ShardId, StockClient};
@@ -34,6 +38,8 @@ pub struct RedriveReport {
     pub duplicates: u64,
     /// Entries that are not claim records; left in place.
     pub undecodable: u64,
+    /// Letters removed from the stream because the ledger holds their claim now.
+    pub removed: u64,
 }
 
 /// Replays the dead letters of `shards` (every shard when empty).
@@ -68,10 +74,14 @@ pub async fn run(
                 start = format!("({}", last.id);
             }
             let mut records = Vec::with_capacity(n);
+            let mut committed = Vec::with_capacity(n);
             for entry in &page.ids {
                 report.entries += 1;
                 match decode_dead(shard, &entry.map) {
-                    Some(r) => records.push(r),
+                    Some(r) => {
+                        records.push(r);
+                        committed.push(entry.id.clone());
+                    }
                     None => {
                         report.undecodable += 1;
                         tracing::warn!(shard, dead = %entry.id, "dead letter is not a claim record; left in place");
@@ -85,6 +95,19 @@ pub async fn run(
                 // A collision is an acknowledged claim too: kept as its own row with a
                 // critical anomaly (`ledger.rs`), never given back.
                 report.duplicates += out.collisions.len() as u64;
+                // Every record of the batch is a ledger row now (inserted, already there,
+                // or a collision kept as its own row): its letter has no reason to stay.
+                let mut conn = client.conn();
+                let removed: u64 = client
+                    .bounded(
+                        "xdel redriven",
+                        redis::cmd("XDEL")
+                            .arg(&key)
+                            .arg(&committed)
+                            .query_async(&mut conn),
+                    )
+                    .await?;
+                report.removed += removed;
             }
             if n < PAGE {
                 break;
@@ -93,6 +116,22 @@ pub async fn run(
     }
     tracing::info!(?report, "redrive done");
     Ok(report)
+}
+
+/// Exports each shard's dead-letter count (XLEN) as `flashgate_consumer_dead_letters`.
+pub async fn export_lengths(client: &StockClient) -> Result<(), ConsumerError> {
+    for shard in 0..client.placement().shard_count() {
+        let key = keys::dead_letter_stream(client.placement(), shard);
+        let mut conn = client.conn();
+        let len: u64 = client
+            .bounded(
+                "xlen dead letters",
+                redis::cmd("XLEN").arg(&key).query_async(&mut conn),
+            )
+            .await?;
+        metrics::gauge!(crate::metrics::DEAD_LETTERS, "shard" => shard.to_string()).set(len as f64);
+    }
+    Ok(())
 }
 
 /// The claim record of a dead letter: its original fields under its original entry id

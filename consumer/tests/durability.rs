@@ -76,13 +76,44 @@ async fn redrive_twice_gives_one_row_each() {
         .await
         .expect("redrive");
     assert_eq!(
-        (first.inserted, first.already, first.undecodable),
-        (12, 0, 1)
+        (
+            first.inserted,
+            first.already,
+            first.undecodable,
+            first.removed
+        ),
+        (12, 0, 1, 12)
+    );
+    // The redriven letters are gone (the ledger holds them); the poison one stays, and
+    // the exported count says so.
+    let prom = consumer::metrics::install().expect("recorder");
+    consumer::redrive::export_lengths(&s.client)
+        .await
+        .expect("export");
+    let mut letters = 0;
+    for shard in 0..SHARDS {
+        let mut conn = s.client.conn();
+        let n: i64 = redis::cmd("XLEN")
+            .arg(keys::dead_letter_stream(s.client.placement(), shard))
+            .query_async(&mut conn)
+            .await
+            .expect("xlen");
+        letters += n;
+    }
+    assert_eq!(letters, 1);
+    let text = prom.render();
+    assert!(
+        text.contains("flashgate_consumer_dead_letters{shard=\"0\"} 1"),
+        "{text}"
     );
     let second = consumer::redrive::run(&s.pool, &s.client, &[], T)
         .await
         .expect("redrive again");
-    assert_eq!((second.inserted, second.already), (0, 12), "{second:?}");
+    assert_eq!(
+        (second.entries, second.inserted, second.undecodable),
+        (1, 0, 1),
+        "{second:?}"
+    );
     let rows = s
         .count("SELECT COUNT(*) FROM claims WHERE sku = 13001")
         .await;

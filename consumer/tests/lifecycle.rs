@@ -21,13 +21,15 @@ async fn slices_sum(s: &Stack, c: &Campaign) -> i64 {
         .sum()
 }
 
-/// Every Redis key that names the SKU (`…:<sku>` or `…:<sku>:…`), plus its metadata.
+/// Every Redis key that names the SKU (`…:<sku>` or `…:<sku>:…`), plus its metadata, but
+/// the stored answers of request ids (`…:req:<sku>:…`): close-out leaves those to their TTL.
 fn keys_of(s: &Stack, sku: u64) -> Vec<String> {
     let mut conn = s.redis.connection();
     let all: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut conn).unwrap();
     let mut out: Vec<String> = all
         .into_iter()
         .filter(|k| k.ends_with(&format!(":{sku}")) || k.contains(&format!(":{sku}:")))
+        .filter(|k| !k.contains(&format!(":req:{sku}:")))
         .collect();
     let member: bool = redis::cmd("SISMEMBER")
         .arg(shard_router::keys::SKU_SET)
@@ -153,7 +155,26 @@ async fn close_out_stores_the_report_cleans_redis_and_survives_a_crash() {
     let consumer = start_consumer(s.cfg.clone());
     let ids = claim_all(&s.client, &c, users("z", 5), 4).await;
     assert_eq!(ids.len(), 5);
-    wait_drained(&s, c.sku, 5, Duration::from_secs(20)).await;
+    // One claim under a request id (left unpaid): its stored answer must outlive close-out.
+    let retried = shard_router::ClaimRequest {
+        sku: c.sku,
+        user: "zr".into(),
+        qty: 1,
+        request_id: Some("again-1".into()),
+    };
+    let first = shard_router::protocol::claim(
+        &s.client,
+        &c.meta(),
+        &retried,
+        &shard_router::protocol::LocalEmptyShards::default(),
+        shard_router::now_ms(),
+    )
+    .await
+    .unwrap();
+    let shard_router::ClaimOutcome::Claimed { claim: answer, .. } = first else {
+        panic!("{first:?}")
+    };
+    wait_drained(&s, c.sku, 6, Duration::from_secs(20)).await;
     for id in &ids[..3] {
         consumer::release::confirm(&s.pool, id, T).await.unwrap();
     }
@@ -207,6 +228,21 @@ async fn close_out_stores_the_report_cleans_redis_and_survives_a_crash() {
     assert_eq!(done["closing_report"]["active_ledger"], 3, "{done}");
     assert!(done["closed_ms"].is_i64(), "{done}");
     assert_eq!(keys_of(&s, c.sku), Vec::<String>::new());
+    // The retried request still finds its first answer, kept until its own TTL.
+    let stored = s
+        .client
+        .stored_answer(c.sku, c.width, "zr", "again-1")
+        .await
+        .unwrap();
+    assert_eq!(
+        stored,
+        Some(shard_router::StoredAnswer::Claimed(answer.clone()))
+    );
+    let home = s.client.placement().home_shard(c.sku, c.width, "zr");
+    let key = shard_router::keys::ShardKeys::new(s.client.placement(), home, c.sku)
+        .request("zr", Some("again-1"));
+    let ttl: i64 = redis::cmd("TTL").arg(&key).query(&mut conn).unwrap();
+    assert!(ttl > 3600, "answer kept with its own TTL, {ttl} s");
     // Idempotent, and no more reconciling.
     closeout::close(&s.pool, &s.client, c.sku, shard_router::now_ms(), T)
         .await

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use consumer::reconcile::Report;
+use consumer::reconcile::{Options, Report};
 use consumer::{release, wave, Config};
 use shard_router::protocol::{self, LocalEmptyShards};
 use shard_router::{ClaimOutcome, ClaimRequest, StockClient};
@@ -42,6 +42,7 @@ async fn sale_with_reconciliations(
     client: &StockClient,
     pool: &MySqlPool,
     c: &consumer::campaign::Campaign,
+    page: usize,
 ) -> (Vec<Report>, Arc<Counts>) {
     let stop = Arc::new(AtomicBool::new(false));
     let counts = Arc::new(Counts::default());
@@ -159,13 +160,18 @@ async fn sale_with_reconciliations(
         reconcilers.spawn(async move {
             let mut out = Vec::new();
             for _ in 0..total / 2 + (total % 2) * (1 - r) {
-                let rep = consumer::reconcile::run(
+                let opts = Options {
+                    page,
+                    ..Default::default()
+                };
+                let rep = consumer::reconcile::run_with(
                     &pool,
                     &client,
                     &group,
                     sku,
                     shard_router::now_ms(),
                     T,
+                    opts,
                 )
                 .await
                 .expect("reconcile");
@@ -223,7 +229,14 @@ async fn drift_is_zero_in_every_reconciliation_under_load_on_single_redis() {
     // Small stock and a 1 s payment timeout: slices empty and refill all the time.
     let c = campaign(&s, 9101, 300, SHARDS, 4, 1).await;
     let consumer = start_consumer(s.cfg.clone());
-    let (reports, counts) = sale_with_reconciliations(&s.cfg, &s.client, &s.pool, &c).await;
+    let (reports, counts) = sale_with_reconciliations(
+        &s.cfg,
+        &s.client,
+        &s.pool,
+        &c,
+        consumer::reconcile::DEFAULT_PAGE,
+    )
+    .await;
     consumer.stop().await;
     check(&reports, &counts);
     assert!(counts.rerouted.load(Ordering::Relaxed) > 0, "{counts:?}");
@@ -236,7 +249,26 @@ async fn drift_is_zero_in_every_reconciliation_under_load_on_a_cluster() {
     let s = ClusterStack::start(0).await;
     let c = open_campaign(&s.pool, &s.client, 9102, 300, SHARDS, 4, 1).await;
     let consumer = start_consumer(s.cfg.clone());
-    let (reports, counts) = sale_with_reconciliations(&s.cfg, &s.client, &s.pool, &c).await;
+    let (reports, counts) = sale_with_reconciliations(
+        &s.cfg,
+        &s.client,
+        &s.pool,
+        &c,
+        consumer::reconcile::DEFAULT_PAGE,
+    )
+    .await;
+    consumer.stop().await;
+    check(&reports, &counts);
+}
+
+/// Pages of 8: every snapshot spans many Redis calls while claims, commits, releases,
+/// and waves move between them, and still closes exactly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drift_is_zero_under_load_when_every_snapshot_spans_many_pages() {
+    let s = Stack::start().await;
+    let c = campaign(&s, 9103, 300, SHARDS, 4, 1).await;
+    let consumer = start_consumer(s.cfg.clone());
+    let (reports, counts) = sale_with_reconciliations(&s.cfg, &s.client, &s.pool, &c, 8).await;
     consumer.stop().await;
     check(&reports, &counts);
 }

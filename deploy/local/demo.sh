@@ -2,7 +2,9 @@
 # The flashgate demo: installs what is missing, builds, starts the local stack (Redis,
 # MariaDB, consumer, two gateways behind haproxy when it is installed), runs a flash sale
 # (5 000 users for 100 units, 1% retried requests) with a progress bar, prints the report
-# with its invariants checked against Redis and the ledger, and stops the stack.
+# with its invariants checked against Redis and the ledger, then runs a campaign's whole
+# lifecycle (deploy/local/lifecycle.sh: sell-out, a wave reopens it, sell-out again,
+# close-out with no campaign key left and drift 0), and stops the stack.
 # Exits non-zero if an invariant fails.
 # Settings (environment): FG_PRESET (users-5k), FG_CLUSTER=1 for a 3-master Redis Cluster,
 #   FG_REPORT_DIR (target/demo-report), and those of up.sh.
@@ -33,6 +35,9 @@ status=0
   --mysql "$FLASHGATE_MYSQL_URL" \
   --consumer-bin "$FLASHGATE_BIN/consumer" \
   --out "$REPORT_DIR" || status=$?
+if [ $status -eq 0 ]; then
+  "$FG_ROOT/deploy/local/lifecycle.sh" || status=$?
+fi
 if [ $status -eq 0 ]; then
   say "demo passed: every invariant holds (reports in $REPORT_DIR)"
 else

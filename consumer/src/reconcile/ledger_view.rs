@@ -137,3 +137,31 @@ pub async fn after(pool: &MySqlPool, sku: u64, t: Duration) -> Result<After, Con
         waves: waves.into_iter().collect(),
     })
 }
+
+/// Claim ids of `shard` whose release started (`releasing`, or `released`), with `true` for
+/// `releasing`: the only claims a release can have added to the shard's release set (the
+/// ledger says `releasing` before the release script runs). Read between the release-set
+/// scan and the anchor of a snapshot (see `snapshot.rs`).
+pub async fn releases(
+    pool: &MySqlPool,
+    sku: u64,
+    shard: u16,
+    t: Duration,
+) -> Result<Vec<(String, bool)>, ConsumerError> {
+    let rows: Vec<(String, String)> = bounded(
+        "releases of a shard",
+        t,
+        sqlx::query_as(
+            "SELECT claim_id, CAST(status AS CHAR) FROM claims WHERE sku = ? AND shard = ? \
+             AND status IN ('releasing', 'released')",
+        )
+        .bind(sku)
+        .bind(shard)
+        .fetch_all(pool),
+    )
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(id, status)| (id, status == "releasing"))
+        .collect())
+}

@@ -6,26 +6,49 @@
 //! its record to that shard's stream in one script; its release SADDs the claim id to that
 //! shard's release set and gives the units back in one script; a wave adds to a slice and
 //! records its id in that shard's wave hash in one script. So each shard closes on its own,
-//! and one atomic read per shard (`lua/reconcile.lua`, at instant `T_s`) sees a state where
-//! it closes: slice, stream entries (claims and dead letters), release set, waves, and a
-//! cutoff id such that a claim was taken before `T_s` iff its entry id is `<=` the cutoff.
+//! at one instant `T_s`: the anchor (`lua/reconcile.lua`), one atomic step that reads the
+//! slice, waves, fix epoch, holds and a cutoff id such that a claim was taken before `T_s`
+//! iff its entry id is `<=` the cutoff. The rest of the shard is read in pages around it
+//! (`snapshot.rs`; no Redis call reads more than a page), and still stands for `T_s`:
+//! - The release set at `T_s`, exactly. While the campaign is live the set only grows (a
+//!   release SADDs; only close-out removes it, after its last measurement). So a member a
+//!   scan returned before the anchor was a member at `T_s`, and so is each id the anchor
+//!   finds among those it is asked about. The anchor also returns the set's size, and the
+//!   snapshot is kept only when it equals the number of members known: then none is
+//!   missing. The ids asked: a release marks its row `releasing` before its script runs, so
+//!   a member the scan missed is a row the ledger shows `releasing`/`released` when read
+//!   just before the anchor (members found then are taken, the rest asked, `releasing`
+//!   first), unless that release began after the read; then, or for a member the ledger
+//!   does not know, the sizes differ and the steps run again (a bounded number of times,
+//!   then the run fails: it never guesses).
+//! - Stream entries, read after `T_s`: the claims stream up to the cutoff, then the whole
+//!   dead-letter stream (an entry there is its claim's original id, kept when `<=` the
+//!   cutoff). Entries are only appended and ids never reused, so the claim of one read in a
+//!   page was taken before `T_s` and was still in one of the two streams then (the copy to
+//!   the dead letters precedes the delete). One in the claims stream at `T_s` but gone when
+//!   its page was read was deleted after its commit (the consumer deletes only committed
+//!   entries), or dead-lettered, whose copy is appended before the claims entry is deleted
+//!   and is read later (the dead letters come second) unless redrive removed it, which it
+//!   does only once the claim is committed. So a claim taken before `T_s` is read in a
+//!   page, or its row is in `L1`, read after every page; or both.
+//!
 //! The ledger is read twice: `L0` (stock, applied waves, claims `released`) before every
 //! snapshot, `L1` (every claim row, every wave row) after. Rows are never deleted and a
 //! status only moves forward (pending → confirmed → releasing → released). For a claim `c`
 //! taken on `s` before `T_s` (taken later: its units are still in `slice_s`, and it is
 //! skipped by the cutoff):
-//! - `c` in the stream at `T_s`: its units are out of the slice unless `c` is in the release
-//!   set (a duplicate whose units went back). Counted once, from the snapshot: as ledger if
-//!   `L1` has its row (committed after `T_s`), else as in flight. A commit between `T_s` and
-//!   `L1` therefore moves it from one term to the other but never counts it twice.
-//! - `c` not in the stream at `T_s`: it was deleted, which happens only after its commit,
-//!   so `L1` has its row. Its units are back in the slice iff `c` is in the release set at
-//!   `T_s`; the ledger status read later does not decide this, so a release between `T_s`
-//!   and `L1` is not counted twice. Two disagreements are real drift and named in the
-//!   details: in the release set while `L1` says pending/confirmed (the status can only have
-//!   been that at `T_s` too: Redis gave units back for a sold claim, +q), and `released` in
-//!   `L0` but not in the release set at `T_s` (the SADD precedes the ledger's `released`,
-//!   so it was due before `T_s`: Redis lost the release, −q).
+//! - `c` read in a page: its units are out of the slice at `T_s` unless `c` was in the
+//!   release set then (a duplicate whose units went back). Counted once, from the page: as
+//!   ledger if `L1` has its row, else as in flight. A commit between `T_s` and `L1`
+//!   therefore moves it from one term to the other but never counts it twice.
+//! - `c` not read in a page: committed (above), so `L1` has its row. Its units are back in
+//!   the slice iff `c` was in the release set at `T_s`; the ledger status read later does
+//!   not decide this, so a release between `T_s` and `L1` is not counted twice. Two
+//!   disagreements are real drift and named in the details: in the release set while `L1`
+//!   says pending/confirmed (the status can only have been that at `T_s` too: Redis gave
+//!   units back for a sold claim, +q), and `released` in `L0` but not in the release set at
+//!   `T_s` (the SADD precedes the ledger's `released`, so it was due before `T_s`: Redis
+//!   lost the release, −q).
 //! - Units released to `s`: its share of `L0`'s stock (applied waves included), plus the
 //!   waves in `s`'s wave hash at `T_s` not applied in `L0` (a wave being applied) whose row
 //!   `L1` holds (rows are written before any slice is touched; an unknown wave id is drift).
@@ -47,7 +70,7 @@ use shard_router::StockClient;
 use sqlx::MySqlPool;
 
 pub use account::{split, ShardFigures};
-pub use snapshot::MAX_SNAPSHOT;
+pub use snapshot::DEFAULT_PAGE;
 
 use crate::db::bounded;
 use crate::error::ConsumerError;
@@ -65,6 +88,9 @@ pub struct Options {
     pub remove_excess: bool,
     /// Runs kept per SKU; older ones are deleted after each run.
     pub keep_runs: u32,
+    /// Most stream entries, set members or ids one Redis call of a snapshot reads: what
+    /// bounds how long a reconciliation can block Redis (see `snapshot.rs`).
+    pub page: usize,
 }
 
 impl Default for Options {
@@ -72,6 +98,7 @@ impl Default for Options {
         Self {
             remove_excess: true,
             keep_runs: DEFAULT_KEEP_RUNS,
+            page: DEFAULT_PAGE,
         }
     }
 }
@@ -107,10 +134,21 @@ pub async fn measure(
     sku: u64,
     t: Duration,
 ) -> Result<(Report, Vec<ShardFigures>), ConsumerError> {
+    measure_paged(pool, client, sku, t, DEFAULT_PAGE).await
+}
+
+/// [`measure`] reading at most `page` items per Redis call.
+pub async fn measure_paged(
+    pool: &MySqlPool,
+    client: &StockClient,
+    sku: u64,
+    t: Duration,
+    page: usize,
+) -> Result<(Report, Vec<ShardFigures>), ConsumerError> {
     let before = ledger_view::before(pool, sku, t).await?;
     let mut snaps = Vec::new();
     for shard in client.placement().shards_of(sku, before.width) {
-        snaps.push(snapshot::take(client, sku, shard).await?);
+        snaps.push(snapshot::take(pool, client, sku, shard, page, t).await?);
     }
     let after = ledger_view::after(pool, sku, t).await?;
     let a = account::account(&before, &snaps, &after);
@@ -167,7 +205,7 @@ pub async fn run_with(
         .collect();
     let stale_holds =
         holds::resolve_stale_holds(pool, client, &streams, sku, &shards, now_ms, t).await?;
-    let (mut report, figures) = measure(pool, client, sku, t).await?;
+    let (mut report, figures) = measure_paged(pool, client, sku, t, opts.page).await?;
     // Close-out may have started meanwhile (another process): its missing slices are not
     // drift, and its series must not come back.
     if crate::closeout::is_closing(pool, sku, t).await? {

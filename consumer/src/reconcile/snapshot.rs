@@ -1,20 +1,33 @@
-//! One shard's part of a reconciliation, read by `lua/reconcile.lua` in one atomic step.
+//! One shard's part of a reconciliation, read in steps whose cost is bounded by a page, so
+//! no Redis call grows with the stream or the release set (why it is still exact: `mod.rs`):
+//! 1. the release set, scanned in pages (SSCAN);
+//! 2. the ledger's started releases of the shard, their membership checked in pages;
+//! 3. the anchor, `lua/reconcile.lua`, one atomic step at instant `T_s`: slice, cutoff, fix
+//!    epoch, waves, holds, the set's size and the membership of at most a page of the
+//!    releases still unseen; when the size says a member is still unknown, 1–3 again;
+//! 4. the claims stream up to the cutoff, then the whole dead-letter stream, in XRANGE pages.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::LazyLock;
+use std::time::Duration;
 
+use redis::streams::StreamRangeReply;
 use redis::{Script, Value};
 use shard_router::keys::{self, ShardKeys};
 use shard_router::{ShardId, StockClient, StockError};
+use sqlx::MySqlPool;
 
+use super::ledger_view;
 use crate::error::ConsumerError;
 
-static SNAPSHOT: LazyLock<Script> =
+static ANCHOR: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../../lua/reconcile.lua")));
 
-/// Most stream entries (and released ids) one snapshot reads. Above it the script refuses
-/// (it would block Redis for too long) and the run says so instead of guessing.
-pub const MAX_SNAPSHOT: usize = 200_000;
+/// Entries (or set members, or ids) one Redis call reads unless configured.
+pub const DEFAULT_PAGE: usize = 1000;
+/// Anchors tried before a snapshot gives up: one more is needed only when a release lands
+/// between the ledger read of step 2 and the anchor (a millisecond window).
+const ANCHOR_ATTEMPTS: usize = 10;
 
 /// A stream entry id `<ms>-<seq>`, ordered as Redis orders them.
 pub type EntryId = (u64, u64);
@@ -30,7 +43,7 @@ pub fn claim_entry(claim_id: &str) -> Option<(ShardId, EntryId)> {
     Some((shard.parse().ok()?, parse_entry_id(rest)?))
 }
 
-/// What one shard held at the instant of its snapshot.
+/// What one shard held at the instant `T_s` of its snapshot's anchor.
 #[derive(Debug, Clone, Default)]
 pub struct ShardSnap {
     pub shard: ShardId,
@@ -42,9 +55,10 @@ pub struct ShardSnap {
     /// rolled back to an older last id).
     pub cutoff: EntryId,
     pub epoch: i64,
-    /// claim id → units of this SKU's entries in the claims and dead-letter streams.
+    /// claim id → units of this SKU's entries taken up to the cutoff, read from the claims
+    /// stream and the dead-letter stream after `T_s` (`mod.rs` says why that is enough).
     pub entries: HashMap<String, i64>,
-    /// Claim ids whose units went back to this slice.
+    /// Claim ids whose units went back to this slice before `T_s` (exactly the set then).
     pub released: HashSet<String>,
     /// wave id → units this slice got from it.
     pub waves: HashMap<String, i64>,
@@ -94,56 +108,252 @@ fn pairs(v: &Value) -> Result<Vec<(String, i64)>, ConsumerError> {
         .collect()
 }
 
-/// Takes `shard`'s snapshot for `sku`.
-pub async fn take(
+fn field<'a>(map: &'a HashMap<String, Value>, name: &str) -> Option<&'a [u8]> {
+    match map.get(name)? {
+        Value::BulkString(b) => Some(b),
+        Value::SimpleString(s) => Some(s.as_bytes()),
+        _ => None,
+    }
+}
+
+/// Units of an entry if it is a record of `sku` (the fields `lua/claim.lua` writes).
+fn units_of(map: &HashMap<String, Value>, sku: &[u8]) -> Option<i64> {
+    if field(map, "sku")? != sku {
+        return None;
+    }
+    std::str::from_utf8(field(map, "qty")?).ok()?.parse().ok()
+}
+
+/// XRANGE of `key` from its first entry to `end`, a page per call, each entry given to `each`.
+async fn pages(
     client: &StockClient,
-    sku: u64,
-    shard: ShardId,
-) -> Result<ShardSnap, ConsumerError> {
-    let p = client.placement();
-    let k = ShardKeys::new(p, shard, sku);
-    let mut inv = SNAPSHOT.prepare_invoke();
+    key: &str,
+    end: &str,
+    page: usize,
+    mut each: impl FnMut(&str, &HashMap<String, Value>),
+) -> Result<(), ConsumerError> {
+    let mut start = "-".to_owned();
+    loop {
+        let mut conn = client.conn();
+        let r: StreamRangeReply = client
+            .bounded(
+                "reconcile xrange",
+                redis::cmd("XRANGE")
+                    .arg(key)
+                    .arg(&start)
+                    .arg(end)
+                    .arg("COUNT")
+                    .arg(page)
+                    .query_async(&mut conn),
+            )
+            .await?;
+        for e in &r.ids {
+            each(&e.id, &e.map);
+        }
+        match r.ids.last() {
+            Some(last) if r.ids.len() == page => start = format!("({}", last.id),
+            _ => return Ok(()),
+        }
+    }
+}
+
+/// Every member of the set `key`, scanned in pages of about `page`.
+async fn scan_set(
+    client: &StockClient,
+    key: &str,
+    page: usize,
+    into: &mut HashSet<String>,
+) -> Result<(), ConsumerError> {
+    let mut cursor = 0u64;
+    loop {
+        let mut conn = client.conn();
+        let (next, members): (u64, Vec<String>) = client
+            .bounded(
+                "reconcile sscan",
+                redis::cmd("SSCAN")
+                    .arg(key)
+                    .arg(cursor)
+                    .arg("COUNT")
+                    .arg(page)
+                    .query_async(&mut conn),
+            )
+            .await?;
+        into.extend(members);
+        if next == 0 {
+            return Ok(());
+        }
+        cursor = next;
+    }
+}
+
+/// Moves the ids of `ids` that are in the set `key` now into `members`, a page per call.
+async fn members_now(
+    client: &StockClient,
+    key: &str,
+    ids: &[String],
+    page: usize,
+    members: &mut HashSet<String>,
+) -> Result<(), ConsumerError> {
+    for chunk in ids.chunks(page) {
+        let mut conn = client.conn();
+        let is: Vec<bool> = client
+            .bounded(
+                "reconcile smismember",
+                redis::cmd("SMISMEMBER")
+                    .arg(key)
+                    .arg(chunk)
+                    .query_async(&mut conn),
+            )
+            .await?;
+        members.extend(
+            chunk
+                .iter()
+                .zip(is)
+                .filter(|(_, m)| *m)
+                .map(|(id, _)| id.clone()),
+        );
+    }
+    Ok(())
+}
+
+/// What the anchor read at `T_s`.
+struct Anchor {
+    slice: Option<i64>,
+    cutoff: EntryId,
+    epoch: i64,
+    found: Vec<String>,
+    set_size: usize,
+    waves: HashMap<String, i64>,
+    held: i64,
+}
+
+async fn anchor(
+    client: &StockClient,
+    k: &ShardKeys,
+    stream: &str,
+    ask: &[String],
+) -> Result<Anchor, ConsumerError> {
+    let mut inv = ANCHOR.prepare_invoke();
     inv.key(k.stock())
-        .key(keys::claims_stream(p, shard))
-        .key(keys::dead_letter_stream(p, shard))
+        .key(stream)
         .key(k.released_stock())
         .key(k.holds())
         .key(k.waves())
-        .key(k.fix_epoch())
-        .arg(sku)
-        .arg(MAX_SNAPSHOT);
+        .key(k.fix_epoch());
+    for id in ask {
+        inv.arg(id);
+    }
     let mut conn = client.conn();
     let v: Value = client
-        .bounded("reconcile snapshot", inv.invoke_async(&mut conn))
+        .bounded("reconcile anchor", inv.invoke_async(&mut conn))
         .await?;
     let r = list(&v)?;
-    let code = r.first().map(int).transpose()?.unwrap_or(0);
-    if code == 61 && r.len() == 3 {
-        return Err(ConsumerError::Invalid(format!(
-            "shard {shard}: the {} holds {} entries, more than one snapshot reads ({MAX_SNAPSHOT}); reconcile once the consumer caught up",
-            text(&r[1])?,
-            int(&r[2])?
-        )));
-    }
-    if code != 60 || r.len() != 11 {
+    if r.len() != 10 || int(&r[0])? != 60 {
         return Err(proto(format!("unexpected reply {v:?}")));
     }
     let now_ms = int(&r[3])? as u64;
-    let last = text(&r[4])?;
     let by_clock = (now_ms.saturating_sub(1), u64::MAX);
-    let cutoff = parse_entry_id(&last).map_or(by_clock, |l| l.max(by_clock));
-    let mut entries = HashMap::new();
-    for (id, qty) in pairs(&r[6])?.into_iter().chain(pairs(&r[7])?) {
-        entries.insert(format!("{shard}-{id}"), qty);
+    Ok(Anchor {
+        slice: (int(&r[1])? == 1).then_some(int(&r[2])?),
+        cutoff: parse_entry_id(&text(&r[4])?).map_or(by_clock, |l| l.max(by_clock)),
+        epoch: int(&r[5])?,
+        found: list(&r[6])?.iter().map(text).collect::<Result<_, _>>()?,
+        set_size: int(&r[7])? as usize,
+        waves: pairs(&r[8])?.into_iter().collect(),
+        held: int(&r[9])?,
+    })
+}
+
+/// Takes `shard`'s snapshot for `sku`, no Redis call reading more than `page` items.
+pub async fn take(
+    pool: &MySqlPool,
+    client: &StockClient,
+    sku: u64,
+    shard: ShardId,
+    page: usize,
+    t: Duration,
+) -> Result<ShardSnap, ConsumerError> {
+    let page = page.max(1);
+    let p = client.placement();
+    let k = ShardKeys::new(p, shard, sku);
+    let stream = keys::claims_stream(p, shard);
+    let set = k.released_stock();
+    // Steps 1–3: members seen before the anchor were members at it (the set only grows
+    // while the campaign is live); the anchor's size check proves nothing else was.
+    let mut released = HashSet::new();
+    scan_set(client, &set, page, &mut released).await?;
+    let mut a = None;
+    for _ in 0..ANCHOR_ATTEMPTS {
+        let started = ledger_view::releases(pool, sku, shard, t).await?;
+        let unseen: Vec<String> = started
+            .iter()
+            .filter(|(id, _)| !released.contains(id))
+            .map(|(id, _)| id.clone())
+            .collect();
+        members_now(client, &set, &unseen, page, &mut released).await?;
+        // Still unseen: releases not done yet (`releasing` first), or lost by Redis.
+        let mut ask: Vec<(&String, bool)> = started
+            .iter()
+            .filter(|(id, _)| !released.contains(id))
+            .map(|(id, releasing)| (id, *releasing))
+            .collect();
+        ask.sort_by_key(|(_, releasing)| !releasing);
+        let ask: Vec<String> = ask
+            .into_iter()
+            .take(page)
+            .map(|(id, _)| id.clone())
+            .collect();
+        let got = anchor(client, &k, &stream, &ask).await?;
+        if got.slice.is_none() || got.set_size == released.len() + got.found.len() {
+            released.extend(got.found.iter().cloned());
+            a = Some(got);
+            break;
+        }
+        // A member neither the scan nor the ledger showed (a release that started after
+        // the ledger read, or one the ledger does not know): scan again and retry.
+        tracing::debug!(
+            shard,
+            size = got.set_size,
+            known = released.len() + got.found.len(),
+            "release set moved under the snapshot's anchor; reading it again"
+        );
+        scan_set(client, &set, page, &mut released).await?;
     }
+    let a = a.ok_or_else(|| {
+        ConsumerError::Invalid(format!(
+            "shard {shard}: the release set of sku {sku} kept changing under {ANCHOR_ATTEMPTS} anchors; try again"
+        ))
+    })?;
+    // Step 4: entries taken up to the cutoff, still in the claims stream or dead-lettered.
+    let sku_text = sku.to_string();
+    let mut entries = HashMap::new();
+    let end = format!("{}-{}", a.cutoff.0, a.cutoff.1);
+    pages(client, &stream, &end, page, |id, map| {
+        if let Some(q) = units_of(map, sku_text.as_bytes()) {
+            entries.insert(format!("{shard}-{id}"), q);
+        }
+    })
+    .await?;
+    let dead = keys::dead_letter_stream(p, shard);
+    pages(client, &dead, "+", page, |_, map| {
+        let original = field(map, "dead_entry")
+            .and_then(|b| std::str::from_utf8(b).ok())
+            .and_then(|id| Some((id, parse_entry_id(id)?)));
+        if let (Some((id, at)), Some(q)) = (original, units_of(map, sku_text.as_bytes())) {
+            if at <= a.cutoff {
+                entries.insert(format!("{shard}-{id}"), q);
+            }
+        }
+    })
+    .await?;
     Ok(ShardSnap {
         shard,
-        slice: (int(&r[1])? == 1).then_some(int(&r[2])?),
-        cutoff,
-        epoch: int(&r[5])?,
+        slice: a.slice,
+        cutoff: a.cutoff,
+        epoch: a.epoch,
         entries,
-        released: list(&r[8])?.iter().map(text).collect::<Result<_, _>>()?,
-        waves: pairs(&r[9])?.into_iter().collect(),
-        held: int(&r[10])?,
+        released,
+        waves: a.waves,
+        held: a.held,
     })
 }
