@@ -66,6 +66,7 @@ async fn ledger(pool: &MySqlPool, sku: u64) -> HashMap<String, (ClaimRecord, Str
                 home,
                 request_id: None,
                 ts_ms: ts,
+                gen: 0,
             };
             (id, (r, status))
         })
