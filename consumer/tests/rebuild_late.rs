@@ -16,11 +16,15 @@ use shard_router::{ClaimOutcome, ClaimRecord, ClaimRequest};
 use sqlx::Connection;
 
 async fn claim(s: &Stack, c: &Campaign, user: &str) -> ClaimOutcome {
+    claim_rid(s, c, user, &format!("r-{user}")).await
+}
+
+async fn claim_rid(s: &Stack, c: &Campaign, user: &str, rid: &str) -> ClaimOutcome {
     let req = ClaimRequest {
         sku: c.sku,
         user: user.into(),
         qty: 1,
-        request_id: Some(format!("r-{user}")),
+        request_id: Some(rid.to_owned()),
     };
     protocol::claim(
         &s.client,
@@ -102,7 +106,20 @@ async fn a_batch_committed_after_the_rebuild_read_is_counted() {
         .await
         .unwrap();
     let consumer = start_consumer(s.cfg.clone());
-    wait_count(&s, &c, "alice", 1, Duration::from_secs(5)).await;
+    assert_eq!(
+        wait_count(&s, &c, "alice", 1, Duration::from_secs(5)).await,
+        1,
+        "alice's late claim counted in Redis"
+    );
+    // Her original request id replays her claim; a new one meets her limit.
+    let ClaimOutcome::Replay(first) = claim(&s, &c, "alice").await else {
+        panic!("no replay answer for alice's late claim")
+    };
+    assert_eq!(first.claim_id, held[0].claim_id);
+    assert_eq!(
+        claim_rid(&s, &c, "alice", "r-again").await,
+        ClaimOutcome::LimitReached { held: 1 }
+    );
 
     let mut sold = 0;
     for user in ["bob", "carol", "dave", "erin", "alice"] {
@@ -215,4 +232,78 @@ async fn the_next_rebuild_counts_a_late_claim_left_unapplied() {
         "taken once"
     );
     assert_eq!(s.client.user_count(c.sku, 1, "alice").await.unwrap(), 1);
+}
+
+/// A late second chance (units from another shard than the user's home) is counted on both
+/// shards, once; a late claim whose units were sold again meanwhile is an `oversold`
+/// anomaly and the slice stays at 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_second_chance_counts_on_both_shards_once() {
+    let s = Stack::start().await;
+    let c = campaign(&s, 12_004, 8, 2, 2, 3600).await;
+    let p = s.client.placement().clone();
+    let shards = p.shards_of(c.sku, c.width);
+    let record = |user: &str, n: u64| {
+        let home = p.home_shard(c.sku, c.width, user);
+        let other = *shards.iter().find(|&&x| x != home).unwrap();
+        let now = shard_router::now_ms();
+        ClaimRecord {
+            claim_id: format!("{other}-{now}-{n}"),
+            sku: c.sku,
+            user: user.into(),
+            qty: 1,
+            user_seq: 3,
+            shard: other,
+            home,
+            request_id: None,
+            ts_ms: now,
+            gen: 0,
+        }
+    };
+    let zoe = record("zoe", 0);
+    flushall(&s);
+    rebuild::rebuild(&s.pool, &s.client, c.sku, &opts())
+        .await
+        .unwrap();
+    let before = s.client.slices(c.sku, c.width).await.unwrap();
+    let out = consumer::ledger::write_batch(&s.pool, std::slice::from_ref(&zoe), T)
+        .await
+        .unwrap();
+    assert_eq!(out.late.len(), 1);
+    for _ in 0..2 {
+        assert_eq!(
+            late::apply(&s.pool, &s.client, &out.late, T).await.unwrap(),
+            0
+        );
+    }
+    let after = s.client.slices(c.sku, c.width).await.unwrap();
+    for ((shard, b), (_, a)) in before.iter().zip(&after) {
+        let taken = if *shard == zoe.shard { 1 } else { 0 };
+        assert_eq!(a.unwrap(), b.unwrap() - taken, "shard {shard}");
+    }
+    assert_eq!(s.client.user_count(c.sku, c.width, "zoe").await.unwrap(), 1);
+
+    // Sold out on yan's take shard before his late claim is counted.
+    let yan = record("yan", 1);
+    let stock_key = shard_router::keys::ShardKeys::new(&p, yan.shard, c.sku).stock();
+    let _: () = redis::cmd("SET")
+        .arg(&stock_key)
+        .arg(0)
+        .query(&mut s.redis.connection())
+        .unwrap();
+    let out = consumer::ledger::write_batch(&s.pool, std::slice::from_ref(&yan), T)
+        .await
+        .unwrap();
+    late::apply(&s.pool, &s.client, &out.late, T).await.unwrap();
+    let left: i64 = redis::cmd("GET")
+        .arg(&stock_key)
+        .query(&mut s.redis.connection())
+        .unwrap();
+    assert_eq!(left, 0, "never below 0");
+    assert_eq!(
+        s.count("SELECT COUNT(*) FROM anomalies WHERE kind = 'oversold'")
+            .await,
+        1
+    );
+    assert_eq!(s.client.user_count(c.sku, c.width, "yan").await.unwrap(), 1);
 }
