@@ -268,8 +268,10 @@ pub async fn rebuild(
     Ok(report)
 }
 
-/// True when the ledger holds any claim of `sku`: then a preheat must rebuild, not split
-/// the full stock again.
+/// True when the ledger holds any claim of `sku`, or a rebuild already ran: then a preheat
+/// must rebuild, not split the full stock again. (After a rebuild the shard metas carry its
+/// generation; a plain split would write metas without it, and every record claimed there
+/// would look older than the campaign's generation, i.e. late, while Redis counted it.)
 pub async fn ledger_has_claims(
     pool: &MySqlPool,
     sku: u64,
@@ -278,9 +280,13 @@ pub async fn ledger_has_claims(
     let any: Option<i64> = bounded(
         "any claim",
         t,
-        sqlx::query_scalar("SELECT 1 FROM claims WHERE sku = ? LIMIT 1")
-            .bind(sku)
-            .fetch_optional(pool),
+        sqlx::query_scalar(
+            "SELECT 1 FROM claims WHERE sku = ? \
+             UNION ALL SELECT 1 FROM campaigns WHERE sku = ? AND rebuild_gen > 0 LIMIT 1",
+        )
+        .bind(sku)
+        .bind(sku)
+        .fetch_optional(pool),
     )
     .await?;
     Ok(any.is_some())

@@ -307,3 +307,29 @@ async fn a_late_second_chance_counts_on_both_shards_once() {
     );
     assert_eq!(s.client.user_count(c.sku, c.width, "yan").await.unwrap(), 1);
 }
+
+/// Once a campaign was rebuilt (even with an empty ledger), a preheat after a loss
+/// rebuilds again instead of splitting the stock without a generation: records claimed
+/// afterwards carry the campaign's generation and are never taken for late ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_rebuild_a_preheat_keeps_the_generation() {
+    let s = Stack::start().await;
+    let c = campaign(&s, 12_005, 4, 1, 1, 3600).await;
+    rebuild::rebuild(&s.pool, &s.client, c.sku, &opts())
+        .await
+        .unwrap();
+    flushall(&s);
+    consumer::campaign::preheat(&s.pool, &s.client, c.sku, T)
+        .await
+        .unwrap();
+    assert!(matches!(
+        claim(&s, &c, "alice").await,
+        ClaimOutcome::Claimed { .. }
+    ));
+    let held = read_like_a_consumer(&s, &c).await;
+    assert_eq!(held[0].gen, 2);
+    let out = consumer::ledger::write_batch(&s.pool, &held, T)
+        .await
+        .unwrap();
+    assert!(out.late.is_empty());
+}
