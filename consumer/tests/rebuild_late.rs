@@ -181,6 +181,11 @@ async fn a_batch_racing_the_rebuild_read_is_counted_once() {
     let r = rebuild.await.unwrap().unwrap();
     let out = batch.await.unwrap().unwrap();
     // Counted by the rebuild (inserted before its read) or late (after it): never both.
+    eprintln!(
+        "rebuild counted {} unit(s), the batch found {} late",
+        r.active_units + r.in_flight_units,
+        out.late.len()
+    );
     let counted = r.active_units + out.late.len() as u64;
     assert_eq!(counted, 2, "rebuild {r:?}, late {:?}", out.late);
     late::apply(&s.pool, &s.client, &out.late, T).await.unwrap();
