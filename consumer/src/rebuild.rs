@@ -120,8 +120,8 @@ pub async fn rebuild(
 ) -> Result<Report, ConsumerError> {
     let t = opts.db_timeout;
     crate::closeout::refuse_if_closed(pool, sku, "rebuild", t).await?;
-    let width = campaign::get(pool, sku, t).await?.width;
-    let shards = client.placement().shards_of(sku, width);
+    let mut c = campaign::get(pool, sku, t).await?;
+    let shards = client.placement().shards_of(sku, c.width);
     let token = token();
 
     // Look first, so a rebuild in progress is not disturbed by fencing its finished shards.
@@ -152,20 +152,23 @@ pub async fn rebuild(
 
     let mut tx = bounded("begin", t, pool.begin()).await?;
     // Batches of this SKU wait from here to the commit (they take the row shared first).
-    let gen: Option<u64> = bounded(
+    // Everything below is read in this transaction, so the rebuild needs no second
+    // connection while batches wait on the row with theirs.
+    let locked: Option<(u64, u64)> = bounded(
         "lock campaign",
         t,
-        sqlx::query_scalar("SELECT rebuild_gen FROM campaigns WHERE sku = ? FOR UPDATE")
+        sqlx::query_as("SELECT rebuild_gen, stock FROM campaigns WHERE sku = ? FOR UPDATE")
             .bind(sku)
             .fetch_optional(&mut *tx),
     )
     .await?;
-    let gen = gen.ok_or_else(|| ConsumerError::NotFound(format!("campaign {sku}")))? + 1;
-    // Read after the lock: a stock wave takes the campaign row too, so the stock read here
-    // and the applied waves below belong together.
-    let c = campaign::get(pool, sku, t).await?;
+    let (gen, stock) = locked.ok_or_else(|| ConsumerError::NotFound(format!("campaign {sku}")))?;
+    let gen = gen + 1;
+    // A stock wave takes the campaign row too, so the stock read here and the applied
+    // waves below belong together.
+    c.stock = stock;
     let meta = c.meta();
-    let applied_waves = sources::applied_waves(pool, sku, t).await?;
+    let applied_waves = sources::applied_waves(&mut tx, sku, t).await?;
 
     let streams: Vec<ShardStream> = shards
         .iter()
@@ -175,7 +178,11 @@ pub async fn rebuild(
     let found = in_flight(client, &streams, sku).await?;
     let refs: Vec<&shard_router::ClaimRecord> = found.iter().collect();
     // In the ledger when this commits = counted by this rebuild (`rebuild/late.rs`).
-    let stored = ledger::store(&mut tx, &refs, None, t).await?;
+    let mut in_flight_units = 0;
+    // In batch-sized statements: after a consumer outage the streams can be long.
+    for chunk in refs.chunks(crate::config::MAX_BATCH_ROWS) {
+        in_flight_units += ledger::store(&mut tx, chunk, None, t).await?.inserted_units;
+    }
     bounded(
         "bump rebuild generation",
         t,
@@ -241,8 +248,8 @@ pub async fn rebuild(
         sku,
         stock: c.stock,
         slices: img.shards.iter().map(|s| (s.shard, s.slice)).collect(),
-        active_units: img.active_units.saturating_sub(stored.inserted_units),
-        in_flight_units: stored.inserted_units,
+        active_units: img.active_units.saturating_sub(in_flight_units),
+        in_flight_units,
         gen,
         late_counted,
         oversold: img.oversold,

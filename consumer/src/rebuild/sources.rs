@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use shard_router::{ClaimRecord, StockClient};
-use sqlx::{MySql, MySqlPool, Transaction};
+use sqlx::{MySql, Transaction};
 
 use super::image::{Known, Seen};
 use crate::db::bounded;
@@ -55,7 +55,7 @@ pub(crate) async fn in_flight(
 /// Stock waves already inside the campaign's stock: the only ids a rebuilt wave hash keeps,
 /// so a wave half applied before the rebuild is applied again in full by its retry.
 pub(super) async fn applied_waves(
-    pool: &MySqlPool,
+    tx: &mut Transaction<'_, MySql>,
     sku: u64,
     t: Duration,
 ) -> Result<Vec<String>, ConsumerError> {
@@ -66,7 +66,7 @@ pub(super) async fn applied_waves(
             "SELECT wave_id FROM campaign_waves WHERE sku = ? AND applied_ms IS NOT NULL",
         )
         .bind(sku)
-        .fetch_all(pool),
+        .fetch_all(&mut **tx),
     )
     .await
 }
