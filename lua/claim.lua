@@ -3,7 +3,7 @@
 -- One atomic step: window, replay, limit, stock, decrement, user count, XADD, PUBLISH.
 --
 -- KEYS[1] stock slice       {T}:stock:<sku>
--- KEYS[2] shard meta        {T}:meta:<sku>      hash: limit, start, end (ms)
+-- KEYS[2] shard meta        {T}:meta:<sku>      hash: limit, start, end (ms), gen (rebuild)
 -- KEYS[3] user counts       {T}:users:<sku>     hash: user -> units held (holds included)
 -- KEYS[4] user sequence     {T}:useq:<sku>      hash: user -> last user_seq
 -- KEYS[5] holds             {T}:holds:<sku>     hash: "user|seq" -> "qty|expires_ms|request_id"
@@ -28,7 +28,7 @@ if not qty or not now then
   return {15}
 end
 
-local meta = redis.call('HMGET', KEYS[2], 'limit', 'start', 'end')
+local meta = redis.call('HMGET', KEYS[2], 'limit', 'start', 'end', 'gen')
 local stock = redis.call('GET', KEYS[1])
 if not stock or not meta[1] then
   return {14}
@@ -84,7 +84,7 @@ end
 local remaining = redis.call('DECRBY', KEYS[1], ARGV[3])
 local id = redis.call('XADD', KEYS[6], '*',
   'sku', ARGV[1], 'user', user, 'qty', ARGV[3], 'seq', seq,
-  'shard', ARGV[6], 'home', ARGV[6], 'rid', rid, 'ts', ARGV[4])
+  'shard', ARGV[6], 'home', ARGV[6], 'rid', rid, 'ts', ARGV[4], 'gen', meta[4] or '0')
 local claim_id = ARGV[6] .. '-' .. id
 if remaining == 0 then
   redis.call('PUBLISH', ARGV[9], 'empty ' .. ARGV[1] .. ' ' .. ARGV[6])

@@ -14,6 +14,8 @@
 --                                               rebuild is stale (lua/reconcile_fix.lua)
 -- ARGV[1] token   ARGV[2] slice (>= 0)   ARGV[3] limit   ARGV[4] start_ms   ARGV[5] end_ms
 -- ARGV[6] sku   ARGV[7] this shard id   ARGV[8] events channel
+-- ARGV[9] rebuild generation (campaigns.rebuild_gen): claim.lua and take.lua copy it into
+--         each record, and lua/rebuild_late.lua counts a late claim only at its generation
 -- then four counted lists, each "<n>" followed by its items:
 --   users:    n × (user, units held in active claims homed here, highest user_seq)
 --   matched:  n × "user|seq" of holds whose claim the rebuild found (already counted)
@@ -27,7 +29,7 @@
 
 local slice = tonumber(ARGV[2])
 if not slice or slice < 0 or not tonumber(ARGV[3]) or not tonumber(ARGV[4])
-  or not tonumber(ARGV[5]) then
+  or not tonumber(ARGV[5]) or not tonumber(ARGV[9]) then
   return {15}
 end
 local held = redis.call('HGET', KEYS[2], 'rebuild')
@@ -35,7 +37,7 @@ if not held or string.match(held, '^([^|]+)|') ~= ARGV[1] then
   return {61}
 end
 
-local i = 9
+local i = 10
 local function count()
   local n = tonumber(ARGV[i])
   i = i + 1
@@ -100,7 +102,16 @@ end
 
 redis.call('INCR', KEYS[9])
 
-redis.call('HSET', KEYS[2], 'limit', ARGV[3], 'start', ARGV[4], 'end', ARGV[5], 'rebuilt', now)
+-- Late-claim marks of an older generation are meaningless now (rebuild_late.lua refuses
+-- every other generation), so they do not pile up in the meta.
+local fields = redis.call('HKEYS', KEYS[2])
+for _, f in ipairs(fields) do
+  if string.sub(f, 1, 5) == 'late:' then
+    redis.call('HDEL', KEYS[2], f)
+  end
+end
+redis.call('HSET', KEYS[2], 'limit', ARGV[3], 'start', ARGV[4], 'end', ARGV[5], 'rebuilt', now,
+  'gen', ARGV[9])
 redis.call('HDEL', KEYS[2], 'rebuild')
 redis.call('SET', KEYS[1], slice)
 if slice > 0 then

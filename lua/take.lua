@@ -3,7 +3,8 @@
 -- settled on the home shard under the hold.
 --
 -- KEYS[1] stock slice    {T}:stock:<sku>
--- KEYS[2] shard meta     {T}:meta:<sku>      (`rebuilt`: ms, Redis clock, of the last rebuild)
+-- KEYS[2] shard meta     {T}:meta:<sku>      (`rebuilt`: ms, Redis clock, of the last rebuild;
+--                                             `gen`: its generation, copied into the record)
 -- KEYS[3] claims stream  {T}:claims
 -- ARGV[1] sku   ARGV[2] user   ARGV[3] qty   ARGV[4] now_ms   ARGV[5] user_seq (from the hold)
 -- ARGV[6] home shard   ARGV[7] request id or ""   ARGV[8] this shard id   ARGV[9] events channel
@@ -28,7 +29,7 @@ local t = redis.call('TIME')
 if tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) > deadline then
   return {16}
 end
-local meta = redis.call('HMGET', KEYS[2], 'start', 'end', 'rebuilt')
+local meta = redis.call('HMGET', KEYS[2], 'start', 'end', 'rebuilt', 'gen')
 local stock = redis.call('GET', KEYS[1])
 if not stock or not meta[1] then
   return {14}
@@ -52,7 +53,7 @@ end
 local remaining = redis.call('DECRBY', KEYS[1], qty)
 local id = redis.call('XADD', KEYS[3], '*',
   'sku', ARGV[1], 'user', ARGV[2], 'qty', qty, 'seq', ARGV[5],
-  'shard', ARGV[8], 'home', ARGV[6], 'rid', ARGV[7], 'ts', ARGV[4])
+  'shard', ARGV[8], 'home', ARGV[6], 'rid', ARGV[7], 'ts', ARGV[4], 'gen', meta[4] or '0')
 if remaining == 0 then
   redis.call('PUBLISH', ARGV[9], 'empty ' .. ARGV[1] .. ' ' .. ARGV[8])
 end

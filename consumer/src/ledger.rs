@@ -3,8 +3,14 @@
 //! second claim id on one `(sku, user, user_seq)`, kept as its own row: see
 //! `migrations/0013_claim_collisions.sql`). Safe to run twice with the same entries
 //! (redelivery): rows that exist under the same claim id are recognised and change nothing.
+//!
+//! Each batch first takes a shared lock on the `campaigns` rows of its SKUs and reads their
+//! rebuild generation: a rebuild holds the row exclusively while it reads the ledger, so a
+//! batch commits either before that read (the rebuild sees it) or after the rebuild's
+//! commit, and then every record it inserts from before that rebuild is a late claim
+//! (`rebuild/late.rs`). Lock order everywhere: `campaigns`, then `sku_stock`.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -16,6 +22,7 @@ use sqlx::{MySql, MySqlPool, QueryBuilder, Transaction};
 use crate::config::CLAIM_COLUMNS;
 use crate::db::bounded;
 use crate::error::ConsumerError;
+use crate::rebuild::late::{self, LateClaim};
 
 /// What a committed batch did.
 #[derive(Debug, Default, Clone)]
@@ -28,6 +35,11 @@ pub struct BatchOutcome {
     /// `(sku, user, user_seq)`: both were acknowledged, so both rows are kept (and counted
     /// in `inserted`); each is a critical `collision` anomaly for an operator.
     pub collisions: Vec<ClaimRecord>,
+    /// Units of the rows inserted (collisions included).
+    pub inserted_units: u64,
+    /// Inserted records the last rebuild of their SKU did not count (older generation):
+    /// listed in `late_claims`, to be counted in Redis after the commit.
+    pub late: Vec<LateClaim>,
 }
 
 /// A process-unique, practically globally unique batch id: tells a batch which rows it
@@ -69,15 +81,40 @@ pub async fn write_refs(
     if records.is_empty() {
         return Ok(BatchOutcome::default());
     }
+    let mut tx = bounded("begin", timeout, pool.begin()).await?;
+    let skus: Vec<u64> = records
+        .iter()
+        .map(|r| r.sku)
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let gens = late::campaign_gens(&mut tx, &skus, timeout).await?;
+    let out = store(&mut tx, &records, Some(&gens), timeout).await?;
+    bounded("commit", timeout, tx.commit()).await?;
+    Ok(out)
+}
+
+/// Inserts `records` (distinct claim ids) and takes their units from `sku_stock`, inside
+/// `tx`: the one write of claims into the ledger, used by batches and by a rebuild for the
+/// claims it finds in flight. With `gens` (each SKU's rebuild generation, read under the
+/// campaign row lock), inserted records of an older generation are marked late.
+pub(crate) async fn store(
+    tx: &mut Transaction<'_, MySql>,
+    records: &[&ClaimRecord],
+    gens: Option<&HashMap<u64, u64>>,
+    timeout: Duration,
+) -> Result<BatchOutcome, ConsumerError> {
+    if records.is_empty() {
+        return Ok(BatchOutcome::default());
+    }
     debug_assert!(records.len() * CLAIM_COLUMNS <= 65_535);
     let batch_id = next_batch_id();
-    let mut tx = bounded("begin", timeout, pool.begin()).await?;
 
     let mut insert = QueryBuilder::<MySql>::new(
         "INSERT IGNORE INTO claims \
          (claim_id, sku, user_id, user_seq, qty, shard, home, request_id, claimed_ms, batch_id) ",
     );
-    insert.push_values(&records, |mut b, r| {
+    insert.push_values(records, |mut b, r| {
         b.push_bind(&r.claim_id)
             .push_bind(r.sku)
             .push_bind(&r.user)
@@ -89,21 +126,21 @@ pub async fn write_refs(
             .push_bind(r.ts_ms)
             .push_bind(batch_id);
     });
-    let affected = bounded("insert claims", timeout, insert.build().execute(&mut *tx))
+    let affected = bounded("insert claims", timeout, insert.build().execute(&mut **tx))
         .await?
         .rows_affected() as usize;
 
     let mut out = BatchOutcome::default();
     let mut inserted: Vec<&ClaimRecord> = if affected == records.len() {
-        records.clone()
+        records.to_vec()
     } else {
-        let ours = ids_where(&mut tx, &records, Some(batch_id), timeout).await?;
+        let ours = ids_where(tx, records, Some(batch_id), timeout).await?;
         let others: Vec<&ClaimRecord> = records
             .iter()
             .copied()
             .filter(|r| !ours.contains(&r.claim_id))
             .collect();
-        let existing = ids_where(&mut tx, &others, None, timeout).await?;
+        let existing = ids_where(tx, &others, None, timeout).await?;
         for r in others {
             if existing.contains(&r.claim_id) {
                 out.redelivered += 1;
@@ -120,7 +157,7 @@ pub async fn write_refs(
     // A collision is an acknowledged claim like any other: its own row, its own units.
     let mut stored = Vec::new();
     for c in std::mem::take(&mut out.collisions) {
-        if !insert_collision(&mut tx, &c, batch_id, timeout).await? {
+        if !insert_collision(tx, &c, batch_id, timeout).await? {
             // Another consumer stored this very claim id first: a redelivery after all.
             out.redelivered += 1;
             continue;
@@ -132,7 +169,7 @@ pub async fn write_refs(
         );
         tracing::error!(claim = %c.claim_id, sku = c.sku, user = %c.user, seq = c.user_seq, "claim collision: both claims kept");
         anomaly(
-            &mut *tx,
+            &mut **tx,
             "collision",
             &c.claim_id,
             Some(c.sku),
@@ -150,10 +187,23 @@ pub async fn write_refs(
     for r in &inserted {
         *per_sku.entry(r.sku).or_default() += u64::from(r.qty);
     }
-    for (sku, units) in per_sku {
-        take_stock(&mut tx, sku, units, batch_id, timeout).await?;
+    out.inserted_units = per_sku.values().sum();
+    if let Some(gens) = gens {
+        out.late = inserted
+            .iter()
+            .filter_map(|r| {
+                let gen = gens.get(&r.sku).copied().unwrap_or(0);
+                (r.gen < gen).then(|| LateClaim {
+                    record: (*r).clone(),
+                    gen,
+                })
+            })
+            .collect();
+        late::mark(tx, &out.late, timeout).await?;
     }
-    bounded("commit", timeout, tx.commit()).await?;
+    for (sku, units) in per_sku {
+        take_stock(tx, sku, units, batch_id, timeout).await?;
+    }
     Ok(out)
 }
 

@@ -10,22 +10,27 @@
 //!    and release_stock.lua on the shard answer "not preheated" and change nothing, and
 //!    preheat.lua refuses. A claim that ran before the fence left its record in the stream.
 //!    All shards are fenced before anything is read, so no second chance can take from a
-//!    shard whose records were already read.
+//!    shard whose records were already read. The lease is renewed while the rebuild runs
+//!    (`rebuild/lease.rs`).
 //! 2. **Quiesce** a moment, so a consumer that read entries just before a loss (they are
-//!    in its memory only) commits them to the ledger first.
-//! 3. **Read the streams, then the ledger.** The consumer commits an entry before it
-//!    deletes it, so an entry is in at least one of the two reads; claims are merged by
-//!    claim id (the ledger's status wins), so each is counted exactly once. Dead letters
-//!    are read too: they are acknowledged claims not yet in the ledger.
-//! 4. **Write** each shard in one atomic step (`lua/rebuild.lua`), which checks the token
-//!    first: a rebuild whose lease was taken over changes nothing and fails. Holds still
-//!    standing (a second chance in progress before the fence) count for their user unless
-//!    their claim was found. Replay answers are written before, while the fence is up. The
-//!    shard's wave hash keeps only the waves the ledger has applied (`wave.rs`): a wave
-//!    caught half way is applied again by its retry, since its units are not in the stock
-//!    the rebuild read. (A wave whose ledger step commits between that read and the write
-//!    leaves its units out of the slices: undersell, which reconciliation reports; never
-//!    oversell.)
+//!    in its memory only) usually commits them before the read below. Not needed for
+//!    correctness (step 3 and `rebuild/late.rs` count whatever commits later), but a claim
+//!    committed later is counted only from then on, so the pause keeps that window rare.
+//! 3. **Read under the campaign row, in one transaction:** `SELECT … FOR UPDATE` on the
+//!    campaign row (every batch takes it shared first, `ledger.rs`), then the streams and
+//!    dead letters; the claims found there are inserted into the ledger (`ledger::store`,
+//!    the batches' own insert), `campaigns.rebuild_gen` is bumped, waiting late claims are
+//!    marked counted, and the ledger is read by pages. A batch commits either before that
+//!    (its rows are read) or after the commit, and then the records it inserts carry an
+//!    older generation: late claims, counted in Redis after their commit
+//!    (`rebuild/late.rs`). The ledger's status wins for a claim found in both.
+//! 4. **Write** each shard in one atomic step (`lua/rebuild.lua`) with the new generation,
+//!    which checks the token first: a rebuild whose lease was taken over changes nothing
+//!    and fails. Holds still standing (a second chance in progress before the fence) count
+//!    for their user unless their claim was found. Replay answers are written before, while
+//!    the fence is up. The shard's wave hash keeps only the waves the ledger has applied
+//!    (`wave.rs`; a wave takes the campaign row too, so it is wholly before or after the
+//!    read). Then late claims that committed meanwhile are counted (`late::sweep`).
 //!
 //! A closed campaign (`closeout.rs`) is never brought back.
 //!
@@ -35,6 +40,9 @@
 //! every step is idempotent, so running it again is the repair.
 
 mod image;
+pub mod late;
+mod lease;
+mod sources;
 pub mod watch;
 
 use std::collections::HashMap;
@@ -42,29 +50,29 @@ use std::time::Duration;
 
 use serde::Serialize;
 use shard_router::rebuild::FenceOutcome;
-use shard_router::{ClaimRecord, StockClient};
+use shard_router::StockClient;
 use sqlx::MySqlPool;
 
 use crate::campaign;
 use crate::db::bounded;
 use crate::error::ConsumerError;
 use crate::ledger;
-use crate::stream::{self, ShardStream};
-use image::{Known, Seen};
-
-/// Entries per XRANGE page.
-const PAGE: usize = 1000;
+use crate::stream::ShardStream;
+use image::Known;
+pub(crate) use sources::in_flight;
 
 /// How a rebuild runs.
 #[derive(Debug, Clone)]
 pub struct Options {
     /// How long the fence holds a shard against other rebuilds; a crashed rebuild blocks
-    /// the next one this long.
+    /// the next one this long. Renewed every third of it while the rebuild runs.
     pub lease: Duration,
     /// Pause between fence and read (see step 2 above).
     pub quiesce: Duration,
-    /// Bound on each MySQL statement.
+    /// Bound on each MySQL statement (also on the wait for the campaign row).
     pub db_timeout: Duration,
+    /// Ledger rows per page of the read.
+    pub ledger_page: usize,
 }
 
 impl Options {
@@ -76,6 +84,7 @@ impl Options {
             lease: Self::DEFAULT_LEASE,
             quiesce: Self::DEFAULT_QUIESCE,
             db_timeout,
+            ledger_page: sources::LEDGER_PAGE,
         }
     }
 }
@@ -87,8 +96,14 @@ pub struct Report {
     pub stock: u64,
     /// Each shard's slice after the rebuild.
     pub slices: Vec<(u16, i64)>,
+    /// Units of active ledger claims the rebuild found (before it added the in-flight ones).
     pub active_units: u64,
+    /// Units of claims found only in the streams or dead letters (inserted by the rebuild).
     pub in_flight_units: u64,
+    /// The rebuild generation written to every shard.
+    pub gen: u64,
+    /// Late claims of earlier rebuilds the ledger read counted (marked applied).
+    pub late_counted: u64,
     /// Units taken beyond the stock before the rebuild (recorded as an anomaly).
     pub oversold: u64,
     pub users: usize,
@@ -105,8 +120,8 @@ pub async fn rebuild(
 ) -> Result<Report, ConsumerError> {
     let t = opts.db_timeout;
     crate::closeout::refuse_if_closed(pool, sku, "rebuild", t).await?;
-    let width = campaign::get(pool, sku, t).await?.width;
-    let shards = client.placement().shards_of(sku, width);
+    let mut c = campaign::get(pool, sku, t).await?;
+    let shards = client.placement().shards_of(sku, c.width);
     let token = token();
 
     // Look first, so a rebuild in progress is not disturbed by fencing its finished shards.
@@ -125,33 +140,61 @@ pub async fn rebuild(
             return Err(busy(sku, shard, &holder, expires_ms));
         }
     }
+    let _renewal = lease::Renewal::start(
+        client.clone(),
+        sku,
+        shards.clone(),
+        token.clone(),
+        opts.lease,
+    );
     tracing::info!(sku, %token, shards = shards.len(), "rebuild: shards fenced");
     tokio::time::sleep(opts.quiesce).await;
-    // Read under the fence: a stock wave (`wave.rs`) cannot touch a fenced slice, so the
-    // stock read here and the applied waves below belong together.
-    let c = campaign::get(pool, sku, t).await?;
+
+    let mut tx = bounded("begin", t, pool.begin()).await?;
+    // Batches of this SKU wait from here to the commit (they take the row shared first).
+    // Everything below is read in this transaction, so the rebuild needs no second
+    // connection while batches wait on the row with theirs.
+    let locked: Option<(u64, u64)> = bounded(
+        "lock campaign",
+        t,
+        sqlx::query_as("SELECT rebuild_gen, stock FROM campaigns WHERE sku = ? FOR UPDATE")
+            .bind(sku)
+            .fetch_optional(&mut *tx),
+    )
+    .await?;
+    let (gen, stock) = locked.ok_or_else(|| ConsumerError::NotFound(format!("campaign {sku}")))?;
+    let gen = gen + 1;
+    // A stock wave takes the campaign row too, so the stock read here and the applied
+    // waves below belong together.
+    c.stock = stock;
     let meta = c.meta();
-    let applied_waves = applied_waves(pool, sku, t).await?;
+    let applied_waves = sources::applied_waves(&mut tx, sku, t).await?;
 
     let streams: Vec<ShardStream> = shards
         .iter()
         // Only XRANGE is used: every entry counts, whichever group holds it.
         .map(|&s| ShardStream::new(client, s, ""))
         .collect();
-    let mut known: HashMap<String, Known> = HashMap::new();
-    for r in in_flight(client, &streams, sku).await? {
-        known.insert(
-            r.claim_id.clone(),
-            Known {
-                record: r,
-                seen: Seen::InFlight,
-            },
-        );
+    let found = in_flight(client, &streams, sku).await?;
+    let refs: Vec<&shard_router::ClaimRecord> = found.iter().collect();
+    // In the ledger when this commits = counted by this rebuild (`rebuild/late.rs`).
+    let mut in_flight_units = 0;
+    // In batch-sized statements: after a consumer outage the streams can be long.
+    for chunk in refs.chunks(crate::config::MAX_BATCH_ROWS) {
+        in_flight_units += ledger::store(&mut tx, chunk, None, t).await?.inserted_units;
     }
-    for k in ledger_claims(pool, sku, t).await? {
-        known.insert(k.record.claim_id.clone(), k);
-    }
-    let claims: Vec<Known> = known.into_values().collect();
+    bounded(
+        "bump rebuild generation",
+        t,
+        sqlx::query("UPDATE campaigns SET rebuild_gen = ? WHERE sku = ?")
+            .bind(gen)
+            .bind(sku)
+            .execute(&mut *tx),
+    )
+    .await?;
+    let late_counted = late::counted_by_rebuild(&mut tx, sku, shard_router::now_ms(), t).await?;
+    let claims: Vec<Known> =
+        sources::ledger_claims(&mut tx, sku, opts.ledger_page.max(1), t).await?;
 
     let mut holds = HashMap::new();
     for &shard in &shards {
@@ -163,6 +206,8 @@ pub async fn rebuild(
             .collect();
         holds.insert(shard, fields);
     }
+    bounded("commit", t, tx.commit()).await?;
+
     let shares: Vec<(u16, u64)> = shards.iter().copied().zip(meta.slices()).collect();
     let request_ttl = client.config().request_ttl.as_millis() as i64;
     let img = image::compute(
@@ -176,7 +221,7 @@ pub async fn rebuild(
     client.store_answers(sku, &img.answers).await?;
     for shard in &img.shards {
         if !client
-            .write_rebuild(&meta, &token, shard, &applied_waves)
+            .write_rebuild(&meta, &token, shard, &applied_waves, gen)
             .await?
         {
             return Err(ConsumerError::Invalid(format!(
@@ -187,13 +232,26 @@ pub async fn rebuild(
         }
     }
     client.write_sku_meta(&meta).await?;
+    drop(_renewal);
+    // Late claims that committed between this rebuild's commit and its write waited for
+    // the shards to carry this generation; count them now rather than at the next sweep.
+    let waiting = late::sweep(pool, client, Some(sku), t).await?;
+    if waiting > 0 {
+        tracing::warn!(
+            sku,
+            waiting,
+            "rebuild: late claims still waiting for their shards"
+        );
+    }
 
     let report = Report {
         sku,
         stock: c.stock,
         slices: img.shards.iter().map(|s| (s.shard, s.slice)).collect(),
-        active_units: img.active_units,
-        in_flight_units: img.in_flight_units,
+        active_units: img.active_units.saturating_sub(in_flight_units),
+        in_flight_units,
+        gen,
+        late_counted,
         oversold: img.oversold,
         users: img.shards.iter().map(|s| s.users.len()).sum(),
         released: img.shards.iter().map(|s| s.released_stock.len()).sum(),
@@ -217,8 +275,10 @@ pub async fn rebuild(
     Ok(report)
 }
 
-/// True when the ledger holds any claim of `sku`: then a preheat must rebuild, not split
-/// the full stock again.
+/// True when the ledger holds any claim of `sku`, or a rebuild already ran: then a preheat
+/// must rebuild, not split the full stock again. (After a rebuild the shard metas carry its
+/// generation; a plain split would write metas without it, and every record claimed there
+/// would look older than the campaign's generation, i.e. late, while Redis counted it.)
 pub async fn ledger_has_claims(
     pool: &MySqlPool,
     sku: u64,
@@ -227,9 +287,13 @@ pub async fn ledger_has_claims(
     let any: Option<i64> = bounded(
         "any claim",
         t,
-        sqlx::query_scalar("SELECT 1 FROM claims WHERE sku = ? LIMIT 1")
-            .bind(sku)
-            .fetch_optional(pool),
+        sqlx::query_scalar(
+            "SELECT 1 FROM claims WHERE sku = ? \
+             UNION ALL SELECT 1 FROM campaigns WHERE sku = ? AND rebuild_gen > 0 LIMIT 1",
+        )
+        .bind(sku)
+        .bind(sku)
+        .fetch_optional(pool),
     )
     .await?;
     Ok(any.is_some())
@@ -242,115 +306,9 @@ fn busy(sku: u64, shard: u16, holder: &str, expires_ms: i64) -> ConsumerError {
     ))
 }
 
-/// Stock waves already inside the campaign's stock: the only ids a rebuilt wave hash keeps,
-/// so a wave half applied before the rebuild is applied again in full by its retry.
-async fn applied_waves(
-    pool: &MySqlPool,
-    sku: u64,
-    t: Duration,
-) -> Result<Vec<String>, ConsumerError> {
-    bounded(
-        "applied waves",
-        t,
-        sqlx::query_scalar(
-            "SELECT wave_id FROM campaign_waves WHERE sku = ? AND applied_ms IS NOT NULL",
-        )
-        .bind(sku)
-        .fetch_all(pool),
-    )
-    .await
-}
-
 /// A token naming this rebuild (host, process, time), unique enough to tell two apart.
 fn token() -> String {
     let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "host".into());
     let host: String = host.chars().filter(|c| *c != '|').take(32).collect();
     format!("{host}-{}-{}", std::process::id(), shard_router::now_ms())
-}
-
-/// Claims of `sku` in the shard streams and their dead letters.
-async fn in_flight(
-    client: &StockClient,
-    streams: &[ShardStream],
-    sku: u64,
-) -> Result<Vec<ClaimRecord>, ConsumerError> {
-    let mut out = Vec::new();
-    for s in streams {
-        for entry in s.all_entries(client, PAGE).await? {
-            if let Ok(d) = stream::decode(s.shard, &entry) {
-                if d.record.sku == sku {
-                    out.push(d.record);
-                }
-            }
-        }
-        let mut dead = s.clone();
-        dead.key = s.dead_key.clone();
-        for entry in dead.all_entries(client, PAGE).await? {
-            // A dead letter carries its original entry id: that is the claim id.
-            let original = entry.get::<String>("dead_entry");
-            let Some(original) = original else { continue };
-            let mut e = entry.clone();
-            e.id = original;
-            if let Ok(d) = stream::decode(s.shard, &e) {
-                if d.record.sku == sku {
-                    out.push(d.record);
-                }
-            }
-        }
-    }
-    Ok(out)
-}
-
-type Row = (
-    String,
-    String,
-    u64,
-    u32,
-    u16,
-    u16,
-    Option<String>,
-    i64,
-    String,
-);
-
-/// Every ledger claim of `sku` with its standing.
-async fn ledger_claims(
-    pool: &MySqlPool,
-    sku: u64,
-    t: Duration,
-) -> Result<Vec<Known>, ConsumerError> {
-    let rows: Vec<Row> = bounded(
-        "rebuild claims",
-        t,
-        // user_id and request_id have a binary collation; sqlx decodes only text as String.
-        sqlx::query_as(
-            "SELECT claim_id, CAST(user_id AS CHAR), user_seq, qty, shard, home, \
-             CAST(request_id AS CHAR), claimed_ms, CAST(status AS CHAR) FROM claims WHERE sku = ?",
-        )
-        .bind(sku)
-        .fetch_all(pool),
-    )
-    .await?;
-    Ok(rows
-        .into_iter()
-        .map(
-            |(claim_id, user, user_seq, qty, shard, home, rid, ts, status)| Known {
-                record: ClaimRecord {
-                    claim_id,
-                    sku,
-                    user,
-                    qty,
-                    user_seq,
-                    shard,
-                    home,
-                    request_id: rid,
-                    ts_ms: ts,
-                },
-                seen: match status.as_str() {
-                    "pending" | "confirmed" => Seen::Active,
-                    _ => Seen::Released,
-                },
-            },
-        )
-        .collect())
 }

@@ -3,7 +3,9 @@
 //! then acknowledges and deletes the entries. No unit ever goes back from here: every
 //! record is an acknowledged claim (a collision is kept too, see `ledger.rs`).
 //! While MySQL is down it retries the same batch with exponential backoff: nothing is
-//! dropped, and the full channel stalls the readers.
+//! dropped, and the full channel stalls the readers. Late claims a batch found (committed
+//! after a rebuild that did not count them, `rebuild/late.rs`) are counted in Redis right
+//! after the commit; a sweep beside the loops repairs any that could not be.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,6 +21,7 @@ use crate::config::Config;
 use crate::inflight::InFlight;
 use crate::ledger::{self, BatchOutcome};
 use crate::metrics as m;
+use crate::rebuild::late;
 use crate::stream::{Delivered, ShardStream};
 
 /// What the writer needs; shared with nothing but the in-flight set and the health flag.
@@ -82,6 +85,13 @@ impl Writer {
             queue: VecDeque::new(),
             open: true,
         }));
+        let (stop_sweep, sweeping) = tokio::sync::watch::channel(false);
+        let sweep = tokio::spawn(late::sweep_loop(
+            me.pool.clone(),
+            me.client.clone(),
+            me.cfg.db_timeout,
+            sweeping,
+        ));
         let mut set = tokio::task::JoinSet::new();
         for _ in 0..loops {
             let me = me.clone();
@@ -101,6 +111,8 @@ impl Writer {
             });
         }
         while set.join_next().await.is_some() {}
+        let _ = stop_sweep.send(true);
+        let _ = sweep.await;
         tracing::debug!("writer drained");
     }
 
@@ -121,6 +133,8 @@ impl Writer {
                             total.inserted += o.inserted;
                             total.redelivered += o.redelivered;
                             total.collisions.extend(o.collisions);
+                            total.inserted_units += o.inserted_units;
+                            total.late.extend(o.late);
                         }
                         Err(e) => {
                             tracing::error!(claim = %d.record.claim_id, error = %e, "row refused by MySQL; left pending");
@@ -165,8 +179,17 @@ impl Writer {
         }
     }
 
-    /// After the commit: XACK + XDEL per shard.
+    /// After the commit: late claims counted in Redis, then XACK + XDEL per shard.
     async fn settle(&self, batch: Vec<Delivered>, outcome: BatchOutcome, started: Instant) {
+        if !outcome.late.is_empty() {
+            // First, so the rebuilt slices stop offering these units as soon as possible;
+            // a failure here is repaired by the sweep (`late_claims` has them).
+            if let Err(e) =
+                late::apply(&self.pool, &self.client, &outcome.late, self.cfg.db_timeout).await
+            {
+                tracing::warn!(late = outcome.late.len(), error = %e, "late claims not counted yet; the sweep retries");
+            }
+        }
         let commit_time = started.elapsed();
         let rows = batch.len();
         metrics::histogram!(m::COMMIT_SECONDS).record(started.elapsed().as_secs_f64());

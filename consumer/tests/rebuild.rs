@@ -232,7 +232,7 @@ async fn the_fence_holds_claims_preheat_and_other_rebuilds_off() {
     };
     assert!(!s
         .client
-        .write_rebuild(&c.meta(), "crashed", &stale, &[])
+        .write_rebuild(&c.meta(), "crashed", &stale, &[], 1)
         .await
         .unwrap());
     // With the fence gone, claims work again.

@@ -49,6 +49,7 @@ fn fill_backlog(s: &Stack, n: usize, round: usize) -> Vec<ClaimRecord> {
                 home,
                 request_id: Some(format!("req-{i}")),
                 ts_ms: shard_router::now_ms(),
+                gen: 0,
             }
         })
         .collect();

@@ -157,6 +157,7 @@ mod tests {
             home: 0,
             request_id: None,
             ts_ms: 0,
+            gen: 0,
         }
     }
 

@@ -1,5 +1,6 @@
-//! The Redis half of a rebuild from the ledger: the typed calls of `lua/rebuild_fence.lua`
-//! and `lua/rebuild.lua`, and the replay answers written while the fence is up. What to
+//! The Redis half of a rebuild from the ledger: the typed calls of `lua/rebuild_fence.lua`,
+//! `lua/rebuild_renew.lua`, `lua/rebuild.lua` and `lua/rebuild_late.lua`, and the replay
+//! answers written while the fence is up. What to
 //! write is computed by the consumer from the ledger (`consumer/src/rebuild.rs`); this file
 //! only knows the keys and the script codes.
 
@@ -10,6 +11,7 @@ use crate::error::StockError;
 use crate::keys;
 use crate::outcome::SkuMeta;
 use crate::placement::ShardId;
+use crate::record::ClaimRecord;
 use crate::scripts::{self, code};
 
 /// Outcome of putting up a rebuild fence on one shard.
@@ -35,6 +37,19 @@ pub struct ShardImage {
     pub released_stock: Vec<String>,
     /// Claim ids whose units are back in this home shard's user counts.
     pub released_user: Vec<String>,
+}
+
+/// What counting a late claim did on one shard (`lua/rebuild_late.lua`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LateOutcome {
+    /// Counted now; `short` units were missing from the slice (sold twice: an oversell).
+    Applied { short: u64 },
+    /// Counted before on this shard.
+    Already,
+    /// A newer rebuild counted it from the ledger: nothing to do.
+    Stale,
+    /// The shard is not (yet) written back by the rebuild the claim was judged against.
+    Wait,
 }
 
 /// A replay answer to store on a user's home shard.
@@ -106,6 +121,78 @@ impl StockClient {
         }
     }
 
+    /// Extends the lease of `token`'s fence on `shard` without touching the slice. False
+    /// when `token` no longer holds it (taken over, or already written back).
+    pub async fn renew_rebuild(
+        &self,
+        sku: u64,
+        shard: ShardId,
+        token: &str,
+        lease: Duration,
+    ) -> Result<bool, StockError> {
+        let mut inv = scripts::REBUILD_RENEW.prepare_invoke();
+        inv.key(self.keys(shard, sku).meta())
+            .arg(token)
+            .arg(lease.as_millis().max(1) as u64);
+        let r = self.run("rebuild renew", &inv).await?;
+        match r.code {
+            code::FENCED => Ok(true),
+            code::FENCE_LOST => Ok(false),
+            code::BAD_ARGUMENT => Err(StockError::InvalidArgument(
+                "rebuild renew: empty token, '|' in it, or no lease".into(),
+            )),
+            _ => Err(r.unexpected()),
+        }
+    }
+
+    /// Counts the late claim `record`, judged against rebuild generation `gen`, on `shard`:
+    /// its units off the slice when `shard` is the claim's shard, its user count, sequence
+    /// and replay answer when `shard` is its home.
+    pub async fn apply_late(
+        &self,
+        record: &ClaimRecord,
+        gen: u64,
+        shard: ShardId,
+    ) -> Result<LateOutcome, StockError> {
+        let k = self.keys(shard, record.sku);
+        let home = shard == record.home;
+        let rid = record.request_id.as_deref().filter(|_| home);
+        let mut inv = scripts::REBUILD_LATE.prepare_invoke();
+        inv.key(k.stock())
+            .key(k.meta())
+            .key(k.users())
+            .key(k.user_seq())
+            .key(k.holds())
+            .key(k.request(&record.user, rid))
+            .arg(&record.claim_id)
+            .arg(gen)
+            .arg(record.qty)
+            .arg(if shard == record.shard { "1" } else { "0" })
+            .arg(if home { record.user.as_str() } else { "" })
+            .arg(record.user_seq)
+            .arg(match rid {
+                Some(_) => format!("{}|{}|{}", record.claim_id, record.shard, record.qty),
+                None => String::new(),
+            })
+            .arg(self.config().request_ttl.as_secs().max(1))
+            .arg(keys::EVENTS_CHANNEL)
+            .arg(record.sku)
+            .arg(shard);
+        let r = self.run("rebuild late", &inv).await?;
+        match r.code {
+            code::LATE_APPLIED => Ok(LateOutcome::Applied {
+                short: r.int(0)?.max(0) as u64,
+            }),
+            code::LATE_ALREADY => Ok(LateOutcome::Already),
+            code::LATE_STALE => Ok(LateOutcome::Stale),
+            code::LATE_WAIT => Ok(LateOutcome::Wait),
+            code::BAD_ARGUMENT => Err(StockError::InvalidArgument(
+                "rebuild late: bad generation, qty or seq".into(),
+            )),
+            _ => Err(r.unexpected()),
+        }
+    }
+
     /// Stores replay answers (`claim_id|shard|qty`, as claim.lua and settle.lua write them)
     /// under their request ids. Run while the fence is up, so no claim reads them early.
     pub async fn store_answers(
@@ -140,13 +227,15 @@ impl StockClient {
 
     /// Writes `image` to its shard and lifts the fence of `token`, atomically. False when
     /// the fence was taken over by another rebuild (nothing was written). The shard's wave
-    /// hash is reset to `applied_waves` (the ledger's applied stock waves).
+    /// hash is reset to `applied_waves` (the ledger's applied stock waves); `gen` is the
+    /// rebuild generation the claim scripts copy into their records from then on.
     pub async fn write_rebuild(
         &self,
         meta: &SkuMeta,
         token: &str,
         image: &ShardImage,
         applied_waves: &[String],
+        gen: u64,
     ) -> Result<bool, StockError> {
         let k = self.keys(image.shard, meta.sku);
         let mut inv = scripts::REBUILD.prepare_invoke();
@@ -167,6 +256,7 @@ impl StockClient {
             .arg(meta.sku)
             .arg(image.shard)
             .arg(keys::EVENTS_CHANNEL)
+            .arg(gen)
             .arg(image.users.len());
         for (user, units, seq) in &image.users {
             inv.arg(user).arg(units).arg(seq);

@@ -22,6 +22,10 @@ pub struct ClaimRecord {
     pub request_id: Option<String>,
     /// Gateway clock at claim time, in ms since the epoch.
     pub ts_ms: i64,
+    /// Rebuild generation of the shard meta when the script ran (`gen`; absent = 0): a
+    /// record older than the campaign's last rebuild that reaches the ledger only after
+    /// it was not counted by that rebuild (see `consumer/src/rebuild/late.rs`).
+    pub gen: u64,
 }
 
 /// A stream entry that is not a valid claim record (a poison entry).
@@ -33,9 +37,11 @@ pub struct RecordError {
 }
 
 impl ClaimRecord {
-    /// Field names in the order the scripts write them.
-    pub const FIELDS: [&'static str; 8] =
-        ["sku", "user", "qty", "seq", "shard", "home", "rid", "ts"];
+    /// Field names in the order the scripts write them; `gen` is optional (records
+    /// written before it existed decode as generation 0).
+    pub const FIELDS: [&'static str; 9] = [
+        "sku", "user", "qty", "seq", "shard", "home", "rid", "ts", "gen",
+    ];
 
     /// Decodes a stream entry. `fields` are the entry's name/value pairs in any order.
     pub fn decode<'a>(
@@ -46,7 +52,7 @@ impl ClaimRecord {
             entry_id: entry_id.to_owned(),
             reason,
         };
-        let mut vals: [Option<&str>; 8] = [None; 8];
+        let mut vals: [Option<&str>; 9] = [None; 9];
         for (name, value) in fields {
             if let Some(i) = Self::FIELDS.iter().position(|f| *f == name) {
                 let text = std::str::from_utf8(value)
@@ -84,6 +90,10 @@ impl ClaimRecord {
             home: num("home", get(5)?, &err)?,
             request_id: (!rid.is_empty()).then(|| rid.to_owned()),
             ts_ms: num("ts", get(7)?, &err)?,
+            gen: match vals[8] {
+                Some(g) => num("gen", g, &err)?,
+                None => 0,
+            },
         })
     }
 
@@ -99,6 +109,7 @@ impl ClaimRecord {
             ("home", self.home.to_string()),
             ("rid", self.request_id.clone().unwrap_or_default()),
             ("ts", self.ts_ms.to_string()),
+            ("gen", self.gen.to_string()),
         ]
     }
 }
@@ -136,6 +147,7 @@ mod tests {
             home: 1,
             request_id: Some("r-1".into()),
             ts_ms: 1_700_000_000_000,
+            gen: 3,
         }
     }
 
@@ -149,6 +161,19 @@ mod tests {
         )
         .unwrap();
         assert_eq!(decoded, rec);
+    }
+
+    #[test]
+    fn a_record_without_gen_is_generation_zero() {
+        let rec = sample();
+        let mut fields = rec.encode();
+        fields.retain(|(k, _)| *k != "gen");
+        let decoded = ClaimRecord::decode(
+            "1700000000000-7",
+            fields.iter().map(|(k, v)| (*k, v.as_bytes())),
+        )
+        .unwrap();
+        assert_eq!(decoded.gen, 0);
     }
 
     #[test]

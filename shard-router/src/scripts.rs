@@ -22,9 +22,13 @@ pub(crate) static REBUILD_FENCE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/rebuild_fence.lua")));
 pub(crate) static REBUILD: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/rebuild.lua")));
+pub(crate) static REBUILD_RENEW: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/rebuild_renew.lua")));
+pub(crate) static REBUILD_LATE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/rebuild_late.lua")));
 
 /// Every script, for loading them all ahead of traffic (readiness).
-pub(crate) fn all() -> [&'static Script; 8] {
+pub(crate) fn all() -> [&'static Script; 10] {
     [
         &CLAIM,
         &TAKE,
@@ -34,6 +38,8 @@ pub(crate) fn all() -> [&'static Script; 8] {
         &RELEASE_USER,
         &REBUILD_FENCE,
         &REBUILD,
+        &REBUILD_RENEW,
+        &REBUILD_LATE,
     ]
 }
 
@@ -61,4 +67,8 @@ pub(crate) mod code {
     pub(crate) const BUSY: i64 = 51;
     pub(crate) const REBUILT: i64 = 60;
     pub(crate) const FENCE_LOST: i64 = 61;
+    pub(crate) const LATE_APPLIED: i64 = 70;
+    pub(crate) const LATE_ALREADY: i64 = 71;
+    pub(crate) const LATE_STALE: i64 = 72;
+    pub(crate) const LATE_WAIT: i64 = 73;
 }

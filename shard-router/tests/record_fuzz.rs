@@ -36,6 +36,7 @@ fn record() -> impl Strategy<Value = ClaimRecord> {
                 home,
                 request_id: rid,
                 ts_ms: ts,
+                gen: 0,
             },
         )
 }

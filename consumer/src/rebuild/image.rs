@@ -1,5 +1,5 @@
-//! The pure half of a rebuild: from the claims the ledger and the streams hold, what each
-//! shard of a SKU must hold. No I/O, so every rule below has a table test.
+//! The pure half of a rebuild: from the claims the ledger holds (the rebuild inserts the
+//! ones it found in flight first, see `rebuild.rs`), what each shard of a SKU must hold. No I/O, so every rule below has a table test.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -14,8 +14,6 @@ pub(super) enum Seen {
     /// `releasing` or `released`: its units are back (or go back once, through the
     /// release sets the rebuild restores).
     Released,
-    /// Still in a claims stream (or the dead letters), not in the ledger yet: units out.
-    InFlight,
 }
 
 /// One claim with its standing.
@@ -34,7 +32,6 @@ pub(super) struct Images {
     /// is written as 0, never negative, and the excess is reported.
     pub oversold: u64,
     pub active_units: u64,
-    pub in_flight_units: u64,
 }
 
 /// Computes the images. `shares` are the shards of the SKU with their share of the stock
@@ -65,14 +62,10 @@ pub(super) fn compute(
         entry.1 = entry.1.max(r.user_seq);
         claimed.insert((r.home, format!("{}|{}", r.user, r.user_seq)));
         match k.seen {
-            Seen::Active | Seen::InFlight => {
+            Seen::Active => {
                 *taken.entry(r.shard).or_default() += qty;
                 entry.0 += qty;
-                if k.seen == Seen::Active {
-                    out.active_units += qty;
-                } else {
-                    out.in_flight_units += qty;
-                }
+                out.active_units += qty;
             }
             Seen::Released => {
                 rel_stock
@@ -142,6 +135,7 @@ mod tests {
                 home,
                 request_id: Some(format!("r-{id}")),
                 ts_ms: 1_000,
+                gen: 0,
             },
             seen,
         }
@@ -152,7 +146,7 @@ mod tests {
         let claims = [
             known("a1", "alice", 1, 0, 0, Seen::Active),
             known("a2", "alice", 2, 1, 0, Seen::Released),
-            known("b1", "bob", 1, 1, 1, Seen::InFlight),
+            known("b1", "bob", 1, 1, 1, Seen::Active),
             known("c3", "carol", 3, 0, 1, Seen::Active),
         ];
         let holds = HashMap::from([(1, vec!["carol|3".to_owned(), "dave|1".to_owned()])]);
@@ -167,7 +161,7 @@ mod tests {
         assert_eq!(s0.released_user, vec!["a2".to_owned()]);
         assert!(s0.released_stock.is_empty());
         let s1 = &img.shards[1];
-        assert_eq!(s1.slice, 4, "b1 is in flight from shard 1");
+        assert_eq!(s1.slice, 4, "b1 came from shard 1");
         assert_eq!(s1.released_stock, vec!["a2".to_owned()]);
         assert_eq!(
             s1.users,
@@ -178,10 +172,7 @@ mod tests {
             vec!["carol|3".to_owned()],
             "dave's hold is open"
         );
-        assert_eq!(
-            (img.active_units, img.in_flight_units, img.oversold),
-            (2, 1, 0)
-        );
+        assert_eq!((img.active_units, img.oversold), (3, 0));
         assert_eq!(img.answers.len(), 4);
     }
 
@@ -190,7 +181,7 @@ mod tests {
         let claims = [
             known("a", "a", 1, 0, 0, Seen::Active),
             known("b", "b", 1, 0, 0, Seen::Active),
-            known("c", "c", 1, 0, 0, Seen::InFlight),
+            known("c", "c", 1, 0, 0, Seen::Active),
         ];
         let img = compute(&[(0, 2)], &claims, &HashMap::new(), 0, 1);
         assert_eq!(img.shards[0].slice, 0);

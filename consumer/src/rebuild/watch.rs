@@ -1,6 +1,6 @@
 //! The service's own trigger for a rebuild: every few seconds, each campaign not closed
 //! whose window is open (or whose unpaid claims still need releasing) and whose ledger
-//! holds claims is checked for a missing slice (Redis lost
+//! holds claims (or that was rebuilt before) is checked for a missing slice (Redis lost
 //! it: a restart without persistence, a FLUSHALL, a failover to an empty node). One is
 //! enough to rebuild the SKU from the ledger. A campaign with no claim in the ledger is
 //! left alone: a missing slice there may simply mean "not preheated yet", an operator's

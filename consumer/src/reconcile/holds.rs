@@ -9,33 +9,13 @@ use sqlx::MySqlPool;
 use crate::db::bounded;
 use crate::error::ConsumerError;
 use crate::metrics as m;
-use crate::stream::{self, ShardStream};
-
-/// Entries per XRANGE page when reading in-flight work.
-const PAGE: usize = 1000;
-
-/// Every in-flight record of `sku` across its shards (entries still in the streams).
-async fn in_flight_records(
-    client: &StockClient,
-    streams: &[ShardStream],
-    sku: u64,
-) -> Result<Vec<ClaimRecord>, ConsumerError> {
-    let mut out = Vec::new();
-    for s in streams {
-        for entry in s.all_entries(client, PAGE).await? {
-            if let Ok(d) = stream::decode(s.shard, &entry) {
-                if d.record.sku == sku {
-                    out.push(d.record);
-                }
-            }
-        }
-    }
-    Ok(out)
-}
+use crate::rebuild::in_flight;
+use crate::stream::ShardStream;
 
 /// Holds past their expiry were left by a gateway that died between hold and settle. The
 /// claim `(sku, user, user_seq)` in the ledger or in a stream means units were taken: keep
-/// the count; otherwise nothing was taken: undo it.
+/// the count; otherwise nothing was taken: undo it. "In a stream" includes the dead
+/// letters: a claim parked there is acknowledged all the same.
 pub async fn resolve_stale_holds(
     pool: &MySqlPool,
     client: &StockClient,
@@ -56,7 +36,7 @@ pub async fn resolve_stale_holds(
     if stale.is_empty() {
         return Ok(0);
     }
-    let pending: HashMap<(String, u64), ClaimRecord> = in_flight_records(client, streams, sku)
+    let pending: HashMap<(String, u64), ClaimRecord> = in_flight(client, streams, sku)
         .await?
         .into_iter()
         .map(|r| ((r.user.clone(), r.user_seq), r))

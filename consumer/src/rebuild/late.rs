@@ -1,0 +1,244 @@
+//! Late claims: acknowledged before a rebuild from the ledger, committed only after it.
+//!
+//! A consumer that read entries just before Redis lost its data holds them in memory only;
+//! when its batch commits after a rebuild read the ledger (slow MySQL, a stalled consumer),
+//! the rebuilt shards count those units nowhere. Three rules make that decidable and
+//! repaired (docs/DESIGN.md, "Rebuild from the ledger"):
+//! 1. The rebuild holds the campaign row (`FOR UPDATE`) while it reads the streams and the
+//!    ledger, inserts every in-flight claim it found into the ledger and bumps
+//!    `campaigns.rebuild_gen`, all in one transaction; batches take the same row shared
+//!    first (`ledger.rs`). So "counted by the rebuild" is "in the ledger when it committed".
+//! 2. Each claim record carries the generation of its shard meta (`lua/claim.lua`,
+//!    `lua/take.lua`). A row a batch inserts with an older generation than the campaign's
+//!    was not counted by that rebuild: it is listed in `late_claims` in the same
+//!    transaction, with the generation it was judged against.
+//! 3. After the commit the writer counts it in Redis (`lua/rebuild_late.lua`: units off its
+//!    slice, the user's count, sequence and answer on its home), only on shards written by
+//!    that very rebuild; a newer rebuild counted it from the ledger and marks it applied
+//!    under the lock. A crash between commit and apply is repaired by [`sweep`], which
+//!    the writer runs at start and every [`SWEEP_EVERY`], and which each rebuild runs
+//!    right after its own write.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use shard_router::rebuild::LateOutcome;
+use shard_router::{ClaimRecord, StockClient};
+use sqlx::{MySql, MySqlPool, QueryBuilder, Transaction};
+
+use crate::db::bounded;
+use crate::error::ConsumerError;
+use crate::ledger;
+
+/// How often the writer looks for late claims not counted in Redis yet.
+pub const SWEEP_EVERY: Duration = Duration::from_secs(2);
+/// Late claims handled per sweep query.
+const SWEEP_PAGE: i64 = 500;
+
+/// A claim the last rebuild of its SKU did not count.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LateClaim {
+    pub record: ClaimRecord,
+    /// The campaign's rebuild generation it was judged against.
+    pub gen: u64,
+}
+
+/// Each SKU's rebuild generation, read under a shared lock on its campaign row: held until
+/// the batch commits, so no rebuild of these SKUs reads the ledger meanwhile.
+pub(crate) async fn campaign_gens(
+    tx: &mut Transaction<'_, MySql>,
+    skus: &[u64],
+    t: Duration,
+) -> Result<HashMap<u64, u64>, ConsumerError> {
+    let mut q = QueryBuilder::<MySql>::new("SELECT sku, rebuild_gen FROM campaigns WHERE sku IN (");
+    let mut list = q.separated(", ");
+    for sku in skus {
+        list.push_bind(*sku);
+    }
+    // Ascending key order, as every other transaction takes campaign rows.
+    q.push(") ORDER BY sku LOCK IN SHARE MODE");
+    let rows: Vec<(u64, u64)> = bounded(
+        "campaign generations",
+        t,
+        q.build_query_as().fetch_all(&mut **tx),
+    )
+    .await?;
+    Ok(rows.into_iter().collect())
+}
+
+/// Lists `late` in `late_claims`, in the batch's transaction.
+pub(crate) async fn mark(
+    tx: &mut Transaction<'_, MySql>,
+    late: &[LateClaim],
+    t: Duration,
+) -> Result<(), ConsumerError> {
+    for chunk in late.chunks(1000) {
+        let mut q =
+            QueryBuilder::<MySql>::new("INSERT IGNORE INTO late_claims (claim_id, sku, gen) ");
+        q.push_values(chunk, |mut b, l| {
+            b.push_bind(&l.record.claim_id)
+                .push_bind(l.record.sku)
+                .push_bind(l.gen);
+        });
+        bounded("mark late claims", t, q.build().execute(&mut **tx)).await?;
+    }
+    for l in late {
+        tracing::warn!(claim = %l.record.claim_id, sku = l.record.sku, record_gen = l.record.gen, gen = l.gen, "late claim: committed after the rebuild that did not count it");
+    }
+    Ok(())
+}
+
+/// Under a rebuild's lock: every late claim of `sku` still waiting is in the ledger the
+/// rebuild reads, so it is counted there and needs no apply.
+pub(crate) async fn counted_by_rebuild(
+    tx: &mut Transaction<'_, MySql>,
+    sku: u64,
+    now_ms: i64,
+    t: Duration,
+) -> Result<u64, ConsumerError> {
+    bounded(
+        "late claims counted",
+        t,
+        sqlx::query("UPDATE late_claims SET applied_ms = ? WHERE sku = ? AND applied_ms IS NULL")
+            .bind(now_ms)
+            .bind(sku)
+            .execute(&mut **tx),
+    )
+    .await
+    .map(|d| d.rows_affected())
+}
+
+/// Counts `late` in Redis and marks each one done (applied, or counted by a newer
+/// rebuild). Returns how many are still waiting for their shards to be rebuilt.
+pub async fn apply(
+    pool: &MySqlPool,
+    client: &StockClient,
+    late: &[LateClaim],
+    t: Duration,
+) -> Result<usize, ConsumerError> {
+    let mut waiting = 0;
+    for l in late {
+        let r = &l.record;
+        let mut shards = vec![r.shard];
+        if r.home != r.shard {
+            shards.push(r.home);
+        }
+        let mut done = true;
+        let mut short = 0;
+        for shard in shards {
+            match client.apply_late(r, l.gen, shard).await? {
+                LateOutcome::Applied { short: s } => short += s,
+                LateOutcome::Already | LateOutcome::Stale => {}
+                LateOutcome::Wait => done = false,
+            }
+        }
+        if short > 0 {
+            let detail = format!(
+                "late claim {} (sku {}, user {}) found {short} of its {} unit(s) sold again after \
+                 the rebuild of generation {}",
+                r.claim_id, r.sku, r.user, r.qty, l.gen
+            );
+            tracing::error!(claim = %r.claim_id, sku = r.sku, short, "late claim: units sold twice");
+            ledger::anomaly(
+                pool,
+                "oversold",
+                &format!("late:{}", r.claim_id),
+                Some(r.sku),
+                &detail,
+                t,
+            )
+            .await?;
+        }
+        if !done {
+            waiting += 1;
+            continue;
+        }
+        bounded(
+            "late claim applied",
+            t,
+            sqlx::query(
+                "UPDATE late_claims SET applied_ms = ? WHERE claim_id = ? AND applied_ms IS NULL",
+            )
+            .bind(shard_router::now_ms())
+            .bind(&r.claim_id)
+            .execute(pool),
+        )
+        .await?;
+        tracing::info!(claim = %r.claim_id, sku = r.sku, "late claim counted in Redis");
+    }
+    Ok(waiting)
+}
+
+type Row = (
+    String,
+    u64,
+    u64,
+    String,
+    u64,
+    u32,
+    u16,
+    u16,
+    Option<String>,
+    i64,
+);
+
+/// Late claims not counted in Redis yet (of `sku`, or of every SKU), applied now. Returns
+/// how many still wait (their shards are not rebuilt at their generation yet).
+pub async fn sweep(
+    pool: &MySqlPool,
+    client: &StockClient,
+    sku: Option<u64>,
+    t: Duration,
+) -> Result<usize, ConsumerError> {
+    let mut q = QueryBuilder::<MySql>::new(
+        "SELECT l.claim_id, l.gen, c.sku, CAST(c.user_id AS CHAR), c.user_seq, c.qty, c.shard, \
+         c.home, CAST(c.request_id AS CHAR), c.claimed_ms \
+         FROM late_claims l JOIN claims c ON c.claim_id = l.claim_id \
+         WHERE l.applied_ms IS NULL",
+    );
+    if let Some(sku) = sku {
+        q.push(" AND l.sku = ").push_bind(sku);
+    }
+    q.push(" ORDER BY l.claim_id LIMIT ").push_bind(SWEEP_PAGE);
+    let rows: Vec<Row> = bounded("late claims", t, q.build_query_as().fetch_all(pool)).await?;
+    let late: Vec<LateClaim> = rows
+        .into_iter()
+        .map(
+            |(claim_id, gen, sku, user, user_seq, qty, shard, home, rid, ts)| LateClaim {
+                record: ClaimRecord {
+                    claim_id,
+                    sku,
+                    user,
+                    qty,
+                    user_seq,
+                    shard,
+                    home,
+                    request_id: rid,
+                    ts_ms: ts,
+                    // The record's own generation no longer matters once it is listed.
+                    gen: 0,
+                },
+                gen,
+            },
+        )
+        .collect();
+    apply(pool, client, &late, t).await
+}
+
+/// The writer's repair loop: [`sweep`] at start and every [`SWEEP_EVERY`] until `stop`.
+pub async fn sweep_loop(
+    pool: MySqlPool,
+    client: StockClient,
+    t: Duration,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    loop {
+        if let Err(e) = sweep(&pool, &client, None, t).await {
+            tracing::warn!(error = %e, "late claims sweep failed; retrying");
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(SWEEP_EVERY) => {}
+            _ = stop.changed() => return,
+        }
+    }
+}

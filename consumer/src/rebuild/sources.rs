@@ -1,0 +1,140 @@
+//! What a rebuild reads: the claims still in flight (streams and dead letters) and the
+//! ledger's claims of the SKU, a bounded page at a time.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use shard_router::{ClaimRecord, StockClient};
+use sqlx::{MySql, Transaction};
+
+use super::image::{Known, Seen};
+use crate::db::bounded;
+use crate::error::ConsumerError;
+use crate::stream::{self, ShardStream};
+
+/// Entries per XRANGE page.
+const PAGE: usize = 1000;
+/// Ledger rows per page of the rebuild's read (keyset pagination on the claim id).
+pub(super) const LEDGER_PAGE: usize = 5000;
+
+/// Claims of `sku` in the shard streams and their dead letters: acknowledged claims not
+/// (or not yet known to be) in the ledger, one record per claim id. Also what stale-hold
+/// resolution (`reconcile/holds.rs`) looks in before undoing a hold.
+pub(crate) async fn in_flight(
+    client: &StockClient,
+    streams: &[ShardStream],
+    sku: u64,
+) -> Result<Vec<ClaimRecord>, ConsumerError> {
+    let mut out: HashMap<String, ClaimRecord> = HashMap::new();
+    for s in streams {
+        for entry in s.all_entries(client, PAGE).await? {
+            if let Ok(d) = stream::decode(s.shard, &entry) {
+                if d.record.sku == sku {
+                    out.insert(d.record.claim_id.clone(), d.record);
+                }
+            }
+        }
+        let mut dead = s.clone();
+        dead.key = s.dead_key.clone();
+        for entry in dead.all_entries(client, PAGE).await? {
+            // A dead letter carries its original entry id: that is the claim id.
+            let original = entry.get::<String>("dead_entry");
+            let Some(original) = original else { continue };
+            let mut e = entry.clone();
+            e.id = original;
+            if let Ok(d) = stream::decode(s.shard, &e) {
+                if d.record.sku == sku {
+                    out.insert(d.record.claim_id.clone(), d.record);
+                }
+            }
+        }
+    }
+    Ok(out.into_values().collect())
+}
+
+/// Stock waves already inside the campaign's stock: the only ids a rebuilt wave hash keeps,
+/// so a wave half applied before the rebuild is applied again in full by its retry.
+pub(super) async fn applied_waves(
+    tx: &mut Transaction<'_, MySql>,
+    sku: u64,
+    t: Duration,
+) -> Result<Vec<String>, ConsumerError> {
+    bounded(
+        "applied waves",
+        t,
+        sqlx::query_scalar(
+            "SELECT wave_id FROM campaign_waves WHERE sku = ? AND applied_ms IS NOT NULL",
+        )
+        .bind(sku)
+        .fetch_all(&mut **tx),
+    )
+    .await
+}
+
+type Row = (
+    String,
+    String,
+    u64,
+    u32,
+    u16,
+    u16,
+    Option<String>,
+    i64,
+    String,
+);
+
+/// Every ledger claim of `sku` with its standing, read in `tx` (one snapshot) by pages of
+/// `page` rows, so no single statement outlives its bound however large the ledger.
+pub(super) async fn ledger_claims(
+    tx: &mut Transaction<'_, MySql>,
+    sku: u64,
+    page: usize,
+    t: Duration,
+) -> Result<Vec<Known>, ConsumerError> {
+    let mut out = Vec::new();
+    let mut after = String::new();
+    loop {
+        let rows: Vec<Row> = bounded(
+            "rebuild claims",
+            t,
+            // user_id and request_id have a binary collation; sqlx decodes only text as String.
+            sqlx::query_as(
+                "SELECT claim_id, CAST(user_id AS CHAR), user_seq, qty, shard, home, \
+                 CAST(request_id AS CHAR), claimed_ms, CAST(status AS CHAR) FROM claims \
+                 WHERE sku = ? AND claim_id > ? ORDER BY claim_id LIMIT ?",
+            )
+            .bind(sku)
+            .bind(&after)
+            .bind(page as u64)
+            .fetch_all(&mut **tx),
+        )
+        .await?;
+        let n = rows.len();
+        if let Some(last) = rows.last() {
+            after = last.0.clone();
+        }
+        out.extend(rows.into_iter().map(
+            |(claim_id, user, user_seq, qty, shard, home, rid, ts, status)| Known {
+                record: ClaimRecord {
+                    claim_id,
+                    sku,
+                    user,
+                    qty,
+                    user_seq,
+                    shard,
+                    home,
+                    request_id: rid,
+                    ts_ms: ts,
+                    gen: 0,
+                },
+                seen: match status.as_str() {
+                    "pending" | "confirmed" => Seen::Active,
+                    _ => Seen::Released,
+                },
+            },
+        ));
+        if n < page {
+            return Ok(out);
+        }
+    }
+}

@@ -1,0 +1,76 @@
+-- rebuild_late.lua: counts a "late" claim on one shard. A late claim was acknowledged
+-- before a rebuild from the ledger but reached the ledger only after that rebuild read it
+-- (a consumer held it in memory while Redis lost its data), so the rebuilt shard does not
+-- count it (see consumer/src/rebuild/late.rs). Run once on the shard whose slice gave the
+-- units (take part) and once on the user's home shard (home part); one call when they are
+-- the same shard.
+--
+-- Only a shard written back by the rebuild the claim was judged against counts it: a newer
+-- rebuild already counted it from the ledger (STALE), and a shard not rebuilt yet at that
+-- generation (fenced, missing, older) is retried later (WAIT). Idempotent per claim id
+-- through a `late:<claim id>` field in the shard meta (rebuild.lua clears those fields).
+--
+-- KEYS[1] stock slice   {T}:stock:<sku>
+-- KEYS[2] shard meta    {T}:meta:<sku>     `gen`, `rebuild` (fence)
+-- KEYS[3] user counts   {T}:users:<sku>
+-- KEYS[4] user sequence {T}:useq:<sku>
+-- KEYS[5] holds         {T}:holds:<sku>
+-- KEYS[6] request result {T}:req:<sku>:<len>:<user>:<rid> (unused when ARGV[7] == "")
+-- ARGV[1] claim id   ARGV[2] generation judged against   ARGV[3] qty (>= 1)
+-- ARGV[4] "1": take the units off this slice (the claim's shard), else "0"
+-- ARGV[5] user when this is the home shard, else ""   ARGV[6] user_seq
+-- ARGV[7] replay answer "claim_id|shard|qty" or ""   ARGV[8] answer ttl s
+-- ARGV[9] events channel   ARGV[10] sku   ARGV[11] this shard id
+-- Returns (never nil):
+--   {70, short}   APPLIED; `short` units were missing from the slice (an oversell)
+--   {71}          ALREADY applied on this shard
+--   {72}          STALE: a newer rebuild counted the claim from the ledger
+--   {73}          WAIT: this shard is not (yet) the one rebuilt at that generation
+--   {15}          BAD_ARGUMENT
+
+local gen = tonumber(ARGV[2])
+local qty = tonumber(ARGV[3])
+local seq = tonumber(ARGV[6])
+if not gen or not qty or qty < 1 or not seq then
+  return {15}
+end
+local meta = redis.call('HMGET', KEYS[2], 'gen', 'rebuild')
+local have = tonumber(meta[1] or '0')
+if have > gen then
+  return {72}
+end
+local stock = redis.call('GET', KEYS[1])
+if have < gen or meta[2] or not stock then
+  return {73}
+end
+if redis.call('HSETNX', KEYS[2], 'late:' .. ARGV[1], 1) == 0 then
+  return {71}
+end
+
+local short = 0
+if ARGV[4] == '1' then
+  stock = tonumber(stock)
+  local left = stock - qty
+  if left < 0 then
+    short = -left
+    left = 0
+  end
+  redis.call('SET', KEYS[1], left)
+  if left == 0 then
+    redis.call('PUBLISH', ARGV[9], 'empty ' .. ARGV[10] .. ' ' .. ARGV[11])
+  end
+end
+
+local user = ARGV[5]
+-- A hold still standing for this (user, seq) already counts the units for the user.
+if user ~= '' and redis.call('HEXISTS', KEYS[5], user .. '|' .. ARGV[6]) == 0 then
+  redis.call('HINCRBY', KEYS[3], user, qty)
+  if tonumber(redis.call('HGET', KEYS[4], user) or '0') < seq then
+    redis.call('HSET', KEYS[4], user, seq)
+  end
+  if ARGV[7] ~= '' then
+    -- NX: a newer answer (or an in-progress marker) under this request id stays.
+    redis.call('SET', KEYS[6], ARGV[7], 'EX', ARGV[8], 'NX')
+  end
+end
+return {70, short}
