@@ -4,8 +4,8 @@
 //! Layout (one concept per file):
 //! - [`config`]: settings and their documented defaults; [`clock`]: Redis's clock decides.
 //! - [`db`]: pool and migrations (`consumer/migrations`, applied at start).
-//! - [`stream`]: the stream commands on one shard (group, read, ack+delete, XAUTOCLAIM,
-//!   dead letters); [`reader`]: XREADGROUP loop per shard into the bounded channel.
+//! - [`stream`] (shard-router's): the stream operations on one shard (group, read,
+//!   ack+delete, XAUTOCLAIM, dead letters); [`reader`]: XREADGROUP loop per shard into the bounded channel.
 //! - [`writer`]: batches (max rows / max wait) → [`ledger`]: one transaction per batch.
 //! - [`redrive`]: `consumer redrive`, dead letters back into the ledger, idempotently.
 //! - [`replica`]: wait for a replica before committing (default wherever there is one).
@@ -45,13 +45,13 @@ pub mod replica;
 pub mod series;
 pub mod service;
 pub mod startup;
-pub mod stream;
 pub mod times;
 pub mod wave;
 pub mod writer;
 
 // The consumer's modules name the shared plumbing by these paths.
 pub use plumbing::{backoff, shutdown as signal};
+pub use shard_router::stream;
 
 pub use config::Config;
 pub use error::ConsumerError;

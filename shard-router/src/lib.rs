@@ -17,6 +17,8 @@
 //!   the connection.
 //! - [`health`]: which shards' masters answer right now (readiness, failover view).
 //! - [`rebuild`]: the Redis half of a rebuild from the ledger (fence, write, replay answers).
+//! - [`stream`]: a shard's claims stream as typed operations (group, read, ack+delete,
+//!   take-over, dead letters, depth) for the consumer, the rebuild and reconciliation.
 
 mod batch;
 mod client;
@@ -34,6 +36,7 @@ mod replay;
 pub mod replication;
 mod reply;
 mod scripts;
+pub mod stream;
 
 pub use client::{StockClient, StockConfig};
 pub use conn::{RedisConn, RedisTarget, Timeouts};
