@@ -10,16 +10,16 @@
 //! `flashgate_consumer_dead_letters`, exported by [`export_lengths`].
 
 use serde::Serialize;
-use shard_router::{keys, ClaimRecord, ShardId, StockClient};
+use shard_router::{ClaimRecord, ShardId, StockClient};
 use sqlx::MySqlPool;
 use std::time::Duration;
 
-use redis::streams::StreamRangeReply;
 use redis::Value;
 
 use crate::config::MAX_BATCH_ROWS;
 use crate::error::ConsumerError;
 use crate::ledger;
+use crate::stream::ShardStream;
 
 /// Dead letters read per XRANGE page (and written per ledger batch).
 const PAGE: usize = 500;
@@ -53,29 +53,15 @@ pub async fn run(
     let shards = if shards.is_empty() { &all[..] } else { shards };
     let mut report = RedriveReport::default();
     for &shard in shards {
-        let key = keys::dead_letter_stream(client.placement(), shard);
-        let mut start = "-".to_owned();
+        let stream = ShardStream::new(client, shard, "");
+        let mut after: Option<String> = None;
         loop {
-            let mut conn = client.conn();
-            let page: StreamRangeReply = client
-                .bounded(
-                    "xrange dead letters",
-                    redis::cmd("XRANGE")
-                        .arg(&key)
-                        .arg(&start)
-                        .arg("+")
-                        .arg("COUNT")
-                        .arg(PAGE)
-                        .query_async(&mut conn),
-                )
-                .await?;
-            let n = page.ids.len();
-            if let Some(last) = page.ids.last() {
-                start = format!("({}", last.id);
-            }
+            let page = stream.dead_page(client, after.as_deref(), PAGE).await?;
+            let n = page.len();
+            after = page.last().map(|e| e.id.clone());
             let mut records = Vec::with_capacity(n);
             let mut committed = Vec::with_capacity(n);
-            for entry in &page.ids {
+            for entry in &page {
                 report.entries += 1;
                 match decode_dead(shard, &entry.map) {
                     Some(r) => {
@@ -97,17 +83,7 @@ pub async fn run(
                 report.duplicates += out.collisions.len() as u64;
                 // Every record of the batch is a ledger row now (inserted, already there,
                 // or a collision kept as its own row): its letter has no reason to stay.
-                let mut conn = client.conn();
-                let removed: u64 = client
-                    .bounded(
-                        "xdel redriven",
-                        redis::cmd("XDEL")
-                            .arg(&key)
-                            .arg(&committed)
-                            .query_async(&mut conn),
-                    )
-                    .await?;
-                report.removed += removed;
+                report.removed += stream.delete_dead(client, &committed).await?;
             }
             if n < PAGE {
                 break;
@@ -121,14 +97,7 @@ pub async fn run(
 /// Exports each shard's dead-letter count (XLEN) as `flashgate_consumer_dead_letters`.
 pub async fn export_lengths(client: &StockClient) -> Result<(), ConsumerError> {
     for shard in 0..client.placement().shard_count() {
-        let key = keys::dead_letter_stream(client.placement(), shard);
-        let mut conn = client.conn();
-        let len: u64 = client
-            .bounded(
-                "xlen dead letters",
-                redis::cmd("XLEN").arg(&key).query_async(&mut conn),
-            )
-            .await?;
+        let len = ShardStream::new(client, shard, "").dead_len(client).await?;
         metrics::gauge!(crate::metrics::DEAD_LETTERS, "shard" => shard.to_string()).set(len as f64);
     }
     Ok(())

@@ -212,39 +212,6 @@ impl ShardStream {
             .await
     }
 
-    /// Copies a poison entry to the dead-letter stream (with why), then acks and deletes it.
-    pub async fn dead_letter(
-        &self,
-        client: &StockClient,
-        entry_id: &str,
-        fields: &[(String, Vec<u8>)],
-        reason: &str,
-    ) -> Result<(), StockError> {
-        let mut conn = client.conn();
-        let mut add = redis::cmd("XADD");
-        // Not trimmed: valid claim records can be dead-lettered (too many deliveries), and
-        // then this entry is their only copy until redriven.
-        add.arg(&self.dead_key).arg("*");
-        for (k, v) in fields {
-            add.arg(k).arg(v.as_slice());
-        }
-        add.arg("dead_entry")
-            .arg(entry_id)
-            .arg("dead_reason")
-            .arg(reason);
-        let mut pipe = redis::pipe();
-        pipe.add_command(add).ignore();
-        pipe.cmd("XACK")
-            .arg(&self.key)
-            .arg(&self.group)
-            .arg(entry_id)
-            .ignore();
-        pipe.cmd("XDEL").arg(&self.key).arg(entry_id).ignore();
-        client
-            .bounded("dead letter", pipe.query_async::<()>(&mut conn))
-            .await
-    }
-
     /// Every entry still in the stream (committed entries are deleted, so this is the
     /// in-flight work), read in pages of `page`.
     pub async fn all_entries(
@@ -253,26 +220,12 @@ impl ShardStream {
         page: usize,
     ) -> Result<Vec<StreamId>, StockError> {
         let mut out = Vec::new();
-        let mut start = "-".to_owned();
+        let mut after = None;
         loop {
-            let mut conn = client.conn();
-            let r: StreamRangeReply = client
-                .bounded(
-                    "xrange",
-                    redis::cmd("XRANGE")
-                        .arg(&self.key)
-                        .arg(&start)
-                        .arg("+")
-                        .arg("COUNT")
-                        .arg(page)
-                        .query_async(&mut conn),
-                )
-                .await?;
-            let n = r.ids.len();
-            if let Some(last) = r.ids.last() {
-                start = format!("({}", last.id);
-            }
-            out.extend(r.ids);
+            let r = range_page(client, &self.key, after.as_deref(), page).await?;
+            let n = r.len();
+            after = r.last().map(|e| e.id.clone());
+            out.extend(r);
             if n < page {
                 return Ok(out);
             }
@@ -386,6 +339,31 @@ pub fn decode(shard: ShardId, entry: &StreamId) -> Result<Delivered, Poison> {
     }
 }
 
+/// One XRANGE page of `key` after entry id `after` (from the start when `None`).
+async fn range_page(
+    client: &StockClient,
+    key: &str,
+    after: Option<&str>,
+    count: usize,
+) -> Result<Vec<StreamId>, StockError> {
+    let start = after.map_or_else(|| "-".to_owned(), |id| format!("({id}"));
+    let mut conn = client.conn();
+    let r: StreamRangeReply = client
+        .bounded(
+            "xrange",
+            redis::cmd("XRANGE")
+                .arg(key)
+                .arg(start)
+                .arg("+")
+                .arg("COUNT")
+                .arg(count)
+                .query_async(&mut conn),
+        )
+        .await?;
+    Ok(r.ids)
+}
+
+mod dead;
 mod depth;
 use depth::pending_summary;
 pub use depth::Depth;
