@@ -6,17 +6,23 @@
 //! 1. refuse unless ended + payment timeout passed, no claim pending or releasing, no entry
 //!    of the SKU in flight, no hold (a live campaign is never touched);
 //! 2. `closing_ms` set (from then on no reconciliation, wave or preheat of the SKU);
-//! 3. the fence: SKU metadata and each shard's meta removed, so no script takes a unit any
-//!    more (whatever a gateway's clock says); step 1's checks again, now final (a claim that
-//!    got in before the fence is committed and settled first; the loop retries);
+//! 3. the fence: each shard's meta removed, so no script takes a unit any more (whatever a
+//!    gateway's clock says); step 1's checks again, now final (a claim that got in before
+//!    the fence is committed and settled first; the loop retries);
 //! 4. the final reconciliation stored as `closing_report`, only if none is stored yet (a
 //!    retry after a crash in step 5 would measure a half-removed Redis);
 //! 5. the Redis keys removed: per shard the user counts, `useq`, holds, release sets, waves, fix
-//!    epoch, and the slice last. Stored answers of request ids (`{T}:req:…`) stay until their
-//!    own TTL (24 h from the claim): invariant `replay` (docs/DESIGN.md) promises a retried
-//!    success its first answer that long, and they expire without help;
+//!    epoch, and the slice last;
 //! 6. `closed_ms` set; the per-SKU series forgotten. A claim released after that is
 //!    released in the ledger only (`release.rs`): there is no Redis stock left to return to.
+//!
+//! What stays: the stored answers of request ids (`{T}:req:…`), which expire by their own
+//! TTL, and, as long as one of them may still be there, the SKU's metadata `fg:sku:<sku>`
+//! and its place in the live set `fg:skus`. Invariant `replay` (docs/DESIGN.md) promises a
+//! retried success its first answer that long, and a gateway reaches its replay check only
+//! for a SKU it knows: with the metadata it sees the window closed, answers a retry from the
+//! stored answer and anything else `ended`. [`retire`] removes both once the answers are
+//! gone (the consumer's housekeeping runs it).
 
 use std::time::Duration;
 
@@ -156,6 +162,69 @@ async fn not_yet(
     Ok(None)
 }
 
+/// Added to the request TTL before [`retire`] takes a closed SKU's metadata: an answer can
+/// still be stored (a second chance settling) during the close-out round whose start time
+/// became `closed_ms`, up to that round's final checks, each of them bounded far below this.
+pub const RETIRE_MARGIN: Duration = Duration::from_secs(600);
+
+/// Removes the metadata and the live-set membership of every campaign closed long enough
+/// ago that no stored answer of it can be left: no script writes or refreshes one after
+/// the fence, so each expires within the request TTL of `closed_ms` (plus
+/// [`RETIRE_MARGIN`]). Returns the SKUs retired now; idempotent (a retired SKU is no
+/// longer in the live set, which is the mark).
+pub async fn retire(
+    pool: &MySqlPool,
+    client: &StockClient,
+    now_ms: i64,
+    t: Duration,
+) -> Result<Vec<u64>, ConsumerError> {
+    let keep = (client.config().request_ttl + RETIRE_MARGIN).as_millis() as i64;
+    let expired: Vec<u64> = bounded(
+        "closed campaigns past their answers",
+        t,
+        sqlx::query_scalar(
+            "SELECT sku FROM campaigns WHERE closed_ms IS NOT NULL AND closed_ms <= ? ORDER BY sku",
+        )
+        .bind(now_ms.saturating_sub(keep))
+        .fetch_all(pool),
+    )
+    .await?;
+    if expired.is_empty() {
+        return Ok(Vec::new());
+    }
+    let live: std::collections::HashSet<u64> = client.skus().await?.into_iter().collect();
+    let mut retired = Vec::new();
+    for sku in expired.into_iter().filter(|s| live.contains(s)) {
+        drop_sku_meta(client, sku).await?;
+        tracing::info!(
+            sku,
+            "closed campaign retired: its replay answers have expired"
+        );
+        retired.push(sku);
+    }
+    Ok(retired)
+}
+
+/// Deletes the SKU's metadata, then takes it out of the live set (idempotent). In this
+/// order, a crash in between leaves the SKU in the set, so the next [`retire`] finishes it.
+async fn drop_sku_meta(client: &StockClient, sku: u64) -> Result<(), ConsumerError> {
+    let mut conn = client.conn();
+    client
+        .bounded("retire sku meta", async {
+            redis::cmd("DEL")
+                .arg(keys::sku_meta(sku))
+                .query_async::<i64>(&mut conn)
+                .await?;
+            redis::cmd("SREM")
+                .arg(keys::SKU_SET)
+                .arg(sku)
+                .query_async::<i64>(&mut conn)
+                .await
+        })
+        .await?;
+    Ok(())
+}
+
 /// Closes `sku` (see the module doc). Returns the closing report.
 pub async fn close(
     pool: &MySqlPool,
@@ -183,7 +252,7 @@ pub async fn close(
         .await?;
     }
     if life.closing_report.is_none() {
-        // Fence first: without the metadata, claim.lua and take.lua refuse (a gateway whose
+        // Fence first: without the shard metas, claim.lua and take.lua refuse (a gateway whose
         // clock is behind could otherwise still sell after the end). The slices stay, so
         // releases of claims taken before the fence still return their units.
         fence(client, sku, c.width).await?;
@@ -230,33 +299,10 @@ pub async fn close(
     Ok(serde_json::to_value(life).unwrap_or_default())
 }
 
-/// Takes the SKU out of the live set and deletes its metadata, so gateways stop selling it
-/// (idempotent). Shared by the fence and the final key removal.
-async fn drop_sku_meta(
-    client: &StockClient,
-    sku: u64,
-    op: &'static str,
-) -> Result<(), ConsumerError> {
-    let mut conn = client.conn();
-    client
-        .bounded(op, async {
-            redis::cmd("SREM")
-                .arg(keys::SKU_SET)
-                .arg(sku)
-                .query_async::<i64>(&mut conn)
-                .await?;
-            redis::cmd("DEL")
-                .arg(keys::sku_meta(sku))
-                .query_async::<i64>(&mut conn)
-                .await
-        })
-        .await?;
-    Ok(())
-}
-
-/// Stops every sale of the SKU: the SKU metadata and each shard's meta go (idempotent).
+/// Stops every sale of the SKU: each shard's meta goes (idempotent). `claim.lua` and
+/// `take.lua` answer "not preheated" without it, whatever window the SKU metadata (kept for
+/// the replay check, see the module doc) still shows.
 async fn fence(client: &StockClient, sku: u64, width: u16) -> Result<(), ConsumerError> {
-    drop_sku_meta(client, sku, "close fence").await?;
     for shard in client.placement().shards_of(sku, width) {
         del(
             client,
@@ -268,9 +314,8 @@ async fn fence(client: &StockClient, sku: u64, width: u16) -> Result<(), Consume
 }
 
 /// Removes every Redis key of the campaign but the stored answers, which expire by their
-/// TTL (idempotent).
+/// TTL, and the SKU metadata [`retire`] removes after them (idempotent).
 async fn remove_keys(client: &StockClient, sku: u64, width: u16) -> Result<(), ConsumerError> {
-    drop_sku_meta(client, sku, "close sku meta").await?;
     for shard in client.placement().shards_of(sku, width) {
         let k = ShardKeys::new(client.placement(), shard, sku);
         for key in [

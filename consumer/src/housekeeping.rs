@@ -1,5 +1,6 @@
-//! Background loops of the campaign lifecycle: due stock waves, automatic close-out, and
-//! the Redis memory and dead-letter exports. Each stops on the shutdown signal.
+//! Background loops of the campaign lifecycle: due stock waves, automatic close-out (and
+//! the retirement of a closed SKU's metadata once its replay answers expired), and the
+//! Redis memory and dead-letter exports. Each stops on the shutdown signal.
 
 use std::time::Duration;
 
@@ -64,18 +65,27 @@ pub async fn memory_loop(client: StockClient, mut shutdown: watch::Receiver<bool
     }
 }
 
-/// Closes every campaign that is due; one that cannot close yet is tried next round.
+/// Closes every campaign that is due; one that cannot close yet is tried next round. Then
+/// retires closed campaigns whose replay answers have expired (`closeout::retire`).
 pub async fn close_due(cfg: &Config, pool: &MySqlPool, client: &StockClient) {
     let now = shard_router::now_ms();
-    let due = match closeout::due(pool, now, cfg.db_timeout).await {
-        Ok(d) => d,
-        Err(e) => return tracing::warn!(error = %e, "close-out: list failed"),
-    };
-    for sku in due {
-        match closeout::close(pool, client, sku, now, cfg.db_timeout).await {
-            Ok(_) => {}
-            Err(e) if e.is_client_error() => tracing::debug!(sku, error = %e, "not closed yet"),
-            Err(e) => tracing::warn!(sku, error = %e, "close-out failed; retried next round"),
+    match closeout::due(pool, now, cfg.db_timeout).await {
+        Ok(due) => {
+            for sku in due {
+                match closeout::close(pool, client, sku, now, cfg.db_timeout).await {
+                    Ok(_) => {}
+                    Err(e) if e.is_client_error() => {
+                        tracing::debug!(sku, error = %e, "not closed yet")
+                    }
+                    Err(e) => {
+                        tracing::warn!(sku, error = %e, "close-out failed; retried next round")
+                    }
+                }
+            }
         }
+        Err(e) => tracing::warn!(error = %e, "close-out: list failed"),
+    }
+    if let Err(e) = closeout::retire(pool, client, now, cfg.db_timeout).await {
+        tracing::warn!(error = %e, "retiring closed campaigns failed; retried next round");
     }
 }

@@ -1,6 +1,6 @@
 //! The campaign lifecycle after the preheat: stock waves (atomic, published, never added
 //! twice) and close-out (closing report, Redis cleaned, series gone, idempotent, crash-safe,
-//! never on a live campaign).
+//! never on a live campaign; the SKU metadata kept for replays until its answers expired).
 
 mod common;
 
@@ -23,6 +23,7 @@ async fn slices_sum(s: &Stack, c: &Campaign) -> i64 {
 
 /// Every Redis key that names the SKU (`…:<sku>` or `…:<sku>:…`), plus its metadata, but
 /// the stored answers of request ids (`…:req:<sku>:…`): close-out leaves those to their TTL.
+/// Sorted, the live-set membership last.
 fn keys_of(s: &Stack, sku: u64) -> Vec<String> {
     let mut conn = s.redis.connection();
     let all: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut conn).unwrap();
@@ -31,6 +32,7 @@ fn keys_of(s: &Stack, sku: u64) -> Vec<String> {
         .filter(|k| k.ends_with(&format!(":{sku}")) || k.contains(&format!(":{sku}:")))
         .filter(|k| !k.contains(&format!(":req:{sku}:")))
         .collect();
+    out.sort();
     let member: bool = redis::cmd("SISMEMBER")
         .arg(shard_router::keys::SKU_SET)
         .arg(sku)
@@ -40,6 +42,25 @@ fn keys_of(s: &Stack, sku: u64) -> Vec<String> {
         out.push("fg:skus member".into());
     }
     out
+}
+
+/// What close-out keeps of a SKU besides its stored answers, until `closeout::retire`.
+fn kept(sku: u64) -> Vec<String> {
+    vec![
+        shard_router::keys::sku_meta(sku),
+        "fg:skus member".to_owned(),
+    ]
+}
+
+/// Moves a closed campaign's `closed_ms` back past its answers' TTL and the margin.
+async fn age_close_out(s: &Stack, sku: u64) {
+    let past = s.client.config().request_ttl + closeout::RETIRE_MARGIN;
+    sqlx::query("UPDATE campaigns SET closed_ms = closed_ms - ? WHERE sku = ?")
+        .bind(past.as_millis() as i64 + 1000)
+        .bind(sku)
+        .execute(&s.pool)
+        .await
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -227,7 +248,7 @@ async fn close_out_stores_the_report_cleans_redis_and_survives_a_crash() {
     assert_eq!(done["closing_report"]["drift"], 0, "{done}");
     assert_eq!(done["closing_report"]["active_ledger"], 3, "{done}");
     assert!(done["closed_ms"].is_i64(), "{done}");
-    assert_eq!(keys_of(&s, c.sku), Vec::<String>::new());
+    assert_eq!(keys_of(&s, c.sku), kept(c.sku));
     // The retried request still finds its first answer, kept until its own TTL.
     let stored = s
         .client
@@ -265,7 +286,7 @@ async fn close_out_stores_the_report_cleans_redis_and_survives_a_crash() {
     .await
     .unwrap();
     assert_eq!(out, consumer::release::Outcome::Released);
-    assert_eq!(keys_of(&s, c.sku), Vec::<String>::new());
+    assert_eq!(keys_of(&s, c.sku), kept(c.sku));
     assert_eq!(
         s.count("SELECT available FROM sku_stock WHERE sku = 9203")
             .await,
@@ -389,5 +410,28 @@ async fn the_consumer_closes_a_finished_campaign_by_itself() {
     let life = closeout::lifecycle(&s.pool, c.sku, T).await.unwrap();
     let report = life.closing_report.expect("closing report");
     assert_eq!(report["drift"], 0, "{report}");
+    // The metadata stays while replay answers may: housekeeping leaves it alone...
+    consumer::housekeeping::close_due(&s.cfg, &s.pool, &s.client).await;
+    assert_eq!(keys_of(&s, c.sku), kept(c.sku));
+    // ...until the last answer's TTL is over; then it goes, once, and a crash between its
+    // two steps (metadata gone, still a member) is finished by the next round.
+    age_close_out(&s, c.sku).await;
+    consumer::housekeeping::close_due(&s.cfg, &s.pool, &s.client).await;
     assert_eq!(keys_of(&s, c.sku), Vec::<String>::new());
+    let mut conn = s.redis.connection();
+    let _: i64 = redis::cmd("SADD")
+        .arg(shard_router::keys::SKU_SET)
+        .arg(c.sku)
+        .query(&mut conn)
+        .unwrap();
+    let now = shard_router::now_ms();
+    assert_eq!(
+        closeout::retire(&s.pool, &s.client, now, T).await.unwrap(),
+        vec![c.sku]
+    );
+    assert_eq!(keys_of(&s, c.sku), Vec::<String>::new());
+    assert!(closeout::retire(&s.pool, &s.client, now, T)
+        .await
+        .unwrap()
+        .is_empty());
 }

@@ -2,9 +2,11 @@
 # The campaign lifecycle end to end, on a running local stack (deploy/local/demo.sh runs it
 # after the main sale; by hand: export up.sh's lines first): a small campaign is created and
 # preheated, sells out through the balancer with signed tokens, a stock wave
-# (`consumer wave`) reopens it, it sells out again, and close-out leaves no key of the
-# campaign in Redis (stored replay answers aside: they expire by their own TTL) and a
-# closing report with drift 0. About 20 s. Exits non-zero when a step does not hold.
+# (`consumer wave`) reopens it, it sells out again, and close-out leaves a closing report
+# with drift 0 and no key of the campaign in Redis but what replays need until their TTL:
+# the stored answers, the SKU metadata `fg:sku:<sku>` and its `fg:skus` membership
+# (consumer/src/closeout.rs). Through the gateway, the retried request still gets its first
+# answer and a new one `ended`. About 20 s. Exits non-zero when a step does not hold.
 # Settings (environment): FG_LIFECYCLE_SKU (2), and the FLASHGATE_* lines of up.sh.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -111,8 +113,18 @@ assert r["active_ledger"] == want, "closing report sold %s, want %s" % (r["activ
 print("flashgate: lifecycle: closing report: stock %s, sold %s, drift %s" % (r["stock"], r["active_ledger"], r["drift"]), file=sys.stderr)
 ' "$((STOCK + WAVE))" || die "closing report of sku $SKU is wrong"
 
-# No key of the campaign is left on any Redis node but the stored answers.
-left=0 answers=0
+# Invariant `replay` after close-out: the retried request gets its first answer, a new
+# one is refused.
+again="$(claim "$user" "r-$user")"
+[ "$again" = "$replay" ] || die "after close-out a retried request got '$again', not '$replay'"
+fresh="$(claim "after-close" "r-after-close")"
+[ "${fresh%% *}" = ended ] || die "after close-out a new claim got ${fresh%% *}, not ended"
+say "lifecycle: after close-out a retry is replayed ($again), a new claim is ended"
+
+# No key of the campaign is left on any Redis node but what replays need: the stored
+# answers, and the metadata and live-set membership the gateways find them by (the
+# consumer removes those two once the answers expired).
+left=0 answers=0 meta=0 member=0
 IFS=, read -r -a urls <<<"$FLASHGATE_REDIS"
 for url in "${urls[@]}"; do
   url="redis://${url#redis://}"
@@ -121,13 +133,16 @@ for url in "${urls[@]}"; do
     # answer is `{T}:req:<sku>:…`. The shard tag `{fg:<s>:<n>}` is left out of the match.
     case "${key#*\}}" in
       ":req:$SKU:"*) answers=$((answers + 1)) ;;
+      "fg:sku:$SKU") meta=$((meta + 1)) ;;
       *":$SKU") say "left behind: $key"; left=$((left + 1)) ;;
     esac
   done < <(redis-cli -u "$url" --scan)
   if [ "$(redis-cli -u "$url" sismember fg:skus "$SKU" 2>/dev/null)" = 1 ]; then
-    say "left behind: sku $SKU in fg:skus"; left=$((left + 1))
+    member=$((member + 1))
   fi
 done
 [ "$left" -eq 0 ] || die "close-out left $left key(s) of sku $SKU"
 [ "$answers" -gt 0 ] || die "close-out removed the stored replay answers"
-say "lifecycle passed: no campaign key left in Redis ($answers replay answers kept until their TTL)"
+[ "$meta" -ge 1 ] && [ "$member" -ge 1 ] ||
+  die "close-out removed the metadata of sku $SKU while its replay answers are kept"
+say "lifecycle passed: no other campaign key left in Redis ($answers replay answers, the metadata and fg:skus membership kept until their TTL)"
