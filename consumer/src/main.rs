@@ -83,11 +83,20 @@ async fn real_main(cli: Cli) -> anyhow::Result<()> {
                     units,
                     due_ms,
                 };
-                wave::schedule(&pool, &w, t).await?;
+                wave::schedule_for_campaign(&pool, &w, t).await?;
             }
+            // The flags declare the campaign's waves: one dropped from them is cancelled
+            // while it adds nothing yet.
+            let listed: Vec<String> = a
+                .waves
+                .iter()
+                .map(|f| f.chars().take(wave::MAX_ID).collect())
+                .collect();
+            let dropped = wave::cancel_dropped(&pool, a.sku, &listed, t).await?;
             serde_json::json!({
                 "campaign": campaign::get(&pool, a.sku, t).await?,
                 "waves": wave::list(&pool, a.sku, t).await?,
+                "dropped_waves": dropped,
             })
         }
         Command::Wave(a) => {
