@@ -234,3 +234,41 @@ async fn the_sweep_reaches_late_claims_behind_ones_that_wait_forever() {
     );
     assert_eq!(s.client.user_count(c.sku, 1, "alice").await.unwrap(), 1);
 }
+
+/// The same interleaving in the order it takes in production (the rebuild's fence and
+/// quiesce come first, the wave's ledger step waits for the rebuild's campaign row): the
+/// wave's ledger step after the rebuild's commit finds the generation bumped and leaves
+/// the wave pending; its next round pushes it to the rebuilt shards and marks it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wave_finishing_after_a_rebuild_is_pushed_again() {
+    let s = Stack::start().await;
+    let c = campaign(&s, 13_005, 4, 2, 1, 3600).await;
+    let now = shard_router::now_ms();
+    let w = wave::Wave {
+        sku: c.sku,
+        id: "w2".into(),
+        units: 3,
+        due_ms: now,
+    };
+    wave::schedule(&s.pool, &w, T).await.unwrap();
+    let pushed = wave::push(&s.pool, &s.client, c.sku, "w2", T)
+        .await
+        .unwrap();
+    let wave::Pushed::Shards { units, gen } = pushed else {
+        panic!("{pushed:?}")
+    };
+    assert_eq!(slice_sum(&s, &c).await, 7);
+    rebuild::rebuild(&s.pool, &s.client, c.sku, &opts())
+        .await
+        .unwrap();
+    let refused = wave::finish(&s.pool, c.sku, "w2", units, gen, now, T).await;
+    assert!(refused.is_err(), "{refused:?}");
+    assert_eq!(
+        wave::apply(&s.pool, &s.client, c.sku, "w2", now, T)
+            .await
+            .unwrap(),
+        wave::Applied::Applied
+    );
+    assert_eq!(slice_sum(&s, &c).await, 7);
+    assert_eq!(s.reconcile(c.sku).await.drift, 0);
+}
