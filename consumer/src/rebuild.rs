@@ -300,6 +300,19 @@ pub async fn ledger_has_claims(
     Ok(any.is_some())
 }
 
+/// True when the ledger holds any claim of `sku`.
+pub async fn any_claim(pool: &MySqlPool, sku: u64, t: Duration) -> Result<bool, ConsumerError> {
+    let any: Option<i64> = bounded(
+        "any claim",
+        t,
+        sqlx::query_scalar("SELECT 1 FROM claims WHERE sku = ? LIMIT 1")
+            .bind(sku)
+            .fetch_optional(pool),
+    )
+    .await?;
+    Ok(any.is_some())
+}
+
 fn busy(sku: u64, shard: u16, holder: &str, expires_ms: i64) -> ConsumerError {
     ConsumerError::Invalid(format!(
         "sku {sku}: shard {shard} is being rebuilt by {holder} (lease until {expires_ms} ms); \
