@@ -272,3 +272,80 @@ async fn a_wave_finishing_after_a_rebuild_is_pushed_again() {
     assert_eq!(slice_sum(&s, &c).await, 7);
     assert_eq!(s.reconcile(c.sku).await.drift, 0);
 }
+
+/// A late claim's sequence number was lost with Redis, so the rebuilt `useq` hands it out
+/// again: alice's next request places a hold under the very `user|seq` of her late claim.
+/// The late apply took that hold for its own and skipped her count: once the hold was
+/// undone (her second chance found nothing), her count no longer showed the late claim's
+/// unit, and she could claim past her limit. Before the fix her count read 1 with the
+/// hold standing (2 expected) and 0 after the undo (1 expected).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_apply_does_not_take_another_requests_hold_for_its_own() {
+    let s = Stack::start().await;
+    let c = campaign(&s, 13_006, 4, 2, 2, 3600).await;
+    let p = s.client.placement().clone();
+    let home = p.home_shard(c.sku, c.width, "alice");
+    assert!(matches!(
+        claim(&s, &c, "alice").await,
+        ClaimOutcome::Claimed { .. }
+    ));
+    let held = read_like_a_consumer(&s, &c).await;
+    assert_eq!((held[0].home, held[0].user_seq), (home, 1));
+    flushall(&s);
+    rebuild::rebuild(&s.pool, &s.client, c.sku, &opts())
+        .await
+        .unwrap();
+
+    // Alice's home is short: her next request holds her count under seq 1 again.
+    let stock_key = shard_router::keys::ShardKeys::new(&p, home, c.sku).stock();
+    let _: () = redis::cmd("SET")
+        .arg(&stock_key)
+        .arg(0)
+        .query(&mut s.redis.connection())
+        .unwrap();
+    let req = ClaimRequest {
+        sku: c.sku,
+        user: "alice".into(),
+        qty: 1,
+        request_id: Some("r-second".into()),
+    };
+    let now = shard_router::now_ms();
+    let hold = s.client.claim_home(&req, home, now, true).await.unwrap();
+    assert!(
+        matches!(hold, shard_router::HomeOutcome::Hold { user_seq: 1, .. }),
+        "{hold:?}"
+    );
+
+    let out = consumer::ledger::write_batch(&s.pool, &held, T)
+        .await
+        .unwrap();
+    assert_eq!(out.late.len(), 1);
+    late::apply(&s.pool, &s.client, &out.late, T).await.unwrap();
+    assert_eq!(
+        s.client.user_count(c.sku, c.width, "alice").await.unwrap(),
+        2,
+        "the late claim and the standing hold"
+    );
+    // Her second chance found nothing: the hold is undone.
+    let undone = s
+        .client
+        .settle(
+            c.sku,
+            home,
+            "alice",
+            1,
+            Some("r-second"),
+            &shard_router::Settlement::Undo,
+        )
+        .await
+        .unwrap();
+    assert!(
+        matches!(undone, shard_router::SettleOutcome::Settled { .. }),
+        "{undone:?}"
+    );
+    assert_eq!(
+        s.client.user_count(c.sku, c.width, "alice").await.unwrap(),
+        1,
+        "the late claim still counts"
+    );
+}
