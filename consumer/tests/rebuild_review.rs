@@ -349,3 +349,59 @@ async fn a_late_apply_does_not_take_another_requests_hold_for_its_own() {
         "the late claim still counts"
     );
 }
+
+/// Note (a)'s oversell, then a release: alice's late claim finds its unit sold again (the
+/// `oversold` anomaly, slice left at 0). Cancelling alice's claim then gave her unit back
+/// to the slice although bob holds it: Redis offered a unit that does not exist, a second
+/// oversell on top of the recorded one, until a reconciliation removed it. Before the fix
+/// the slice read 1 after the cancel (0 expected: 3 active claims on a stock of 3).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_does_not_refill_a_late_claims_unit_sold_twice() {
+    let s = Stack::start().await;
+    let c = campaign(&s, 13_007, 3, 1, 1, 3600).await;
+    assert!(matches!(
+        claim(&s, &c, "alice").await,
+        ClaimOutcome::Claimed { .. }
+    ));
+    let held = read_like_a_consumer(&s, &c).await;
+    flushall(&s);
+    rebuild::rebuild(&s.pool, &s.client, c.sku, &opts())
+        .await
+        .unwrap();
+    for u in ["bob", "carol", "dave"] {
+        assert!(matches!(
+            claim(&s, &c, u).await,
+            ClaimOutcome::Claimed { .. }
+        ));
+    }
+    let others = read_like_a_consumer(&s, &c).await;
+    consumer::ledger::write_batch(&s.pool, &others, T)
+        .await
+        .unwrap();
+    let out = consumer::ledger::write_batch(&s.pool, &held, T)
+        .await
+        .unwrap();
+    late::apply(&s.pool, &s.client, &out.late, T).await.unwrap();
+    assert_eq!(slice_sum(&s, &c).await, 0);
+    assert_eq!(
+        s.count("SELECT COUNT(*) FROM anomalies WHERE kind = 'oversold'")
+            .await,
+        1
+    );
+
+    consumer::release::release(
+        &s.pool,
+        &s.client,
+        &held[0].claim_id,
+        consumer::release::Reason::Cancelled,
+        T,
+    )
+    .await
+    .unwrap();
+    assert_eq!(active_units(&s, c.sku).await, 3);
+    assert_eq!(
+        slice_sum(&s, &c).await,
+        0,
+        "alice's unit is bob's (or carol's, or dave's) now"
+    );
+}
