@@ -21,6 +21,7 @@
 -- ARGV[5] user when this is the home shard, else ""   ARGV[6] user_seq
 -- ARGV[7] replay answer "claim_id|shard|qty" or ""   ARGV[8] answer ttl s
 -- ARGV[9] events channel   ARGV[10] sku   ARGV[11] this shard id
+-- ARGV[12] the claim's request id or ""
 -- Returns (never nil):
 --   {70, short}   APPLIED; `short` units were missing from the slice (an oversell)
 --   {71}          ALREADY applied on this shard
@@ -62,8 +63,18 @@ if ARGV[4] == '1' then
 end
 
 local user = ARGV[5]
--- A hold still standing for this (user, seq) already counts the units for the user.
-if user ~= '' and redis.call('HEXISTS', KEYS[5], user .. '|' .. ARGV[6]) == 0 then
+-- A hold still standing for this (user, seq) already counts the units for the user, when
+-- it is this claim's own (the second chance it came from). The seq may have been handed
+-- out again after Redis lost it: a hold of another request id is another claim's.
+local ours = false
+if user ~= '' then
+  local hold = redis.call('HGET', KEYS[5], user .. '|' .. ARGV[6])
+  if hold then
+    local rid = string.match(hold, '^[^|]*|[^|]*|(.*)$') or ''
+    ours = rid == '' or ARGV[12] == '' or rid == ARGV[12]
+  end
+end
+if user ~= '' and not ours then
   redis.call('HINCRBY', KEYS[3], user, qty)
   if tonumber(redis.call('HGET', KEYS[4], user) or '0') < seq then
     redis.call('HSET', KEYS[4], user, seq)

@@ -205,8 +205,18 @@ pub async fn list(pool: &MySqlPool, t: Duration) -> Result<Vec<u64>, ConsumerErr
 }
 
 /// Preheats Redis from the stored campaign; live slices are left as they are. Once the
-/// ledger holds claims of the SKU (or a rebuild's fence is up), the full split would refill
-/// sold stock: then this is the rebuild from the ledger (`rebuild.rs`) instead.
+/// ledger holds claims of the SKU, or a slice is missing (a first preheat, or a loss), the
+/// full split could refill sold stock: then this is the rebuild from the ledger
+/// (`rebuild.rs`) instead. Only when every slice is live and the ledger holds no claim is
+/// it the plain preheat (limit and window updated, nothing created).
+///
+/// A slice missing with an empty ledger and generation 0 is either a first preheat or a
+/// loss while a consumer still holds the campaign's first batch in memory; nothing tells
+/// the two apart. The rebuild path writes the split fenced, under the campaign row, with
+/// generation 1, so records claimed before it (generation 0) that commit later are counted
+/// as late claims. No quiesce then: with generation 0 no preheat of this version ran
+/// before, so no consumer holds records (a campaign preheated by an older version aside,
+/// whose records are still caught as late).
 pub async fn preheat(
     pool: &MySqlPool,
     client: &StockClient,
@@ -214,7 +224,12 @@ pub async fn preheat(
     t: Duration,
 ) -> Result<Vec<(u16, PreheatOutcome)>, ConsumerError> {
     let c = get(pool, sku, t).await?;
-    if !crate::rebuild::ledger_has_claims(pool, sku, t).await? {
+    let all_live = client
+        .slices(sku, c.width)
+        .await?
+        .iter()
+        .all(|(_, v)| v.is_some());
+    if all_live && !crate::rebuild::any_claim(pool, sku, t).await? {
         let out = client.preheat(&c.meta()).await?;
         if !out
             .iter()
@@ -223,11 +238,22 @@ pub async fn preheat(
             return Ok(out);
         }
     }
-    let opts = crate::rebuild::Options::new(t);
+    let mut opts = crate::rebuild::Options::new(t);
+    let first = !crate::rebuild::ledger_has_claims(pool, sku, t).await?;
+    if first {
+        opts.quiesce = Duration::ZERO;
+    }
     let r = crate::rebuild::rebuild(pool, client, sku, &opts).await?;
     Ok(r.slices
         .into_iter()
-        .map(|(shard, slice)| (shard, PreheatOutcome::Rebuilt { slice }))
+        .map(|(shard, slice)| {
+            let o = if first {
+                PreheatOutcome::Preheated { slice }
+            } else {
+                PreheatOutcome::Rebuilt { slice }
+            };
+            (shard, o)
+        })
         .collect())
 }
 

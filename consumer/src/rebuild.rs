@@ -29,8 +29,9 @@
 //!    and fails. Holds still standing (a second chance in progress before the fence) count
 //!    for their user unless their claim was found. Replay answers are written before, while
 //!    the fence is up. The shard's wave hash keeps only the waves the ledger has applied
-//!    (`wave.rs`; a wave takes the campaign row too, so it is wholly before or after the
-//!    read). Then late claims that committed meanwhile are counted (`late::sweep`).
+//!    (`wave.rs`; a wave's ledger step takes the campaign row too, so it is wholly before
+//!    or after the read, and one after it finds the generation bumped and pushes the wave
+//!    to Redis again). Then late claims that committed meanwhile are counted (`late::sweep`).
 //!
 //! A closed campaign (`closeout.rs`) is never brought back.
 //!
@@ -294,6 +295,19 @@ pub async fn ledger_has_claims(
         .bind(sku)
         .bind(sku)
         .fetch_optional(pool),
+    )
+    .await?;
+    Ok(any.is_some())
+}
+
+/// True when the ledger holds any claim of `sku`.
+pub async fn any_claim(pool: &MySqlPool, sku: u64, t: Duration) -> Result<bool, ConsumerError> {
+    let any: Option<i64> = bounded(
+        "any claim",
+        t,
+        sqlx::query_scalar("SELECT 1 FROM claims WHERE sku = ? LIMIT 1")
+            .bind(sku)
+            .fetch_optional(pool),
     )
     .await?;
     Ok(any.is_some())

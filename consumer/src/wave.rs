@@ -9,7 +9,10 @@
 //!    the slice and records the wave id in the shard's wave hash in one step (a retry after a
 //!    crash finds the id and adds nothing) and publishes `restock`;
 //! 3. the row is marked applied and the campaign's stock and `sku_stock` grow by `units`, in
-//!    one transaction guarded by `applied_ms IS NULL` (a retry adds nothing).
+//!    one transaction guarded by `applied_ms IS NULL` (a retry adds nothing) and by the
+//!    campaign's rebuild generation read in step 1: a rebuild between steps 2 and 3 writes
+//!    the shards from a stock without this wave and drops its id, so the wave stays pending
+//!    and its next round runs step 2 again.
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -177,7 +180,7 @@ async fn store(
     Ok(())
 }
 
-/// Applies a stored wave now (see the module doc).
+/// Applies a stored wave now (see the module doc): [`push`], then [`finish`].
 pub async fn apply(
     pool: &MySqlPool,
     client: &StockClient,
@@ -186,13 +189,38 @@ pub async fn apply(
     now_ms: i64,
     t: Duration,
 ) -> Result<Applied, ConsumerError> {
+    match push(pool, client, sku, id, t).await? {
+        Pushed::Already => Ok(Applied::AlreadyApplied),
+        Pushed::Shards { units, gen } => finish(pool, sku, id, units, gen, now_ms, t).await,
+    }
+}
+
+/// What steps 1 and 2 left for step 3.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pushed {
+    /// The ledger has the wave applied already.
+    Already,
+    /// Every shard has its share; `gen` is the campaign's rebuild generation at step 1.
+    Shards { units: u64, gen: u64 },
+}
+
+/// Steps 1 and 2 of a wave: its place in the release order, then each shard's share.
+pub async fn push(
+    pool: &MySqlPool,
+    client: &StockClient,
+    sku: u64,
+    id: &str,
+    t: Duration,
+) -> Result<Pushed, ConsumerError> {
     let mut tx = bounded("begin", t, pool.begin()).await?;
-    let (stock, width, closing): (u64, u16, Option<i64>) = bounded(
+    let (stock, width, closing, gen): (u64, u16, Option<i64>, u64) = bounded(
         "lock campaign",
         t,
-        sqlx::query_as("SELECT stock, width, closing_ms FROM campaigns WHERE sku = ? FOR UPDATE")
-            .bind(sku)
-            .fetch_optional(&mut *tx),
+        sqlx::query_as(
+            "SELECT stock, width, closing_ms, rebuild_gen FROM campaigns WHERE sku = ? FOR UPDATE",
+        )
+        .bind(sku)
+        .fetch_optional(&mut *tx),
     )
     .await?
     .ok_or_else(|| ConsumerError::NotFound(format!("campaign for sku {sku}")))?;
@@ -207,7 +235,7 @@ pub async fn apply(
     .await?
     .ok_or_else(|| ConsumerError::NotFound(format!("wave {id} of sku {sku}")))?;
     if applied.is_some() {
-        return Ok(Applied::AlreadyApplied);
+        return Ok(Pushed::Already);
     }
     if closing.is_some() {
         return Err(ConsumerError::Invalid(format!(
@@ -280,7 +308,40 @@ pub async fn apply(
         }
     }
 
+    Ok(Pushed::Shards { units, gen })
+}
+
+/// Step 3 of a wave: marked applied, and the campaign's stock grows, unless a rebuild ran
+/// since step 1.
+pub async fn finish(
+    pool: &MySqlPool,
+    sku: u64,
+    id: &str,
+    units: u64,
+    gen: u64,
+    now_ms: i64,
+    t: Duration,
+) -> Result<Applied, ConsumerError> {
     let mut tx = bounded("begin", t, pool.begin()).await?;
+    // The campaign row first (the lock order everywhere). A rebuild that committed since
+    // step 1 may have fenced the shards after step 2 and read the stock without this wave:
+    // its write then drops the wave's units and id from every shard, so marking the wave
+    // applied now would leave its units nowhere. It stays pending; the next round pushes it
+    // again (the rebuilt wave hash lacks its id) and marks it under an unchanged generation.
+    let now_gen: Option<u64> = bounded(
+        "lock campaign",
+        t,
+        sqlx::query_scalar("SELECT rebuild_gen FROM campaigns WHERE sku = ? FOR UPDATE")
+            .bind(sku)
+            .fetch_optional(&mut *tx),
+    )
+    .await?;
+    if now_gen != Some(gen) {
+        return Err(ConsumerError::Invalid(format!(
+            "sku {sku} was rebuilt from the ledger while wave {id} was pushed to Redis; \
+             the wave stays pending and is pushed again"
+        )));
+    }
     let moved = bounded(
         "mark wave applied",
         t,

@@ -227,7 +227,8 @@ async fn the_next_rebuild_counts_a_late_claim_left_unapplied() {
     let r = rebuild::rebuild(&s.pool, &s.client, c.sku, &opts())
         .await
         .unwrap();
-    assert_eq!((r.active_units, r.late_counted, r.gen), (1, 1, 2));
+    // Generations: 1 the first preheat, 2 the first rebuild, 3 this one.
+    assert_eq!((r.active_units, r.late_counted, r.gen), (1, 1, 3));
     assert_eq!(late::sweep(&s.pool, &s.client, None, T).await.unwrap(), 0);
     // Applying the old judgement again is refused: a newer rebuild counted it.
     late::apply(&s.pool, &s.client, &out.late, T).await.unwrap();
@@ -332,7 +333,8 @@ async fn after_a_rebuild_a_preheat_keeps_the_generation() {
         ClaimOutcome::Claimed { .. }
     ));
     let held = read_like_a_consumer(&s, &c).await;
-    assert_eq!(held[0].gen, 2);
+    // Generations: 1 the first preheat, 2 the rebuild, 3 the preheat after the loss.
+    assert_eq!(held[0].gen, 3);
     let out = consumer::ledger::write_batch(&s.pool, &held, T)
         .await
         .unwrap();

@@ -177,7 +177,8 @@ impl StockClient {
             .arg(self.config().request_ttl.as_secs().max(1))
             .arg(keys::EVENTS_CHANNEL)
             .arg(record.sku)
-            .arg(shard);
+            .arg(shard)
+            .arg(record.request_id.as_deref().unwrap_or(""));
         let r = self.run("rebuild late", &inv).await?;
         match r.code {
             code::LATE_APPLIED => Ok(LateOutcome::Applied {

@@ -183,25 +183,52 @@ type Row = (
 );
 
 /// Late claims not counted in Redis yet (of `sku`, or of every SKU), applied now. Returns
-/// how many still wait (their shards are not rebuilt at their generation yet).
+/// how many still wait (their shards are not rebuilt at their generation yet). Every
+/// waiting row is visited, a page at a time by claim id: rows that wait for good (a shard
+/// rolled back by a failover never carries their generation) must not hide the ones
+/// behind them. A closed campaign has no Redis state left to count them in.
 pub async fn sweep(
     pool: &MySqlPool,
     client: &StockClient,
     sku: Option<u64>,
     t: Duration,
 ) -> Result<usize, ConsumerError> {
+    let mut waiting = 0;
+    let mut after = String::new();
+    loop {
+        let late = page(pool, sku, &after, t).await?;
+        let Some(last) = late.last() else {
+            return Ok(waiting);
+        };
+        after = last.record.claim_id.clone();
+        waiting += apply(pool, client, &late, t).await?;
+        if late.len() < SWEEP_PAGE as usize {
+            return Ok(waiting);
+        }
+    }
+}
+
+/// One page of [`sweep`]: waiting late claims with a claim id above `after`.
+async fn page(
+    pool: &MySqlPool,
+    sku: Option<u64>,
+    after: &str,
+    t: Duration,
+) -> Result<Vec<LateClaim>, ConsumerError> {
     let mut q = QueryBuilder::<MySql>::new(
         "SELECT l.claim_id, l.gen, c.sku, CAST(c.user_id AS CHAR), c.user_seq, c.qty, c.shard, \
          c.home, CAST(c.request_id AS CHAR), c.claimed_ms \
          FROM late_claims l JOIN claims c ON c.claim_id = l.claim_id \
-         WHERE l.applied_ms IS NULL",
+         JOIN campaigns k ON k.sku = l.sku AND k.closed_ms IS NULL \
+         WHERE l.applied_ms IS NULL AND l.claim_id > ",
     );
+    q.push_bind(after);
     if let Some(sku) = sku {
         q.push(" AND l.sku = ").push_bind(sku);
     }
     q.push(" ORDER BY l.claim_id LIMIT ").push_bind(SWEEP_PAGE);
     let rows: Vec<Row> = bounded("late claims", t, q.build_query_as().fetch_all(pool)).await?;
-    let late: Vec<LateClaim> = rows
+    Ok(rows
         .into_iter()
         .map(
             |(claim_id, gen, sku, user, user_seq, qty, shard, home, rid, ts)| LateClaim {
@@ -221,8 +248,7 @@ pub async fn sweep(
                 gen,
             },
         )
-        .collect();
-    apply(pool, client, &late, t).await
+        .collect())
 }
 
 /// The writer's repair loop: [`sweep`] at start and every [`SWEEP_EVERY`] until `stop`.

@@ -1,0 +1,417 @@
+//! Adversarial review of the rebuild serialization and late claims (docs/DESIGN.md,
+//! "Rebuild from the ledger"): interleavings with stock waves, a preheat after a loss, and
+//! the late-claim sweep, each checked against the books (slices + active ledger units =
+//! stock) on a real Redis and MariaDB.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use consumer::campaign::Campaign;
+use consumer::rebuild::{self, late, Options};
+use consumer::stream::{self, ShardStream};
+use consumer::wave;
+use shard_router::protocol::{self, LocalEmptyShards};
+use shard_router::{ClaimOutcome, ClaimRecord, ClaimRequest};
+use sqlx::Connection;
+
+async fn claim(s: &Stack, c: &Campaign, user: &str) -> ClaimOutcome {
+    let req = ClaimRequest {
+        sku: c.sku,
+        user: user.into(),
+        qty: 1,
+        request_id: Some(format!("r-{user}")),
+    };
+    protocol::claim(
+        &s.client,
+        &c.meta(),
+        &req,
+        &LocalEmptyShards::default(),
+        shard_router::now_ms(),
+    )
+    .await
+    .expect("claim")
+}
+
+fn flushall(s: &Stack) {
+    let _: () = redis::cmd("FLUSHALL")
+        .query(&mut s.redis.connection())
+        .unwrap();
+}
+
+fn opts() -> Options {
+    let mut o = Options::new(T);
+    o.quiesce = Duration::from_millis(100);
+    o
+}
+
+/// What a consumer holds in memory after reading the streams: every record of `c`.
+async fn read_like_a_consumer(s: &Stack, c: &Campaign) -> Vec<ClaimRecord> {
+    let mut out = Vec::new();
+    for shard in s.client.placement().shards_of(c.sku, c.width) {
+        let st = ShardStream::new(&s.client, shard, "");
+        for e in st.all_entries(&s.client, 100).await.unwrap() {
+            out.push(stream::decode(shard, &e).unwrap().record);
+        }
+    }
+    out
+}
+
+async fn slice_sum(s: &Stack, c: &Campaign) -> i64 {
+    s.client
+        .slices(c.sku, c.width)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|(_, v)| v)
+        .sum()
+}
+
+async fn active_units(s: &Stack, sku: u64) -> i64 {
+    s.count(&format!(
+        "SELECT CAST(COALESCE(SUM(qty), 0) AS SIGNED) FROM claims WHERE sku = {sku} \
+         AND status IN ('pending', 'confirmed')"
+    ))
+    .await
+}
+
+/// A wave pushed to Redis (its step 2) just before a rebuild's fence, and marked applied in
+/// the ledger (step 3) only after the rebuild read the campaign: the rebuild read the stock
+/// without the wave and wrote the wave hash without its id, so the wave's units were in
+/// neither the rebuilt slice nor any retry (the ledger says applied). Before the fix the
+/// slice stayed at 4 on a stock of 6 (drift -2: units stuck, never sold). The wave row is
+/// held from a second connection so step 3 waits exactly there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wave_marked_applied_after_the_rebuild_read_keeps_its_units() {
+    let s = Stack::start().await;
+    let c = campaign(&s, 13_001, 4, 1, 1, 3600).await;
+    let now = shard_router::now_ms();
+    let w = wave::Wave {
+        sku: c.sku,
+        id: "w1".into(),
+        units: 2,
+        due_ms: now,
+    };
+    wave::schedule(&s.pool, &w, T).await.unwrap();
+    sqlx::query("UPDATE campaign_waves SET start_unit = 4 WHERE sku = ? AND wave_id = 'w1'")
+        .bind(c.sku)
+        .execute(&s.pool)
+        .await
+        .unwrap();
+    let mut blocker = sqlx::MySqlConnection::connect(&s.db.url()).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut blocker).await.unwrap();
+    sqlx::query("SELECT wave_id FROM campaign_waves WHERE sku = ? AND wave_id = 'w1' FOR UPDATE")
+        .bind(c.sku)
+        .execute(&mut blocker)
+        .await
+        .unwrap();
+    let apply = {
+        let (pool, client) = (s.pool.clone(), s.client.clone());
+        tokio::spawn(async move { wave::apply(&pool, &client, 13_001, "w1", now, T).await })
+    };
+    // Step 2 done: the slice carries the wave.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while slice_sum(&s, &c).await != 6 {
+        assert!(Instant::now() < deadline, "wave never reached Redis");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let rebuild = {
+        let (pool, client) = (s.pool.clone(), s.client.clone());
+        tokio::spawn(async move { rebuild::rebuild(&pool, &client, 13_001, &opts()).await })
+    };
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    sqlx::query("COMMIT").execute(&mut blocker).await.unwrap();
+    let applied = apply.await.unwrap();
+    rebuild.await.unwrap().unwrap();
+    if applied.is_err() {
+        // Refused because a rebuild ran meanwhile: the next round pushes it again.
+        wave::apply(&s.pool, &s.client, c.sku, "w1", now, T)
+            .await
+            .unwrap();
+    }
+    let stock = s
+        .count("SELECT CAST(stock AS SIGNED) FROM campaigns WHERE sku = 13001")
+        .await;
+    assert_eq!(stock, 6, "the wave is in the ledger");
+    assert_eq!(slice_sum(&s, &c).await, 6, "the wave's units are sellable");
+    assert_eq!(s.reconcile(c.sku).await.drift, 0);
+}
+
+/// Note (c) of the change: Redis loses everything while a consumer holds the campaign's
+/// first batch, and the operator preheats again. With an empty ledger and no rebuild
+/// before, the preheat split the full stock, and the batch (generation 0, like the
+/// campaign) committed as an ordinary batch: Redis offered alice's unit a second time
+/// (slice 3 + 1 active on a stock of 3) until a reconciliation removed it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_preheat_after_a_loss_with_an_empty_ledger_counts_the_held_batch() {
+    let s = Stack::start().await;
+    let c = campaign(&s, 13_002, 3, 1, 1, 3600).await;
+    assert!(matches!(
+        claim(&s, &c, "alice").await,
+        ClaimOutcome::Claimed { .. }
+    ));
+    let held = read_like_a_consumer(&s, &c).await;
+    assert_eq!(held.len(), 1);
+    flushall(&s);
+    consumer::campaign::preheat(&s.pool, &s.client, c.sku, T)
+        .await
+        .unwrap();
+    let out = consumer::ledger::write_batch(&s.pool, &held, T)
+        .await
+        .unwrap();
+    late::apply(&s.pool, &s.client, &out.late, T).await.unwrap();
+    assert_eq!(
+        slice_sum(&s, &c).await + active_units(&s, c.sku).await,
+        3,
+        "alice's unit offered once (late: {:?})",
+        out.late
+    );
+    assert_eq!(s.client.user_count(c.sku, 1, "alice").await.unwrap(), 1);
+}
+
+/// Late claims whose shards never reach their generation (a campaign closed meanwhile, a
+/// shard rolled back by a failover) stay unapplied. The sweep read only the first 500 by
+/// claim id, every 2 s, forever: once 500 such rows existed, a late claim sorting after
+/// them (a consumer crashed between its commit and its apply) was never counted, and its
+/// unit stayed on sale.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sweep_reaches_late_claims_behind_ones_that_wait_forever() {
+    let s = Stack::start().await;
+    let stuck = campaign(&s, 13_003, 1000, 1, 1000, 3600).await;
+    let c = campaign(&s, 13_004, 3, 1, 1, 3600).await;
+    assert!(matches!(
+        claim(&s, &c, "alice").await,
+        ClaimOutcome::Claimed { .. }
+    ));
+    let held = read_like_a_consumer(&s, &c).await;
+    flushall(&s);
+    rebuild::rebuild(&s.pool, &s.client, c.sku, &opts())
+        .await
+        .unwrap();
+
+    // 500 late claims judged against a generation the stuck campaign's shards never get.
+    sqlx::query("UPDATE campaigns SET rebuild_gen = 99 WHERE sku = ?")
+        .bind(stuck.sku)
+        .execute(&s.pool)
+        .await
+        .unwrap();
+    let shard = s.client.placement().shards_of(stuck.sku, 1)[0];
+    let waiting: Vec<ClaimRecord> = (0..500)
+        .map(|n| ClaimRecord {
+            claim_id: format!("{shard}-0-{n:04}"),
+            sku: stuck.sku,
+            user: format!("u{n}"),
+            qty: 1,
+            user_seq: 1,
+            shard,
+            home: shard,
+            request_id: None,
+            ts_ms: shard_router::now_ms(),
+            gen: 0,
+        })
+        .collect();
+    let out = consumer::ledger::write_batch(&s.pool, &waiting, T)
+        .await
+        .unwrap();
+    assert_eq!(out.late.len(), 500);
+    assert_eq!(late::sweep(&s.pool, &s.client, None, T).await.unwrap(), 500);
+
+    // Alice's batch commits late; the consumer crashes before its apply.
+    let out = consumer::ledger::write_batch(&s.pool, &held, T)
+        .await
+        .unwrap();
+    assert_eq!(out.late.len(), 1);
+    assert!(
+        out.late[0].record.claim_id > waiting[499].claim_id,
+        "sorts after the stuck ones"
+    );
+    late::sweep(&s.pool, &s.client, None, T).await.unwrap();
+    assert_eq!(
+        slice_sum(&s, &c).await,
+        2,
+        "alice's late claim counted by the sweep"
+    );
+    assert_eq!(s.client.user_count(c.sku, 1, "alice").await.unwrap(), 1);
+}
+
+/// The same interleaving in the order it takes in production (the rebuild's fence and
+/// quiesce come first, the wave's ledger step waits for the rebuild's campaign row): the
+/// wave's ledger step after the rebuild's commit finds the generation bumped and leaves
+/// the wave pending; its next round pushes it to the rebuilt shards and marks it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wave_finishing_after_a_rebuild_is_pushed_again() {
+    let s = Stack::start().await;
+    let c = campaign(&s, 13_005, 4, 2, 1, 3600).await;
+    let now = shard_router::now_ms();
+    let w = wave::Wave {
+        sku: c.sku,
+        id: "w2".into(),
+        units: 3,
+        due_ms: now,
+    };
+    wave::schedule(&s.pool, &w, T).await.unwrap();
+    let pushed = wave::push(&s.pool, &s.client, c.sku, "w2", T)
+        .await
+        .unwrap();
+    let wave::Pushed::Shards { units, gen } = pushed else {
+        panic!("{pushed:?}")
+    };
+    assert_eq!(slice_sum(&s, &c).await, 7);
+    rebuild::rebuild(&s.pool, &s.client, c.sku, &opts())
+        .await
+        .unwrap();
+    let refused = wave::finish(&s.pool, c.sku, "w2", units, gen, now, T).await;
+    assert!(refused.is_err(), "{refused:?}");
+    assert_eq!(
+        wave::apply(&s.pool, &s.client, c.sku, "w2", now, T)
+            .await
+            .unwrap(),
+        wave::Applied::Applied
+    );
+    assert_eq!(slice_sum(&s, &c).await, 7);
+    assert_eq!(s.reconcile(c.sku).await.drift, 0);
+}
+
+/// A late claim's sequence number was lost with Redis, so the rebuilt `useq` hands it out
+/// again: alice's next request places a hold under the very `user|seq` of her late claim.
+/// The late apply took that hold for its own and skipped her count: once the hold was
+/// undone (her second chance found nothing), her count no longer showed the late claim's
+/// unit, and she could claim past her limit. Before the fix her count read 1 with the
+/// hold standing (2 expected) and 0 after the undo (1 expected).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_apply_does_not_take_another_requests_hold_for_its_own() {
+    let s = Stack::start().await;
+    let c = campaign(&s, 13_006, 4, 2, 2, 3600).await;
+    let p = s.client.placement().clone();
+    let home = p.home_shard(c.sku, c.width, "alice");
+    assert!(matches!(
+        claim(&s, &c, "alice").await,
+        ClaimOutcome::Claimed { .. }
+    ));
+    let held = read_like_a_consumer(&s, &c).await;
+    assert_eq!((held[0].home, held[0].user_seq), (home, 1));
+    flushall(&s);
+    rebuild::rebuild(&s.pool, &s.client, c.sku, &opts())
+        .await
+        .unwrap();
+
+    // Alice's home is short: her next request holds her count under seq 1 again.
+    let stock_key = shard_router::keys::ShardKeys::new(&p, home, c.sku).stock();
+    let _: () = redis::cmd("SET")
+        .arg(&stock_key)
+        .arg(0)
+        .query(&mut s.redis.connection())
+        .unwrap();
+    let req = ClaimRequest {
+        sku: c.sku,
+        user: "alice".into(),
+        qty: 1,
+        request_id: Some("r-second".into()),
+    };
+    let now = shard_router::now_ms();
+    let hold = s.client.claim_home(&req, home, now, true).await.unwrap();
+    assert!(
+        matches!(hold, shard_router::HomeOutcome::Hold { user_seq: 1, .. }),
+        "{hold:?}"
+    );
+
+    let out = consumer::ledger::write_batch(&s.pool, &held, T)
+        .await
+        .unwrap();
+    assert_eq!(out.late.len(), 1);
+    late::apply(&s.pool, &s.client, &out.late, T).await.unwrap();
+    assert_eq!(
+        s.client.user_count(c.sku, c.width, "alice").await.unwrap(),
+        2,
+        "the late claim and the standing hold"
+    );
+    // Her second chance found nothing: the hold is undone.
+    let undone = s
+        .client
+        .settle(
+            c.sku,
+            home,
+            "alice",
+            1,
+            Some("r-second"),
+            &shard_router::Settlement::Undo,
+        )
+        .await
+        .unwrap();
+    assert!(
+        matches!(undone, shard_router::SettleOutcome::Settled { .. }),
+        "{undone:?}"
+    );
+    assert_eq!(
+        s.client.user_count(c.sku, c.width, "alice").await.unwrap(),
+        1,
+        "the late claim still counts"
+    );
+}
+
+/// Note (a)'s oversell, then a release: alice's late claim finds its unit sold again (the
+/// `oversold` anomaly, slice left at 0). Cancelling alice's claim then gave her unit back
+/// to the slice although bob holds it: Redis offered a unit that does not exist, a second
+/// oversell on top of the recorded one, until a reconciliation removed it. Before the fix
+/// the slice read 1 after the cancel (0 expected: 3 active claims on a stock of 3).
+///
+/// Left failing: marking the short claim released on its slice covers only a release of
+/// the late claim, while the release of the claim that took its unit refills just the
+/// same (and reconciliation would then name the claim "back in the slice" while sold). A
+/// complete fix keeps the shortfall as a per-shard debt (`rebuild_late.lua` adds it, any
+/// `release_stock.lua` pays it before the slice grows, `rebuild.lua` sets it to the
+/// rebuild's oversold units, reconciliation counts it). Until then reconciliation removes
+/// the refilled unit as positive drift at its next run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a release after a short late apply refills the resold unit until the next \
+            reconciliation; needs a per-shard debt (see the comment)"]
+async fn a_release_does_not_refill_a_late_claims_unit_sold_twice() {
+    let s = Stack::start().await;
+    let c = campaign(&s, 13_007, 3, 1, 1, 3600).await;
+    assert!(matches!(
+        claim(&s, &c, "alice").await,
+        ClaimOutcome::Claimed { .. }
+    ));
+    let held = read_like_a_consumer(&s, &c).await;
+    flushall(&s);
+    rebuild::rebuild(&s.pool, &s.client, c.sku, &opts())
+        .await
+        .unwrap();
+    for u in ["bob", "carol", "dave"] {
+        assert!(matches!(
+            claim(&s, &c, u).await,
+            ClaimOutcome::Claimed { .. }
+        ));
+    }
+    let others = read_like_a_consumer(&s, &c).await;
+    consumer::ledger::write_batch(&s.pool, &others, T)
+        .await
+        .unwrap();
+    let out = consumer::ledger::write_batch(&s.pool, &held, T)
+        .await
+        .unwrap();
+    late::apply(&s.pool, &s.client, &out.late, T).await.unwrap();
+    assert_eq!(slice_sum(&s, &c).await, 0);
+    assert_eq!(
+        s.count("SELECT COUNT(*) FROM anomalies WHERE kind = 'oversold'")
+            .await,
+        1
+    );
+
+    consumer::release::release(
+        &s.pool,
+        &s.client,
+        &held[0].claim_id,
+        consumer::release::Reason::Cancelled,
+        T,
+    )
+    .await
+    .unwrap();
+    assert_eq!(active_units(&s, c.sku).await, 3);
+    assert_eq!(
+        slice_sum(&s, &c).await,
+        0,
+        "alice's unit is bob's (or carol's, or dave's) now"
+    );
+}
