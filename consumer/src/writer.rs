@@ -167,6 +167,7 @@ impl Writer {
 
     /// After the commit: XACK + XDEL per shard.
     async fn settle(&self, batch: Vec<Delivered>, outcome: BatchOutcome, started: Instant) {
+        crate::final_answers::finalize(&self.client, &batch).await;
         let commit_time = started.elapsed();
         let rows = batch.len();
         metrics::histogram!(m::COMMIT_SECONDS).record(started.elapsed().as_secs_f64());
