@@ -48,7 +48,7 @@ async fn rerouted_answers_stay_replayable_after_the_ledger_took_them() {
     let master = RedisServer::start();
     let _replica = RedisServer::start_replica_of(&master);
     let db = TestDatabase::create();
-    let mut cfg = Config::new(RedisTarget::Single(master.url()), SHARDS, &db.url());
+    let mut cfg = Config::new(RedisTarget::Single(master.url()), SHARDS, db.url());
     cfg.read_block = Duration::from_millis(200);
     cfg.reconcile_interval = Duration::from_secs(3600);
     let mut stock_cfg = cfg.stock();
