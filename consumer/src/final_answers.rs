@@ -18,20 +18,21 @@ use shard_router::{Claim, StockClient};
 
 use crate::stream::Delivered;
 
-/// Attempts per answer, and the pause between them.
-const ATTEMPTS: usize = 3;
+/// Attempts per answer, and the pause between them. The answers of one batch are made
+/// final concurrently, so a home master that does not answer holds the batch's
+/// acknowledgement up for about `ATTEMPTS` response timeouts, not that per record.
+const ATTEMPTS: usize = 2;
 const PAUSE: Duration = Duration::from_millis(50);
 
 /// Makes the answers of the committed rerouted records in `batch` final. Records without
 /// a request id, or taken on their home shard, have nothing to do.
 pub async fn finalize(client: &StockClient, batch: &[Delivered]) {
-    for r in batch.iter().map(|d| &d.record) {
-        let Some(rid) = r.request_id.as_deref() else {
-            continue;
-        };
-        if r.shard == r.home {
-            continue;
-        }
+    let rerouted = batch
+        .iter()
+        .map(|d| &d.record)
+        .filter(|r| r.shard != r.home && r.request_id.is_some());
+    futures::future::join_all(rerouted.map(|r| async move {
+        let rid = r.request_id.as_deref().unwrap_or_default();
         let claim = Claim {
             claim_id: r.claim_id.clone(),
             sku: r.sku,
@@ -40,12 +41,13 @@ pub async fn finalize(client: &StockClient, batch: &[Delivered]) {
         };
         for attempt in 1..=ATTEMPTS {
             match client.finalize_answer(r.home, &r.user, rid, &claim).await {
-                Ok(_) => break,
+                Ok(_) => return,
                 Err(e) if attempt == ATTEMPTS => {
                     tracing::warn!(claim = %r.claim_id, error = %e, "replay answer left tentative");
                 }
                 Err(_) => tokio::time::sleep(PAUSE).await,
             }
         }
-    }
+    }))
+    .await;
 }
