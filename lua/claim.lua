@@ -46,7 +46,9 @@ if rid ~= '' then
     -- A write, so a replay advances the replication offset: the WAIT after it (replica
     -- durability) then confirms the replica has this answer, on whatever connection.
     redis.call('EXPIRE', KEYS[7], ARGV[8])
-    local claim_id, shard, q = string.match(seen, '^([^|]+)|([^|]+)|([^|]+)$')
+    -- A leading `~` marks a reroute not yet confirmed on its shard (settle.lua): the
+    -- caller checks that shard before acknowledging (shard-router/src/replay.rs).
+    local claim_id, shard, q = string.match(seen, '^~?([^|]+)|([^|]+)|([^|]+)$')
     return {2, claim_id, tonumber(shard), tonumber(q)}
   end
 end

@@ -5,12 +5,25 @@
 -- KEYS[1] user counts     {T}:users:<sku>
 -- KEYS[2] holds           {T}:holds:<sku>     hash: "user|seq" -> "qty|expires_ms|request_id"
 -- KEYS[3] request result  {T}:req:<sku>:<len>:<user>:<rid>  (unused when ARGV[4] == "")
--- ARGV[1] user   ARGV[2] user_seq   ARGV[3] "keep" | "undo"   ARGV[4] request id or ""
--- ARGV[5] stored answer "claim_id|shard|qty" (keep only)   ARGV[6] request result ttl s
+-- ARGV[1] user   ARGV[2] user_seq   ARGV[3] "keep" | "undo" | "final"   ARGV[4] request id or ""
+-- ARGV[5] stored answer "claim_id|shard|qty" (keep: "~" first while the take on another
+-- shard is unconfirmed; final: without)   ARGV[6] request result ttl s
+-- "final" touches no hold: it drops the "~" once the take is on a replica or in the ledger
+-- (shard-router/src/replay.rs), also over a "P" (the consumer may commit the record before
+-- the gateway settles; keep then leaves the final answer alone).
 -- Returns (never nil):
---   {30, qty}   SETTLED
---   {31}        HOLD_GONE: no such hold (already settled or resolved)
+--   {30, qty}   SETTLED (final: {30, 0}, the answer is final now)
+--   {31}        HOLD_GONE: no such hold (already settled or resolved); final: not this answer
 --   {15}        BAD_ARGUMENT
+
+if ARGV[3] == 'final' then
+  local seen = redis.call('GET', KEYS[3])
+  if seen ~= 'P' and seen ~= '~' .. ARGV[5] then
+    return {31}
+  end
+  redis.call('SET', KEYS[3], ARGV[5], 'KEEPTTL')
+  return {30, 0}
+end
 
 local field = ARGV[1] .. '|' .. ARGV[2]
 local hold = redis.call('HGET', KEYS[2], field)
@@ -23,7 +36,7 @@ if not qty or (ARGV[3] ~= 'keep' and ARGV[3] ~= 'undo') then
 end
 redis.call('HDEL', KEYS[2], field)
 if ARGV[3] == 'keep' then
-  if ARGV[4] ~= '' then
+  if ARGV[4] ~= '' and redis.call('GET', KEYS[3]) ~= (string.gsub(ARGV[5], '^~', '')) then
     redis.call('SET', KEYS[3], ARGV[5], 'EX', ARGV[6])
   end
 else

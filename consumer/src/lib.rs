@@ -7,6 +7,7 @@
 //! - [`stream`] (shard-router's): the stream operations on one shard (group, read,
 //!   ack+delete, XAUTOCLAIM, dead letters); [`reader`]: XREADGROUP loop per shard into the bounded channel.
 //! - [`writer`]: batches (max rows / max wait) → [`ledger`]: one transaction per batch.
+//!   [`final_answers`]: rerouted claims' replay answers made final before the delete.
 //! - [`redrive`]: `consumer redrive`, dead letters back into the ledger, idempotently.
 //! - [`replica`]: wait for a replica before committing (default wherever there is one).
 //! - [`recovery`]: refresh own pending entries, take over idle ones, dead-letter poison.
@@ -29,6 +30,7 @@ pub mod closeout;
 pub mod config;
 pub mod db;
 mod error;
+pub mod final_answers;
 pub mod health;
 pub mod housekeeping;
 pub mod inflight;

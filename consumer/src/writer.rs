@@ -190,6 +190,7 @@ impl Writer {
                 tracing::warn!(late = outcome.late.len(), error = %e, "late claims not counted yet; the sweep retries");
             }
         }
+        crate::final_answers::finalize(&self.client, &batch).await;
         let commit_time = started.elapsed();
         let rows = batch.len();
         metrics::histogram!(m::COMMIT_SECONDS).record(started.elapsed().as_secs_f64());

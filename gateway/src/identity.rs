@@ -18,7 +18,7 @@ use ipnet::IpNet;
 use crate::api::reply::Reply;
 use crate::config::{AccessConfig, ConfigError};
 pub(crate) use token::TokenVerifier;
-use token::{KeySource, TokenError};
+use token::{KeyFile, TokenError};
 
 /// The user of a request, as far as headers tell.
 #[derive(Debug, PartialEq, Eq)]
@@ -42,18 +42,13 @@ impl Identity {
         let source = [
             (
                 "--token-secret-file",
-                cfg.token_secret_file.as_deref().map(KeySource::SecretFile),
+                cfg.token_secret_file.as_deref().map(KeyFile::Secret),
             ),
             (
                 "--token-public-key",
-                cfg.token_public_key
-                    .as_deref()
-                    .map(KeySource::PublicKeyFile),
+                cfg.token_public_key.as_deref().map(KeyFile::PublicKey),
             ),
-            (
-                "--token-jwks",
-                cfg.token_jwks.as_deref().map(KeySource::JwksFile),
-            ),
+            ("--token-jwks", cfg.token_jwks.as_deref().map(KeyFile::Jwks)),
         ]
         .into_iter()
         .find_map(|(setting, s)| Some((setting, s?)));

@@ -12,7 +12,8 @@
 //!   body when explicitly allowed) and the client address behind trusted proxies.
 //! - `cache.rs`: the sold-out cache, `live.rs`: the set of live SKUs; `events.rs`: the
 //!   Pub/Sub subscriber feeding both.
-//! - `link.rs`: the Redis connection and readiness probe; `durability.rs`: `WAIT`.
+//! - `link.rs`: the Redis connection and readiness probe; `durability.rs`: `WAIT`;
+//!   `redis_runtime.rs`: the connection's background tasks on a runtime of their own.
 //! - [`metrics`]: metric names, their HELP texts and the Prometheus recorder.
 //! - `access.rs`: the trace id of each request (`X-Request-Id`) and the bounded access log.
 //!
@@ -34,6 +35,7 @@ mod limiter;
 mod link;
 mod live;
 pub mod metrics;
+mod redis_runtime;
 
 use std::future::Future;
 use std::sync::Arc;

@@ -173,7 +173,7 @@ impl Link {
             }
             let client = match self.client.get() {
                 Some(c) => c.clone(),
-                None => match StockClient::connect(cfg.clone()).await {
+                None => match crate::redis_runtime::connect(cfg.clone()).await {
                     Ok(c) => {
                         let c = self.client.get_or_init(|| c).clone();
                         self.connected.notify_waiters();

@@ -30,6 +30,9 @@ const SKU: u64 = 9301;
 
 /// One HTTP answer of the load, with the home shard of its user.
 struct Sent {
+    /// When the request left: a claim answered just after the kill may have been served
+    /// just before it, so recovery is judged by requests sent after the kill.
+    sent: Instant,
     at: Instant,
     home: ShardId,
     status: Option<StatusCode>,
@@ -113,6 +116,7 @@ async fn master_failover_keeps_gateways_ready_and_other_shards_selling() {
                 let home = placement.home_shard(SKU, 16, &user);
                 let addr: SocketAddr = if n.is_multiple_of(2) { a1 } else { a2 };
                 let body = format!(r#"{{"sku":{SKU},"user":"{user}"}}"#);
+                let sent_at = Instant::now();
                 let r = request(
                     addr,
                     Method::POST,
@@ -144,6 +148,7 @@ async fn master_failover_keeps_gateways_ready_and_other_shards_selling() {
                 }
                 let failed = status != Some(StatusCode::CREATED);
                 sent.lock().unwrap().push(Sent {
+                    sent: sent_at,
                     at,
                     home,
                     status,
@@ -168,7 +173,7 @@ async fn master_failover_keeps_gateways_ready_and_other_shards_selling() {
             .unwrap()
             .iter()
             .find(|s| {
-                s.at > killed
+                s.sent > killed
                     && victim_shards.contains(&s.home)
                     && s.status == Some(StatusCode::CREATED)
             })

@@ -110,15 +110,21 @@ pub(crate) struct Batcher {
     timeout: Duration,
     /// `WAIT 1 <ms>` closing every pipeline (replica durability), `None` without.
     wait: Option<Duration>,
+    /// Where flush tasks run: the runtime the client was connected on, beside the
+    /// connection's own tasks (the gateway gives those a runtime of their own, so a
+    /// saturated request runtime does not delay every batch by a pass of its queue).
+    spawner: tokio::runtime::Handle,
 }
 
 impl Batcher {
     /// `wait` is capped below `timeout` so the pipeline's bound covers the WAIT's block.
+    /// Must be called on a tokio runtime: flush tasks are spawned on it.
     pub(crate) fn new(shards: u16, timeout: Duration, wait: Option<Duration>) -> Self {
         Self {
             queues: (0..shards).map(|_| GroupQueue::new()).collect(),
             timeout: timeout + wait.unwrap_or_default(),
             wait: wait.map(|w| w.max(Duration::from_millis(1))),
+            spawner: tokio::runtime::Handle::current(),
         }
     }
 
@@ -139,7 +145,8 @@ impl Batcher {
         let (tx, rx) = oneshot::channel();
         if queue.push(Pending { cmd, reply: tx }) {
             // Its own task: a caller dropped mid-flush must not strand the others' replies.
-            tokio::spawn(Arc::clone(self).flush(conn.clone(), shard));
+            self.spawner
+                .spawn(Arc::clone(self).flush(conn.clone(), shard));
         }
         rx.await.unwrap_or_else(|_| {
             Err(io_error(

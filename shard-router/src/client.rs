@@ -492,7 +492,12 @@ impl StockClient {
     ) -> Result<(SettleOutcome, Option<u32>), StockError> {
         let k = self.keys(home, sku);
         let (verb, answer) = match how {
-            Settlement::Keep(c) => ("keep", format!("{}|{}|{}", c.claim_id, c.shard, c.qty)),
+            // With replica durability, a reroute's answer is tentative until its take is
+            // known to be on a replica of its own shard (see `replay.rs`).
+            Settlement::Keep(c) => (
+                "keep",
+                crate::replay::answer(c, self.cfg.replica_ack.is_some() && c.shard != home),
+            ),
             Settlement::Undo => ("undo", String::new()),
         };
         let (r, acked) = self

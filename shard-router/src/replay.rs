@@ -4,13 +4,33 @@
 //!
 //! One plain `GET` of the key `claim.lua` and `settle.lua` write on the user's home shard:
 //! cheaper for Redis than any script, and read-only, so it can never take a unit.
+//!
+//! With replica durability (docs/DESIGN.md "Durability") a replayed answer is acknowledged
+//! only when a replica holds everything the claim wrote:
+//! - on the home shard: the answer is read again in the pipeline of a fence on that shard
+//!   ([`StockClient::read_fenced`]), so the fence's master is the one that had the answer;
+//! - a rerouted claim's units and record live on another shard. Its answer is stored
+//!   *tentative* (`~claim_id|shard|qty`, `settle.lua`) by a gateway with replica
+//!   durability; replaying a tentative answer also needs the record on that shard, read
+//!   under a fence there. Once that was seen, or once the record reached the ledger (the
+//!   consumer, before it deletes the entry), the answer is made final: a replay after the
+//!   entry left the stream needs no record. A tentative answer without its record is
+//!   either lost (that shard failed over before replicating it) or consumed while the final
+//!   mark was lost (a failover of the home shard): neither is acknowledged (503).
 
 use redis::AsyncCommands;
 
 use crate::client::StockClient;
 use crate::error::StockError;
-use crate::keys::ShardKeys;
+use crate::keys::{self, ShardKeys};
 use crate::outcome::Claim;
+use crate::placement::ShardId;
+use crate::protocol::Confirmation;
+use crate::scripts::{self, code};
+
+/// Marks a stored answer whose take (on a shard other than the home) is not known to be
+/// on a replica yet.
+const TENTATIVE: char = '~';
 
 /// What is stored for a request id.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,38 +51,193 @@ impl StockClient {
         user: &str,
         request_id: &str,
     ) -> Result<Option<StoredAnswer>, StockError> {
-        let home = self.placement().home_shard(sku, width, user);
-        let key = ShardKeys::new(self.placement(), home, sku).request(user, Some(request_id));
+        let key = self.answer_key(sku, width, user, request_id);
         let mut conn = self.conn();
         let seen: Option<String> = self.bounded("replay", conn.get(key)).await?;
-        let Some(seen) = seen else {
+        interpret(sku, seen).map(|a| a.map(|(a, _)| a))
+    }
+
+    /// [`Self::stored_answer`] and what replica durability confirmed about it (see the
+    /// module doc). An answer that cannot be confirmed now is `Unconfirmed`, never an
+    /// error: the caller answers 503 with its claim id.
+    pub async fn replay_confirmed(
+        &self,
+        sku: u64,
+        width: u16,
+        user: &str,
+        request_id: &str,
+    ) -> Result<Option<(StoredAnswer, Confirmation)>, StockError> {
+        let key = self.answer_key(sku, width, user, request_id);
+        let mut conn = self.conn();
+        // The common case (no answer: a request after sell-out) stays one plain read.
+        let seen: Option<String> = self.bounded("replay", conn.get(&key)).await?;
+        let Some(wait) = self.config().replica_ack else {
+            let answer = interpret(sku, seen)?;
+            return Ok(answer.map(|(a, _)| (a, Confirmation::NotAsked)));
+        };
+        if !matches!(&seen, Some(s) if s != "P") {
+            let answer = interpret(sku, seen)?;
+            return Ok(answer.map(|(a, _)| (a, Confirmation::NotAsked)));
+        }
+        let home = self.placement().home_shard(sku, width, user);
+        let mut get = redis::cmd("GET");
+        get.arg(&key);
+        let (seen, fence) = self
+            .read_fenced::<Option<String>>(home, get, 1, wait)
+            .await?;
+        let Some((answer, tentative)) = interpret(sku, seen)? else {
             return Ok(None);
         };
-        if seen == "P" {
-            return Ok(Some(StoredAnswer::InProgress));
+        let StoredAnswer::Claimed(claim) = answer else {
+            return Ok(Some((StoredAnswer::InProgress, Confirmation::NotAsked)));
+        };
+        let confirmation = if fence.acked < 1 || !fence.info.is_master {
+            Confirmation::Unconfirmed
+        } else if tentative && claim.shard != home {
+            self.confirm_take(home, user, request_id, &claim, wait)
+                .await
+        } else {
+            Confirmation::Confirmed
+        };
+        Ok(Some((StoredAnswer::Claimed(claim), confirmation)))
+    }
+
+    /// Drops the tentative mark of `claim`'s answer on `home` once its take is known to be
+    /// on a replica or in the ledger. Also replaces a `P` (the hold not settled yet: the
+    /// consumer can commit the take's record before the gateway settles), which settle then
+    /// leaves final. True when the answer changed.
+    pub async fn finalize_answer(
+        &self,
+        home: ShardId,
+        user: &str,
+        request_id: &str,
+        claim: &Claim,
+    ) -> Result<bool, StockError> {
+        let k = ShardKeys::new(self.placement(), home, claim.sku);
+        let mut inv = scripts::SETTLE.prepare_invoke();
+        inv.key(k.users())
+            .key(k.holds())
+            .key(k.request(user, Some(request_id)))
+            .arg(user)
+            .arg(0)
+            .arg("final")
+            .arg(request_id)
+            .arg(answer(claim, false))
+            .arg(self.config().request_ttl.as_secs().max(1));
+        let r = self.run("finalize answer", &inv).await?;
+        match r.code {
+            code::SETTLED => Ok(true),
+            code::HOLD_GONE => Ok(false),
+            _ => Err(r.unexpected()),
         }
-        parse(sku, &seen).map(|c| Some(StoredAnswer::Claimed(c)))
+    }
+
+    /// Is the record of a rerouted `claim` on a replica of its shard? One pipeline there:
+    /// the entry (it must be this user's and request id's), then a fence. When it is, the
+    /// answer on `home` is made final (best effort: a later replay checks again).
+    async fn confirm_take(
+        &self,
+        home: ShardId,
+        user: &str,
+        request_id: &str,
+        claim: &Claim,
+        wait: std::time::Duration,
+    ) -> Confirmation {
+        let prefix = format!("{}-", claim.shard);
+        let Some(entry) = claim.claim_id.strip_prefix(&prefix) else {
+            return Confirmation::Unconfirmed;
+        };
+        let mut xrange = redis::cmd("XRANGE");
+        xrange
+            .arg(keys::claims_stream(self.placement(), claim.shard))
+            .arg(entry)
+            .arg(entry);
+        let read = self
+            .read_fenced::<Vec<(String, Vec<String>)>>(claim.shard, xrange, 1, wait)
+            .await;
+        let held = match read {
+            Ok((entries, fence)) => {
+                fence.acked >= 1
+                    && fence.info.is_master
+                    && entries
+                        .iter()
+                        .any(|(_, fields)| names(fields, claim.sku, user, request_id))
+            }
+            Err(e) => {
+                tracing::debug!(shard = claim.shard, error = %e, "take of a replayed claim unconfirmed");
+                false
+            }
+        };
+        if !held {
+            return Confirmation::Unconfirmed;
+        }
+        if let Err(e) = self.finalize_answer(home, user, request_id, claim).await {
+            tracing::debug!(shard = home, error = %e, "replay answer left tentative");
+        }
+        Confirmation::Confirmed
+    }
+
+    fn answer_key(&self, sku: u64, width: u16, user: &str, request_id: &str) -> String {
+        let home = self.placement().home_shard(sku, width, user);
+        ShardKeys::new(self.placement(), home, sku).request(user, Some(request_id))
     }
 }
 
-/// `claim_id|shard|qty`, as `claim.lua` and `settle.lua` store it.
-fn parse(sku: u64, stored: &str) -> Result<Claim, StockError> {
+/// A stored answer as `settle.lua` writes it: `claim_id|shard|qty`, `~` first while
+/// tentative (see the module doc).
+pub(crate) fn answer(c: &Claim, tentative: bool) -> String {
+    let mark = if tentative { "~" } else { "" };
+    format!("{mark}{}|{}|{}", c.claim_id, c.shard, c.qty)
+}
+
+/// True when the record's flat field list is this SKU's, user's and request id's.
+fn names(fields: &[String], sku: u64, user: &str, request_id: &str) -> bool {
+    let field = |name: &str| {
+        fields
+            .chunks_exact(2)
+            .find(|kv| kv[0] == name)
+            .map(|kv| kv[1].as_str())
+    };
+    field("sku") == Some(sku.to_string().as_str())
+        && field("user") == Some(user)
+        && field("rid") == Some(request_id)
+}
+
+/// The stored value as an answer, and whether it is tentative.
+fn interpret(sku: u64, seen: Option<String>) -> Result<Option<(StoredAnswer, bool)>, StockError> {
+    match seen.as_deref() {
+        None => Ok(None),
+        Some("P") => Ok(Some((StoredAnswer::InProgress, false))),
+        Some(s) => parse(sku, s).map(|(c, t)| Some((StoredAnswer::Claimed(c), t))),
+    }
+}
+
+/// `claim_id|shard|qty` (`~` first when tentative), as `claim.lua` and `settle.lua` store it.
+fn parse(sku: u64, stored: &str) -> Result<(Claim, bool), StockError> {
     let bad = || StockError::Protocol {
         op: "replay",
         detail: format!("stored answer {stored:?} is not claim_id|shard|qty"),
     };
-    let mut parts = stored.split('|');
+    let (body, tentative) = match stored.strip_prefix(TENTATIVE) {
+        Some(rest) => (rest, true),
+        None => (stored, false),
+    };
+    let mut parts = body.split('|');
     let (Some(claim_id), Some(shard), Some(qty), None) =
         (parts.next(), parts.next(), parts.next(), parts.next())
     else {
         return Err(bad());
     };
-    Ok(Claim {
+    if claim_id.is_empty() {
+        return Err(bad());
+    }
+    let claim = Claim {
         claim_id: claim_id.to_owned(),
         sku,
         shard: shard.parse().map_err(|_| bad())?,
         qty: qty.parse().map_err(|_| bad())?,
-    })
+    };
+    Ok((claim, tentative))
 }
 
 #[cfg(test)]
@@ -71,13 +246,26 @@ mod tests {
 
     #[test]
     fn parses_what_the_scripts_store() {
-        let c = parse(7, "3-1700000000000-0|3|2").unwrap();
+        let (c, tentative) = parse(7, "3-1700000000000-0|3|2").unwrap();
         assert_eq!(
-            (c.claim_id.as_str(), c.sku, c.shard, c.qty),
-            ("3-1700000000000-0", 7, 3, 2)
+            (c.claim_id.as_str(), c.sku, c.shard, c.qty, tentative),
+            ("3-1700000000000-0", 7, 3, 2, false)
         );
-        for bad in ["", "a|b", "1-0|x|1", "1-0|1|1|1", "1-0|1|-1"] {
+        assert_eq!(answer(&c, false), "3-1700000000000-0|3|2");
+        assert_eq!(parse(7, &answer(&c, true)).unwrap(), (c, true));
+        for bad in ["", "a|b", "1-0|x|1", "1-0|1|1|1", "1-0|1|-1", "~", "~|1|1"] {
             assert!(parse(7, bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn a_record_names_its_sku_user_and_request_id() {
+        let f: Vec<String> = ["sku", "7", "user", "u", "qty", "1", "rid", "r"]
+            .map(String::from)
+            .to_vec();
+        assert!(names(&f, 7, "u", "r"));
+        assert!(!names(&f, 8, "u", "r"));
+        assert!(!names(&f, 7, "v", "r"));
+        assert!(!names(&f, 7, "u", "s"));
     }
 }

@@ -90,6 +90,45 @@ impl StockClient {
         }
     }
 
+    /// Runs the read `cmd` (keys on `shard`'s tag only) and a fence behind it, in one
+    /// pipeline on one connection: the fence's master is the one that answered the read,
+    /// so `acked >= replicas` means a replica holds what the read saw, with no window for
+    /// a failover between the read and the fence.
+    pub async fn read_fenced<T: redis::FromRedisValue>(
+        &self,
+        shard: ShardId,
+        cmd: redis::Cmd,
+        replicas: u32,
+        wait: Duration,
+    ) -> Result<(T, Fence), StockError> {
+        let wait = wait.max(Duration::from_millis(1));
+        let mut pipe = redis::pipe();
+        pipe.add_command(cmd);
+        pipe.cmd("INCR").arg(keys::fence(self.placement(), shard));
+        pipe.cmd("WAIT").arg(replicas).arg(wait.as_millis() as u64);
+        pipe.cmd("INFO").arg("replication");
+        let after = wait + self.config().timeouts.response;
+        let mut conn = self.conn();
+        let fut = pipe.query_async::<(T, i64, i64, String)>(&mut conn);
+        match tokio::time::timeout(after, fut).await {
+            Ok(Ok((read, _, acked, info))) => Ok((
+                read,
+                Fence {
+                    acked: acked.max(0) as u32,
+                    info: ReplicationInfo::parse(&info),
+                },
+            )),
+            Ok(Err(source)) => Err(StockError::Redis {
+                op: "read fenced",
+                source,
+            }),
+            Err(_) => Err(StockError::Timeout {
+                op: "read fenced",
+                after,
+            }),
+        }
+    }
+
     /// How many replicas confirmed everything `shard`'s master wrote before this call: a
     /// [`Self::fence`]. (It does not guard against a failover before the call; callers
     /// that need that compare [`Fence::info`].)

@@ -129,6 +129,7 @@ async fn claim(app: &App, peer: SocketAddr, req: Request<Incoming>) -> (&'static
             (kind, claimed(StatusCode::CREATED, &claim))
         }
         Ok(ClaimOutcome::Replay(claim)) => {
+            let confirmation = rerouted_replay(client, meta, &req, &claim, confirmation).await;
             if let Some(reply) = unconfirmed(confirmation, &claim) {
                 return (outcome::UNAVAILABLE, reply);
             }
@@ -187,26 +188,58 @@ async fn replay_or(
     rid: &str,
     otherwise: (&'static str, Reply),
 ) -> (&'static str, Reply) {
-    match client.stored_answer(meta.sku, meta.width, user, rid).await {
+    // Read without a script, so no claim pipeline carried a WAIT: in replica mode the
+    // answer is read again under a fence on the home shard, and a reroute's take checked
+    // on its own shard (`shard-router/src/replay.rs`).
+    match client
+        .replay_confirmed(meta.sku, meta.width, user, rid)
+        .await
+    {
         Ok(None) => otherwise,
-        Ok(Some(StoredAnswer::Claimed(claim))) => {
-            // Read without a script, so no claim pipeline carried a WAIT: a fence on the
-            // home shard confirms everything its master wrote before, this answer included.
-            if let Some(wait) = client.config().replica_ack {
-                let home = client.placement().home_shard(meta.sku, meta.width, user);
-                let confirmation = match client.wait_replicas(home, 1, wait).await {
-                    Ok(n) if n >= 1 => Confirmation::Confirmed,
-                    _ => Confirmation::Unconfirmed,
-                };
-                if let Some(reply) = unconfirmed(confirmation, &claim) {
-                    return (outcome::UNAVAILABLE, reply);
-                }
+        Ok(Some((StoredAnswer::Claimed(claim), confirmation))) => {
+            if let Some(reply) = unconfirmed(confirmation, &claim) {
+                return (outcome::UNAVAILABLE, reply);
             }
             (outcome::REPLAY, claimed(StatusCode::OK, &claim))
         }
-        Ok(Some(StoredAnswer::InProgress)) => (outcome::IN_PROGRESS, in_progress()),
+        Ok(Some((StoredAnswer::InProgress, _))) => (outcome::IN_PROGRESS, in_progress()),
         // Not the memory answer: a lost success would be told it lost.
         Err(e) => (outcome::UNAVAILABLE, redis_trouble(&e)),
+    }
+}
+
+/// `claim.lua`'s replay confirmed by the home shard's WAIT covers only what the home shard
+/// wrote. A rerouted claim's units and record are on another shard: in replica mode its
+/// replay is acknowledged only once that shard's part is confirmed too (the stored answer
+/// read again, and the take checked there when the answer is still tentative).
+async fn rerouted_replay(
+    client: &shard_router::StockClient,
+    meta: &shard_router::SkuMeta,
+    req: &shard_router::ClaimRequest,
+    claim: &Claim,
+    confirmation: Confirmation,
+) -> Confirmation {
+    let home = client
+        .placement()
+        .home_shard(meta.sku, meta.width, &req.user);
+    let (Confirmation::Confirmed, Some(rid)) = (confirmation, req.request_id.as_deref()) else {
+        return confirmation;
+    };
+    if claim.shard == home {
+        return confirmation;
+    }
+    match client
+        .replay_confirmed(meta.sku, meta.width, &req.user, rid)
+        .await
+    {
+        Ok(Some((StoredAnswer::Claimed(c), confirmed))) if c.claim_id == claim.claim_id => {
+            confirmed
+        }
+        Ok(_) => Confirmation::Unconfirmed,
+        Err(e) => {
+            tracing::debug!(error = %e, trace_id = %access::trace_id(), "rerouted replay unconfirmed");
+            Confirmation::Unconfirmed
+        }
     }
 }
 

@@ -17,10 +17,10 @@ const LEEWAY_S: u64 = 30;
 
 /// Where the verification keys come from (exactly one).
 #[derive(Debug, Clone)]
-pub(crate) enum KeySource<'a> {
-    SecretFile(&'a Path),
-    PublicKeyFile(&'a Path),
-    JwksFile(&'a Path),
+pub(crate) enum KeyFile<'a> {
+    Secret(&'a Path),
+    PublicKey(&'a Path),
+    Jwks(&'a Path),
 }
 
 /// One key and the only algorithm accepted with it.
@@ -51,7 +51,7 @@ struct Claims {
 impl TokenVerifier {
     /// Reads the key file(s). The error is one line naming the file and what is wrong.
     pub(crate) fn load(
-        source: KeySource<'_>,
+        source: KeyFile<'_>,
         audience: &str,
         issuer: Option<&str>,
     ) -> Result<Self, String> {
@@ -70,7 +70,7 @@ impl TokenVerifier {
             v
         };
         let keys = match source {
-            KeySource::SecretFile(p) => {
+            KeyFile::Secret(p) => {
                 let raw = read(p)?;
                 let secret = raw.trim_ascii();
                 if secret.len() < MIN_SECRET_BYTES {
@@ -85,7 +85,7 @@ impl TokenVerifier {
                     validation: validation(Algorithm::HS256),
                 }]
             }
-            KeySource::PublicKeyFile(p) => {
+            KeyFile::PublicKey(p) => {
                 let pem = read(p)?;
                 let (key, alg) = DecodingKey::from_ed_pem(&pem)
                     .map(|k| (k, Algorithm::EdDSA))
@@ -99,7 +99,7 @@ impl TokenVerifier {
                     validation: validation(alg),
                 }]
             }
-            KeySource::JwksFile(p) => {
+            KeyFile::Jwks(p) => {
                 let set: JwkSet = serde_json::from_slice(&read(p)?)
                     .map_err(|e| format!("{}: not a JWKS: {e}", p.display()))?;
                 let mut keys = Vec::new();

@@ -158,8 +158,6 @@ pub async fn wait_ready_at(addr: SocketAddr) -> Duration {
     t.elapsed()
 }
 
-/// Test defaults: fast probes, no per-user rate limit unless a test sets one.
-
 /// Test defaults: fast probes, no per-user or per-client rate limit unless a test sets
 /// one, and the user from the body (`--insecure-body-user`): these tests are about the
 /// claim path; `identity.rs` tests the identity sources with real tokens.

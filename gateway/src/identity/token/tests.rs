@@ -52,7 +52,7 @@ fn signed(alg: Algorithm, kid: Option<&str>, pem: &str, claims: &Value) -> Strin
 #[test]
 fn hs256_checks_signature_audience_and_time() {
     let f = secret_file();
-    let v = TokenVerifier::load(KeySource::SecretFile(&f), "flashgate", None).unwrap();
+    let v = TokenVerifier::load(KeyFile::Secret(&f), "flashgate", None).unwrap();
     assert_eq!(v.verify(&hs(&claims("alice"))).unwrap(), "alice");
 
     let refused = |c: Value| v.verify(&hs(&c)).is_err();
@@ -91,7 +91,7 @@ fn hs256_checks_signature_audience_and_time() {
 
     let short = std::env::temp_dir().join(format!("fg-short-{}", std::process::id()));
     std::fs::write(&short, "short").unwrap();
-    let err = TokenVerifier::load(KeySource::SecretFile(&short), "flashgate", None)
+    let err = TokenVerifier::load(KeyFile::Secret(&short), "flashgate", None)
         .err()
         .unwrap();
     assert!(err.contains("at least 32 bytes"), "{err}");
@@ -100,7 +100,7 @@ fn hs256_checks_signature_audience_and_time() {
 #[test]
 fn pem_keys_pick_their_algorithm_and_refuse_others() {
     let ed = TokenVerifier::load(
-        KeySource::PublicKeyFile(&keys_dir().join("ed25519.pub.pem")),
+        KeyFile::PublicKey(&keys_dir().join("ed25519.pub.pem")),
         "flashgate",
         None,
     )
@@ -108,7 +108,7 @@ fn pem_keys_pick_their_algorithm_and_refuse_others() {
     let t = signed(Algorithm::EdDSA, None, "ed25519.pem", &claims("bob"));
     assert_eq!(ed.verify(&t).unwrap(), "bob");
     let rs = TokenVerifier::load(
-        KeySource::PublicKeyFile(&keys_dir().join("rsa.pub.pem")),
+        KeyFile::PublicKey(&keys_dir().join("rsa.pub.pem")),
         "flashgate",
         None,
     )
@@ -129,7 +129,7 @@ fn pem_keys_pick_their_algorithm_and_refuse_others() {
     .unwrap();
     assert!(rs.verify(&forged).is_err());
     let err = TokenVerifier::load(
-        KeySource::PublicKeyFile(&keys_dir().join("README.md")),
+        KeyFile::PublicKey(&keys_dir().join("README.md")),
         "flashgate",
         None,
     )
@@ -141,7 +141,7 @@ fn pem_keys_pick_their_algorithm_and_refuse_others() {
 #[test]
 fn jwks_keys_are_picked_by_kid() {
     let v = TokenVerifier::load(
-        KeySource::JwksFile(&keys_dir().join("jwks.json")),
+        KeyFile::Jwks(&keys_dir().join("jwks.json")),
         "flashgate",
         Some("https://issuer.test"),
     )
@@ -177,13 +177,13 @@ fn verify_cost() {
     let cases = [
         (
             "HS256",
-            TokenVerifier::load(KeySource::SecretFile(&f), "flashgate", None).unwrap(),
+            TokenVerifier::load(KeyFile::Secret(&f), "flashgate", None).unwrap(),
             hs(&claims("u12345")),
         ),
         (
             "EdDSA",
             TokenVerifier::load(
-                KeySource::PublicKeyFile(&keys_dir().join("ed25519.pub.pem")),
+                KeyFile::PublicKey(&keys_dir().join("ed25519.pub.pem")),
                 "flashgate",
                 None,
             )
@@ -193,7 +193,7 @@ fn verify_cost() {
         (
             "RS256",
             TokenVerifier::load(
-                KeySource::PublicKeyFile(&keys_dir().join("rsa.pub.pem")),
+                KeyFile::PublicKey(&keys_dir().join("rsa.pub.pem")),
                 "flashgate",
                 None,
             )

@@ -1,0 +1,58 @@
+//! The Redis connection's own runtime. redis-rs runs each connection's driver (and, on a
+//! cluster, the task that routes every command and completes every reply) as a task of
+//! the runtime the connection was made on. On the request runtime those tasks queue behind
+//! every HTTP connection task: when the runtime is saturated (a rush, a debug build, a
+//! small machine) each Redis call waits one full pass of that queue per hop, and a cluster
+//! call has more hops than a single-Redis one. That is how a debug gateway on a 2-core
+//! machine answered 503 ("redis replay: timed out") to a quarter of a cluster demo's
+//! requests while the single-Redis demo answered none.
+//!
+//! So the client is connected on a small runtime of its own: its background tasks (and
+//! the claim batches' flush tasks, spawned where the client was connected, see
+//! `shard-router/src/batch.rs`) get a thread the operating system schedules by itself,
+//! and only the caller's final wake-up is left to the request runtime. The runtime lives for the process (a static: a
+//! runtime cannot be dropped from async code); its tasks end when the last handle of the
+//! connection is dropped, and it then idles.
+
+use std::sync::OnceLock;
+
+use shard_router::{StockClient, StockConfig, StockError};
+
+/// Threads of the connection runtime: its tasks only move bytes between sockets and
+/// channels.
+const THREADS: usize = 1;
+
+fn runtime() -> Result<&'static tokio::runtime::Runtime, StockError> {
+    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    if let Some(rt) = RUNTIME.get() {
+        return Ok(rt);
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(THREADS)
+        .thread_name("redis-conn")
+        .enable_all()
+        .build()
+        .map_err(|e| unavailable(format!("cannot start its runtime: {e}")))?;
+    // Only the probe task connects, so no race is expected; a runtime that lost one anyway
+    // is dropped on a plain thread (dropping a runtime in async code panics).
+    if let Err(extra) = RUNTIME.set(rt) {
+        std::thread::spawn(move || drop(extra));
+    }
+    RUNTIME
+        .get()
+        .ok_or_else(|| unavailable("no runtime".into()))
+}
+
+fn unavailable(detail: String) -> StockError {
+    StockError::Protocol {
+        op: "connect",
+        detail,
+    }
+}
+
+/// [`StockClient::connect`] on the connection runtime.
+pub(crate) async fn connect(cfg: StockConfig) -> Result<StockClient, StockError> {
+    let task = runtime()?.spawn(StockClient::connect(cfg));
+    task.await
+        .unwrap_or_else(|e| Err(unavailable(format!("connect task failed: {e}"))))
+}
