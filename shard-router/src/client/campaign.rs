@@ -1,0 +1,137 @@
+//! A SKU in Redis: preheating its slices, its metadata for the gateways, the live SKU set,
+//! and reading the slices back.
+
+use redis::AsyncCommands;
+
+use super::StockClient;
+use crate::error::StockError;
+use crate::keys;
+use crate::outcome::*;
+use crate::placement::ShardId;
+use crate::scripts::{self, code};
+
+impl StockClient {
+    /// Splits `meta.stock` over the SKU's shards and writes the SKU metadata. A shard whose
+    /// slice already exists keeps it (reported as `Live`): preheat never overwrites sales.
+    pub async fn preheat(
+        &self,
+        meta: &SkuMeta,
+    ) -> Result<Vec<(ShardId, PreheatOutcome)>, StockError> {
+        self.placement
+            .check_width(meta.width)
+            .map_err(|e| StockError::InvalidArgument(e.to_string()))?;
+        if meta.limit == 0 || meta.end_ms <= meta.start_ms {
+            return Err(StockError::InvalidArgument(
+                "limit must be >= 1 and the window must not be empty".into(),
+            ));
+        }
+        let shards = self.placement.shards_of(meta.sku, meta.width);
+        let mut out = Vec::with_capacity(shards.len());
+        for (shard, slice) in shards.into_iter().zip(meta.slices()) {
+            let k = self.keys(shard, meta.sku);
+            let mut inv = scripts::PREHEAT.prepare_invoke();
+            inv.key(k.stock())
+                .key(k.meta())
+                .arg(slice)
+                .arg(meta.limit)
+                .arg(meta.start_ms)
+                .arg(meta.end_ms);
+            let r = self.run("preheat", &inv).await?;
+            out.push((
+                shard,
+                match r.code {
+                    code::PREHEATED => PreheatOutcome::Preheated { slice: r.int(0)? },
+                    code::LIVE => PreheatOutcome::Live { current: r.int(0)? },
+                    code::REBUILDING => PreheatOutcome::Rebuilding,
+                    _ => return Err(r.unexpected()),
+                },
+            ));
+        }
+        // Written after the slices: a gateway that sees the metadata finds the slices too.
+        self.write_sku_meta(meta).await?;
+        Ok(out)
+    }
+
+    /// The SKU-wide metadata hash and the SKU set entry gateways resync from.
+    pub async fn write_sku_meta(&self, meta: &SkuMeta) -> Result<(), StockError> {
+        let mut conn = self.conn.clone();
+        let fields = [
+            ("stock", meta.stock.to_string()),
+            ("width", meta.width.to_string()),
+            ("limit", meta.limit.to_string()),
+            ("start", meta.start_ms.to_string()),
+            ("end", meta.end_ms.to_string()),
+        ];
+        self.bounded(
+            "preheat meta",
+            conn.hset_multiple::<_, _, _, ()>(keys::sku_meta(meta.sku), &fields),
+        )
+        .await?;
+        self.bounded(
+            "preheat meta",
+            conn.sadd::<_, _, ()>(keys::SKU_SET, meta.sku),
+        )
+        .await?;
+        // Gateways answer SKUs outside their copy of SKU_SET with 404 from memory; this
+        // tells them at once (a gateway that misses it rereads the set on resubscribe).
+        self.bounded(
+            "preheat meta",
+            conn.publish::<_, _, ()>(keys::EVENTS_CHANNEL, format!("live {}", meta.sku)),
+        )
+        .await
+    }
+
+    /// The SKU metadata written at preheat, or `None` when the SKU was never preheated.
+    pub async fn sku_meta(&self, sku: u64) -> Result<Option<SkuMeta>, StockError> {
+        let mut conn = self.conn.clone();
+        let vals: Vec<Option<i64>> = self
+            .bounded(
+                "sku meta",
+                redis::cmd("HMGET")
+                    .arg(keys::sku_meta(sku))
+                    .arg(&["stock", "width", "limit", "start", "end"])
+                    .query_async(&mut conn),
+            )
+            .await?;
+        let [Some(stock), Some(width), Some(limit), Some(start), Some(end)] = vals[..] else {
+            return Ok(None);
+        };
+        let bad = || StockError::Protocol {
+            op: "sku meta",
+            detail: format!("sku {sku}: metadata out of range"),
+        };
+        let meta = SkuMeta {
+            sku,
+            stock: u64::try_from(stock).map_err(|_| bad())?,
+            width: u16::try_from(width).map_err(|_| bad())?,
+            limit: u32::try_from(limit).map_err(|_| bad())?,
+            start_ms: start,
+            end_ms: end,
+        };
+        self.placement.check_width(meta.width).map_err(|_| bad())?;
+        Ok(Some(meta))
+    }
+
+    /// Every preheated SKU id.
+    pub async fn skus(&self) -> Result<Vec<u64>, StockError> {
+        let mut conn = self.conn.clone();
+        self.bounded("skus", conn.smembers(keys::SKU_SET)).await
+    }
+
+    /// Each shard's slice of a SKU; `None` where the slice is missing.
+    pub async fn slices(
+        &self,
+        sku: u64,
+        width: u16,
+    ) -> Result<Vec<(ShardId, Option<i64>)>, StockError> {
+        let mut out = Vec::new();
+        for shard in self.placement.shards_of(sku, width) {
+            let mut conn = self.conn.clone();
+            let v: Option<i64> = self
+                .bounded("slices", conn.get(self.keys(shard, sku).stock()))
+                .await?;
+            out.push((shard, v));
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,221 @@
+//! The claim steps on one shard, each a Lua script in a group-commit batch: the claim on
+//! the home shard (or its hold), the take on another shard, and the settle of the hold.
+
+use super::StockClient;
+use crate::error::StockError;
+use crate::keys;
+use crate::outcome::*;
+use crate::placement::ShardId;
+use crate::scripts::{self, code};
+
+impl StockClient {
+    /// Runs `claim.lua` on the user's home shard. `allow_hold` says whether a hold may be
+    /// placed (false when no other shard is left to try).
+    pub async fn claim_home(
+        &self,
+        req: &ClaimRequest,
+        home: ShardId,
+        now_ms: i64,
+        allow_hold: bool,
+    ) -> Result<HomeOutcome, StockError> {
+        Ok(self
+            .claim_home_acked(req, home, now_ms, allow_hold)
+            .await?
+            .0)
+    }
+
+    /// [`Self::claim_home`], with what the batch's WAIT counted (replica durability).
+    pub(crate) async fn claim_home_acked(
+        &self,
+        req: &ClaimRequest,
+        home: ShardId,
+        now_ms: i64,
+        allow_hold: bool,
+    ) -> Result<(HomeOutcome, Option<u32>), StockError> {
+        let k = self.keys(home, req.sku);
+        let rid = req.request_id.as_deref();
+        let hold_ttl = if allow_hold {
+            self.cfg.hold_ttl.as_millis() as u64
+        } else {
+            0
+        };
+        let request_ttl = self.cfg.request_ttl.as_secs().max(1);
+        let (r, acked) = self
+            .script_batched("claim", home, &scripts::CLAIM, |cmd| {
+                cmd.arg(7)
+                    .arg(k.stock())
+                    .arg(k.meta())
+                    .arg(k.users())
+                    .arg(k.user_seq())
+                    .arg(k.holds())
+                    .arg(keys::claims_stream(&self.placement, home))
+                    .arg(k.request(&req.user, rid))
+                    .arg(req.sku)
+                    .arg(&req.user)
+                    .arg(req.qty)
+                    .arg(now_ms)
+                    .arg(rid.unwrap_or(""))
+                    .arg(home)
+                    .arg(hold_ttl)
+                    .arg(request_ttl)
+                    .arg(keys::EVENTS_CHANNEL);
+            })
+            .await?;
+        let outcome = match r.code {
+            code::CLAIMED => HomeOutcome::Claimed {
+                claim_id: r.text(0)?,
+                user_seq: r.int(1)? as u64,
+                remaining: r.int(2)?,
+            },
+            code::REPLAY => HomeOutcome::Replay(Claim {
+                claim_id: r.text(0)?,
+                sku: req.sku,
+                shard: r.int(1)? as u16,
+                qty: r.int(2)? as u32,
+            }),
+            code::HOLD => HomeOutcome::Hold {
+                user_seq: r.int(0)? as u64,
+                remaining: r.int(1)?,
+            },
+            code::IN_PROGRESS => HomeOutcome::InProgress,
+            code::SOLD_OUT => HomeOutcome::SoldOut {
+                remaining: r.int(0)?,
+            },
+            code::LIMIT => HomeOutcome::LimitReached {
+                held: r.int(0)? as u32,
+            },
+            code::NOT_STARTED => HomeOutcome::NotStarted,
+            code::ENDED => HomeOutcome::Ended,
+            code::NOT_PREHEATED => HomeOutcome::NotPreheated,
+            code::BAD_ARGUMENT => {
+                return Err(StockError::InvalidArgument("claim: qty or time".into()))
+            }
+            _ => return Err(r.unexpected()),
+        };
+        Ok((outcome, acked))
+    }
+
+    /// Runs `take.lua` (the second chance) on `shard`, under the hold `user_seq` on `home`.
+    pub async fn take(
+        &self,
+        req: &ClaimRequest,
+        shard: ShardId,
+        home: ShardId,
+        user_seq: u64,
+        now_ms: i64,
+    ) -> Result<TakeOutcome, StockError> {
+        Ok(self.take_acked(req, shard, home, user_seq, now_ms).await?.0)
+    }
+
+    /// [`Self::take`], with what the batch's WAIT counted (replica durability).
+    pub(crate) async fn take_acked(
+        &self,
+        req: &ClaimRequest,
+        shard: ShardId,
+        home: ShardId,
+        user_seq: u64,
+        now_ms: i64,
+    ) -> Result<(TakeOutcome, Option<u32>), StockError> {
+        let k = self.keys(shard, req.sku);
+        // The hold placed at `now_ms` expires at `now_ms + hold_ttl`; a third of the TTL
+        // is the margin for clock skew between Redis and the consumer that resolves it.
+        let hold_ttl = self.cfg.hold_ttl.as_millis() as i64;
+        let deadline = now_ms + hold_ttl - hold_ttl / 3;
+        let (r, acked) = self
+            .script_batched("take", shard, &scripts::TAKE, |cmd| {
+                cmd.arg(3)
+                    .arg(k.stock())
+                    .arg(k.meta())
+                    .arg(keys::claims_stream(&self.placement, shard))
+                    .arg(req.sku)
+                    .arg(&req.user)
+                    .arg(req.qty)
+                    .arg(now_ms)
+                    .arg(user_seq)
+                    .arg(home)
+                    .arg(req.request_id.as_deref().unwrap_or(""))
+                    .arg(shard)
+                    .arg(keys::EVENTS_CHANNEL)
+                    .arg(deadline);
+            })
+            .await?;
+        let outcome = match r.code {
+            code::CLAIMED => TakeOutcome::Claimed {
+                claim_id: r.text(0)?,
+                remaining: r.int(1)?,
+            },
+            code::SOLD_OUT => TakeOutcome::SoldOut {
+                remaining: r.int(0)?,
+            },
+            code::NOT_STARTED => TakeOutcome::NotStarted,
+            code::ENDED => TakeOutcome::Ended,
+            code::NOT_PREHEATED => TakeOutcome::NotPreheated,
+            code::HOLD_EXPIRED => TakeOutcome::HoldExpired,
+            code::BAD_ARGUMENT => {
+                return Err(StockError::InvalidArgument("take: qty or time".into()))
+            }
+            _ => return Err(r.unexpected()),
+        };
+        Ok((outcome, acked))
+    }
+
+    /// Runs `settle.lua` on the home shard: ends the hold `user_seq` of `user`.
+    pub async fn settle(
+        &self,
+        sku: u64,
+        home: ShardId,
+        user: &str,
+        user_seq: u64,
+        request_id: Option<&str>,
+        how: &Settlement,
+    ) -> Result<SettleOutcome, StockError> {
+        Ok(self
+            .settle_acked(sku, home, user, user_seq, request_id, how)
+            .await?
+            .0)
+    }
+
+    /// [`Self::settle`], with what the batch's WAIT counted (replica durability).
+    pub(crate) async fn settle_acked(
+        &self,
+        sku: u64,
+        home: ShardId,
+        user: &str,
+        user_seq: u64,
+        request_id: Option<&str>,
+        how: &Settlement,
+    ) -> Result<(SettleOutcome, Option<u32>), StockError> {
+        let k = self.keys(home, sku);
+        let (verb, answer) = match how {
+            // With replica durability, a reroute's answer is tentative until its take is
+            // known to be on a replica of its own shard (see `replay.rs`).
+            Settlement::Keep(c) => (
+                "keep",
+                crate::replay::answer(c, self.cfg.replica_ack.is_some() && c.shard != home),
+            ),
+            Settlement::Undo => ("undo", String::new()),
+        };
+        let (r, acked) = self
+            .script_batched("settle", home, &scripts::SETTLE, |cmd| {
+                cmd.arg(3)
+                    .arg(k.users())
+                    .arg(k.holds())
+                    .arg(k.request(user, request_id))
+                    .arg(user)
+                    .arg(user_seq)
+                    .arg(verb)
+                    .arg(request_id.unwrap_or(""))
+                    .arg(&answer)
+                    .arg(self.cfg.request_ttl.as_secs().max(1));
+            })
+            .await?;
+        let outcome = match r.code {
+            code::SETTLED => SettleOutcome::Settled {
+                qty: r.int(0)? as u32,
+            },
+            code::HOLD_GONE => SettleOutcome::HoldGone,
+            _ => return Err(r.unexpected()),
+        };
+        Ok((outcome, acked))
+    }
+}
