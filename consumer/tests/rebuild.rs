@@ -6,45 +6,15 @@ mod common;
 
 use std::time::Duration;
 
+use common::rebuild::*;
 use common::*;
 use consumer::campaign::Campaign;
-use consumer::rebuild::{self, Options};
-use shard_router::protocol::{self, LocalEmptyShards};
+use consumer::rebuild::{self};
 use shard_router::rebuild::{FenceOutcome, ShardImage};
-use shard_router::{ClaimOutcome, ClaimRequest, PreheatOutcome};
-
-async fn claim(s: &Stack, c: &Campaign, user: &str, rid: Option<&str>) -> ClaimOutcome {
-    let req = ClaimRequest {
-        sku: c.sku,
-        user: user.into(),
-        qty: 1,
-        request_id: rid.map(str::to_owned),
-    };
-    protocol::claim(
-        &s.client,
-        &c.meta(),
-        &req,
-        &LocalEmptyShards::default(),
-        shard_router::now_ms(),
-    )
-    .await
-    .expect("claim")
-}
+use shard_router::{ClaimOutcome, PreheatOutcome};
 
 fn claimed(o: &ClaimOutcome) -> bool {
     matches!(o, ClaimOutcome::Claimed { .. })
-}
-
-fn flushall(s: &Stack) {
-    let _: () = redis::cmd("FLUSHALL")
-        .query(&mut s.redis.connection())
-        .unwrap();
-}
-
-fn opts() -> Options {
-    let mut o = Options::new(T);
-    o.quiesce = Duration::from_millis(100);
-    o
 }
 
 async fn slices(s: &Stack, c: &Campaign) -> Vec<Option<i64>> {
@@ -65,7 +35,7 @@ async fn preheat_after_a_flushall_does_not_sell_the_stock_twice() {
     let s = Stack::start().await;
     let c = campaign(&s, 11_001, 2, 1, 1, 3600).await;
     let consumer = start_consumer(s.cfg.clone());
-    assert!(claimed(&claim(&s, &c, "alice", None).await));
+    assert!(claimed(&claim_one(&s, &c, "alice", None).await));
     wait_drained(&s, c.sku, 1, Duration::from_secs(20)).await;
 
     flushall(&s);
@@ -73,10 +43,13 @@ async fn preheat_after_a_flushall_does_not_sell_the_stock_twice() {
         .await
         .unwrap();
     assert_eq!(out, vec![(out[0].0, PreheatOutcome::Rebuilt { slice: 1 })]);
-    assert!(claimed(&claim(&s, &c, "bob", None).await));
-    assert_eq!(claim(&s, &c, "carol", None).await, ClaimOutcome::SoldOut);
+    assert!(claimed(&claim_one(&s, &c, "bob", None).await));
     assert_eq!(
-        claim(&s, &c, "alice", None).await,
+        claim_one(&s, &c, "carol", None).await,
+        ClaimOutcome::SoldOut
+    );
+    assert_eq!(
+        claim_one(&s, &c, "alice", None).await,
         ClaimOutcome::LimitReached { held: 1 },
         "alice's count is back"
     );
@@ -96,11 +69,11 @@ async fn rebuild_restores_counts_sequences_release_sets_and_answers() {
     let s = Stack::start().await;
     let c = campaign(&s, 11_002, 20, SHARDS, 2, 3600).await;
     let consumer = start_consumer(s.cfg.clone());
-    let a1 = claim(&s, &c, "alice", Some("a-1")).await;
+    let a1 = claim_one(&s, &c, "alice", Some("a-1")).await;
     assert!(claimed(&a1));
-    assert!(claimed(&claim(&s, &c, "bob", Some("b-1")).await));
-    assert!(claimed(&claim(&s, &c, "bob", Some("b-2")).await));
-    assert!(claimed(&claim(&s, &c, "carol", None).await));
+    assert!(claimed(&claim_one(&s, &c, "bob", Some("b-1")).await));
+    assert!(claimed(&claim_one(&s, &c, "bob", Some("b-2")).await));
+    assert!(claimed(&claim_one(&s, &c, "carol", None).await));
     wait_drained(&s, c.sku, 4, Duration::from_secs(20)).await;
     consumer.stop().await;
     // bob's first claim released for good, carol's half way (ledger `releasing`, Redis not
@@ -132,7 +105,7 @@ async fn rebuild_restores_counts_sequences_release_sets_and_answers() {
     let before = slices(&s, &c).await;
 
     flushall(&s);
-    let r = rebuild::rebuild(&s.pool, &s.client, c.sku, &opts())
+    let r = rebuild::rebuild(&s.pool, &s.client, c.sku, &rebuild_opts())
         .await
         .unwrap();
     assert_eq!((r.active_units, r.in_flight_units, r.oversold), (2, 0, 0));
@@ -167,13 +140,13 @@ async fn rebuild_restores_counts_sequences_release_sets_and_answers() {
         unreachable!()
     };
     assert_eq!(
-        claim(&s, &c, "alice", Some("a-1")).await,
+        claim_one(&s, &c, "alice", Some("a-1")).await,
         ClaimOutcome::Replay(first)
     );
     // Sequences: bob's next claim is seq 3, not a reused 1 or 2.
-    assert!(claimed(&claim(&s, &c, "bob", None).await));
+    assert!(claimed(&claim_one(&s, &c, "bob", None).await));
     assert_eq!(
-        claim(&s, &c, "bob", None).await,
+        claim_one(&s, &c, "bob", None).await,
         ClaimOutcome::LimitReached { held: 2 }
     );
     let consumer = start_consumer(s.cfg.clone());
@@ -201,12 +174,15 @@ async fn the_fence_holds_claims_preheat_and_other_rebuilds_off() {
         .await
         .unwrap();
     assert_eq!(fenced, FenceOutcome::Fenced { previous: Some(10) });
-    assert_eq!(claim(&s, &c, "u", None).await, ClaimOutcome::NotPreheated);
+    assert_eq!(
+        claim_one(&s, &c, "u", None).await,
+        ClaimOutcome::NotPreheated
+    );
     assert_eq!(
         s.client.preheat(&c.meta()).await.unwrap()[0].1,
         PreheatOutcome::Rebuilding
     );
-    let busy = rebuild::rebuild(&s.pool, &s.client, c.sku, &opts()).await;
+    let busy = rebuild::rebuild(&s.pool, &s.client, c.sku, &rebuild_opts()).await;
     assert!(
         busy.unwrap_err()
             .to_string()
@@ -221,7 +197,7 @@ async fn the_fence_holds_claims_preheat_and_other_rebuilds_off() {
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(20)).await;
-    rebuild::rebuild(&s.pool, &s.client, c.sku, &opts())
+    rebuild::rebuild(&s.pool, &s.client, c.sku, &rebuild_opts())
         .await
         .unwrap();
     assert_eq!(slices(&s, &c).await, vec![Some(10)]);
@@ -236,7 +212,7 @@ async fn the_fence_holds_claims_preheat_and_other_rebuilds_off() {
         .await
         .unwrap());
     // With the fence gone, claims work again.
-    assert!(claimed(&claim(&s, &c, "u", None).await));
+    assert!(claimed(&claim_one(&s, &c, "u", None).await));
 }
 
 /// A rebuild of a live SKU while claims run: counted exactly once, nothing refilled.
@@ -257,7 +233,7 @@ async fn rebuilds_racing_claims_and_the_consumer_keep_the_books() {
         })
     };
     for _ in 0..4 {
-        rebuild::rebuild(&s.pool, &s.client, c.sku, &opts())
+        rebuild::rebuild(&s.pool, &s.client, c.sku, &rebuild_opts())
             .await
             .unwrap();
         tokio::time::sleep(Duration::from_millis(150)).await;

@@ -7,67 +7,15 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use common::rebuild::*;
 use common::*;
 use consumer::campaign::Campaign;
-use consumer::rebuild::{self, late, Options};
-use consumer::stream::{self, ShardStream};
-use shard_router::protocol::{self, LocalEmptyShards};
-use shard_router::{ClaimOutcome, ClaimRecord, ClaimRequest};
+use consumer::rebuild::{self, late};
+use shard_router::{ClaimOutcome, ClaimRecord};
 use sqlx::Connection;
 
 async fn claim(s: &Stack, c: &Campaign, user: &str) -> ClaimOutcome {
-    claim_rid(s, c, user, &format!("r-{user}")).await
-}
-
-async fn claim_rid(s: &Stack, c: &Campaign, user: &str, rid: &str) -> ClaimOutcome {
-    let req = ClaimRequest {
-        sku: c.sku,
-        user: user.into(),
-        qty: 1,
-        request_id: Some(rid.to_owned()),
-    };
-    protocol::claim(
-        &s.client,
-        &c.meta(),
-        &req,
-        &LocalEmptyShards::default(),
-        shard_router::now_ms(),
-    )
-    .await
-    .expect("claim")
-}
-
-fn flushall(s: &Stack) {
-    let _: () = redis::cmd("FLUSHALL")
-        .query(&mut s.redis.connection())
-        .unwrap();
-}
-
-fn opts() -> Options {
-    let mut o = Options::new(T);
-    o.quiesce = Duration::from_millis(100);
-    o
-}
-
-/// What a consumer holds in memory after reading the streams: every record of `c`.
-async fn read_like_a_consumer(s: &Stack, c: &Campaign) -> Vec<ClaimRecord> {
-    let mut out = Vec::new();
-    for shard in s.client.placement().shards_of(c.sku, c.width) {
-        let st = ShardStream::new(&s.client, shard, "");
-        for e in st.all_entries(&s.client, 100).await.unwrap() {
-            out.push(stream::decode(shard, &e).unwrap().record);
-        }
-    }
-    out
-}
-
-/// Units of active ledger claims of `sku`.
-async fn active_units(s: &Stack, sku: u64) -> i64 {
-    s.count(&format!(
-        "SELECT CAST(COALESCE(SUM(qty), 0) AS SIGNED) FROM claims WHERE sku = {sku} \
-         AND status IN ('pending', 'confirmed')"
-    ))
-    .await
+    claim_one(s, c, user, Some(&format!("r-{user}"))).await
 }
 
 async fn wait_count(s: &Stack, c: &Campaign, user: &str, n: u32, limit: Duration) -> u32 {
@@ -97,7 +45,7 @@ async fn a_batch_committed_after_the_rebuild_read_is_counted() {
     assert_eq!(held.len(), 1);
 
     flushall(&s);
-    let r = rebuild::rebuild(&s.pool, &s.client, c.sku, &opts())
+    let r = rebuild::rebuild(&s.pool, &s.client, c.sku, &rebuild_opts())
         .await
         .unwrap();
     assert_eq!(r.slices.iter().map(|x| x.1).sum::<i64>(), 3, "alice unseen");
@@ -117,7 +65,7 @@ async fn a_batch_committed_after_the_rebuild_read_is_counted() {
     };
     assert_eq!(first.claim_id, held[0].claim_id);
     assert_eq!(
-        claim_rid(&s, &c, "alice", "r-again").await,
+        claim_one(&s, &c, "alice", Some("r-again")).await,
         ClaimOutcome::LimitReached { held: 1 }
     );
 
@@ -168,7 +116,7 @@ async fn a_batch_racing_the_rebuild_read_is_counted_once() {
         .unwrap();
     let rebuild = {
         let (pool, client) = (s.pool.clone(), s.client.clone());
-        tokio::spawn(async move { rebuild::rebuild(&pool, &client, 12_002, &opts()).await })
+        tokio::spawn(async move { rebuild::rebuild(&pool, &client, 12_002, &rebuild_opts()).await })
     };
     tokio::time::sleep(Duration::from_millis(600)).await;
     let batch = {
@@ -216,7 +164,7 @@ async fn the_next_rebuild_counts_a_late_claim_left_unapplied() {
     ));
     let held = read_like_a_consumer(&s, &c).await;
     flushall(&s);
-    rebuild::rebuild(&s.pool, &s.client, c.sku, &opts())
+    rebuild::rebuild(&s.pool, &s.client, c.sku, &rebuild_opts())
         .await
         .unwrap();
     let out = consumer::ledger::write_batch(&s.pool, &held, T)
@@ -224,7 +172,7 @@ async fn the_next_rebuild_counts_a_late_claim_left_unapplied() {
         .unwrap();
     assert_eq!(out.late.len(), 1, "judged late");
     // (crash: never applied) — the next rebuild counts it from the ledger.
-    let r = rebuild::rebuild(&s.pool, &s.client, c.sku, &opts())
+    let r = rebuild::rebuild(&s.pool, &s.client, c.sku, &rebuild_opts())
         .await
         .unwrap();
     // Generations: 1 the first preheat, 2 the first rebuild, 3 this one.
@@ -268,7 +216,7 @@ async fn a_late_second_chance_counts_on_both_shards_once() {
     };
     let zoe = record("zoe", 0);
     flushall(&s);
-    rebuild::rebuild(&s.pool, &s.client, c.sku, &opts())
+    rebuild::rebuild(&s.pool, &s.client, c.sku, &rebuild_opts())
         .await
         .unwrap();
     let before = s.client.slices(c.sku, c.width).await.unwrap();
@@ -321,7 +269,7 @@ async fn a_late_second_chance_counts_on_both_shards_once() {
 async fn after_a_rebuild_a_preheat_keeps_the_generation() {
     let s = Stack::start().await;
     let c = campaign(&s, 12_005, 4, 1, 1, 3600).await;
-    rebuild::rebuild(&s.pool, &s.client, c.sku, &opts())
+    rebuild::rebuild(&s.pool, &s.client, c.sku, &rebuild_opts())
         .await
         .unwrap();
     flushall(&s);

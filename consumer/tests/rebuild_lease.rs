@@ -5,14 +5,9 @@ mod common;
 
 use std::time::Duration;
 
+use common::rebuild::*;
 use common::*;
 use consumer::rebuild::{self, Options};
-
-fn flushall(s: &Stack) {
-    let _: () = redis::cmd("FLUSHALL")
-        .query(&mut s.redis.connection())
-        .unwrap();
-}
 
 /// Lease 300 ms, rebuild ≥ 1.2 s (its pause). Before the renewal the second rebuild took
 /// the shards over once the lease ran out and the first one failed at its write.

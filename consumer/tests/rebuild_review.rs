@@ -7,55 +7,16 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use common::rebuild::*;
 use common::*;
 use consumer::campaign::Campaign;
-use consumer::rebuild::{self, late, Options};
-use consumer::stream::{self, ShardStream};
+use consumer::rebuild::{self, late};
 use consumer::wave;
-use shard_router::protocol::{self, LocalEmptyShards};
 use shard_router::{ClaimOutcome, ClaimRecord, ClaimRequest};
 use sqlx::Connection;
 
 async fn claim(s: &Stack, c: &Campaign, user: &str) -> ClaimOutcome {
-    let req = ClaimRequest {
-        sku: c.sku,
-        user: user.into(),
-        qty: 1,
-        request_id: Some(format!("r-{user}")),
-    };
-    protocol::claim(
-        &s.client,
-        &c.meta(),
-        &req,
-        &LocalEmptyShards::default(),
-        shard_router::now_ms(),
-    )
-    .await
-    .expect("claim")
-}
-
-fn flushall(s: &Stack) {
-    let _: () = redis::cmd("FLUSHALL")
-        .query(&mut s.redis.connection())
-        .unwrap();
-}
-
-fn opts() -> Options {
-    let mut o = Options::new(T);
-    o.quiesce = Duration::from_millis(100);
-    o
-}
-
-/// What a consumer holds in memory after reading the streams: every record of `c`.
-async fn read_like_a_consumer(s: &Stack, c: &Campaign) -> Vec<ClaimRecord> {
-    let mut out = Vec::new();
-    for shard in s.client.placement().shards_of(c.sku, c.width) {
-        let st = ShardStream::new(&s.client, shard, "");
-        for e in st.all_entries(&s.client, 100).await.unwrap() {
-            out.push(stream::decode(shard, &e).unwrap().record);
-        }
-    }
-    out
+    claim_one(s, c, user, Some(&format!("r-{user}"))).await
 }
 
 async fn slice_sum(s: &Stack, c: &Campaign) -> i64 {
@@ -66,14 +27,6 @@ async fn slice_sum(s: &Stack, c: &Campaign) -> i64 {
         .into_iter()
         .filter_map(|(_, v)| v)
         .sum()
-}
-
-async fn active_units(s: &Stack, sku: u64) -> i64 {
-    s.count(&format!(
-        "SELECT CAST(COALESCE(SUM(qty), 0) AS SIGNED) FROM claims WHERE sku = {sku} \
-         AND status IN ('pending', 'confirmed')"
-    ))
-    .await
 }
 
 /// A wave pushed to Redis (its step 2) just before a rebuild's fence, and marked applied in
@@ -118,7 +71,7 @@ async fn a_wave_marked_applied_after_the_rebuild_read_keeps_its_units() {
     }
     let rebuild = {
         let (pool, client) = (s.pool.clone(), s.client.clone());
-        tokio::spawn(async move { rebuild::rebuild(&pool, &client, 13_001, &opts()).await })
+        tokio::spawn(async move { rebuild::rebuild(&pool, &client, 13_001, &rebuild_opts()).await })
     };
     tokio::time::sleep(Duration::from_millis(1500)).await;
     sqlx::query("COMMIT").execute(&mut blocker).await.unwrap();
@@ -186,7 +139,7 @@ async fn the_sweep_reaches_late_claims_behind_ones_that_wait_forever() {
     ));
     let held = read_like_a_consumer(&s, &c).await;
     flushall(&s);
-    rebuild::rebuild(&s.pool, &s.client, c.sku, &opts())
+    rebuild::rebuild(&s.pool, &s.client, c.sku, &rebuild_opts())
         .await
         .unwrap();
 
@@ -258,7 +211,7 @@ async fn a_wave_finishing_after_a_rebuild_is_pushed_again() {
         panic!("{pushed:?}")
     };
     assert_eq!(slice_sum(&s, &c).await, 7);
-    rebuild::rebuild(&s.pool, &s.client, c.sku, &opts())
+    rebuild::rebuild(&s.pool, &s.client, c.sku, &rebuild_opts())
         .await
         .unwrap();
     let refused = wave::finish(&s.pool, c.sku, "w2", units, gen, now, T).await;
@@ -292,7 +245,7 @@ async fn a_late_apply_does_not_take_another_requests_hold_for_its_own() {
     let held = read_like_a_consumer(&s, &c).await;
     assert_eq!((held[0].home, held[0].user_seq), (home, 1));
     flushall(&s);
-    rebuild::rebuild(&s.pool, &s.client, c.sku, &opts())
+    rebuild::rebuild(&s.pool, &s.client, c.sku, &rebuild_opts())
         .await
         .unwrap();
 
@@ -375,7 +328,7 @@ async fn a_release_does_not_refill_a_late_claims_unit_sold_twice() {
     ));
     let held = read_like_a_consumer(&s, &c).await;
     flushall(&s);
-    rebuild::rebuild(&s.pool, &s.client, c.sku, &opts())
+    rebuild::rebuild(&s.pool, &s.client, c.sku, &rebuild_opts())
         .await
         .unwrap();
     for u in ["bob", "carol", "dave"] {

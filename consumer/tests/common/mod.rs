@@ -2,6 +2,8 @@
 //! consumer service run in-process, campaigns, and claims produced through the Lua scripts.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod rebuild;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

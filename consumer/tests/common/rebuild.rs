@@ -1,0 +1,66 @@
+//! Scaffolding the rebuild tests share: a claim through the whole protocol, Redis losing
+//! everything, a rebuild's options with a short pause, and what a consumer holds in memory.
+
+use std::time::Duration;
+
+use consumer::campaign::Campaign;
+use consumer::rebuild::Options;
+use consumer::stream::{self, ShardStream};
+use shard_router::protocol::{self, LocalEmptyShards};
+use shard_router::{ClaimOutcome, ClaimRecord, ClaimRequest};
+
+use super::{Stack, T};
+
+/// One unit of `c` for `user`, through the whole claim protocol (second chance included).
+pub async fn claim_one(s: &Stack, c: &Campaign, user: &str, rid: Option<&str>) -> ClaimOutcome {
+    let req = ClaimRequest {
+        sku: c.sku,
+        user: user.into(),
+        qty: 1,
+        request_id: rid.map(str::to_owned),
+    };
+    protocol::claim(
+        &s.client,
+        &c.meta(),
+        &req,
+        &LocalEmptyShards::default(),
+        shard_router::now_ms(),
+    )
+    .await
+    .expect("claim")
+}
+
+/// Redis loses everything.
+pub fn flushall(s: &Stack) {
+    let _: () = redis::cmd("FLUSHALL")
+        .query(&mut s.redis.connection())
+        .unwrap();
+}
+
+/// A rebuild's options with a 100 ms pause before its ledger read (tests need no more).
+pub fn rebuild_opts() -> Options {
+    let mut o = Options::new(T);
+    o.quiesce = Duration::from_millis(100);
+    o
+}
+
+/// What a consumer holds in memory after reading the streams: every record of `c`.
+pub async fn read_like_a_consumer(s: &Stack, c: &Campaign) -> Vec<ClaimRecord> {
+    let mut out = Vec::new();
+    for shard in s.client.placement().shards_of(c.sku, c.width) {
+        let st = ShardStream::new(&s.client, shard, "");
+        for e in st.all_entries(&s.client, 100).await.unwrap() {
+            out.push(stream::decode(shard, &e).unwrap().record);
+        }
+    }
+    out
+}
+
+/// Units of `sku` the ledger holds in active claims (`pending` or `confirmed`).
+pub async fn active_units(s: &Stack, sku: u64) -> i64 {
+    s.count(&format!(
+        "SELECT CAST(COALESCE(SUM(qty), 0) AS SIGNED) FROM claims WHERE sku = {sku} \
+         AND status IN ('pending', 'confirmed')"
+    ))
+    .await
+}
