@@ -240,6 +240,46 @@ async fn reconcile_runs_keep_a_bounded_history() {
     );
 }
 
+/// Two reconcilers (the service's timer and an operator, or two consumers) store their runs
+/// at once. Trimming the history used to range-lock the SKU's runs, and a concurrent insert
+/// into that range deadlocked (MySQL 1213), failing a reconciliation under load in CI.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_reconcilers_store_their_runs_without_deadlock() {
+    let s = Stack::start().await;
+    let c = campaign(&s, 9009, 4, 1, 1, 3600).await;
+    let opts = consumer::reconcile::Options {
+        keep_runs: 2,
+        ..Default::default()
+    };
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..4 {
+        let (pool, client, group) = (s.pool.clone(), s.client.clone(), s.cfg.group.clone());
+        tasks.spawn(async move {
+            for _ in 0..40 {
+                consumer::reconcile::run_with(
+                    &pool,
+                    &client,
+                    &group,
+                    9009,
+                    shard_router::now_ms(),
+                    T,
+                    opts,
+                )
+                .await
+                .expect("reconcile");
+            }
+        });
+    }
+    while let Some(r) = tasks.join_next().await {
+        r.expect("reconciler");
+    }
+    let kept = s
+        .count("SELECT COUNT(*) FROM reconcile_runs WHERE sku = 9009")
+        .await;
+    assert!((2..=5).contains(&kept), "kept {kept} runs");
+    let _ = c;
+}
+
 /// The anomaly row comes before the removal: when it cannot be written, nothing is removed,
 /// and the next run (MySQL back) removes the excess with its row.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -251,21 +251,7 @@ async fn store(
     )
     .await?
     .last_insert_id();
-    bounded(
-        "trim reconcile runs",
-        t,
-        // The derived table lets MariaDB/MySQL use LIMIT in the subquery; with fewer runs
-        // than `keep` it is NULL and nothing is deleted.
-        sqlx::query(
-            "DELETE FROM reconcile_runs WHERE sku = ? AND id < (SELECT id FROM \
-             (SELECT id FROM reconcile_runs WHERE sku = ? ORDER BY id DESC LIMIT 1 OFFSET ?) AS k)",
-        )
-        .bind(sku)
-        .bind(sku)
-        .bind(keep.max(1) - 1)
-        .execute(pool),
-    )
-    .await?;
+    trim(pool, sku, keep, t).await?;
     let label = sku.to_string();
     metrics::gauge!(m::RECONCILE_DRIFT, "sku" => label.clone()).set(report.drift as f64);
     metrics::gauge!(m::RECONCILE_MISSING, "sku" => label).set(report.missing_slices.len() as f64);
@@ -280,6 +266,31 @@ async fn store(
     } else {
         tracing::info!(sku, %detail, "reconciliation closed");
     }
+    Ok(())
+}
+
+/// Keeps the SKU's last `keep` runs. The ids are read without locks and deleted by primary
+/// key: a ranged `DELETE … WHERE sku = ? AND id < ?` next-key-locks the SKU's index range,
+/// and a second reconciler's insert into that range deadlocked with it (MySQL 1213).
+async fn trim(pool: &MySqlPool, sku: u64, keep: u32, t: Duration) -> Result<(), ConsumerError> {
+    let old: Vec<u64> = bounded(
+        "list old reconcile runs",
+        t,
+        sqlx::query_scalar(
+            "SELECT id FROM reconcile_runs WHERE sku = ? ORDER BY id DESC LIMIT 1000 OFFSET ?",
+        )
+        .bind(sku)
+        .bind(keep.max(1))
+        .fetch_all(pool),
+    )
+    .await?;
+    if old.is_empty() {
+        return Ok(());
+    }
+    let marks = vec!["?"; old.len()].join(",");
+    let sql = format!("DELETE FROM reconcile_runs WHERE id IN ({marks})");
+    let q = old.iter().fold(sqlx::query(&sql), |q, id| q.bind(id));
+    bounded("trim reconcile runs", t, q.execute(pool)).await?;
     Ok(())
 }
 
