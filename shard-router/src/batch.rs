@@ -184,7 +184,7 @@ impl Batcher {
             match answer {
                 Ok(Ok(mut values)) if values.len() == expected => {
                     let acked = self.wait.map(|_| match values.pop() {
-                        Some(Ok(Value::Int(n))) => n.max(0) as u32,
+                        Some(Ok(Value::Int(n))) => crate::replication::replica_count(n),
                         // An error reply (or anything else) confirms nothing.
                         _ => 0,
                     });

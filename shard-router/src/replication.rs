@@ -58,6 +58,11 @@ pub struct Fence {
     pub info: ReplicationInfo,
 }
 
+/// WAIT's reply as a replica count (never negative; saturating rather than wrapping).
+pub(crate) fn replica_count(n: i64) -> u32 {
+    u32::try_from(n.max(0)).unwrap_or(u32::MAX)
+}
+
 impl StockClient {
     /// Writes `shard`'s fence and waits up to `wait` for `replicas` to acknowledge it, on
     /// one connection (see the module doc). `acked >= replicas` with `info.replid` equal to
@@ -79,7 +84,7 @@ impl StockClient {
         let fut = pipe.query_async::<(i64, i64, String)>(&mut conn);
         match tokio::time::timeout(after, fut).await {
             Ok(Ok((_, acked, info))) => Ok(Fence {
-                acked: acked.max(0) as u32,
+                acked: replica_count(acked),
                 info: ReplicationInfo::parse(&info),
             }),
             Ok(Err(source)) => Err(StockError::Redis {
@@ -114,7 +119,7 @@ impl StockClient {
             Ok(Ok((read, _, acked, info))) => Ok((
                 read,
                 Fence {
-                    acked: acked.max(0) as u32,
+                    acked: replica_count(acked),
                     info: ReplicationInfo::parse(&info),
                 },
             )),

@@ -41,6 +41,21 @@ impl Reply {
         }
     }
 
+    /// An integer field converted to `T`; a value out of `T`'s range is a protocol error, not
+    /// a silent wrap (a negative count must not become 4 billion units).
+    pub(crate) fn num<T: TryFrom<i64>>(&self, i: usize) -> Result<T, StockError> {
+        let n = self.int(i)?;
+        T::try_from(n).map_err(|_| {
+            protocol(
+                self.op,
+                format!(
+                    "field {i}: {n} is out of range for {}",
+                    std::any::type_name::<T>()
+                ),
+            )
+        })
+    }
+
     pub(crate) fn text(&self, i: usize) -> Result<String, StockError> {
         match self.fields.get(i) {
             Some(Value::BulkString(b)) => String::from_utf8(b.clone())
@@ -60,4 +75,23 @@ impl Reply {
 
 fn protocol(op: &'static str, detail: String) -> StockError {
     StockError::Protocol { op, detail }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_negative_count_is_a_protocol_error_not_a_wrapped_number() {
+        let r = Reply::parse("claim", Value::Array(vec![Value::Int(1), Value::Int(-1)])).unwrap();
+        assert!(matches!(r.num::<u32>(0), Err(StockError::Protocol { .. })));
+        assert_eq!(r.num::<i32>(0).unwrap(), -1);
+        let big = Reply::parse(
+            "claim",
+            Value::Array(vec![Value::Int(1), Value::Int(70_000)]),
+        )
+        .unwrap();
+        assert!(big.num::<u16>(0).is_err());
+        assert_eq!(big.num::<u32>(0).unwrap(), 70_000);
+    }
 }

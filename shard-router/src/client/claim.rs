@@ -64,26 +64,24 @@ impl StockClient {
         let outcome = match r.code {
             code::CLAIMED => HomeOutcome::Claimed {
                 claim_id: r.text(0)?,
-                user_seq: r.int(1)? as u64,
+                user_seq: r.num(1)?,
                 remaining: r.int(2)?,
             },
             code::REPLAY => HomeOutcome::Replay(Claim {
                 claim_id: r.text(0)?,
                 sku: req.sku,
-                shard: r.int(1)? as u16,
-                qty: r.int(2)? as u32,
+                shard: r.num(1)?,
+                qty: r.num(2)?,
             }),
             code::HOLD => HomeOutcome::Hold {
-                user_seq: r.int(0)? as u64,
+                user_seq: r.num(0)?,
                 remaining: r.int(1)?,
             },
             code::IN_PROGRESS => HomeOutcome::InProgress,
             code::SOLD_OUT => HomeOutcome::SoldOut {
                 remaining: r.int(0)?,
             },
-            code::LIMIT => HomeOutcome::LimitReached {
-                held: r.int(0)? as u32,
-            },
+            code::LIMIT => HomeOutcome::LimitReached { held: r.num(0)? },
             code::NOT_STARTED => HomeOutcome::NotStarted,
             code::ENDED => HomeOutcome::Ended,
             code::NOT_PREHEATED => HomeOutcome::NotPreheated,
@@ -210,9 +208,7 @@ impl StockClient {
             })
             .await?;
         let outcome = match r.code {
-            code::SETTLED => SettleOutcome::Settled {
-                qty: r.int(0)? as u32,
-            },
+            code::SETTLED => SettleOutcome::Settled { qty: r.num(0)? },
             code::HOLD_GONE => SettleOutcome::HoldGone,
             _ => return Err(r.unexpected()),
         };
