@@ -6,13 +6,18 @@
 //!   [`MariaDbServer::stop`] / [`MariaDbServer::start_again`] for outage drills; killed on
 //!   `Drop`.
 //!
-//! Both talk to the server through the `mariadb` command-line client, so this crate needs
-//! no MySQL driver of its own.
+//! Both reach the server with sqlx (the workspace's MySQL driver), on a short-lived thread
+//! with its own runtime: these guards are built and dropped from synchronous code, often
+//! inside a test's runtime, which cannot be blocked on from within.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::str::FromStr;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use sqlx::mysql::MySqlConnectOptions;
+use sqlx::{ConnectOptions, Connection};
 
 use crate::{free_port, wait_until};
 
@@ -23,74 +28,49 @@ pub const DEFAULT_TEST_MYSQL_URL: &str = "mysql://root@127.0.0.1:3306";
 
 static NEXT_DB: AtomicU32 = AtomicU32::new(0);
 
-/// Connection parts of a `mysql://user[:pass]@host[:port][/db]` URL, as the CLI wants them.
+/// One bound on every statement these guards run, connect included.
+const SQL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A server's connection options without a database (the guards create and drop them).
 #[derive(Debug, Clone)]
 struct Server {
-    user: String,
-    password: Option<String>,
-    host: String,
-    port: u16,
+    opts: MySqlConnectOptions,
 }
 
 impl Server {
     fn parse(url: &str) -> Self {
-        let rest = url
-            .strip_prefix("mysql://")
-            .or_else(|| url.strip_prefix("mariadb://"))
-            .unwrap_or_else(|| panic!("{ENV_TEST_MYSQL_URL} must start with mysql://: {url}"));
-        let rest = rest.split('/').next().unwrap_or(rest);
-        let (cred, hostport) = rest.rsplit_once('@').unwrap_or(("root", rest));
-        let (user, password) = match cred.split_once(':') {
-            Some((u, p)) => (u.to_owned(), Some(p.to_owned())),
-            None => (cred.to_owned(), None),
-        };
-        let (host, port) = match hostport.rsplit_once(':') {
-            Some((h, p)) => (
-                h.to_owned(),
-                p.parse().expect("numeric port in test MySQL URL"),
-            ),
-            None => (hostport.to_owned(), 3306),
-        };
-        Self {
-            user,
-            password,
-            host,
-            port,
-        }
+        let opts = MySqlConnectOptions::from_str(url)
+            .unwrap_or_else(|e| panic!("{ENV_TEST_MYSQL_URL} is not a MySQL URL ({url}): {e}"));
+        Self { opts }
     }
 
     fn url(&self, db: &str) -> String {
-        let cred = match &self.password {
-            Some(p) => format!("{}:{p}", self.user),
-            None => self.user.clone(),
-        };
-        format!("mysql://{cred}@{}:{}/{db}", self.host, self.port)
+        self.opts.clone().database(db).to_url_lossy().to_string()
     }
 
-    /// Runs one SQL text with the `mariadb` client; returns stdout, or stderr as the error.
-    fn sql(&self, db: Option<&str>, sql: &str) -> Result<String, String> {
-        let mut cmd = Command::new("mariadb");
-        cmd.args(["--batch", "--skip-column-names", "--connect-timeout=2"])
-            .arg(format!("--host={}", self.host))
-            .arg(format!("--port={}", self.port))
-            .arg("--protocol=TCP")
-            .arg(format!("--user={}", self.user));
-        if let Some(p) = &self.password {
-            cmd.arg(format!("--password={p}"));
-        }
-        if let Some(db) = db {
-            cmd.arg(db);
-        }
-        let out = cmd
-            .args(["-e", sql])
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| format!("run mariadb client: {e}"))?;
-        if out.status.success() {
-            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-        } else {
-            Err(String::from_utf8_lossy(&out.stderr).into_owned())
-        }
+    /// Runs one statement outside any database; the error as text.
+    fn exec(&self, sql: &str) -> Result<(), String> {
+        let opts = self.opts.clone();
+        let sql = sql.to_owned();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| format!("runtime: {e}"))?;
+            rt.block_on(async {
+                let run = async {
+                    let mut conn = opts.connect().await?;
+                    sqlx::raw_sql(&sql).execute(&mut conn).await?;
+                    conn.close().await
+                };
+                match tokio::time::timeout(SQL_TIMEOUT, run).await {
+                    Ok(r) => r.map_err(|e| e.to_string()),
+                    Err(_) => Err(format!("no answer within {SQL_TIMEOUT:?}")),
+                }
+            })
+        })
+        .join()
+        .unwrap_or_else(|_| Err("sql thread panicked".into()))
     }
 }
 
@@ -116,7 +96,7 @@ impl TestDatabase {
             NEXT_DB.fetch_add(1, Ordering::Relaxed)
         );
         server
-            .sql(None, &format!("CREATE DATABASE `{name}`"))
+            .exec(&format!("CREATE DATABASE `{name}`"))
             .unwrap_or_else(|e| panic!("create test database on {url} (is MariaDB running?): {e}"));
         Self { server, name }
     }
@@ -129,18 +109,13 @@ impl TestDatabase {
     pub fn name(&self) -> &str {
         &self.name
     }
-
-    /// Runs SQL in this database with the `mariadb` client (setup, assertions, baselines).
-    pub fn sql(&self, sql: &str) -> Result<String, String> {
-        self.server.sql(Some(&self.name), sql)
-    }
 }
 
 impl Drop for TestDatabase {
     fn drop(&mut self) {
         let _ = self
             .server
-            .sql(None, &format!("DROP DATABASE IF EXISTS `{}`", self.name));
+            .exec(&format!("DROP DATABASE IF EXISTS `{}`", self.name));
     }
 }
 
@@ -148,6 +123,7 @@ impl Drop for TestDatabase {
 pub struct MariaDbServer {
     child: Option<Child>,
     server: Server,
+    port: u16,
     dir: PathBuf,
 }
 
@@ -178,19 +154,17 @@ impl MariaDbServer {
         let mut s = Self {
             child: None,
             server: Server {
-                user: "root".into(),
-                password: None,
-                host: "127.0.0.1".into(),
-                port,
+                opts: MySqlConnectOptions::new()
+                    .host("127.0.0.1")
+                    .port(port)
+                    .username("root"),
             },
+            port,
             dir,
         };
         s.start_again();
         s.server
-            .sql(
-                None,
-                &format!("CREATE DATABASE IF NOT EXISTS `{PRIVATE_DB}`"),
-            )
+            .exec(&format!("CREATE DATABASE IF NOT EXISTS `{PRIVATE_DB}`"))
             .expect("create database on private mariadbd");
         s
     }
@@ -207,7 +181,7 @@ impl MariaDbServer {
             .arg(format!("--socket={}", d("mysqld.sock")))
             .arg(format!("--pid-file={}", d("mysqld.pid")))
             .arg(format!("--log-error={}", d("error.log")))
-            .arg(format!("--port={}", self.server.port))
+            .arg(format!("--port={}", self.port))
             .arg("--bind-address=127.0.0.1")
             .arg(format!("--user={}", whoami()))
             // Small footprint: the machine is shared; the tests need correctness, not speed.
@@ -226,7 +200,7 @@ impl MariaDbServer {
         wait_until(
             "private mariadbd to answer",
             Duration::from_secs(30),
-            || server.sql(None, "SELECT 1").is_ok(),
+            || server.exec("SELECT 1").is_ok(),
         );
     }
 
@@ -252,17 +226,12 @@ impl MariaDbServer {
     }
 
     pub fn port(&self) -> u16 {
-        self.server.port
+        self.port
     }
 
     /// `mysql://root@127.0.0.1:<port>/flashgate`.
     pub fn url(&self) -> String {
         self.server.url(PRIVATE_DB)
-    }
-
-    /// Runs SQL in [`PRIVATE_DB`] with the `mariadb` client.
-    pub fn sql(&self, sql: &str) -> Result<String, String> {
-        self.server.sql(Some(PRIVATE_DB), sql)
     }
 }
 
