@@ -27,7 +27,6 @@
 use std::time::Duration;
 
 use serde::Serialize;
-use shard_router::keys::{self, ShardKeys};
 use shard_router::StockClient;
 use sqlx::MySqlPool;
 
@@ -195,7 +194,7 @@ pub async fn retire(
     let live: std::collections::HashSet<u64> = client.skus().await?.into_iter().collect();
     let mut retired = Vec::new();
     for sku in expired.into_iter().filter(|s| live.contains(s)) {
-        drop_sku_meta(client, sku).await?;
+        client.forget_sku(sku).await?;
         tracing::info!(
             sku,
             "closed campaign retired: its replay answers have expired"
@@ -203,26 +202,6 @@ pub async fn retire(
         retired.push(sku);
     }
     Ok(retired)
-}
-
-/// Deletes the SKU's metadata, then takes it out of the live set (idempotent). In this
-/// order, a crash in between leaves the SKU in the set, so the next [`retire`] finishes it.
-async fn drop_sku_meta(client: &StockClient, sku: u64) -> Result<(), ConsumerError> {
-    let mut conn = client.conn();
-    client
-        .bounded("retire sku meta", async {
-            redis::cmd("DEL")
-                .arg(keys::sku_meta(sku))
-                .query_async::<i64>(&mut conn)
-                .await?;
-            redis::cmd("SREM")
-                .arg(keys::SKU_SET)
-                .arg(sku)
-                .query_async::<i64>(&mut conn)
-                .await
-        })
-        .await?;
-    Ok(())
 }
 
 /// Closes `sku` (see the module doc). Returns the closing report.
@@ -255,7 +234,7 @@ pub async fn close(
         // Fence first: without the shard metas, claim.lua and take.lua refuse (a gateway whose
         // clock is behind could otherwise still sell after the end). The slices stay, so
         // releases of claims taken before the fence still return their units.
-        fence(client, sku, c.width).await?;
+        client.stop_sales(sku, c.width).await?;
         // The reconcile loop no longer runs for the SKU: resolve holds crashed gateways left.
         let shards = client.placement().shards_of(sku, c.width);
         let streams: Vec<_> = shards
@@ -283,7 +262,7 @@ pub async fn close(
         )
         .await?;
     }
-    remove_keys(client, sku, c.width).await?;
+    client.remove_campaign_keys(sku, c.width).await?;
     bounded(
         "mark closed",
         t,
@@ -297,51 +276,4 @@ pub async fn close(
     let life = lifecycle(pool, sku, t).await?;
     tracing::info!(sku, report = ?life.closing_report, "campaign closed");
     Ok(serde_json::to_value(life).unwrap_or_default())
-}
-
-/// Stops every sale of the SKU: each shard's meta goes (idempotent). `claim.lua` and
-/// `take.lua` answer "not preheated" without it, whatever window the SKU metadata (kept for
-/// the replay check, see the module doc) still shows.
-async fn fence(client: &StockClient, sku: u64, width: u16) -> Result<(), ConsumerError> {
-    for shard in client.placement().shards_of(sku, width) {
-        del(
-            client,
-            &ShardKeys::new(client.placement(), shard, sku).meta(),
-        )
-        .await?;
-    }
-    Ok(())
-}
-
-/// Removes every Redis key of the campaign but the stored answers, which expire by their
-/// TTL, and the SKU metadata [`retire`] removes after them (idempotent).
-async fn remove_keys(client: &StockClient, sku: u64, width: u16) -> Result<(), ConsumerError> {
-    for shard in client.placement().shards_of(sku, width) {
-        let k = ShardKeys::new(client.placement(), shard, sku);
-        for key in [
-            k.meta(),
-            k.users(),
-            k.user_seq(),
-            k.holds(),
-            k.released_stock(),
-            k.released_user(),
-            k.waves(),
-            k.fix_epoch(),
-            k.stock(),
-        ] {
-            del(client, &key).await?;
-        }
-    }
-    Ok(())
-}
-
-async fn del(client: &StockClient, key: &str) -> Result<(), ConsumerError> {
-    let mut conn = client.conn();
-    client
-        .bounded(
-            "close del",
-            redis::cmd("DEL").arg(key).query_async::<i64>(&mut conn),
-        )
-        .await?;
-    Ok(())
 }

@@ -2,7 +2,7 @@
 //! so an alert fires well before `maxmemory`: at the limit, writes fail (policy
 //! `noeviction`) and the sale stops. On a cluster each shard's figure is its master's.
 
-use shard_router::{RedisConn, ShardId, StockClient, StockError};
+use shard_router::{StockClient, StockError};
 
 use crate::metrics as m;
 
@@ -15,33 +15,10 @@ pub fn parse_info(info: &str) -> (Option<u64>, Option<u64>) {
     (field("used_memory"), field("maxmemory"))
 }
 
-async fn info(client: &StockClient, shard: ShardId) -> Result<String, StockError> {
-    let mut cmd = redis::cmd("INFO");
-    cmd.arg("memory");
-    match client.conn() {
-        RedisConn::Single(mut c) => client.bounded("info memory", cmd.query_async(&mut c)).await,
-        RedisConn::Cluster(mut c) => {
-            use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
-            let slot = shard_router::placement::slot_of_tag(client.placement().tag(shard));
-            let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::new(
-                slot,
-                SlotAddr::Master,
-            )));
-            let v = client
-                .bounded("info memory", c.route_command(cmd, route))
-                .await?;
-            redis::from_redis_value(v).map_err(|source| StockError::Redis {
-                op: "info memory",
-                source: source.into(),
-            })
-        }
-    }
-}
-
 /// Reads and exports every shard's figures once.
 pub async fn export(client: &StockClient) -> Result<(), StockError> {
     for shard in 0..client.placement().shard_count() {
-        let (used, max) = parse_info(&info(client, shard).await?);
+        let (used, max) = parse_info(&client.shard_info(shard, "memory").await?);
         let label = shard.to_string();
         if let Some(u) = used {
             metrics::gauge!(m::REDIS_USED_MEMORY, "shard" => label.clone()).set(u as f64);

@@ -196,3 +196,4 @@ impl StockClient {
 mod campaign;
 mod claim;
 mod release;
+mod retire;

@@ -88,6 +88,19 @@ impl StockClient {
         out
     }
 
+    /// `INFO <section>` of the master serving `shard` (each shard's own node on a cluster).
+    pub async fn shard_info(&self, shard: ShardId, section: &str) -> Result<String, StockError> {
+        let slot = slot_of_tag(self.placement().tag(shard));
+        let mut cmd = redis::cmd("INFO");
+        cmd.arg(section);
+        let mut conn = self.conn();
+        let v = self.bounded("info", conn.on_slot_master(cmd, slot)).await?;
+        redis::from_redis_value(v).map_err(|source| StockError::Redis {
+            op: "info",
+            source: source.into(),
+        })
+    }
+
     async fn ping_slot(&self, slot: u16) -> Result<(), StockError> {
         let mut conn = self.conn();
         let v = self

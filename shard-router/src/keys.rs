@@ -67,6 +67,21 @@ impl ShardKeys {
     pub fn fix_epoch(&self) -> String {
         format!("{{{}}}:epoch:{}", self.tag, self.sku)
     }
+    /// Every key of the campaign on this shard but its stored answers (they expire by their
+    /// TTL): what close-out removes. A key added above belongs here too.
+    pub fn campaign_keys(&self) -> [String; 9] {
+        [
+            self.meta(),
+            self.users(),
+            self.user_seq(),
+            self.holds(),
+            self.released_stock(),
+            self.released_user(),
+            self.waves(),
+            self.fix_epoch(),
+            self.stock(),
+        ]
+    }
     /// Pattern of every stored answer of this SKU on this shard (close-out removes them).
     pub fn request_pattern(&self) -> String {
         format!("{{{}}}:req:{}:*", self.tag, self.sku)

@@ -104,3 +104,31 @@ async fn wait_replicas_reaches_the_shard_master() {
         assert_eq!(acked, 1, "the shard's replica confirms");
     }
 }
+
+/// `INFO` for a shard comes from the master serving that shard's slot (the consumer's
+/// memory gauges are per shard), not from whichever node the client happens to pick.
+#[tokio::test]
+async fn shard_info_comes_from_the_shards_own_master() {
+    use shard_router::placement::slot_of_tag;
+    use shard_router::{RedisTarget, StockClient, StockConfig};
+    let cluster = test_support::RedisCluster::start(3, 0);
+    let client = StockClient::connect(StockConfig::new(
+        RedisTarget::Cluster(cluster.urls()),
+        common::SHARDS,
+    ))
+    .await
+    .unwrap();
+    let mut ports = std::collections::HashSet::new();
+    for shard in 0..common::SHARDS {
+        let info = client.shard_info(shard, "server").await.unwrap();
+        let port: u16 = info
+            .lines()
+            .find_map(|l| l.strip_prefix("tcp_port:"))
+            .and_then(|p| p.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no tcp_port in INFO server: {info}"));
+        let slot = slot_of_tag(client.placement().tag(shard));
+        assert_eq!(port, cluster.master_of(slot), "shard {shard} (slot {slot})");
+        ports.insert(port);
+    }
+    assert_eq!(ports.len(), 3, "the shards live on all three masters");
+}

@@ -10,9 +10,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use redis::AsyncCommands;
 use serde::{Deserialize, Serialize};
-use shard_router::keys::ShardKeys;
 use shard_router::StockClient;
 
 use crate::load::recorder::AckedClaim;
@@ -136,11 +134,7 @@ pub async fn redis_checks(client: &StockClient, s: &Scenario, claims: &[AckedCla
         let mut worst = 0u64;
         let mut users = 0usize;
         for (shard, _) in &slices {
-            let key = ShardKeys::new(client.placement(), *shard, sku.id).users();
-            let mut conn = client.conn();
-            let counts: Result<HashMap<String, u64>, _> =
-                client.bounded("user counts", conn.hgetall(&key)).await;
-            match counts {
+            match client.user_counts(sku.id, *shard).await {
                 Ok(m) => {
                     users += m.len();
                     worst = worst.max(m.values().copied().max().unwrap_or(0));
