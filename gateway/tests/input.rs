@@ -363,7 +363,7 @@ async fn rate_limit_overload_and_trusted_header() {
     );
     assert!(h.contains_key("retry-after"));
     assert!(
-        started.elapsed() < Duration::from_millis(300),
+        started.elapsed() < test_support::slack(Duration::from_millis(300)),
         "shed at once"
     );
     assert_eq!(stuck.await.unwrap(), StatusCode::CREATED);

@@ -57,3 +57,17 @@ pub fn try_wait_until(
     }
     Ok(())
 }
+
+/// Env var multiplying every timing bound a test asserts (`FG_TIME_FACTOR=3` on a machine
+/// busy with other work); 1 when unset. Bounds catch hangs and lost wake-ups, not speed.
+pub const ENV_TIME_FACTOR: &str = "FG_TIME_FACTOR";
+
+/// A timing bound `d` under [`ENV_TIME_FACTOR`] (ignored unless a number in 1..=100).
+pub fn slack(d: Duration) -> Duration {
+    let factor = std::env::var(ENV_TIME_FACTOR)
+        .ok()
+        .and_then(|v| v.parse::<f64>().ok())
+        .filter(|f| (1.0..=100.0).contains(f))
+        .unwrap_or(1.0);
+    d.mul_f64(factor)
+}

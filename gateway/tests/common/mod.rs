@@ -152,7 +152,10 @@ impl Drop for GatewayProcess {
 pub async fn wait_ready_at(addr: SocketAddr) -> Duration {
     let t = Instant::now();
     while !matches!(get(addr, "/readyz").await, Ok((StatusCode::OK, _, _))) {
-        assert!(t.elapsed() < Duration::from_secs(20), "gateway never ready");
+        assert!(
+            t.elapsed() < test_support::slack(Duration::from_secs(20)),
+            "gateway never ready"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     t.elapsed()
