@@ -35,7 +35,7 @@ pub async fn run(
             }
             Err(e) => {
                 tracing::warn!(shard = stream.shard, error = %e, "xreadgroup failed; backing off");
-                if e.to_string().contains("NOGROUP") {
+                if e.is_no_group() {
                     let _ = stream.ensure_group(&client).await;
                 }
                 if !backoff.sleep(&mut shutdown).await {

@@ -53,6 +53,12 @@ impl StockError {
         }
     }
 
+    /// True when Redis answered `NOGROUP`: the stream or its consumer group is gone (a
+    /// restart without persistence, a FLUSHALL), and creating the group again cures it.
+    pub fn is_no_group(&self) -> bool {
+        matches!(self, StockError::Redis { source, .. } if has_code(source, "NOGROUP"))
+    }
+
     /// True when a write may or may not have happened (timeout or dropped connection).
     pub fn is_ambiguous(&self) -> bool {
         match self {
@@ -63,4 +69,13 @@ impl StockError {
             _ => false,
         }
     }
+}
+
+/// True when Redis answered `code`, alone or as one command of a pipeline (a pipeline's
+/// error carries its commands' server errors, and no code of its own).
+pub(crate) fn has_code(e: &redis::RedisError, code: &str) -> bool {
+    e.code() == Some(code)
+        || e.clone()
+            .into_server_errors()
+            .is_some_and(|items| items.iter().any(|(_, s)| s.code() == code))
 }

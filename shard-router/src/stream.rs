@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use crate::error::has_code;
 use crate::{keys, ClaimRecord, ReplicationInfo, ShardId, StockClient, StockError};
 use redis::streams::{StreamAutoClaimReply, StreamId, StreamRangeReply, StreamReadReply};
 use redis::Value;
@@ -63,7 +64,7 @@ impl ShardStream {
             )
             .await;
         match r {
-            Err(StockError::Redis { source, .. }) if source.code() == Some("BUSYGROUP") => Ok(()),
+            Err(StockError::Redis { source, .. }) if has_code(&source, "BUSYGROUP") => Ok(()),
             other => other,
         }
     }

@@ -249,3 +249,28 @@ async fn a_claim_given_up_before_its_batch_left_is_not_sent() {
         0
     );
 }
+
+/// A stream whose group is gone (Redis restarted empty) answers NOGROUP, which the consumer's
+/// reader recognises by its code and cures by creating the group again.
+#[tokio::test]
+async fn a_lost_group_is_recognised_by_its_code() {
+    use shard_router::stream::ShardStream;
+    use shard_router::{RedisTarget, StockClient, StockConfig};
+    let redis = test_support::RedisServer::start();
+    let client = StockClient::connect(StockConfig::new(
+        RedisTarget::Single(redis.url()),
+        common::SHARDS,
+    ))
+    .await
+    .unwrap();
+    let stream = ShardStream::new(&client, 3, "g");
+    let block = std::time::Duration::from_millis(10);
+    let e = stream.read_new(&client, "c", 10, block).await.unwrap_err();
+    assert!(e.is_no_group(), "{e}");
+    stream.ensure_group(&client).await.unwrap();
+    assert!(stream
+        .read_new(&client, "c", 10, block)
+        .await
+        .unwrap()
+        .is_empty());
+}
