@@ -19,7 +19,7 @@ use crate::common::*;
 /// units over 8 shards. Exactly 1 000 units go out, no user passes the limit, every slice
 /// ends at 0, the streams hold exactly the 1 000 records, and every replay names its
 /// original claim.
-pub async fn concurrency(env: Env) {
+pub(crate) async fn concurrency(env: Env) {
     const TASKS: usize = 200;
     const USERS: usize = 5_000;
     const CLAIMS: usize = 20_000;
@@ -123,7 +123,7 @@ async fn assert_no_holds(client: &StockClient, meta: &shard_router::SkuMeta) {
 
 /// Every user hashes to the same home shard, so it empties first; the rest of the stock
 /// must still be sold through second chances — never "stock left but sold out".
-pub async fn uneven_drain(env: Env) {
+pub(crate) async fn uneven_drain(env: Env) {
     let client = env.client().await;
     let meta = open_meta(1002, 40, 4, 1);
     client.preheat(&meta).await.expect("preheat");
@@ -159,7 +159,7 @@ pub async fn uneven_drain(env: Env) {
 
 /// One user fires many concurrent claims while the home shard is empty: the hold on the
 /// home count keeps them at the limit even though every unit comes from elsewhere.
-pub async fn limit_across_reroutes(env: Env) {
+pub(crate) async fn limit_across_reroutes(env: Env) {
     let client = env.client().await;
     let meta = open_meta(1003, 40, 4, 2);
     client.preheat(&meta).await.expect("preheat");
@@ -219,7 +219,7 @@ pub async fn limit_across_reroutes(env: Env) {
 
 /// The same request id gets the same answer and takes no second unit, on the home shard
 /// and after a reroute.
-pub async fn replay(env: Env) {
+pub(crate) async fn replay(env: Env) {
     let client = env.client().await;
     let meta = open_meta(1004, 8, 2, 3);
     client.preheat(&meta).await.expect("preheat");
@@ -263,7 +263,7 @@ pub async fn replay(env: Env) {
 }
 
 /// Releasing a claim twice returns its units once and lets the user claim again.
-pub async fn release_twice(env: Env) {
+pub(crate) async fn release_twice(env: Env) {
     let client = env.client().await;
     let meta = open_meta(1005, 4, 2, 1);
     client.preheat(&meta).await.expect("preheat");
@@ -314,7 +314,7 @@ pub async fn release_twice(env: Env) {
 
 /// After SCRIPT FLUSH on every node the next claim still works (EVALSHA → NOSCRIPT →
 /// load → EVALSHA).
-pub async fn script_flush(env: Env) {
+pub(crate) async fn script_flush(env: Env) {
     let client = env.client().await;
     let meta = open_meta(1006, 10, 4, 5);
     client.preheat(&meta).await.expect("preheat");
@@ -337,7 +337,7 @@ pub async fn script_flush(env: Env) {
 
 /// A claim for a SKU whose slices are missing is NotPreheated — never a zero, never a
 /// refill — and creates no key. Preheat never overwrites a live slice either.
-pub async fn not_preheated(env: Env) {
+pub(crate) async fn not_preheated(env: Env) {
     let client = env.client().await;
     let meta = open_meta(1007, 10, 4, 1);
     let before = env.key_count();
@@ -376,7 +376,7 @@ pub async fn not_preheated(env: Env) {
 }
 
 /// Outside the window nothing is taken.
-pub async fn window(env: Env) {
+pub(crate) async fn window(env: Env) {
     let client = env.client().await;
     let mut meta = open_meta(1008, 10, 2, 1);
     let now = now_ms();
@@ -418,7 +418,7 @@ pub async fn window(env: Env) {
 /// A gateway that dies between hold and settle leaves the hold standing: the same request
 /// id answers InProgress (never a second unit), the hold lists its request id, and whoever
 /// resolves it (the consumer, against the ledger) settles the replay answer too.
-pub async fn hold_left_behind(env: Env) {
+pub(crate) async fn hold_left_behind(env: Env) {
     use shard_router::{HomeOutcome, Settlement, TakeOutcome};
     let client = env.client().await;
     let meta = open_meta(1009, 4, 2, 2);

@@ -1,7 +1,7 @@
 //! Shared set-up for the stock-core tests: the same scenario runs on a private single
 //! Redis and on a private 3-master Redis Cluster.
 
-#![allow(dead_code, unreachable_pub)]
+
 
 use shard_router::protocol::{self, LocalEmptyShards};
 use shard_router::{
@@ -9,38 +9,38 @@ use shard_router::{
 };
 use test_support::{RedisCluster, RedisServer};
 
-pub const SHARDS: u16 = 16;
+pub(crate) const SHARDS: u16 = 16;
 
 /// A private Redis deployment owned by one test.
-pub enum Env {
+pub(crate) enum Env {
     Single(RedisServer),
     Cluster(RedisCluster),
 }
 
 impl Env {
-    pub fn single() -> Self {
+    pub(crate) fn single() -> Self {
         Env::Single(RedisServer::start())
     }
 
-    pub fn cluster() -> Self {
+    pub(crate) fn cluster() -> Self {
         Env::Cluster(RedisCluster::start(3, 0))
     }
 
-    pub fn target(&self) -> RedisTarget {
+    pub(crate) fn target(&self) -> RedisTarget {
         match self {
             Env::Single(s) => RedisTarget::Single(s.url()),
             Env::Cluster(c) => RedisTarget::Cluster(c.urls()),
         }
     }
 
-    pub async fn client(&self) -> StockClient {
+    pub(crate) async fn client(&self) -> StockClient {
         StockClient::connect(StockConfig::new(self.target(), SHARDS))
             .await
             .expect("connect")
     }
 
     /// Blocking connections to every node (every master of a cluster).
-    pub fn node_connections(&self) -> Vec<redis::Connection> {
+    pub(crate) fn node_connections(&self) -> Vec<redis::Connection> {
         match self {
             Env::Single(s) => vec![s.connection()],
             Env::Cluster(c) => c.nodes().iter().map(|n| n.connection()).collect(),
@@ -48,7 +48,7 @@ impl Env {
     }
 
     /// Total keys over all nodes.
-    pub fn key_count(&self) -> i64 {
+    pub(crate) fn key_count(&self) -> i64 {
         self.node_connections()
             .iter_mut()
             .map(|c| redis::cmd("DBSIZE").query::<i64>(c).expect("DBSIZE"))
@@ -57,7 +57,7 @@ impl Env {
 }
 
 /// A campaign that is open now.
-pub fn open_meta(sku: u64, stock: u64, width: u16, limit: u32) -> SkuMeta {
+pub(crate) fn open_meta(sku: u64, stock: u64, width: u16, limit: u32) -> SkuMeta {
     let now = now_ms();
     SkuMeta {
         sku,
@@ -69,7 +69,7 @@ pub fn open_meta(sku: u64, stock: u64, width: u16, limit: u32) -> SkuMeta {
     }
 }
 
-pub fn req(sku: u64, user: &str, rid: Option<&str>) -> ClaimRequest {
+pub(crate) fn req(sku: u64, user: &str, rid: Option<&str>) -> ClaimRequest {
     ClaimRequest {
         sku,
         user: user.to_owned(),
@@ -79,14 +79,14 @@ pub fn req(sku: u64, user: &str, rid: Option<&str>) -> ClaimRequest {
 }
 
 /// Runs one claim with a fresh (empty) view of empty shards.
-pub async fn claim_once(client: &StockClient, meta: &SkuMeta, r: &ClaimRequest) -> ClaimOutcome {
+pub(crate) async fn claim_once(client: &StockClient, meta: &SkuMeta, r: &ClaimRequest) -> ClaimOutcome {
     protocol::claim(client, meta, r, &LocalEmptyShards::default(), now_ms())
         .await
         .expect("claim")
 }
 
 /// Sum of every slice of a SKU; panics when one is missing.
-pub async fn slices_total(client: &StockClient, meta: &SkuMeta) -> i64 {
+pub(crate) async fn slices_total(client: &StockClient, meta: &SkuMeta) -> i64 {
     client
         .slices(meta.sku, meta.width)
         .await
@@ -97,7 +97,7 @@ pub async fn slices_total(client: &StockClient, meta: &SkuMeta) -> i64 {
 }
 
 /// Every record in the SKU's shard streams, decoded.
-pub async fn stream_records(
+pub(crate) async fn stream_records(
     client: &StockClient,
     meta: &SkuMeta,
 ) -> Vec<shard_router::ClaimRecord> {
@@ -132,7 +132,7 @@ pub async fn stream_records(
 }
 
 /// Users whose home shard for `meta` is `home`, named `<prefix><n>`.
-pub fn users_with_home(
+pub(crate) fn users_with_home(
     client: &StockClient,
     meta: &SkuMeta,
     home: u16,
@@ -147,7 +147,7 @@ pub fn users_with_home(
 }
 
 /// A shard of the SKU other than `not` (the SKU must be at least 2 wide).
-pub fn other_shard(client: &StockClient, meta: &SkuMeta, not: u16) -> u16 {
+pub(crate) fn other_shard(client: &StockClient, meta: &SkuMeta, not: u16) -> u16 {
     client
         .placement()
         .shards_of(meta.sku, meta.width)

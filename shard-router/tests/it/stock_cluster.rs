@@ -1,53 +1,51 @@
 //! Stock-core scenarios on a private 3-master Redis Cluster.
 
-mod common;
-mod scenarios;
 
-use common::Env;
+use crate::common::Env;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrency() {
-    scenarios::concurrency(Env::cluster()).await;
+    crate::scenarios::concurrency(Env::cluster()).await;
 }
 
 #[tokio::test]
 async fn uneven_drain() {
-    scenarios::uneven_drain(Env::cluster()).await;
+    crate::scenarios::uneven_drain(Env::cluster()).await;
 }
 
 #[tokio::test]
 async fn limit_across_reroutes() {
-    scenarios::limit_across_reroutes(Env::cluster()).await;
+    crate::scenarios::limit_across_reroutes(Env::cluster()).await;
 }
 
 #[tokio::test]
 async fn replay() {
-    scenarios::replay(Env::cluster()).await;
+    crate::scenarios::replay(Env::cluster()).await;
 }
 
 #[tokio::test]
 async fn release_twice() {
-    scenarios::release_twice(Env::cluster()).await;
+    crate::scenarios::release_twice(Env::cluster()).await;
 }
 
 #[tokio::test]
 async fn script_flush() {
-    scenarios::script_flush(Env::cluster()).await;
+    crate::scenarios::script_flush(Env::cluster()).await;
 }
 
 #[tokio::test]
 async fn not_preheated() {
-    scenarios::not_preheated(Env::cluster()).await;
+    crate::scenarios::not_preheated(Env::cluster()).await;
 }
 
 #[tokio::test]
 async fn hold_left_behind() {
-    scenarios::hold_left_behind(Env::cluster()).await;
+    crate::scenarios::hold_left_behind(Env::cluster()).await;
 }
 
 #[tokio::test]
 async fn window() {
-    scenarios::window(Env::cluster()).await;
+    crate::scenarios::window(Env::cluster()).await;
 }
 
 /// The shard tags spread over the masters of a real cluster made by
@@ -61,10 +59,10 @@ fn tags_spread_over_real_masters() {
     let Env::Cluster(cluster) = &env else {
         unreachable!()
     };
-    let placement = shard_router::Placement::new(common::SHARDS).unwrap();
+    let placement = shard_router::Placement::new(crate::common::SHARDS).unwrap();
     let mut conn = cluster.nodes()[0].connection();
     let mut per_master: HashMap<u16, u32> = HashMap::new();
-    for s in 0..common::SHARDS {
+    for s in 0..crate::common::SHARDS {
         let key = shard_router::keys::ShardKeys::new(&placement, s, 1).stock();
         let slot: u16 = redis::cmd("CLUSTER")
             .arg("KEYSLOT")
@@ -86,14 +84,14 @@ async fn wait_replicas_reaches_the_shard_master() {
     let cluster = test_support::RedisCluster::start(3, 1);
     let client = StockClient::connect(StockConfig::new(
         RedisTarget::Cluster(cluster.urls()),
-        common::SHARDS,
+        crate::common::SHARDS,
     ))
     .await
     .unwrap();
-    let meta = common::open_meta(2001, 16, 16, 1);
+    let meta = crate::common::open_meta(2001, 16, 16, 1);
     client.preheat(&meta).await.unwrap();
     for u in ["w1", "w2", "w3"] {
-        let o = common::claim_once(&client, &meta, &common::req(meta.sku, u, None)).await;
+        let o = crate::common::claim_once(&client, &meta, &crate::common::req(meta.sku, u, None)).await;
         let ClaimOutcome::Claimed { claim, .. } = o else {
             panic!("{o:?}")
         };
@@ -114,12 +112,12 @@ async fn shard_info_comes_from_the_shards_own_master() {
     let cluster = test_support::RedisCluster::start(3, 0);
     let client = StockClient::connect(StockConfig::new(
         RedisTarget::Cluster(cluster.urls()),
-        common::SHARDS,
+        crate::common::SHARDS,
     ))
     .await
     .unwrap();
     let mut ports = std::collections::HashSet::new();
-    for shard in 0..common::SHARDS {
+    for shard in 0..crate::common::SHARDS {
         let info = client.shard_info(shard, "server").await.unwrap();
         let port: u16 = info
             .lines()

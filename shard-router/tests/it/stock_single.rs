@@ -1,53 +1,51 @@
 //! Stock-core scenarios on a private single Redis.
 
-mod common;
-mod scenarios;
 
-use common::Env;
+use crate::common::Env;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrency() {
-    scenarios::concurrency(Env::single()).await;
+    crate::scenarios::concurrency(Env::single()).await;
 }
 
 #[tokio::test]
 async fn uneven_drain() {
-    scenarios::uneven_drain(Env::single()).await;
+    crate::scenarios::uneven_drain(Env::single()).await;
 }
 
 #[tokio::test]
 async fn limit_across_reroutes() {
-    scenarios::limit_across_reroutes(Env::single()).await;
+    crate::scenarios::limit_across_reroutes(Env::single()).await;
 }
 
 #[tokio::test]
 async fn replay() {
-    scenarios::replay(Env::single()).await;
+    crate::scenarios::replay(Env::single()).await;
 }
 
 #[tokio::test]
 async fn release_twice() {
-    scenarios::release_twice(Env::single()).await;
+    crate::scenarios::release_twice(Env::single()).await;
 }
 
 #[tokio::test]
 async fn script_flush() {
-    scenarios::script_flush(Env::single()).await;
+    crate::scenarios::script_flush(Env::single()).await;
 }
 
 #[tokio::test]
 async fn not_preheated() {
-    scenarios::not_preheated(Env::single()).await;
+    crate::scenarios::not_preheated(Env::single()).await;
 }
 
 #[tokio::test]
 async fn hold_left_behind() {
-    scenarios::hold_left_behind(Env::single()).await;
+    crate::scenarios::hold_left_behind(Env::single()).await;
 }
 
 #[tokio::test]
 async fn window() {
-    scenarios::window(Env::single()).await;
+    crate::scenarios::window(Env::single()).await;
 }
 
 /// Without replicas, `WAIT` reports 0 confirmations after its timeout instead of hanging.
@@ -71,11 +69,11 @@ async fn claim_script_refuses_a_non_canonical_qty() {
     use shard_router::keys::{claims_stream, ShardKeys};
     let env = Env::single();
     let client = env.client().await;
-    let meta = common::open_meta(77, 10, 1, 5);
+    let meta = crate::common::open_meta(77, 10, 1, 5);
     client.preheat(&meta).await.expect("preheat");
     let shard = client.placement().shards_of(meta.sku, 1)[0];
     let k = ShardKeys::new(client.placement(), shard, meta.sku);
-    let script = redis::Script::new(include_str!("../../lua/claim.lua"));
+    let script = redis::Script::new(include_str!("../../../lua/claim.lua"));
     let mut conn = env.node_connections().remove(0);
     for qty in ["1.0", "01", " 1", "1e0", "0", "-1", "", "x"] {
         let reply: Vec<i64> = script
@@ -99,7 +97,7 @@ async fn claim_script_refuses_a_non_canonical_qty() {
             .unwrap_or_else(|e| panic!("qty {qty:?}: {e}"));
         assert_eq!(reply, vec![15], "qty {qty:?} must be BAD_ARGUMENT");
     }
-    assert_eq!(common::slices_total(&client, &meta).await, 10);
+    assert_eq!(crate::common::slices_total(&client, &meta).await, 10);
     assert_eq!(client.user_count(meta.sku, 1, "u").await.expect("count"), 0);
     let stream_len: i64 = redis::cmd("XLEN")
         .arg(claims_stream(client.placement(), shard))
@@ -114,7 +112,7 @@ async fn claim_script_refuses_a_non_canonical_qty() {
 /// the count back itself and reports that nothing was taken.
 #[tokio::test]
 async fn a_take_after_its_hold_deadline_takes_nothing() {
-    use common::{users_with_home, SHARDS};
+    use crate::common::{users_with_home, SHARDS};
     use shard_router::{HomeOutcome, StockConfig, StockError, TakeOutcome};
     let env = Env::single();
     let mut cfg = StockConfig::new(env.target(), SHARDS);
@@ -123,14 +121,14 @@ async fn a_take_after_its_hold_deadline_takes_nothing() {
         .await
         .expect("connect");
     // 4 units over 2 shards; the home shard of the users below is drained first.
-    let meta = common::open_meta(1077, 4, 2, 2);
+    let meta = crate::common::open_meta(1077, 4, 2, 2);
     client.preheat(&meta).await.expect("preheat");
     let home = client.placement().home_shard(meta.sku, meta.width, "late");
-    let other = common::other_shard(&client, &meta, home);
+    let other = crate::common::other_shard(&client, &meta, home);
     for u in users_with_home(&client, &meta, home, "h", 2) {
-        common::claim_once(&client, &meta, &common::req(meta.sku, &u, None)).await;
+        crate::common::claim_once(&client, &meta, &crate::common::req(meta.sku, &u, None)).await;
     }
-    let r = common::req(meta.sku, "late", Some("r1"));
+    let r = crate::common::req(meta.sku, "late", Some("r1"));
 
     // Within the deadline (two thirds of the TTL) the take works.
     let now = shard_router::now_ms();
@@ -145,22 +143,22 @@ async fn a_take_after_its_hold_deadline_takes_nothing() {
     ));
 
     // Past it, the same call is refused and nothing moves.
-    let r2 = common::req(meta.sku, "late2", Some("r2"));
+    let r2 = crate::common::req(meta.sku, "late2", Some("r2"));
     let home2 = client.placement().home_shard(meta.sku, meta.width, "late2");
-    let other2 = common::other_shard(&client, &meta, home2);
-    let before = common::slices_total(&client, &meta).await;
+    let other2 = crate::common::other_shard(&client, &meta, home2);
+    let before = crate::common::slices_total(&client, &meta).await;
     let started = shard_router::now_ms() - 500;
     let outcome = client.take(&r2, other2, home2, 1, started).await;
     assert!(
         matches!(outcome, Ok(TakeOutcome::HoldExpired)),
         "{outcome:?}"
     );
-    assert_eq!(common::slices_total(&client, &meta).await, before);
+    assert_eq!(crate::common::slices_total(&client, &meta).await, before);
 
     // Through the protocol: a claim whose clock started 500 ms ago (a stalled gateway)
     // holds, finds the deadline passed, and undoes its hold.
     let users = users_with_home(&client, &meta, home, "s", 1);
-    let stalled = common::req(meta.sku, &users[0], Some("r3"));
+    let stalled = crate::common::req(meta.sku, &users[0], Some("r3"));
     let err = shard_router::protocol::claim(
         &client,
         &meta,
@@ -172,7 +170,7 @@ async fn a_take_after_its_hold_deadline_takes_nothing() {
     .expect_err("a stalled claim must not take");
     assert!(matches!(err, StockError::Expired { .. }), "{err}");
     assert!(!err.is_ambiguous());
-    assert_eq!(common::slices_total(&client, &meta).await, before);
+    assert_eq!(crate::common::slices_total(&client, &meta).await, before);
     assert_eq!(
         client
             .user_count(meta.sku, meta.width, &users[0])
@@ -191,16 +189,16 @@ async fn a_take_after_its_hold_deadline_takes_nothing() {
 /// flight is never sent, so nothing is taken for an answer nobody will read.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_given_up_before_its_batch_left_is_not_sent() {
-    use common::users_with_home;
+    use crate::common::users_with_home;
     use std::time::Duration;
     let env = Env::single();
     // A response timeout far above the pause, so the parked batch is not timed out.
-    let mut cfg = shard_router::StockConfig::new(env.target(), common::SHARDS);
+    let mut cfg = shard_router::StockConfig::new(env.target(), crate::common::SHARDS);
     cfg.timeouts.response = Duration::from_secs(5);
     let client = shard_router::StockClient::connect(cfg)
         .await
         .expect("connect");
-    let meta = common::open_meta(1088, 10, 1, 1);
+    let meta = crate::common::open_meta(1088, 10, 1, 1);
     client.preheat(&meta).await.expect("preheat");
     // Loaded now, so no NOSCRIPT round trip hides whether the second claim ran.
     client.load_scripts().await.expect("scripts");
@@ -216,7 +214,7 @@ async fn a_claim_given_up_before_its_batch_left_is_not_sent() {
         .query(&mut admin)
         .expect("CLIENT PAUSE");
     let first = {
-        let (client, r) = (client.clone(), common::req(meta.sku, &users[0], None));
+        let (client, r) = (client.clone(), crate::common::req(meta.sku, &users[0], None));
         tokio::spawn(async move {
             client
                 .claim_home(&r, home, shard_router::now_ms(), false)
@@ -226,7 +224,7 @@ async fn a_claim_given_up_before_its_batch_left_is_not_sent() {
     // Long enough for the first claim's batch to leave, even on a loaded machine.
     tokio::time::sleep(Duration::from_millis(300)).await;
     // Queued behind the parked batch, then given up.
-    let second = common::req(meta.sku, &users[1], None);
+    let second = crate::common::req(meta.sku, &users[1], None);
     let gave_up = tokio::time::timeout(
         Duration::from_millis(100),
         client.claim_home(&second, home, shard_router::now_ms(), false),
@@ -240,7 +238,7 @@ async fn a_claim_given_up_before_its_batch_left_is_not_sent() {
     ));
     // Give the flush task time to look at the queue again.
     tokio::time::sleep(Duration::from_millis(100)).await;
-    assert_eq!(common::slices_total(&client, &meta).await, 9);
+    assert_eq!(crate::common::slices_total(&client, &meta).await, 9);
     assert_eq!(
         client
             .user_count(meta.sku, 1, &users[1])
@@ -259,7 +257,7 @@ async fn a_lost_group_is_recognised_by_its_code() {
     let redis = test_support::RedisServer::start();
     let client = StockClient::connect(StockConfig::new(
         RedisTarget::Single(redis.url()),
-        common::SHARDS,
+        crate::common::SHARDS,
     ))
     .await
     .unwrap();

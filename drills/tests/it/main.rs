@@ -1,0 +1,7 @@
+//! One test binary for the crate (one link instead of one per file); each module is
+//! what was a test file, so `cargo test -p drills --test it NAME::` runs one of them.
+
+mod durability;
+mod redis_faults;
+mod redis_loss;
+mod replay_final;

@@ -1,0 +1,4 @@
+//! One test binary for the crate (one link instead of one per file); each module is
+//! what was a test file, so `cargo test -p plumbing --test it NAME::` runs one of them.
+
+mod serve;

@@ -1,0 +1,9 @@
+//! One test binary for the crate (one link instead of one per file); each module is
+//! what was a test file, so `cargo test -p shard-router --test it NAME::` runs one of them.
+
+mod common;
+mod scenarios;
+mod record_fuzz;
+mod replica_ack;
+mod stock_cluster;
+mod stock_single;
