@@ -317,8 +317,6 @@ async fn a_late_apply_does_not_take_another_requests_hold_for_its_own() {
 /// rebuild's oversold units, reconciliation counts it). Until then reconciliation removes
 /// the refilled unit as positive drift at its next run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "a release after a short late apply refills the resold unit until the next \
-            reconciliation; needs a per-shard debt (see the comment)"]
 async fn a_release_does_not_refill_a_late_claims_unit_sold_twice() {
     let s = Stack::start().await;
     let c = campaign(&s, 13_007, 3, 1, 1, 3600).await;

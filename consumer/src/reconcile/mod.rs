@@ -112,6 +112,7 @@ pub struct Report {
     pub slices: i64,
     pub in_flight: i64,
     pub active_ledger: i64,
+    pub debt: i64,
     /// `slices + in_flight + active_ledger − stock`: positive = Redis holds more than the
     /// ledger allows (oversell risk), negative = units missing from Redis and the ledger.
     pub drift: i64,
