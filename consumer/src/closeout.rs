@@ -327,6 +327,7 @@ async fn remove_keys(client: &StockClient, sku: u64, width: u16) -> Result<(), C
             k.released_user(),
             k.waves(),
             k.fix_epoch(),
+            k.debt(),
             k.stock(),
         ] {
             del(client, &key).await?;

@@ -216,3 +216,41 @@ async fn reconciliation_counts_the_debt_and_reports_drift_0() {
         0
     );
 }
+
+/// Between a late claim's commit and its apply the ledger counts its unit while the slice
+/// still offers it: a reconciliation measures +1 there. The apply takes the unit; a
+/// removal of that measured excess after it took the unit a second time (slice 1 on a
+/// stock of 3 with 1 sold: a unit stuck, drift −1). The apply bumps the fix epoch, so the
+/// removal measured before it is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_excess_measured_before_a_late_apply_is_not_removed_after_it() {
+    let s = Stack::start().await;
+    let c = campaign(&s, 14_006, 3, 1, 1, 3600).await;
+    assert!(matches!(
+        claim_one(&s, &c, "alice", Some("r-alice")).await,
+        ClaimOutcome::Claimed { .. }
+    ));
+    let held = read_like_a_consumer(&s, &c).await;
+    flushall(&s);
+    rebuild::rebuild(&s.pool, &s.client, c.sku, &rebuild_opts())
+        .await
+        .unwrap();
+    let out = consumer::ledger::write_batch(&s.pool, &held, T)
+        .await
+        .unwrap();
+    assert_eq!(out.late.len(), 1);
+    let (report, figures) = consumer::reconcile::measure(&s.pool, &s.client, c.sku, T)
+        .await
+        .unwrap();
+    assert_eq!(report.drift, 1, "the late window: {report:?}");
+
+    late::apply(&s.pool, &s.client, &out.late, T).await.unwrap();
+    assert_eq!(slice_sum(&s, &c).await, 2);
+    let removed = consumer::reconcile::excess::remove(&s.pool, &s.client, c.sku, &figures, T)
+        .await
+        .unwrap();
+    assert_eq!(removed, 0, "measured before the apply: stale");
+    assert_eq!(slice_sum(&s, &c).await, 2);
+    let r = s.reconcile(c.sku).await;
+    assert_eq!((r.drift, r.excess_removed), (0, 0), "{r:?}");
+}
