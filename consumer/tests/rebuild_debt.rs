@@ -254,3 +254,49 @@ async fn an_excess_measured_before_a_late_apply_is_not_removed_after_it() {
     let r = s.reconcile(c.sku).await;
     assert_eq!((r.drift, r.excess_removed), (0, 0), "{r:?}");
 }
+
+/// A wave pushed to the shard (paying the debt) whose ledger step finds a rebuild ran
+/// meanwhile: the rebuild wrote the shard from a stock without the wave, so its debt is
+/// the ledger's again (1), and the wave's next round pays it once more. One unit of the
+/// wave's two is for sale (a rebuild that left the debt as the pushed wave had paid it,
+/// 0, would offer both).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wave_pushed_again_after_a_rebuild_pays_the_rebuilt_debt() {
+    let s = Stack::start().await;
+    let (c, _) = short_late_apply(&s, 14_007).await;
+    let now = shard_router::now_ms();
+    let w = wave::Wave {
+        sku: c.sku,
+        id: "w2".into(),
+        units: 2,
+        due_ms: now,
+    };
+    wave::schedule(&s.pool, &w, T).await.unwrap();
+    let pushed = wave::push(&s.pool, &s.client, c.sku, "w2", T)
+        .await
+        .unwrap();
+    let wave::Pushed::Shards { units, gen } = pushed else {
+        panic!("{pushed:?}")
+    };
+    assert_eq!(slice_sum(&s, &c).await, 1);
+    rebuild::rebuild(&s.pool, &s.client, c.sku, &rebuild_opts())
+        .await
+        .unwrap();
+    assert_eq!(
+        slice_sum(&s, &c).await,
+        0,
+        "stock 3 without the wave, 4 sold"
+    );
+    assert!(wave::finish(&s.pool, c.sku, "w2", units, gen, now, T)
+        .await
+        .is_err());
+    assert_eq!(
+        wave::apply(&s.pool, &s.client, c.sku, "w2", now, T)
+            .await
+            .unwrap(),
+        wave::Applied::Applied
+    );
+    assert_eq!(slice_sum(&s, &c).await, 1, "5 units released, 4 sold");
+    let r = s.reconcile(c.sku).await;
+    assert_eq!((r.drift, r.debt, r.excess_removed), (0, 0, 0), "{r:?}");
+}
