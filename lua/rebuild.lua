@@ -12,10 +12,14 @@
 -- KEYS[8] applied waves    {T}:waves:<sku>     replaced: only waves the ledger applied
 -- KEYS[9] fix epoch        {T}:epoch:<sku>     bumped: an excess measured before the
 --                                               rebuild is stale (lua/reconcile_fix.lua)
+-- KEYS[10] debt            {T}:debt:<sku>      set: units the ledger counts sold beyond
+--                                               this shard's share (see rebuild_late.lua)
 -- ARGV[1] token   ARGV[2] slice (>= 0)   ARGV[3] limit   ARGV[4] start_ms   ARGV[5] end_ms
 -- ARGV[6] sku   ARGV[7] this shard id   ARGV[8] events channel
 -- ARGV[9] rebuild generation (campaigns.rebuild_gen): claim.lua and take.lua copy it into
 --         each record, and lua/rebuild_late.lua counts a late claim only at its generation
+-- ARGV[10] debt (>= 0): active ledger units of this shard beyond its share; the ledger
+--         holds every late claim a debt came from, so the debt is set, never added to
 -- then four counted lists, each "<n>" followed by its items:
 --   users:    n × (user, units held in active claims homed here, highest user_seq)
 --   matched:  n × "user|seq" of holds whose claim the rebuild found (already counted)
@@ -32,12 +36,16 @@ if not slice or slice < 0 or not tonumber(ARGV[3]) or not tonumber(ARGV[4])
   or not tonumber(ARGV[5]) or not tonumber(ARGV[9]) then
   return {15}
 end
+local debt = tonumber(ARGV[10])
+if not debt or debt < 0 or (debt > 0 and slice > 0) then
+  return {15}
+end
 local held = redis.call('HGET', KEYS[2], 'rebuild')
 if not held or string.match(held, '^([^|]+)|') ~= ARGV[1] then
   return {61}
 end
 
-local i = 10
+local i = 11
 local function count()
   local n = tonumber(ARGV[i])
   i = i + 1
@@ -113,6 +121,11 @@ end
 redis.call('HSET', KEYS[2], 'limit', ARGV[3], 'start', ARGV[4], 'end', ARGV[5], 'rebuilt', now,
   'gen', ARGV[9])
 redis.call('HDEL', KEYS[2], 'rebuild')
+if debt > 0 then
+  redis.call('SET', KEYS[10], debt)
+else
+  redis.call('DEL', KEYS[10])
+end
 redis.call('SET', KEYS[1], slice)
 if slice > 0 then
   redis.call('PUBLISH', ARGV[8], 'restock ' .. ARGV[6] .. ' ' .. ARGV[7])

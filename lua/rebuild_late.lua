@@ -10,12 +10,21 @@
 -- generation (fenced, missing, older) is retried later (WAIT). Idempotent per claim id
 -- through a `late:<claim id>` field in the shard meta (rebuild.lua clears those fields).
 --
+-- Units the slice lacks were sold again after the rebuild (an oversell, reported by the
+-- caller): they go to the shard's debt, in this same step, so whatever later grows the
+-- slice (release_stock.lua for any claim of the shard, wave.lua) pays them first instead
+-- of offering a unit that does not exist. Taking units changes what reconciliation
+-- measures, so the fix epoch is bumped: an excess measured before this apply is stale
+-- (lua/reconcile_fix.lua), as after a rebuild.
+--
 -- KEYS[1] stock slice   {T}:stock:<sku>
 -- KEYS[2] shard meta    {T}:meta:<sku>     `gen`, `rebuild` (fence)
 -- KEYS[3] user counts   {T}:users:<sku>
 -- KEYS[4] user sequence {T}:useq:<sku>
 -- KEYS[5] holds         {T}:holds:<sku>
 -- KEYS[6] request result {T}:req:<sku>:<len>:<user>:<rid> (unused when ARGV[7] == "")
+-- KEYS[7] debt          {T}:debt:<sku>     (absent = 0)
+-- KEYS[8] fix epoch     {T}:epoch:<sku>
 -- ARGV[1] claim id   ARGV[2] generation judged against   ARGV[3] qty (>= 1)
 -- ARGV[4] "1": take the units off this slice (the claim's shard), else "0"
 -- ARGV[5] user when this is the home shard, else ""   ARGV[6] user_seq
@@ -57,6 +66,10 @@ if ARGV[4] == '1' then
     left = 0
   end
   redis.call('SET', KEYS[1], left)
+  if short > 0 then
+    redis.call('INCRBY', KEYS[7], short)
+  end
+  redis.call('INCR', KEYS[8])
   if left == 0 then
     redis.call('PUBLISH', ARGV[9], 'empty ' .. ARGV[10] .. ' ' .. ARGV[11])
   end

@@ -10,11 +10,12 @@
 -- KEYS[4] holds                {T}:holds:<sku>    live holds only (settled or expired away)
 -- KEYS[5] applied waves        {T}:waves:<sku>    hash: wave id -> units added here
 -- KEYS[6] fix epoch            {T}:epoch:<sku>    bumped by every excess removal
+-- KEYS[7] debt                 {T}:debt:<sku>     units sold beyond the slice (absent = 0)
 -- ARGV    claim ids whose membership in KEYS[3] is asked (at most one page, the caller's)
 -- Returns (never nil):
 --   {60, has_slice (0|1), slice, now_ms, last_generated_id or "", epoch,
 --    {the ARGV ids that are in KEYS[3]}, SCARD of KEYS[3], {wave id, units, ...},
---    units under holds}
+--    units under holds, debt}
 
 local slice = redis.call('GET', KEYS[1])
 local t = redis.call('TIME')
@@ -43,4 +44,5 @@ end
 
 return {60, slice and 1 or 0, tonumber(slice or '0'), now_ms, last,
   tonumber(redis.call('GET', KEYS[6]) or '0'),
-  found, redis.call('SCARD', KEYS[3]), redis.call('HGETALL', KEYS[5]), held}
+  found, redis.call('SCARD', KEYS[3]), redis.call('HGETALL', KEYS[5]), held,
+  tonumber(redis.call('GET', KEYS[7]) or '0')}

@@ -2,8 +2,10 @@
 -- ledger allows, e.g. after it lost writes) out of one shard's slice.
 -- Compare-and-set on the shard's fix epoch: it runs only if no other removal ran on this
 -- shard since the snapshot that measured the excess, so two reconcilers that measured the
--- same excess remove it once. Claims, releases and waves move units between the slice and
--- the other terms without changing the excess, so they need not invalidate it.
+-- same excess remove it once. Claims, releases and waves move units between the slice (or
+-- the shard's debt, which they pay first) and the other terms without changing the excess,
+-- so they need not invalidate it. A late claim's apply (rebuild_late.lua) and a rebuild do
+-- change it, and bump the epoch too.
 --
 -- KEYS[1] stock slice   {T}:stock:<sku>
 -- KEYS[2] fix epoch     {T}:epoch:<sku>

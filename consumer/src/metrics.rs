@@ -60,7 +60,7 @@ pub const DESCRIPTIONS: &[(&str, &str)] = &[
     (DEAD_LETTERED, "Records moved to the dead-letter stream after too many deliveries."),
     (DEAD_LETTERS, "Entries in a shard's dead-letter stream (XLEN): claims not in the ledger until `consumer redrive` commits and removes them."),
     (RELEASED, "Claims released by reason (payment timeout, cancelled): units back to Redis."),
-    (RECONCILE_DRIFT, "Units by which a SKU's last reconciliation missed stock = slices + in-flight + active ledger units; 0 when it closes."),
+    (RECONCILE_DRIFT, "Units by which a SKU's last reconciliation missed stock = slices + in-flight + active ledger units − debts; 0 when it closes."),
     (RECONCILE_MISSING, "Shards whose stock slice was missing in Redis at the SKU's last reconciliation (claims there answer unknown_sku)."),
     (REDIS_USED_MEMORY, "used_memory of the Redis master holding the shard, in bytes."),
     (REDIS_MAX_MEMORY, "maxmemory of the Redis master holding the shard, in bytes (0 = no limit)."),

@@ -24,7 +24,8 @@
 //!    (its rows are read) or after the commit, and then the records it inserts carry an
 //!    older generation: late claims, counted in Redis after their commit
 //!    (`rebuild/late.rs`). The ledger's status wins for a claim found in both.
-//! 4. **Write** each shard in one atomic step (`lua/rebuild.lua`) with the new generation,
+//! 4. **Write** each shard in one atomic step (`lua/rebuild.lua`) with the new generation
+//!    and its debt (units the ledger counts sold beyond the share, `rebuild/image.rs`),
 //!    which checks the token first: a rebuild whose lease was taken over changes nothing
 //!    and fails. Holds still standing (a second chance in progress before the fence) count
 //!    for their user unless their claim was found. Replay answers are written before, while

@@ -6,8 +6,9 @@
 //!    (`start_unit` = units released before it); one wave per SKU is applied at a time, so
 //!    shard shares always follow the even split of the running total;
 //! 2. each shard gets `split(start + units) − split(start)` by `lua/wave.lua`, which adds to
-//!    the slice and records the wave id in the shard's wave hash in one step (a retry after a
-//!    crash finds the id and adds nothing) and publishes `restock`;
+//!    the slice (after paying the shard's debt, units sold beyond it) and records the wave
+//!    id in the shard's wave hash in one step (a retry after a crash finds the id and adds
+//!    nothing) and publishes `restock`;
 //! 3. the row is marked applied and the campaign's stock and `sku_stock` grow by `units`, in
 //!    one transaction guarded by `applied_ms IS NULL` (a retry adds nothing) and by the
 //!    campaign's rebuild generation read in step 1: a rebuild between steps 2 and 3 writes
@@ -157,6 +158,7 @@ pub async fn push(
         let mut inv = WAVE.prepare_invoke();
         inv.key(k.stock())
             .key(k.waves())
+            .key(k.debt())
             .arg(id)
             .arg(share)
             .arg(sku)

@@ -309,16 +309,11 @@ async fn a_late_apply_does_not_take_another_requests_hold_for_its_own() {
 /// oversell on top of the recorded one, until a reconciliation removed it. Before the fix
 /// the slice read 1 after the cancel (0 expected: 3 active claims on a stock of 3).
 ///
-/// Left failing: marking the short claim released on its slice covers only a release of
-/// the late claim, while the release of the claim that took its unit refills just the
-/// same (and reconciliation would then name the claim "back in the slice" while sold). A
-/// complete fix keeps the shortfall as a per-shard debt (`rebuild_late.lua` adds it, any
-/// `release_stock.lua` pays it before the slice grows, `rebuild.lua` sets it to the
-/// rebuild's oversold units, reconciliation counts it). Until then reconciliation removes
-/// the refilled unit as positive drift at its next run.
+/// The fix is a per-shard debt (`{T}:debt:<sku>`): `rebuild_late.lua` adds the shortfall,
+/// `release_stock.lua` and `wave.lua` pay it before the slice grows, `rebuild.lua` sets it
+/// from the ledger, reconciliation counts it. The release of the claim that took the unit,
+/// a wave, and rebuilds with a debt standing are in `rebuild_debt.rs`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "a release after a short late apply refills the resold unit until the next \
-            reconciliation; needs a per-shard debt (see the comment)"]
 async fn a_release_does_not_refill_a_late_claims_unit_sold_twice() {
     let s = Stack::start().await;
     let c = campaign(&s, 13_007, 3, 1, 1, 3600).await;

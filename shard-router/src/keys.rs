@@ -34,6 +34,14 @@ impl ShardKeys {
     pub fn stock(&self) -> String {
         format!("{{{}}}:stock:{}", self.tag, self.sku)
     }
+    /// Units sold beyond this slice (integer, absent = 0): a late claim that found its units
+    /// sold again after a rebuild (`lua/rebuild_late.lua`), or what a rebuild counted sold
+    /// past the shard's share (`lua/rebuild.lua`). Every script that grows the slice pays it
+    /// first (`lua/release_stock.lua`, `lua/wave.lua`), so a unit sold twice is not offered
+    /// a third time; while it is above 0 the slice is 0.
+    pub fn debt(&self) -> String {
+        format!("{{{}}}:debt:{}", self.tag, self.sku)
+    }
     /// Per-shard copy of limit and window, so scripts never trust a gateway's cache.
     pub fn meta(&self) -> String {
         format!("{{{}}}:meta:{}", self.tag, self.sku)
@@ -69,7 +77,7 @@ impl ShardKeys {
     }
     /// Every key of the campaign on this shard but its stored answers (they expire by their
     /// TTL): what close-out removes. A key added above belongs here too.
-    pub fn campaign_keys(&self) -> [String; 9] {
+    pub fn campaign_keys(&self) -> [String; 10] {
         [
             self.meta(),
             self.users(),
@@ -79,6 +87,7 @@ impl ShardKeys {
             self.released_user(),
             self.waves(),
             self.fix_epoch(),
+            self.debt(),
             self.stock(),
         ]
     }

@@ -29,6 +29,9 @@ pub struct ShardImage {
     pub shard: ShardId,
     /// Units left on this slice.
     pub slice: i64,
+    /// Units the ledger counts sold beyond this shard's share (an oversell that already
+    /// happened): the shard's debt, paid before the slice grows again. 0 when `slice > 0`.
+    pub debt: u64,
     /// Per user homed here: units held in active claims and the highest user_seq seen.
     pub users: Vec<(String, u64, u64)>,
     /// `user|seq` of holds on this shard whose claim the rebuild already counted.
@@ -164,6 +167,8 @@ impl StockClient {
             .key(k.user_seq())
             .key(k.holds())
             .key(k.request(&record.user, rid))
+            .key(k.debt())
+            .key(k.fix_epoch())
             .arg(&record.claim_id)
             .arg(gen)
             .arg(record.qty)
@@ -249,6 +254,7 @@ impl StockClient {
             .key(k.released_user())
             .key(k.waves())
             .key(k.fix_epoch())
+            .key(k.debt())
             .arg(token)
             .arg(image.slice)
             .arg(meta.limit)
@@ -258,6 +264,7 @@ impl StockClient {
             .arg(image.shard)
             .arg(keys::EVENTS_CHANNEL)
             .arg(gen)
+            .arg(image.debt)
             .arg(image.users.len());
         for (user, units, seq) in &image.users {
             inv.arg(user).arg(units).arg(seq);
@@ -283,7 +290,7 @@ impl StockClient {
             code::REBUILT => Ok(true),
             code::FENCE_LOST => Ok(false),
             code::BAD_ARGUMENT => Err(StockError::InvalidArgument(
-                "rebuild: negative slice or bad campaign fields".into(),
+                "rebuild: negative slice or debt, both above 0, or bad campaign fields".into(),
             )),
             _ => Err(r.unexpected()),
         }

@@ -29,7 +29,7 @@ pub(super) struct Images {
     pub shards: Vec<ShardImage>,
     pub answers: Vec<ReplayAnswer>,
     /// Units taken beyond a shard's share (an oversell that already happened): the slice
-    /// is written as 0, never negative, and the excess is reported.
+    /// is written as 0, never negative, the excess is the shard's debt, and it is reported.
     pub oversold: u64,
     pub active_units: u64,
 }
@@ -92,7 +92,10 @@ pub(super) fn compute(
     }
     for &(shard, share) in shares {
         let t = taken.get(&shard).copied().unwrap_or(0);
-        out.oversold += t.saturating_sub(share);
+        // Sold beyond the share: the shard's debt, so a later release or wave pays it
+        // before the slice grows (`lua/release_stock.lua`, `lua/wave.lua`).
+        let debt = t.saturating_sub(share);
+        out.oversold += debt;
         let matched_holds = holds
             .get(&shard)
             .map(|hs| {
@@ -105,6 +108,7 @@ pub(super) fn compute(
         out.shards.push(ShardImage {
             shard,
             slice: share.saturating_sub(t) as i64,
+            debt,
             users: users
                 .remove(&shard)
                 .unwrap_or_default()
@@ -183,8 +187,13 @@ mod tests {
             known("b", "b", 1, 0, 0, Seen::Active),
             known("c", "c", 1, 0, 0, Seen::Active),
         ];
-        let img = compute(&[(0, 2)], &claims, &HashMap::new(), 0, 1);
-        assert_eq!(img.shards[0].slice, 0);
+        let img = compute(&[(0, 2), (1, 2)], &claims, &HashMap::new(), 0, 1);
+        assert_eq!((img.shards[0].slice, img.shards[0].debt), (0, 1));
+        assert_eq!(
+            (img.shards[1].slice, img.shards[1].debt),
+            (2, 0),
+            "a debt stays on its shard"
+        );
         assert_eq!(img.oversold, 1);
     }
 

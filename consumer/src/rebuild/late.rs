@@ -13,9 +13,10 @@
 //!    was not counted by that rebuild: it is listed in `late_claims` in the same
 //!    transaction, with the generation it was judged against.
 //! 3. After the commit the writer counts it in Redis (`lua/rebuild_late.lua`: units off its
-//!    slice, the user's count, sequence and answer on its home), only on shards written by
-//!    that very rebuild; a newer rebuild counted it from the ledger and marks it applied
-//!    under the lock. A crash between commit and apply is repaired by [`sweep`], which
+//!    slice, what the slice lacks onto the shard's debt, which releases and waves pay
+//!    before the slice grows; the user's count, sequence and answer on its home), only on
+//!    shards written by that very rebuild; a newer rebuild counted it from the ledger and
+//!    marks it applied under the lock. A crash between commit and apply is repaired by [`sweep`], which
 //!    the writer runs at start and every [`SWEEP_EVERY`], and which each rebuild runs
 //!    right after its own write.
 

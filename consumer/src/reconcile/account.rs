@@ -17,8 +17,13 @@ pub struct ShardFigures {
     pub slice: i64,
     pub in_flight: i64,
     pub active_ledger: i64,
-    /// `slice + in_flight + active_ledger − expected`: > 0 Redis holds more than the ledger
-    /// allows (oversell risk), < 0 units are missing (sold without a ledger row, or lost).
+    /// Units sold beyond the slice (an oversell already recorded): sold, so counted in
+    /// `in_flight`/`active_ledger`, yet never released to the shard; the shard's next
+    /// releases and waves pay it before the slice grows.
+    pub debt: i64,
+    /// `slice + in_flight + active_ledger − debt − expected`: > 0 Redis holds more than the
+    /// ledger allows (oversell risk), < 0 units are missing (sold without a ledger row, or
+    /// lost).
     pub drift: i64,
     /// The shard's fix epoch at the snapshot (for the excess removal's compare-and-set).
     #[serde(skip)]
@@ -75,6 +80,7 @@ pub fn account(before: &Before, snaps: &[ShardSnap], after: &After) -> Accountin
         let mut f = ShardFigures {
             shard: snap.shard,
             slice,
+            debt: snap.debt,
             epoch: snap.epoch,
             expected: shares.get(i).copied().unwrap_or(0),
             ..Default::default()
@@ -128,8 +134,20 @@ pub fn account(before: &Before, snaps: &[ShardSnap], after: &After) -> Accountin
                 f.active_ledger += r.qty;
             }
         }
-        f.drift = f.slice + f.in_flight + f.active_ledger - f.expected;
+        f.drift = f.slice + f.in_flight + f.active_ledger - f.debt - f.expected;
         let s = snap.shard;
+        if f.debt != 0 {
+            out.details.push(format!(
+                "shard {s}: debt {}: unit(s) sold beyond the slice (a late claim or a rebuild \
+                 found them sold again); the shard's next releases and waves pay it first{}",
+                f.debt,
+                if f.slice > 0 {
+                    " (yet the slice is above 0: it should have been paid)"
+                } else {
+                    ""
+                }
+            ));
+        }
         if !unknown_waves.is_empty() {
             out.details.push(format!(
                 "shard {s}: waves in Redis the ledger never scheduled: {}",
@@ -158,11 +176,12 @@ pub fn account(before: &Before, snaps: &[ShardSnap], after: &After) -> Accountin
         }
         if f.drift != 0 {
             out.details.push(format!(
-                "shard {s}: slice {} + in flight {} + ledger {} = {} against {} released: {} {} unit(s)",
+                "shard {s}: slice {} + in flight {} + ledger {} − debt {} = {} against {} released: {} {} unit(s)",
                 f.slice,
                 f.in_flight,
                 f.active_ledger,
-                f.slice + f.in_flight + f.active_ledger,
+                f.debt,
+                f.slice + f.in_flight + f.active_ledger - f.debt,
                 f.expected,
                 if f.drift > 0 { "Redis holds" } else { "missing" },
                 f.drift.abs()
@@ -261,6 +280,24 @@ mod tests {
             a.details.iter().any(|d| d.contains("never got back")),
             "{a:?}"
         );
+    }
+
+    /// A late claim found its unit sold again: 3 sold on a stock of 2, slice 0, debt 1.
+    #[test]
+    fn units_sold_beyond_the_slice_are_counted_through_the_debt() {
+        let mut s = snap(0);
+        s.debt = 1;
+        let after = After {
+            rows: ["0-1-0", "0-2-0", "0-3-0"]
+                .into_iter()
+                .map(|id| row(id, 0, "confirmed"))
+                .collect(),
+            ..Default::default()
+        };
+        let a = account(&before(2), &[s], &after);
+        let f = &a.shards[0];
+        assert_eq!((f.active_ledger, f.debt, f.drift), (3, 1, 0), "{a:?}");
+        assert!(a.details.iter().any(|d| d.contains("debt 1")), "{a:?}");
     }
 
     #[test]

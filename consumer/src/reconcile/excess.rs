@@ -6,10 +6,12 @@
 //! Why it never removes units legitimately in flight: the excess is measured exactly as of
 //! the shard's snapshot (see `mod.rs`), and every legitimate operation after it moves units
 //! between the slice and the other terms (claim: slice → stream; commit: stream → ledger;
-//! release: ledger → slice; wave: adds to both sides), so the excess is still the same when
-//! the removal runs. The one operation that changes it is another removal, and
-//! `lua/reconcile_fix.lua` refuses to run when the shard's fix epoch moved since the snapshot:
-//! two consumers reconciling at once remove it once, and a retry after a crash measures again.
+//! release: ledger → slice or debt; wave: adds to both sides), so the excess is still the
+//! same when the removal runs. The operations that change it bump the shard's fix epoch:
+//! another removal, a rebuild, and a late claim's apply (which takes units its commit
+//! already counted in the ledger); `lua/reconcile_fix.lua` refuses to run when the epoch
+//! moved since the snapshot: two consumers reconciling at once remove it once, and a retry
+//! after a crash measures again.
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -41,8 +43,8 @@ pub async fn remove(
         // to one, and a removal never happens without its row (a failed insert stops here).
         let reference = format!("{sku}:{}:{}", f.shard, f.epoch);
         let detail = format!(
-            "shard {}: slice {} + in flight {} + ledger {} against {} released: Redis held {} unit(s) more than the ledger allows; removing them from the slice",
-            f.shard, f.slice, f.in_flight, f.active_ledger, f.expected, f.drift
+            "shard {}: slice {} + in flight {} + ledger {} − debt {} against {} released: Redis held {} unit(s) more than the ledger allows; removing them from the slice",
+            f.shard, f.slice, f.in_flight, f.active_ledger, f.debt, f.expected, f.drift
         );
         ledger::anomaly(pool, "excess_removed", &reference, Some(sku), &detail, t).await?;
         let k = ShardKeys::new(client.placement(), f.shard, sku);

@@ -1,5 +1,13 @@
 //! Reconciliation of one SKU against invariant `books-close` (docs/DESIGN.md), exact while the sale runs:
-//! for every shard `s` of the SKU, `released_s = slice_s + in_flight_s + active_s`.
+//! for every shard `s` of the SKU, `released_s = slice_s + in_flight_s + active_s − debt_s`.
+//! `debt_s` is the units sold beyond what was released to `s` (a late claim that found its
+//! units sold again after a rebuild, or what a rebuild counted sold beyond the share): they
+//! are in `in_flight_s`/`active_s` with no slice they came from. `slice_s` is 0 while it
+//! stands, and whatever would grow the slice pays it first (`lua/release_stock.lua`,
+//! `lua/wave.lua`) in the very step that records the release or the wave, so
+//! `slice_s − debt_s` moves exactly as the slice alone would without the oversell, and
+//! every argument below holds with `slice_s − debt_s` in place of `slice_s` (the anchor
+//! reads both).
 //!
 //! # Why it is exact
 //! Stock never moves between shards: a claim takes units from one shard's slice and XADDs
@@ -7,8 +15,8 @@
 //! shard's release set and gives the units back in one script; a wave adds to a slice and
 //! records its id in that shard's wave hash in one script. So each shard closes on its own,
 //! at one instant `T_s`: the anchor (`lua/reconcile.lua`), one atomic step that reads the
-//! slice, waves, fix epoch, holds and a cutoff id such that a claim was taken before `T_s`
-//! iff its entry id is `<=` the cutoff. The rest of the shard is read in pages around it
+//! slice, debt, waves, fix epoch, holds and a cutoff id such that a claim was taken before
+//! `T_s` iff its entry id is `<=` the cutoff. The rest of the shard is read in pages around it
 //! (`snapshot.rs`; no Redis call reads more than a page), and still stands for `T_s`:
 //! - The release set at `T_s`, exactly. While the campaign is live the set only grows (a
 //!   release SADDs; only close-out removes it, after its last measurement). So a member a
@@ -112,8 +120,10 @@ pub struct Report {
     pub slices: i64,
     pub in_flight: i64,
     pub active_ledger: i64,
-    /// `slices + in_flight + active_ledger − stock`: positive = Redis holds more than the
-    /// ledger allows (oversell risk), negative = units missing from Redis and the ledger.
+    /// Units sold beyond the slices (recorded oversells the next releases and waves pay).
+    pub debt: i64,
+    /// `slices + in_flight + active_ledger − debt − stock`: positive = Redis holds more than
+    /// the ledger allows (oversell risk), negative = units missing from Redis and the ledger.
     pub drift: i64,
     pub stale_holds: usize,
     /// Shards whose slice is missing: their own figure, never counted as 0.
@@ -159,6 +169,7 @@ pub async fn measure_paged(
         slices: sum(|f| f.slice),
         in_flight: sum(|f| f.in_flight),
         active_ledger: sum(|f| f.active_ledger),
+        debt: sum(|f| f.debt),
         drift: sum(|f| f.drift),
         missing_slices: a.missing_slices,
         held: snaps.iter().map(|s| s.held).sum(),

@@ -2,8 +2,8 @@
 //! no Redis call grows with the stream or the release set (why it is still exact: `mod.rs`):
 //! 1. the release set, scanned in pages (SSCAN);
 //! 2. the ledger's started releases of the shard, their membership checked in pages;
-//! 3. the anchor, `lua/reconcile.lua`, one atomic step at instant `T_s`: slice, cutoff, fix
-//!    epoch, waves, holds, the set's size and the membership of at most a page of the
+//! 3. the anchor, `lua/reconcile.lua`, one atomic step at instant `T_s`: slice, debt,
+//!    cutoff, fix epoch, waves, holds, the set's size and the membership of at most a page of the
 //!    releases still unseen; when the size says a member is still unknown, 1–3 again;
 //! 4. the claims stream up to the cutoff, then the whole dead-letter stream, in XRANGE pages.
 
@@ -64,6 +64,9 @@ pub struct ShardSnap {
     pub waves: HashMap<String, i64>,
     /// Units under holds on this (home) shard; informative, holds take no stock.
     pub held: i64,
+    /// Units sold beyond the slice (`lua/rebuild_late.lua`, `lua/rebuild.lua`), read with
+    /// the slice: what the next releases and waves of the shard pay before it grows.
+    pub debt: i64,
 }
 
 fn proto(detail: String) -> ConsumerError {
@@ -225,6 +228,7 @@ struct Anchor {
     set_size: usize,
     waves: HashMap<String, i64>,
     held: i64,
+    debt: i64,
 }
 
 async fn anchor(
@@ -239,7 +243,8 @@ async fn anchor(
         .key(k.released_stock())
         .key(k.holds())
         .key(k.waves())
-        .key(k.fix_epoch());
+        .key(k.fix_epoch())
+        .key(k.debt());
     for id in ask {
         inv.arg(id);
     }
@@ -248,7 +253,7 @@ async fn anchor(
         .bounded("reconcile anchor", inv.invoke_async(&mut conn))
         .await?;
     let r = list(&v)?;
-    if r.len() != 10 || int(&r[0])? != 60 {
+    if r.len() != 11 || int(&r[0])? != 60 {
         return Err(proto(format!("unexpected reply {v:?}")));
     }
     let now_ms = int(&r[3])? as u64;
@@ -261,6 +266,7 @@ async fn anchor(
         set_size: int(&r[7])? as usize,
         waves: pairs(&r[8])?.into_iter().collect(),
         held: int(&r[9])?,
+        debt: int(&r[10])?,
     })
 }
 
@@ -355,5 +361,6 @@ pub async fn take(
         released,
         waves: a.waves,
         held: a.held,
+        debt: a.debt,
     })
 }

@@ -43,6 +43,7 @@ impl StockClient {
         let mut inv = scripts::RELEASE_STOCK.prepare_invoke();
         inv.key(ks.stock())
             .key(ks.released_stock())
+            .key(ks.debt())
             .arg(&rel.claim_id)
             .arg(rel.qty)
             .arg(rel.sku)

@@ -2,8 +2,8 @@
 //! what was a test file, so `cargo test -p shard-router --test it NAME::` runs one of them.
 
 mod common;
-mod scenarios;
 mod record_fuzz;
 mod replica_ack;
+mod scenarios;
 mod stock_cluster;
 mod stock_single;

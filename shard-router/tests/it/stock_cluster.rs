@@ -1,6 +1,5 @@
 //! Stock-core scenarios on a private 3-master Redis Cluster.
 
-
 use crate::common::Env;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -91,7 +90,8 @@ async fn wait_replicas_reaches_the_shard_master() {
     let meta = crate::common::open_meta(2001, 16, 16, 1);
     client.preheat(&meta).await.unwrap();
     for u in ["w1", "w2", "w3"] {
-        let o = crate::common::claim_once(&client, &meta, &crate::common::req(meta.sku, u, None)).await;
+        let o =
+            crate::common::claim_once(&client, &meta, &crate::common::req(meta.sku, u, None)).await;
         let ClaimOutcome::Claimed { claim, .. } = o else {
             panic!("{o:?}")
         };

@@ -1,6 +1,5 @@
 //! Stock-core scenarios on a private single Redis.
 
-
 use crate::common::Env;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -214,7 +213,10 @@ async fn a_claim_given_up_before_its_batch_left_is_not_sent() {
         .query(&mut admin)
         .expect("CLIENT PAUSE");
     let first = {
-        let (client, r) = (client.clone(), crate::common::req(meta.sku, &users[0], None));
+        let (client, r) = (
+            client.clone(),
+            crate::common::req(meta.sku, &users[0], None),
+        );
         tokio::spawn(async move {
             client
                 .claim_home(&r, home, shard_router::now_ms(), false)

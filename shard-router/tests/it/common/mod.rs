@@ -1,8 +1,6 @@
 //! Shared set-up for the stock-core tests: the same scenario runs on a private single
 //! Redis and on a private 3-master Redis Cluster.
 
-
-
 use shard_router::protocol::{self, LocalEmptyShards};
 use shard_router::{
     keys, now_ms, ClaimOutcome, ClaimRequest, RedisTarget, SkuMeta, StockClient, StockConfig,
@@ -79,7 +77,11 @@ pub(crate) fn req(sku: u64, user: &str, rid: Option<&str>) -> ClaimRequest {
 }
 
 /// Runs one claim with a fresh (empty) view of empty shards.
-pub(crate) async fn claim_once(client: &StockClient, meta: &SkuMeta, r: &ClaimRequest) -> ClaimOutcome {
+pub(crate) async fn claim_once(
+    client: &StockClient,
+    meta: &SkuMeta,
+    r: &ClaimRequest,
+) -> ClaimOutcome {
     protocol::claim(client, meta, r, &LocalEmptyShards::default(), now_ms())
         .await
         .expect("claim")
