@@ -225,7 +225,7 @@ impl Recovery {
     /// XAUTOCLAIM reports ids that were pending but are gone from the stream. Our own order
     /// is commit → ack → delete, so such an id should be in the ledger; if not, it is lost.
     async fn deleted_while_pending(&self, entry_id: &str) -> Result<(), ConsumerError> {
-        let claim_id = format!("{}-{entry_id}", self.stream.shard);
+        let claim_id = shard_router::codec::ClaimId::new(self.stream.shard, entry_id).to_string();
         let found: Option<String> = crate::db::bounded(
             "find claim",
             self.cfg.db_timeout,

@@ -23,6 +23,7 @@
 mod batch;
 mod client;
 mod clock;
+pub mod codec;
 pub mod conn;
 mod error;
 pub mod health;

@@ -3,6 +3,8 @@
 
 use std::fmt;
 
+use crate::codec::ClaimId;
+
 /// One acknowledged claim, as carried by a claims stream entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClaimRecord {
@@ -81,7 +83,7 @@ impl ClaimRecord {
         }
         let rid = get(6)?;
         Ok(ClaimRecord {
-            claim_id: format!("{shard}-{entry_id}"),
+            claim_id: ClaimId::new(shard, entry_id).into(),
             sku: num("sku", get(0)?, &err)?,
             user: user.to_owned(),
             qty,
@@ -112,14 +114,6 @@ impl ClaimRecord {
             ("gen", self.gen.to_string()),
         ]
     }
-}
-
-/// Splits a claim id `<shard>-<entry id>` into its parts.
-pub fn parse_claim_id(claim_id: &str) -> Option<(u16, &str)> {
-    let (shard, entry) = claim_id.split_once('-')?;
-    let shard = shard.parse().ok()?;
-    let (ms, seq) = entry.split_once('-')?;
-    (ms.parse::<u64>().is_ok() && seq.parse::<u64>().is_ok()).then_some((shard, entry))
 }
 
 impl fmt::Display for ClaimRecord {
@@ -204,13 +198,5 @@ mod tests {
 
         let e = ClaimRecord::decode("1-0", [("sku", &b"\xff"[..])]);
         assert!(e.is_err());
-    }
-
-    #[test]
-    fn claim_ids_parse() {
-        assert_eq!(parse_claim_id("3-1700-7"), Some((3, "1700-7")));
-        assert_eq!(parse_claim_id("x-1700-7"), None);
-        assert_eq!(parse_claim_id("3-1700"), None);
-        assert_eq!(parse_claim_id(""), None);
     }
 }

@@ -21,16 +21,13 @@
 use redis::AsyncCommands;
 
 use crate::client::StockClient;
+use crate::codec;
 use crate::error::StockError;
 use crate::keys::{self, ShardKeys};
 use crate::outcome::Claim;
 use crate::placement::ShardId;
 use crate::protocol::Confirmation;
 use crate::scripts::{self, code};
-
-/// Marks a stored answer whose take (on a shard other than the home) is not known to be
-/// on a replica yet.
-const TENTATIVE: char = '~';
 
 /// What is stored for a request id.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -122,7 +119,12 @@ impl StockClient {
             .arg(0)
             .arg("final")
             .arg(request_id)
-            .arg(answer(claim, false))
+            .arg(codec::encode_answer(
+                &claim.claim_id,
+                claim.shard,
+                claim.qty,
+                false,
+            ))
             .arg(self.config().request_ttl.as_secs().max(1));
         let r = self.run("finalize answer", &inv).await?;
         match r.code {
@@ -183,13 +185,6 @@ impl StockClient {
     }
 }
 
-/// A stored answer as `settle.lua` writes it: `claim_id|shard|qty`, `~` first while
-/// tentative (see the module doc).
-pub(crate) fn answer(c: &Claim, tentative: bool) -> String {
-    let mark = if tentative { "~" } else { "" };
-    format!("{mark}{}|{}|{}", c.claim_id, c.shard, c.qty)
-}
-
 /// True when the record's flat field list is this SKU's, user's and request id's.
 fn names(fields: &[String], sku: u64, user: &str, request_id: &str) -> bool {
     let field = |name: &str| {
@@ -212,30 +207,18 @@ fn interpret(sku: u64, seen: Option<String>) -> Result<Option<(StoredAnswer, boo
     }
 }
 
-/// `claim_id|shard|qty` (`~` first when tentative), as `claim.lua` and `settle.lua` store it.
+/// A stored answer (see `codec.rs`) as this SKU's claim.
 fn parse(sku: u64, stored: &str) -> Result<(Claim, bool), StockError> {
-    let bad = || StockError::Protocol {
-        op: "replay",
-        detail: format!("stored answer {stored:?} is not claim_id|shard|qty"),
-    };
-    let (body, tentative) = match stored.strip_prefix(TENTATIVE) {
-        Some(rest) => (rest, true),
-        None => (stored, false),
-    };
-    let mut parts = body.split('|');
-    let (Some(claim_id), Some(shard), Some(qty), None) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
-        return Err(bad());
-    };
-    if claim_id.is_empty() {
-        return Err(bad());
-    }
+    let (id, shard, qty, tentative) =
+        codec::parse_answer(stored).ok_or_else(|| StockError::Protocol {
+            op: "replay",
+            detail: format!("stored answer {stored:?} is not claim_id|shard|qty"),
+        })?;
     let claim = Claim {
-        claim_id: claim_id.to_owned(),
+        claim_id: id.into(),
         sku,
-        shard: shard.parse().map_err(|_| bad())?,
-        qty: qty.parse().map_err(|_| bad())?,
+        shard,
+        qty,
     };
     Ok((claim, tentative))
 }
@@ -251,8 +234,8 @@ mod tests {
             (c.claim_id.as_str(), c.sku, c.shard, c.qty, tentative),
             ("3-1700000000000-0", 7, 3, 2, false)
         );
-        assert_eq!(answer(&c, false), "3-1700000000000-0|3|2");
-        assert_eq!(parse(7, &answer(&c, true)).unwrap(), (c, true));
+        let stored = codec::encode_answer(&c.claim_id, c.shard, c.qty, true);
+        assert_eq!(parse(7, &stored).unwrap(), (c, true));
         for bad in ["", "a|b", "1-0|x|1", "1-0|1|1|1", "1-0|1|-1", "~", "~|1|1"] {
             assert!(parse(7, bad).is_err(), "{bad:?}");
         }

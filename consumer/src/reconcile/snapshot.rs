@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use redis::streams::StreamRangeReply;
 use redis::{Script, Value};
+use shard_router::codec::{parse_entry_id, ClaimId, EntryId};
 use shard_router::keys::{self, ShardKeys};
 use shard_router::{ShardId, StockClient, StockError};
 use sqlx::MySqlPool;
@@ -29,18 +30,9 @@ pub const DEFAULT_PAGE: usize = 1000;
 /// between the ledger read of step 2 and the anchor (a millisecond window).
 const ANCHOR_ATTEMPTS: usize = 10;
 
-/// A stream entry id `<ms>-<seq>`, ordered as Redis orders them.
-pub type EntryId = (u64, u64);
-
-pub fn parse_entry_id(id: &str) -> Option<EntryId> {
-    let (ms, seq) = id.split_once('-')?;
-    Some((ms.parse().ok()?, seq.parse().ok()?))
-}
-
-/// The entry id part of a claim id `<shard>-<ms>-<seq>`.
+/// The shard and entry id of a claim id (`None` for a malformed one).
 pub fn claim_entry(claim_id: &str) -> Option<(ShardId, EntryId)> {
-    let (shard, rest) = claim_id.split_once('-')?;
-    Some((shard.parse().ok()?, parse_entry_id(rest)?))
+    ClaimId::parse(claim_id).map(|c| (c.shard(), c.entry()))
 }
 
 /// What one shard held at the instant `T_s` of its snapshot's anchor.

@@ -189,7 +189,12 @@ impl StockClient {
             // known to be on a replica of its own shard (see `replay.rs`).
             Settlement::Keep(c) => (
                 "keep",
-                crate::replay::answer(c, self.cfg.replica_ack.is_some() && c.shard != home),
+                crate::codec::encode_answer(
+                    &c.claim_id,
+                    c.shard,
+                    c.qty,
+                    self.cfg.replica_ack.is_some() && c.shard != home,
+                ),
             ),
             Settlement::Undo => ("undo", String::new()),
         };

@@ -4,6 +4,7 @@
 use redis::AsyncCommands;
 
 use super::StockClient;
+use crate::codec::HoldEntry;
 use crate::error::StockError;
 use crate::keys;
 use crate::outcome::*;
@@ -21,17 +22,15 @@ impl StockClient {
         Ok(raw
             .into_iter()
             .filter_map(|(field, value)| {
-                let (user, seq) = field.rsplit_once('|')?;
-                let mut parts = value.splitn(3, '|');
-                let (qty, exp, rid) = (parts.next()?, parts.next()?, parts.next().unwrap_or(""));
+                let h = HoldEntry::parse(&field, &value)?;
                 Some(Hold {
                     sku,
                     home: shard,
-                    user: user.to_owned(),
-                    user_seq: seq.parse().ok()?,
-                    qty: qty.parse().ok()?,
-                    expires_ms: exp.parse().ok()?,
-                    request_id: (!rid.is_empty()).then(|| rid.to_owned()),
+                    user: h.user,
+                    user_seq: h.user_seq,
+                    qty: h.qty,
+                    expires_ms: h.expires_ms,
+                    request_id: h.request_id,
                 })
             })
             .collect())

@@ -3,7 +3,8 @@
 //! and every valid record must survive encode → decode unchanged.
 
 use proptest::prelude::*;
-use shard_router::record::{parse_claim_id, ClaimRecord};
+use shard_router::codec::ClaimId;
+use shard_router::record::ClaimRecord;
 
 fn field_name() -> impl Strategy<Value = String> {
     prop_oneof![
@@ -48,7 +49,7 @@ proptest! {
         fields in prop::collection::vec((field_name(), prop::collection::vec(any::<u8>(), 0..80)), 0..12),
     ) {
         let _ = ClaimRecord::decode(&id, fields.iter().map(|(k, v)| (k.as_str(), v.as_slice())));
-        let _ = parse_claim_id(&id);
+        let _ = ClaimId::parse(&id);
     }
 
     #[test]
@@ -57,6 +58,6 @@ proptest! {
         let fields = rec.encode();
         let back = ClaimRecord::decode(&entry, fields.iter().map(|(k, v)| (*k, v.as_bytes())));
         prop_assert_eq!(back.unwrap(), rec.clone());
-        prop_assert_eq!(parse_claim_id(&rec.claim_id).map(|(s, _)| s), Some(rec.shard));
+        prop_assert_eq!(ClaimId::parse(&rec.claim_id).map(|c| c.shard()), Some(rec.shard));
     }
 }
