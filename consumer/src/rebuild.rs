@@ -44,6 +44,7 @@
 mod image;
 pub mod late;
 mod lease;
+mod row;
 mod sources;
 pub mod watch;
 

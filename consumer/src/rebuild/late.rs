@@ -31,6 +31,8 @@ use crate::db::bounded;
 use crate::error::ConsumerError;
 use crate::ledger;
 
+use super::row::{self, LedgerRecord};
+
 /// How often the writer looks for late claims not counted in Redis yet.
 pub const SWEEP_EVERY: Duration = Duration::from_secs(2);
 /// Late claims handled per sweep query.
@@ -170,18 +172,12 @@ pub async fn apply(
     Ok(waiting)
 }
 
-type Row = (
-    String,
-    u64,
-    u64,
-    String,
-    u64,
-    u32,
-    u16,
-    u16,
-    Option<String>,
-    i64,
-);
+#[derive(sqlx::FromRow)]
+struct Row {
+    #[sqlx(flatten)]
+    record: LedgerRecord,
+    gen: u64,
+}
 
 /// Late claims not counted in Redis yet (of `sku`, or of every SKU), applied now. Returns
 /// how many still wait (their shards are not rebuilt at their generation yet). Every
@@ -216,13 +212,12 @@ async fn page(
     after: &str,
     t: Duration,
 ) -> Result<Vec<LateClaim>, ConsumerError> {
-    let mut q = QueryBuilder::<MySql>::new(
-        "SELECT l.claim_id, l.gen, c.sku, CAST(c.user_id AS CHAR), c.user_seq, c.qty, c.shard, \
-         c.home, CAST(c.request_id AS CHAR), c.claimed_ms \
-         FROM late_claims l JOIN claims c ON c.claim_id = l.claim_id \
+    let mut q = QueryBuilder::<MySql>::new(format!(
+        "SELECT {}, l.gen FROM late_claims l JOIN claims c ON c.claim_id = l.claim_id \
          JOIN campaigns k ON k.sku = l.sku AND k.closed_ms IS NULL \
          WHERE l.applied_ms IS NULL AND l.claim_id > ",
-    );
+        row::COLUMNS
+    ));
     q.push_bind(after);
     if let Some(sku) = sku {
         q.push(" AND l.sku = ").push_bind(sku);
@@ -231,24 +226,10 @@ async fn page(
     let rows: Vec<Row> = bounded("late claims", t, q.build_query_as().fetch_all(pool)).await?;
     Ok(rows
         .into_iter()
-        .map(
-            |(claim_id, gen, sku, user, user_seq, qty, shard, home, rid, ts)| LateClaim {
-                record: ClaimRecord {
-                    claim_id,
-                    sku,
-                    user,
-                    qty,
-                    user_seq,
-                    shard,
-                    home,
-                    request_id: rid,
-                    ts_ms: ts,
-                    // The record's own generation no longer matters once it is listed.
-                    gen: 0,
-                },
-                gen,
-            },
-        )
+        .map(|r| LateClaim {
+            record: r.record.into(),
+            gen: r.gen,
+        })
         .collect())
 }
 

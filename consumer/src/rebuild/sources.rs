@@ -8,6 +8,7 @@ use shard_router::{ClaimRecord, StockClient};
 use sqlx::{MySql, Transaction};
 
 use super::image::{Known, Seen};
+use super::row::{self, LedgerRecord};
 use crate::db::bounded;
 use crate::error::ConsumerError;
 use crate::stream::{self, ShardStream};
@@ -71,17 +72,12 @@ pub(super) async fn applied_waves(
     .await
 }
 
-type Row = (
-    String,
-    String,
-    u64,
-    u32,
-    u16,
-    u16,
-    Option<String>,
-    i64,
-    String,
-);
+#[derive(sqlx::FromRow)]
+struct Row {
+    #[sqlx(flatten)]
+    record: LedgerRecord,
+    status: String,
+}
 
 /// Every ledger claim of `sku` with its standing, read in `tx` (one snapshot) by pages of
 /// `page` rows, so no single statement outlives its bound however large the ledger.
@@ -97,12 +93,11 @@ pub(super) async fn ledger_claims(
         let rows: Vec<Row> = bounded(
             "rebuild claims",
             t,
-            // user_id and request_id have a binary collation; sqlx decodes only text as String.
-            sqlx::query_as(
-                "SELECT claim_id, CAST(user_id AS CHAR), user_seq, qty, shard, home, \
-                 CAST(request_id AS CHAR), claimed_ms, CAST(status AS CHAR) FROM claims \
-                 WHERE sku = ? AND claim_id > ? ORDER BY claim_id LIMIT ?",
-            )
+            sqlx::query_as(&format!(
+                "SELECT {}, CAST(c.status AS CHAR) AS status FROM claims c \
+                 WHERE c.sku = ? AND c.claim_id > ? ORDER BY c.claim_id LIMIT ?",
+                row::COLUMNS
+            ))
             .bind(sku)
             .bind(&after)
             .bind(page as u64)
@@ -111,28 +106,15 @@ pub(super) async fn ledger_claims(
         .await?;
         let n = rows.len();
         if let Some(last) = rows.last() {
-            after = last.0.clone();
+            after = last.record.claim_id.clone();
         }
-        out.extend(rows.into_iter().map(
-            |(claim_id, user, user_seq, qty, shard, home, rid, ts, status)| Known {
-                record: ClaimRecord {
-                    claim_id,
-                    sku,
-                    user,
-                    qty,
-                    user_seq,
-                    shard,
-                    home,
-                    request_id: rid,
-                    ts_ms: ts,
-                    gen: 0,
-                },
-                seen: match status.as_str() {
-                    "pending" | "confirmed" => Seen::Active,
-                    _ => Seen::Released,
-                },
+        out.extend(rows.into_iter().map(|r| Known {
+            record: r.record.into(),
+            seen: match r.status.as_str() {
+                "pending" | "confirmed" => Seen::Active,
+                _ => Seen::Released,
             },
-        ));
+        }));
         if n < page {
             return Ok(out);
         }
