@@ -18,24 +18,6 @@ use shard_router::placement::slot_of_tag;
 use shard_router::{now_ms, ClaimRequest, RedisTarget, SkuMeta, StockClient, StockConfig};
 use test_support::RedisCluster;
 
-/// The node serving `slot` and its replica, as indexes into the cluster's nodes.
-fn master_and_replica(cluster: &RedisCluster, slot: u16) -> (usize, usize) {
-    let port = cluster.master_of(slot);
-    let master = cluster.node_index(port);
-    let replica = cluster
-        .nodes()
-        .iter()
-        .position(|n| {
-            let info: String = redis::cmd("INFO")
-                .arg("replication")
-                .query(&mut n.connection())
-                .unwrap_or_default();
-            info.contains("role:slave") && info.contains(&format!("master_port:{port}"))
-        })
-        .expect("every master has a replica");
-    (master, replica)
-}
-
 /// A SKU of width 2 whose two shards live on different masters.
 fn split_sku(stock: &StockClient, cluster: &RedisCluster, from: u64) -> u64 {
     (from..from + 1000)
@@ -133,7 +115,7 @@ async fn replay_of_a_reroute_is_confirmed_on_the_shard_that_took_it() {
 
     // B's replica stops and loses its link: the take is never replicated.
     let b_slot = slot_of_tag(stock.placement().tag(other));
-    let (b_master, b_replica) = master_and_replica(&cluster, b_slot);
+    let (b_master, b_replica) = cluster.master_and_replica(b_slot);
     cluster.nodes()[b_replica].signal("STOP");
     let _: redis::Value = redis::cmd("CLIENT")
         .arg("KILL")

@@ -160,4 +160,21 @@ impl RedisCluster {
             .map(|(_, _, port)| port)
             .expect("every slot is served")
     }
+
+    /// Indexes into [`Self::nodes`] of the master serving `slot` and of its replica.
+    pub fn master_and_replica(&self, slot: u16) -> (usize, usize) {
+        let port = self.master_of(slot);
+        let replica = self
+            .nodes
+            .iter()
+            .position(|n| {
+                let info: String = redis::cmd("INFO")
+                    .arg("replication")
+                    .query(&mut n.connection())
+                    .unwrap_or_default();
+                info.contains("role:slave") && info.contains(&format!("master_port:{port}"))
+            })
+            .expect("every master has a replica");
+        (self.node_index(port), replica)
+    }
 }

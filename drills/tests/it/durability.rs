@@ -139,24 +139,6 @@ fn cut_replicas(node: &RedisServer) {
         .expect("CLIENT KILL TYPE replica");
 }
 
-/// The node serving `slot` and its replica, as indexes into the cluster's nodes.
-fn master_and_replica(cluster: &RedisCluster, slot: u16) -> (usize, usize) {
-    let port = cluster.master_of(slot);
-    let master = cluster.node_index(port);
-    let replica = cluster
-        .nodes()
-        .iter()
-        .position(|n| {
-            let info: String = redis::cmd("INFO")
-                .arg("replication")
-                .query(&mut n.connection())
-                .unwrap_or_default();
-            info.contains("role:slave") && info.contains(&format!("master_port:{port}"))
-        })
-        .expect("every master has a replica");
-    (master, replica)
-}
-
 /// A SKU of width 2 whose two shards live on different masters, so a reroute crosses
 /// masters and killing the home master leaves the other shard alone.
 fn split_sku(client: &StockClient, cluster: &RedisCluster, from: u64) -> u64 {
@@ -237,7 +219,7 @@ async fn reroute_with_home_master_killed_claims_once() {
     let other = shards[1];
     drain(&client, &meta, home).await;
     let home_slot = shard_router::placement::slot_of_tag(client.placement().tag(home));
-    let (home_master, home_replica) = master_and_replica(&cluster, home_slot);
+    let (home_master, home_replica) = cluster.master_and_replica(home_slot);
     let users: Vec<String> = (0..)
         .map(|n| format!("victim{n}"))
         .filter(|u| client.placement().home_shard(sku, 2, u) == home)
