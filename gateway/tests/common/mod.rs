@@ -2,6 +2,8 @@
 //! client, preheating through shard-router, and reading the metrics page.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod raw;
+
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
