@@ -72,9 +72,7 @@ pub async fn run(
                     &client,
                     &meta,
                     &req,
-                    empties.as_ref(),
-                    now_ms(),
-                    true,
+                    protocol::ClaimOptions::new(empties.as_ref(), now_ms()),
                 )
                 .await;
                 let (out, confirmation) = match out {

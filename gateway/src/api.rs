@@ -94,14 +94,10 @@ fn client_limited(app: &App, req: &Request<Incoming>, peer: SocketAddr) -> Optio
     let limiter = app.clients.as_ref()?;
     let ip = app.identity.trusted().client_ip(req.headers(), peer.ip());
     let wait = limiter.check(ip).err()?;
-    Some(
-        Reply::error(
-            hyper::StatusCode::TOO_MANY_REQUESTS,
-            "rate_limited",
-            "too many requests from this client address; retry later",
-        )
-        .retry_after(wait.as_secs_f64().ceil() as u64),
-    )
+    Some(Reply::rate_limited(
+        "too many requests from this client address; retry later",
+        wait,
+    ))
 }
 
 /// Runs `handler` under an in-flight slot, or sheds the request at once.

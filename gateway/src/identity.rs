@@ -14,6 +14,7 @@ use std::net::IpAddr;
 use hyper::header::{HeaderName, AUTHORIZATION};
 use hyper::{HeaderMap, StatusCode};
 use ipnet::IpNet;
+use shard_router::ApiStatus;
 
 use crate::api::reply::Reply;
 use crate::config::{AccessConfig, ConfigError};
@@ -121,7 +122,7 @@ impl Identity {
 }
 
 fn unauthorized(message: impl Into<String>) -> Reply {
-    Reply::error(StatusCode::UNAUTHORIZED, "unauthorized", message).challenge()
+    Reply::error(StatusCode::UNAUTHORIZED, ApiStatus::Unauthorized, message).challenge()
 }
 
 /// `--trusted-proxies`: the peers whose identity and forwarding headers are believed.

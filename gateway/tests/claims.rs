@@ -34,12 +34,12 @@ async fn storm(gw: &Gateway, meta: &SkuMeta, users: usize, tries: usize) -> Hash
         let (user, a) = t.await.unwrap();
         match a.status {
             StatusCode::CREATED => {
-                assert_eq!(a.kind(), "claimed");
+                assert_eq!(a.kind(), Some(ApiStatus::Claimed));
                 assert!(claim_ids.insert(a.body["claim_id"].as_str().unwrap().to_owned()));
                 *held.entry(user).or_default() += a.body["qty"].as_u64().unwrap() as u32;
             }
-            StatusCode::GONE => assert_eq!(a.kind(), "sold_out"),
-            StatusCode::CONFLICT => assert_eq!(a.kind(), "limit_reached"),
+            StatusCode::GONE => assert_eq!(a.kind(), Some(ApiStatus::SoldOut)),
+            StatusCode::CONFLICT => assert_eq!(a.kind(), Some(ApiStatus::LimitReached)),
             other => panic!("unexpected {other}: {}", a.body),
         }
     }
@@ -87,7 +87,7 @@ async fn concurrent_claims_never_oversell_single_node() {
     let unknown = gw.claim(json!({"sku": 999_999, "user": "u"})).await;
     assert_eq!(
         (unknown.status, unknown.kind()),
-        (StatusCode::NOT_FOUND, "unknown_sku")
+        (StatusCode::NOT_FOUND, Some(ApiStatus::UnknownSku))
     );
     let (status, _, view) = get(gw.api, &format!("/v1/skus/{}", meta.sku))
         .await
@@ -132,7 +132,10 @@ async fn sold_out_is_answered_without_redis_calls() {
         let a = gw
             .claim(json!({"sku": meta.sku, "user": format!("late{u}")}))
             .await;
-        assert_eq!((a.status, a.kind()), (StatusCode::GONE, "sold_out"));
+        assert_eq!(
+            (a.status, a.kind()),
+            (StatusCode::GONE, Some(ApiStatus::SoldOut))
+        );
     }
     assert_eq!(
         claim_path_calls(&redis),

@@ -79,7 +79,7 @@ async fn ingest_and_confirm(l: &Ledger, sku: u64, n: i64) {
 fn assert_refused_ended(a: &Answer, what: &str) {
     assert_eq!(
         (a.status, a.kind()),
-        (StatusCode::FORBIDDEN, "ended"),
+        (StatusCode::FORBIDDEN, Some(ApiStatus::Ended)),
         "{what}: {}",
         a.body
     );
@@ -175,7 +175,7 @@ async fn a_retried_success_is_replayed_after_close_out_and_new_claims_are_ended(
     let gone = after.claim(json!({"sku": 7701, "user": "u4"})).await;
     assert_eq!(
         (gone.status, gone.kind()),
-        (StatusCode::NOT_FOUND, "unknown_sku"),
+        (StatusCode::NOT_FOUND, Some(ApiStatus::UnknownSku)),
         "{}",
         gone.body
     );

@@ -36,7 +36,7 @@ struct Sent {
     at: Instant,
     home: ShardId,
     status: Option<StatusCode>,
-    kind: String,
+    kind: Option<ApiStatus>,
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -152,7 +152,7 @@ async fn master_failover_keeps_gateways_ready_and_other_shards_selling() {
                     at,
                     home,
                     status,
-                    kind: v["status"].as_str().unwrap_or("").to_owned(),
+                    kind: v["status"].as_str().and_then(|k| k.parse().ok()),
                 });
                 if failed {
                     tokio::time::sleep(Duration::from_millis(10)).await;
@@ -212,7 +212,10 @@ async fn master_failover_keeps_gateways_ready_and_other_shards_selling() {
         .collect();
     let victim_503 = victim_during
         .iter()
-        .filter(|s| s.status == Some(StatusCode::SERVICE_UNAVAILABLE) && s.kind == "unavailable")
+        .filter(|s| {
+            s.status == Some(StatusCode::SERVICE_UNAVAILABLE)
+                && s.kind == Some(ApiStatus::Unavailable)
+        })
         .count();
     // Well after the takeover, the victim's shards sell like the others.
     let settled = recovered + drills::scaled(Duration::from_millis(500));

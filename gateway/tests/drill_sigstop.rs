@@ -43,7 +43,7 @@ async fn frozen_redis_gives_a_clear_503_and_the_books_close() {
         "{}",
         frozen.body
     );
-    assert_eq!(frozen.kind(), "unavailable");
+    assert_eq!(frozen.kind(), Some(ApiStatus::Unavailable));
     assert!(frozen.headers.contains_key("retry-after"));
     assert!(waited < Duration::from_secs(2), "answered after {waited:?}");
 

@@ -40,7 +40,10 @@ async fn second_gateway_follows_sell_out_resync_and_restock() {
     assert_eq!(claims.len(), 4);
     wait_sold_out(b.api, meta.sku, true, "B to learn the sell-out via pubsub").await;
     let ans = b.claim(json!({"sku": meta.sku, "user": "b0"})).await;
-    assert_eq!((ans.status, ans.kind()), (StatusCode::GONE, "sold_out"));
+    assert_eq!(
+        (ans.status, ans.kind()),
+        (StatusCode::GONE, Some(ApiStatus::SoldOut))
+    );
 
     // A unit comes back without any event (as if B missed it), then B's subscriber is
     // killed: the reconnect resyncs B from Redis.

@@ -339,7 +339,12 @@ async fn oversized_bodies_are_413_and_take_nothing() {
         let a = raw_exchange(addr, req).await;
         worst = worst.max(started.elapsed());
         assert_eq!(a.status, Some(413), "{name}: {:?}", a.body);
-        assert_eq!(a.kind(), "bad_request", "{name}: {:?}", a.body);
+        assert_eq!(
+            a.kind(),
+            Some(ApiStatus::BadRequest),
+            "{name}: {:?}",
+            a.body
+        );
         assert!(a.body["error"].as_str().is_some(), "{name}");
     }
     // A length hyper cannot even represent is refused by hyper itself (431, no JSON)
@@ -511,7 +516,7 @@ async fn wrong_content_type_is_415() {
         );
         let a = raw_exchange(addr, req.into_bytes()).await;
         assert_eq!(a.status, Some(415), "{ct:?}: {:?}", a.body);
-        assert_eq!(a.kind(), "bad_request", "{ct:?}");
+        assert_eq!(a.kind(), Some(ApiStatus::BadRequest), "{ct:?}");
     }
     let left = slices_left(&s.stock, &s.meta).await;
     let calls_after = script_calls(&s.redis);
@@ -582,7 +587,7 @@ async fn slow_bodies_hold_no_in_flight_slot() {
     let mut held = Duration::ZERO;
     while let Some(r) = slow.join_next().await {
         let (a, took) = r.expect("slow task");
-        if a.status == Some(408) && a.kind() == "bad_request" {
+        if a.status == Some(408) && a.kind() == Some(ApiStatus::BadRequest) {
             timed_out += 1;
         }
         held = held.max(took);

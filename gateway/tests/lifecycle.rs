@@ -104,7 +104,10 @@ async fn redis_down_answers_503_then_recovers() {
     let a = gw.claim(json!({"sku": 6101, "user": "b"})).await;
     assert_eq!(
         (a.status, a.kind()),
-        (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Some(ApiStatus::Unavailable)
+        ),
         "{}",
         a.body
     );
@@ -127,7 +130,7 @@ async fn redis_down_answers_503_then_recovers() {
     let a = gw.claim(json!({"sku": 6101, "user": "c"})).await;
     assert_eq!(
         (a.status, a.kind()),
-        (StatusCode::NOT_FOUND, "unknown_sku"),
+        (StatusCode::NOT_FOUND, Some(ApiStatus::UnknownSku)),
         "{}",
         a.body
     );

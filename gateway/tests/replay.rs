@@ -118,7 +118,7 @@ async fn replay_after_the_window_closed() {
         .claim(json!({"sku": meta.sku, "user": "dave", "request_id": "d1"}))
         .await;
     assert_eq!(late.status, StatusCode::FORBIDDEN, "{}", late.body);
-    assert_eq!(late.kind(), "ended");
+    assert_eq!(late.kind(), Some(ApiStatus::Ended));
     let before = claim_path_calls(&redis);
     let late = gw.claim(json!({"sku": meta.sku, "user": "dave"})).await;
     assert_eq!(late.status, StatusCode::FORBIDDEN, "{}", late.body);
@@ -142,7 +142,7 @@ async fn unknown_skus_are_answered_from_memory() {
     for sku in 1_000_000..1_000_200u64 {
         let a = gw.claim(json!({"sku": sku, "user": "eve"})).await;
         assert_eq!(a.status, StatusCode::NOT_FOUND, "{}", a.body);
-        assert_eq!(a.kind(), "unknown_sku");
+        assert_eq!(a.kind(), Some(ApiStatus::UnknownSku));
         let (status, _, _) = get(gw.api, &format!("/v1/skus/{sku}")).await.unwrap();
         assert_eq!(status, StatusCode::NOT_FOUND);
     }

@@ -17,6 +17,7 @@
 //!   the connection.
 //! - [`health`]: which shards' masters answer right now (readiness, failover view).
 //! - [`rebuild`]: the Redis half of a rebuild from the ledger (fence, write, replay answers).
+//! - [`status`]: the `status` names of the gateway's answers, shared with bench and tests.
 //! - [`stream`]: a shard's claims stream as typed operations (group, read, ack+delete,
 //!   take-over, dead letters, depth) for the consumer, the rebuild and reconciliation.
 
@@ -37,6 +38,7 @@ mod replay;
 pub mod replication;
 mod reply;
 mod scripts;
+pub mod status;
 pub mod stream;
 
 pub use client::{StockClient, StockConfig};
@@ -48,6 +50,7 @@ pub use placement::{Placement, ShardId};
 pub use record::ClaimRecord;
 pub use replay::StoredAnswer;
 pub use replication::{Fence, ReplicationInfo};
+pub use status::ApiStatus;
 
 /// Milliseconds since the Unix epoch: the gateway clock passed to every script.
 pub fn now_ms() -> i64 {

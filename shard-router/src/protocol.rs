@@ -40,6 +40,36 @@ impl EmptyShards for LocalEmptyShards {
     }
 }
 
+/// How a claim runs: what the caller knows about empty slices, the gateway clock passed to
+/// the scripts, and whether a short home slice walks the other shards.
+#[derive(Clone, Copy)]
+pub struct ClaimOptions<'a> {
+    pub empties: &'a dyn EmptyShards,
+    pub now_ms: i64,
+    /// `false` is the ablation that shows what rerouting buys (a claim whose home slice is
+    /// empty is sold out).
+    pub second_chance: bool,
+}
+
+impl<'a> ClaimOptions<'a> {
+    /// The full protocol, second chance included.
+    pub fn new(empties: &'a dyn EmptyShards, now_ms: i64) -> Self {
+        Self {
+            empties,
+            now_ms,
+            second_chance: true,
+        }
+    }
+
+    /// Sets whether a short home slice walks the other shards.
+    pub fn second_chance(self, second_chance: bool) -> Self {
+        Self {
+            second_chance,
+            ..self
+        }
+    }
+}
+
 /// Runs one claim end to end. Errors are Redis trouble; an ambiguous error during a second
 /// chance leaves the hold standing, for the consumer to resolve against the ledger.
 pub async fn claim(
@@ -49,24 +79,17 @@ pub async fn claim(
     empties: &dyn EmptyShards,
     now_ms: i64,
 ) -> Result<ClaimOutcome, StockError> {
-    claim_with(client, meta, req, empties, now_ms, true).await
+    claim_with(client, meta, req, ClaimOptions::new(empties, now_ms)).await
 }
 
-/// [`claim`] with the second chance switchable: `second_chance = false` is the ablation
-/// that shows what rerouting buys (a claim whose home slice is empty is sold out).
+/// [`claim`] with every option spelled out.
 pub async fn claim_with(
     client: &StockClient,
     meta: &SkuMeta,
     req: &ClaimRequest,
-    empties: &dyn EmptyShards,
-    now_ms: i64,
-    second_chance: bool,
+    opts: ClaimOptions<'_>,
 ) -> Result<ClaimOutcome, StockError> {
-    Ok(
-        claim_confirmed(client, meta, req, empties, now_ms, second_chance)
-            .await?
-            .0,
-    )
+    Ok(claim_confirmed(client, meta, req, opts).await?.0)
 }
 
 /// What replica durability (`StockConfig::replica_ack`) confirmed about a claim or replay.
@@ -114,9 +137,7 @@ pub async fn claim_confirmed(
     client: &StockClient,
     meta: &SkuMeta,
     req: &ClaimRequest,
-    empties: &dyn EmptyShards,
-    now_ms: i64,
-    second_chance: bool,
+    opts: ClaimOptions<'_>,
 ) -> Result<(ClaimOutcome, Confirmation), StockError> {
     req.validate()?;
     if req.sku != meta.sku {
@@ -124,9 +145,10 @@ pub async fn claim_confirmed(
             "request and metadata SKUs differ".into(),
         ));
     }
+    let empties = opts.empties;
     let placement = client.placement();
     let home = placement.home_shard(meta.sku, meta.width, &req.user);
-    let others = if second_chance {
+    let others = if opts.second_chance {
         placement.second_chances(meta.sku, meta.width, &req.user, |s| {
             empties.is_empty(meta.sku, s)
         })
@@ -134,9 +156,8 @@ pub async fn claim_confirmed(
         Vec::new()
     };
 
-    let rid = req.request_id.as_deref();
     let (home_outcome, acked) = client
-        .claim_home_acked(req, home, now_ms, !others.is_empty())
+        .claim_home_acked(req, home, opts.now_ms, !others.is_empty())
         .await?;
     let home_confirmed = Confirmation::of(acked);
     let done = |o: ClaimOutcome| Ok((o, home_confirmed));
@@ -175,39 +196,110 @@ pub async fn claim_confirmed(
         HomeOutcome::Ended => return done(ClaimOutcome::Ended),
         HomeOutcome::NotPreheated => return done(ClaimOutcome::NotPreheated),
     };
+    let hold = Hold {
+        client,
+        meta,
+        req,
+        home,
+        user_seq,
+    };
     if home_confirmed == Confirmation::Unconfirmed {
         // A take under a hold the home replica may not have: after a failover of the home
         // master, a retry would find no hold and claim again. Give the count back and take
         // nothing (if the undo is lost too, the consumer resolves the hold: no claim).
-        if let Err(e) = client
-            .settle(meta.sku, home, &req.user, user_seq, rid, &Settlement::Undo)
-            .await
-        {
-            tracing::warn!(sku = meta.sku, user = %req.user, error = %e, "undo of an unconfirmed hold failed; hold left for the consumer");
-        }
+        hold.undo_or_leave("of an unconfirmed hold").await;
         return Err(StockError::Unconfirmed { op: "hold" });
     }
+    take_elsewhere(&hold, others, opts).await
+}
 
-    // Second chance under the hold. Walking every remaining shard (not just one) keeps
-    // "stock left but sold out" from happening when this gateway's view is stale; each
-    // miss marks the shard empty, so later claims skip it.
+/// The user's count held on the home shard while other shards are tried: what a settle
+/// needs to find it.
+#[derive(Clone, Copy)]
+struct Hold<'a> {
+    client: &'a StockClient,
+    meta: &'a SkuMeta,
+    req: &'a ClaimRequest,
+    home: ShardId,
+    user_seq: u64,
+}
+
+impl Hold<'_> {
+    async fn settle(&self, how: &Settlement) -> Result<(SettleOutcome, Option<u32>), StockError> {
+        let rid = self.req.request_id.as_deref();
+        self.client
+            .settle_acked(
+                self.meta.sku,
+                self.home,
+                &self.req.user,
+                self.user_seq,
+                rid,
+                how,
+            )
+            .await
+    }
+
+    /// Gives the user's count back: nothing was taken.
+    async fn undo(&self) -> Result<(), StockError> {
+        self.settle(&Settlement::Undo).await.map(drop)
+    }
+
+    /// [`Self::undo`] at once rather than leaving the user blocked until the consumer
+    /// resolves the hold; when the undo fails, that is what happens (no claim).
+    async fn undo_or_leave(&self, what: &str) {
+        if let Err(e) = self.undo().await {
+            tracing::warn!(sku = self.meta.sku, user = %self.req.user, error = %e, "undo {what} failed; hold left for the consumer");
+        }
+    }
+
+    /// Keeps the claim taken on another shard. The unit is taken and recorded whatever
+    /// settle says: a failed settle leaves the hold (count included) for the consumer,
+    /// which finds the claim in the ledger and keeps it.
+    async fn keep(&self, claim: Claim, take_acked: Option<u32>) -> (ClaimOutcome, Confirmation) {
+        let settled = match self.settle(&Settlement::Keep(claim.clone())).await {
+            Ok((_, acked)) => Confirmation::of(acked),
+            Err(e) => {
+                tracing::warn!(sku = self.meta.sku, user = %self.req.user, error = %e, "settle keep failed; hold left for the consumer");
+                Confirmation::of(take_acked.map(|_| 0))
+            }
+        };
+        let confirmed = Confirmation::of(take_acked).and(settled);
+        let rerouted = ClaimOutcome::Claimed {
+            claim,
+            rerouted: true,
+        };
+        (rerouted, confirmed)
+    }
+}
+
+/// Second chance under the hold. Walking every remaining shard (not just one) keeps
+/// "stock left but sold out" from happening when this gateway's view is stale; each miss
+/// marks the shard empty, so later claims skip it.
+async fn take_elsewhere(
+    hold: &Hold<'_>,
+    others: Vec<ShardId>,
+    opts: ClaimOptions<'_>,
+) -> Result<(ClaimOutcome, Confirmation), StockError> {
+    let Hold {
+        client,
+        meta,
+        req,
+        home,
+        user_seq,
+    } = *hold;
     let mut end = ClaimOutcome::SoldOut;
     for shard in others {
-        let (taken, take_acked) = match client.take_acked(req, shard, home, user_seq, now_ms).await
-        {
+        let taken = client
+            .take_acked(req, shard, home, user_seq, opts.now_ms)
+            .await;
+        let (taken, take_acked) = match taken {
             Ok(t) => t,
             Err(e) => {
-                // A clear failure took nothing: give the count back now instead of leaving
-                // the user blocked until the consumer resolves the hold. An ambiguous one
+                // A clear failure took nothing: give the count back now. An ambiguous one
                 // (timeout, dropped connection) may have taken a unit: the hold stays for
                 // the consumer to settle against the ledger.
                 if !e.is_ambiguous() {
-                    if let Err(undo) = client
-                        .settle(meta.sku, home, &req.user, user_seq, rid, &Settlement::Undo)
-                        .await
-                    {
-                        tracing::warn!(sku = meta.sku, user = %req.user, error = %undo, "undo after a failed take failed; hold left for the consumer");
-                    }
+                    hold.undo_or_leave("after a failed take").await;
                 }
                 return Err(e);
             }
@@ -217,38 +309,17 @@ pub async fn claim_confirmed(
                 claim_id,
                 remaining,
             } => {
-                note_remaining(empties, meta.sku, shard, remaining);
+                note_remaining(opts.empties, meta.sku, shard, remaining);
                 let claim = Claim {
                     claim_id,
                     sku: meta.sku,
                     shard,
                     qty: req.qty,
                 };
-                let keep = Settlement::Keep(claim.clone());
-                // The unit is taken and recorded whatever settle says: a failed settle
-                // leaves the hold (count included) for the consumer, which finds the claim
-                // in the ledger and keeps it.
-                let settled = match client
-                    .settle_acked(meta.sku, home, &req.user, user_seq, rid, &keep)
-                    .await
-                {
-                    Ok((_, acked)) => Confirmation::of(acked),
-                    Err(e) => {
-                        tracing::warn!(sku = meta.sku, user = %req.user, error = %e, "settle keep failed; hold left for the consumer");
-                        Confirmation::of(take_acked.map(|_| 0))
-                    }
-                };
-                let confirmed = Confirmation::of(take_acked).and(settled);
-                return Ok((
-                    ClaimOutcome::Claimed {
-                        claim,
-                        rerouted: true,
-                    },
-                    confirmed,
-                ));
+                return Ok(hold.keep(claim, take_acked).await);
             }
             TakeOutcome::SoldOut { remaining } => {
-                note_remaining(empties, meta.sku, shard, remaining);
+                note_remaining(opts.empties, meta.sku, shard, remaining);
             }
             TakeOutcome::NotStarted => {
                 end = ClaimOutcome::NotStarted;
@@ -263,16 +334,12 @@ pub async fn claim_confirmed(
                 break;
             }
             TakeOutcome::HoldExpired => {
-                client
-                    .settle(meta.sku, home, &req.user, user_seq, rid, &Settlement::Undo)
-                    .await?;
+                hold.undo().await?;
                 return Err(StockError::Expired { op: "take" });
             }
         }
     }
-    client
-        .settle(meta.sku, home, &req.user, user_seq, rid, &Settlement::Undo)
-        .await?;
+    hold.undo().await?;
     Ok((end, Confirmation::NotAsked))
 }
 

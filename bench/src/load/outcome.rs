@@ -3,6 +3,7 @@
 //! buckets so it is never mistaken for a business answer.
 
 use serde::Serialize;
+use shard_router::ApiStatus;
 
 /// The outcome buckets of every report, in a fixed order (the index is used for arrays).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, PartialOrd, Ord)]
@@ -114,7 +115,7 @@ impl Outcome {
         match http {
             201 => Outcome::Claimed,
             200 => {
-                if body_status(body).as_deref() == Some("claimed") {
+                if body_status(body) == Some(ApiStatus::Claimed) {
                     Outcome::Replay
                 } else {
                     Outcome::Ok
@@ -126,8 +127,8 @@ impl Outcome {
             404 => Outcome::UnknownSku,
             400 | 413 | 415 => Outcome::BadRequest,
             429 => Outcome::RateLimited,
-            503 => match body_status(body).as_deref() {
-                Some("unavailable") => Outcome::Unavailable,
+            503 => match body_status(body) {
+                Some(ApiStatus::Unavailable) => Outcome::Unavailable,
                 _ => Outcome::Overloaded,
             },
             _ => Outcome::OtherStatus,
@@ -135,11 +136,11 @@ impl Outcome {
     }
 }
 
-/// The `status` field of a JSON body, if any.
-fn body_status(body: &[u8]) -> Option<String> {
+/// The `status` field of a JSON body, if any and known.
+fn body_status(body: &[u8]) -> Option<ApiStatus> {
     #[derive(serde::Deserialize)]
     struct S {
-        status: String,
+        status: ApiStatus,
     }
     serde_json::from_slice::<S>(body).ok().map(|s| s.status)
 }

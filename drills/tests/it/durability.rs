@@ -182,9 +182,7 @@ async fn retry(client: &StockClient, meta: &SkuMeta, req: &ClaimRequest) -> Clai
             client,
             meta,
             req,
-            &LocalEmptyShards::default(),
-            now_ms(),
-            true,
+            protocol::ClaimOptions::new(&LocalEmptyShards::default(), now_ms()),
         )
         .await
         {
@@ -239,9 +237,7 @@ async fn reroute_with_home_master_killed_claims_once() {
         &client,
         &meta,
         &a,
-        &LocalEmptyShards::default(),
-        now_ms(),
-        true,
+        protocol::ClaimOptions::new(&LocalEmptyShards::default(), now_ms()),
     )
     .await;
     cluster.nodes()[home_replica].signal("CONT");

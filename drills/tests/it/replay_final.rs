@@ -85,9 +85,8 @@ async fn rerouted_answers_stay_replayable_after_the_ledger_took_them() {
             &gateway,
             &meta,
             &req(c.sku, u),
-            &LocalEmptyShards::default(),
-            now_ms(),
-            false,
+            protocol::ClaimOptions::new(&LocalEmptyShards::default(), now_ms())
+                .second_chance(false),
         )
         .await
         .expect("home claim");
@@ -108,9 +107,7 @@ async fn rerouted_answers_stay_replayable_after_the_ledger_took_them() {
         &gateway,
         &meta,
         &req(c.sku, &users[1]),
-        &LocalEmptyShards::default(),
-        now_ms(),
-        true,
+        protocol::ClaimOptions::new(&LocalEmptyShards::default(), now_ms()),
     )
     .await
     .expect("rerouted claim");

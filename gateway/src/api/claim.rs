@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::time::Instant;
 
 use hyper::body::Incoming;
-use hyper::{Request, StatusCode};
+use hyper::Request;
 use shard_router::protocol::{self, Confirmation, EmptyShards};
 use shard_router::{Claim, ClaimOutcome, StockError, StoredAnswer};
 
@@ -19,142 +19,116 @@ use super::input::{read_claim, InputRules};
 use super::reply::Reply;
 use crate::access;
 use crate::app::App;
-use crate::durability;
-use crate::metrics::{hot, outcome};
+use crate::metrics::hot;
+
+mod refusal;
+
+use refusal::{Claimed, How, Refusal, Window};
 
 pub(crate) async fn handle(app: &App, peer: SocketAddr, req: Request<Incoming>) -> Reply {
-    let (outcome, reply) = claim(app, peer, req).await;
+    let (outcome, reply) = match claim(app, peer, req).await {
+        Ok(claimed) => (claimed.label(), Reply::from(claimed)),
+        Err(refusal) => (refusal.label(), Reply::from(refusal)),
+    };
     hot().claim(outcome);
     reply
 }
 
-async fn claim(app: &App, peer: SocketAddr, req: Request<Incoming>) -> (&'static str, Reply) {
+async fn claim(app: &App, peer: SocketAddr, req: Request<Incoming>) -> Result<Claimed, Refusal> {
     let rules = InputRules {
         max_body: app.max_body,
         body_timeout: app.body_timeout,
         identity: &app.identity,
         peer: peer.ip(),
     };
-    let req = match read_claim(req, &rules).await {
-        Ok(r) => r,
-        Err(reply) => return (outcome::REJECTED, reply),
-    };
+    let req = read_claim(req, &rules).await.map_err(Refusal::Input)?;
     access::set_user(&req.user);
     // The in-flight slot is taken only once the body is in: a body that trickles in holds
     // a connection (bounded by --max-connections and the body timeout), never a slot, so
     // slow senders cannot shed everyone else's claims.
-    let Some(_slot) = app.admission.enter() else {
-        return (outcome::REJECTED, Reply::overloaded());
-    };
-    let Some(client) = app.link.client() else {
-        return (
-            outcome::UNAVAILABLE,
-            Reply::unavailable("not connected to redis yet; nothing was taken"),
-        );
-    };
+    let _slot = app.admission.enter().ok_or(Refusal::Overloaded)?;
+    let client = app.link.client().ok_or(Refusal::NotConnected)?;
     if !app.link.clock_ok() {
-        let msg = format!(
-            "this gateway's clock is off redis's by more than {} ms; nothing was taken",
-            app.link.max_skew_ms()
-        );
-        return (outcome::UNAVAILABLE, Reply::unavailable(msg));
+        return Err(Refusal::ClockSkew {
+            max_ms: app.link.max_skew_ms(),
+        });
     }
-    let state = match app.cache.get(client, req.sku).await {
-        Ok(Some(s)) => s,
-        Ok(None) => return (outcome::REJECTED, unknown_sku(req.sku)),
-        Err(e) => return (outcome::UNAVAILABLE, redis_trouble(&e)),
-    };
+    let state = app
+        .cache
+        .get(client, req.sku)
+        .await
+        .map_err(Refusal::Redis)?
+        .ok_or(Refusal::UnknownSku(req.sku))?;
     let meta = &state.meta;
     if req.qty > meta.limit {
-        let msg = format!(
-            "field `qty` is {}, the limit of sku {} is {}",
-            req.qty, meta.sku, meta.limit
-        );
-        return (
-            outcome::REJECTED,
-            Reply::bad_request(msg).with("limit", meta.limit),
-        );
+        return Err(Refusal::OverLimit {
+            qty: req.qty,
+            sku: meta.sku,
+            limit: meta.limit,
+        });
     }
     let now = app.link.now_ms();
     if now < meta.start_ms {
-        return (
-            outcome::REJECTED,
-            window("not_started", meta.sku, meta.start_ms),
-        );
+        return Err(Refusal::window(Window::NotStarted, meta));
     }
     // The answers memory can give once the sale is over for this gateway. A request with a
     // request_id may be the retry of a success, whose first answer it must get (invariant
     // `replay`, docs/DESIGN.md), so it reaches the replay check first; one without is
     // answered here.
     let from_memory = if now >= meta.end_ms {
-        Some((outcome::REJECTED, window("ended", meta.sku, meta.end_ms)))
+        Some(Refusal::window(Window::Ended, meta))
     } else if app.sold_out_cache && state.all_empty() {
-        Some((outcome::SOLD_OUT_CACHE, sold_out(meta.sku)))
+        Some(Refusal::SoldOut {
+            sku: meta.sku,
+            from_cache: true,
+        })
     } else {
         None
     };
     if let Some(answer) = from_memory {
         let Some(rid) = req.request_id.as_deref() else {
-            return answer;
+            return Err(answer);
         };
         // Replay checks cost a Redis read, so they count against the user's rate.
-        if let Err(wait) = app.admission.check_user(&req.user) {
-            return (outcome::REJECTED, rate_limited(wait));
-        }
-        return replay_or(app, client, meta, &req.user, rid, answer).await;
+        app.admission
+            .check_user(&req.user)
+            .map_err(Refusal::RateLimited)?;
+        return replay_or(client, meta, &req.user, rid, answer).await;
     }
-    if let Err(wait) = app.admission.check_user(&req.user) {
-        return (outcome::REJECTED, rate_limited(wait));
-    }
+    app.admission
+        .check_user(&req.user)
+        .map_err(Refusal::RateLimited)?;
 
     let started = Instant::now();
     let result = run_detached(app, client, &state, &req, now).await;
     hot()
         .redis_claim_seconds
         .record(started.elapsed().as_secs_f64());
-    let (result, confirmation) = match result {
-        Ok((o, c)) => (Ok(o), c),
-        Err(e) => (Err(e), Confirmation::NotAsked),
-    };
-    match result {
-        Ok(ClaimOutcome::Claimed { claim, rerouted }) => {
-            if let Some(reply) = unconfirmed(confirmation, &claim) {
-                return (outcome::UNAVAILABLE, reply);
-            }
-            let kind = if rerouted {
-                outcome::REROUTED
-            } else {
-                outcome::CLAIMED
-            };
-            (kind, claimed(StatusCode::CREATED, &claim))
+    let (outcome, confirmation) = result.map_err(|e| match e {
+        StockError::InvalidArgument(m) => Refusal::BadArgument(m),
+        e => Refusal::Redis(e),
+    })?;
+    match outcome {
+        ClaimOutcome::Claimed { claim, rerouted } => {
+            let how = if rerouted { How::Rerouted } else { How::Fresh };
+            Claimed::confirmed(claim, how, confirmation)
         }
-        Ok(ClaimOutcome::Replay(claim)) => {
+        ClaimOutcome::Replay(claim) => {
             let confirmation = rerouted_replay(client, meta, &req, &claim, confirmation).await;
-            if let Some(reply) = unconfirmed(confirmation, &claim) {
-                return (outcome::UNAVAILABLE, reply);
-            }
-            (outcome::REPLAY, claimed(StatusCode::OK, &claim))
+            Claimed::confirmed(claim, How::Replay, confirmation)
         }
-        Ok(ClaimOutcome::SoldOut) => (outcome::SOLD_OUT_REDIS, sold_out(meta.sku)),
-        Ok(ClaimOutcome::LimitReached { held }) => {
-            let reply = Reply::error(
-                StatusCode::CONFLICT,
-                "limit_reached",
-                format!(
-                    "user already holds {held} of sku {}, the limit is {}",
-                    meta.sku, meta.limit
-                ),
-            )
-            .with("held", held)
-            .with("limit", meta.limit);
-            (outcome::LIMIT_REACHED, reply)
-        }
-        Ok(ClaimOutcome::NotStarted) => (
-            outcome::REJECTED,
-            window("not_started", meta.sku, meta.start_ms),
-        ),
-        Ok(ClaimOutcome::Ended) => (outcome::REJECTED, window("ended", meta.sku, meta.end_ms)),
-        Ok(ClaimOutcome::NotPreheated) => {
+        ClaimOutcome::SoldOut => Err(Refusal::SoldOut {
+            sku: meta.sku,
+            from_cache: false,
+        }),
+        ClaimOutcome::LimitReached { held } => Err(Refusal::LimitReached {
+            held,
+            sku: meta.sku,
+            limit: meta.limit,
+        }),
+        ClaimOutcome::NotStarted => Err(Refusal::window(Window::NotStarted, meta)),
+        ClaimOutcome::Ended => Err(Refusal::window(Window::Ended, meta)),
+        ClaimOutcome::NotPreheated => {
             // Metadata without slices: the campaign is gone or Redis lost it. Forget the
             // cached metadata so the next request looks again.
             app.cache.invalidate(meta.sku);
@@ -163,31 +137,28 @@ async fn claim(app: &App, peer: SocketAddr, req: Request<Incoming>) -> (&'static
             // this gateway's clock is behind (within its skew bound) and the sale is over.
             // The script stopped before its replay check, so it runs here (`replay`).
             let answer = if now.saturating_add(app.link.max_skew_ms() as i64) >= meta.end_ms {
-                (outcome::REJECTED, window("ended", meta.sku, meta.end_ms))
+                Refusal::window(Window::Ended, meta)
             } else {
-                (outcome::REJECTED, unknown_sku(meta.sku))
+                Refusal::UnknownSku(meta.sku)
             };
             match req.request_id.as_deref() {
-                Some(rid) => replay_or(app, client, meta, &req.user, rid, answer).await,
-                None => answer,
+                Some(rid) => replay_or(client, meta, &req.user, rid, answer).await,
+                None => Err(answer),
             }
         }
-        Ok(ClaimOutcome::InProgress) => (outcome::IN_PROGRESS, in_progress()),
-        Err(StockError::InvalidArgument(m)) => (outcome::REJECTED, Reply::bad_request(m)),
-        Err(e) => (outcome::UNAVAILABLE, redis_trouble(&e)),
+        ClaimOutcome::InProgress => Err(Refusal::InProgress),
     }
 }
 
 /// The replay check alone (one read on the user's home shard, no script): the stored answer
 /// of `rid` when it has one, else `otherwise`, the answer memory gave.
 async fn replay_or(
-    _app: &App,
     client: &shard_router::StockClient,
     meta: &shard_router::SkuMeta,
     user: &str,
     rid: &str,
-    otherwise: (&'static str, Reply),
-) -> (&'static str, Reply) {
+    otherwise: Refusal,
+) -> Result<Claimed, Refusal> {
     // Read without a script, so no claim pipeline carried a WAIT: in replica mode the
     // answer is read again under a fence on the home shard, and a reroute's take checked
     // on its own shard (`shard-router/src/replay.rs`).
@@ -195,16 +166,13 @@ async fn replay_or(
         .replay_confirmed(meta.sku, meta.width, user, rid)
         .await
     {
-        Ok(None) => otherwise,
+        Ok(None) => Err(otherwise),
         Ok(Some((StoredAnswer::Claimed(claim), confirmation))) => {
-            if let Some(reply) = unconfirmed(confirmation, &claim) {
-                return (outcome::UNAVAILABLE, reply);
-            }
-            (outcome::REPLAY, claimed(StatusCode::OK, &claim))
+            Claimed::confirmed(claim, How::Replay, confirmation)
         }
-        Ok(Some((StoredAnswer::InProgress, _))) => (outcome::IN_PROGRESS, in_progress()),
+        Ok(Some((StoredAnswer::InProgress, _))) => Err(Refusal::InProgress),
         // Not the memory answer: a lost success would be told it lost.
-        Err(e) => (outcome::UNAVAILABLE, redis_trouble(&e)),
+        Err(e) => Err(Refusal::Redis(e)),
     }
 }
 
@@ -243,27 +211,6 @@ async fn rerouted_replay(
     }
 }
 
-/// Another request with this request id holds the user's count right now; its answer will
-/// be stored for replay. 409 (a conflict with a concurrent request) with Retry-After:
-/// retrying the same request id returns that answer.
-fn in_progress() -> Reply {
-    Reply::error(
-        StatusCode::CONFLICT,
-        "in_progress",
-        "a request with this request_id is being served; retry with the same request_id",
-    )
-    .retry_after(1)
-}
-
-fn rate_limited(wait: std::time::Duration) -> Reply {
-    Reply::error(
-        StatusCode::TOO_MANY_REQUESTS,
-        "rate_limited",
-        "too many claims from this user; retry later",
-    )
-    .retry_after(wait.as_secs_f64().ceil() as u64)
-}
-
 /// Runs the claim protocol in its own task: hyper drops a handler whose client went away,
 /// and a protocol dropped between hold and settle would leave the user's count held until
 /// the consumer resolves it. The task always runs to the end (each step is bounded).
@@ -279,7 +226,8 @@ async fn run_detached(
     let task = tokio::spawn(async move {
         let blind = protocol::LocalEmptyShards::default();
         let empties: &dyn EmptyShards = if cache_on { &*state } else { &blind };
-        protocol::claim_confirmed(&client, &state.meta, &req, empties, now, second_chance).await
+        let opts = protocol::ClaimOptions::new(empties, now).second_chance(second_chance);
+        protocol::claim_confirmed(&client, &state.meta, &req, opts).await
     });
     task.await.unwrap_or_else(|e| {
         Err(StockError::Protocol {
@@ -287,94 +235,4 @@ async fn run_detached(
             detail: format!("claim task failed: {e}"),
         })
     })
-}
-
-/// In replica mode, the 503 for a claim no replica confirmed. Taken and recorded on the
-/// primary, but a failover now could lose it, so it is not acknowledged: a retry with the
-/// same request_id replays it once it is safe, or claims afresh if it was lost. A rerouted
-/// claim is confirmed only when its hold, take and settle all were (see `durability.rs`).
-fn unconfirmed(confirmation: Confirmation, claim: &Claim) -> Option<Reply> {
-    if durability::acknowledgeable(confirmation) {
-        return None;
-    }
-    Some(
-        Reply::unavailable(
-            "the claim is taken but no replica confirmed it yet; retry with the same request_id to learn the outcome",
-        )
-        .with("claim_id", claim.claim_id.as_str())
-        .with("unconfirmed", true),
-    )
-}
-
-fn claimed(status: StatusCode, c: &Claim) -> Reply {
-    #[derive(serde::Serialize)]
-    struct Claimed<'a> {
-        status: &'static str,
-        claim_id: &'a str,
-        sku: u64,
-        shard: u16,
-        qty: u32,
-    }
-    Reply::rendered(
-        status,
-        &Claimed {
-            status: "claimed",
-            claim_id: &c.claim_id,
-            sku: c.sku,
-            shard: c.shard,
-            qty: c.qty,
-        },
-    )
-}
-
-pub(crate) fn sold_out(sku: u64) -> Reply {
-    Reply::error(
-        StatusCode::GONE,
-        "sold_out",
-        format!("sku {sku} is sold out"),
-    )
-    .with("sku", sku)
-}
-
-pub(crate) fn unknown_sku(sku: u64) -> Reply {
-    Reply::error(
-        StatusCode::NOT_FOUND,
-        "unknown_sku",
-        format!("sku {sku} has no campaign or is not preheated"),
-    )
-    .with("sku", sku)
-}
-
-fn window(kind: &str, sku: u64, at_ms: i64) -> Reply {
-    let msg = match kind {
-        "not_started" => format!("the sale of sku {sku} starts at {at_ms} ms"),
-        _ => format!("the sale of sku {sku} ended at {at_ms} ms"),
-    };
-    Reply::error(StatusCode::FORBIDDEN, kind, msg).with("sku", sku)
-}
-
-/// Redis trouble. Internals stay in the log; the client learns whether anything may have
-/// been taken. Any Redis-side failure (connection, timeout, an error reply such as OOM)
-/// is 503; a script reply this build does not understand is a deployment bug, so 500.
-pub(crate) fn redis_trouble(e: &StockError) -> Reply {
-    match e {
-        StockError::Protocol { .. } | StockError::InvalidArgument(_) => {
-            tracing::error!(error = %e, trace_id = %access::trace_id(), "stock protocol failure");
-            Reply::error(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "internal",
-                "internal error",
-            )
-        }
-        _ if e.is_ambiguous() => {
-            tracing::debug!(error = %e, trace_id = %access::trace_id(), "redis did not answer");
-            Reply::unavailable(
-                "stock service did not answer in time; retry with the same request_id to learn the outcome",
-            )
-        }
-        _ => {
-            tracing::debug!(error = %e, trace_id = %access::trace_id(), "redis unavailable");
-            Reply::unavailable("stock service unavailable; nothing was taken")
-        }
-    }
 }

@@ -14,7 +14,7 @@ use hyper::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use hyper::{Request, StatusCode};
 use serde::Deserialize;
 use shard_router::outcome::MAX_ID_LEN;
-use shard_router::ClaimRequest;
+use shard_router::{ApiStatus, ClaimRequest};
 
 use super::reply::Reply;
 use crate::identity::{Identity, Who};
@@ -69,7 +69,7 @@ pub(crate) async fn read_claim(
     .map_err(|_| {
         Reply::error(
             StatusCode::REQUEST_TIMEOUT,
-            "bad_request",
+            ApiStatus::BadRequest,
             format!("body not received within {:?}", rules.body_timeout),
         )
     })?;
@@ -143,7 +143,7 @@ fn parse_body(bytes: &[u8], header_user: Option<&str>) -> Result<ClaimRequest, R
 fn too_large(max: usize) -> Reply {
     Reply::error(
         StatusCode::PAYLOAD_TOO_LARGE,
-        "bad_request",
+        ApiStatus::BadRequest,
         format!("body larger than {max} bytes"),
     )
 }
@@ -159,7 +159,7 @@ fn check_content_type(v: Option<&hyper::header::HeaderValue>) -> Result<(), Repl
     } else {
         Err(Reply::error(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "bad_request",
+            ApiStatus::BadRequest,
             "content type must be application/json",
         ))
     }

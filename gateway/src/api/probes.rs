@@ -2,13 +2,14 @@
 //! an overloaded gateway still tells its orchestrator the truth.
 
 use hyper::{Response, StatusCode};
+use shard_router::ApiStatus;
 
 use super::reply::{status_only, text, Body, Reply};
 use crate::app::App;
 
 /// The process is alive and serving HTTP.
 pub(crate) fn healthz() -> Reply {
-    status_only(StatusCode::OK, "ok")
+    status_only(StatusCode::OK, ApiStatus::Ok)
 }
 
 /// Not draining, connected with the scripts loaded, and at least one stock shard reachable
@@ -17,9 +18,13 @@ pub(crate) fn healthz() -> Reply {
 pub(crate) fn readyz(app: &App) -> Reply {
     let down = app.link.unreachable_shards();
     match app.link.readiness() {
-        Ok(()) => status_only(StatusCode::OK, "ready").with("unreachable_shards", down),
-        Err(why) => Reply::error(StatusCode::SERVICE_UNAVAILABLE, "not_ready", why.reason())
-            .with("unreachable_shards", down),
+        Ok(()) => status_only(StatusCode::OK, ApiStatus::Ready).with("unreachable_shards", down),
+        Err(why) => Reply::error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            ApiStatus::NotReady,
+            why.reason(),
+        )
+        .with("unreachable_shards", down),
     }
 }
 

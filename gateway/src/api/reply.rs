@@ -7,6 +7,9 @@ use http_body_util::Full;
 use hyper::header::{HeaderValue, ALLOW, CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
 use hyper::{Response, StatusCode};
 use serde_json::{Map, Value};
+use shard_router::{ApiStatus, StockError};
+
+use crate::access;
 
 pub(crate) type Body = Full<Bytes>;
 
@@ -44,8 +47,8 @@ impl Reply {
     }
 
     /// A JSON answer; `body` must be an object (it gets the `status` field).
-    pub(crate) fn json(status: StatusCode, kind: &str, mut body: Map<String, Value>) -> Self {
-        body.insert("status".into(), kind.into());
+    pub(crate) fn json(status: StatusCode, kind: ApiStatus, mut body: Map<String, Value>) -> Self {
+        body.insert("status".into(), kind.as_str().into());
         Self {
             status,
             body: Content::Value(Value::Object(body)),
@@ -56,20 +59,20 @@ impl Reply {
     }
 
     /// A rejection: `{"status": kind, "error": message}`.
-    pub(crate) fn error(status: StatusCode, kind: &str, message: impl Into<String>) -> Self {
+    pub(crate) fn error(status: StatusCode, kind: ApiStatus, message: impl Into<String>) -> Self {
         let mut body = Map::new();
         body.insert("error".into(), message.into().into());
         Self::json(status, kind, body)
     }
 
     pub(crate) fn bad_request(message: impl Into<String>) -> Self {
-        Self::error(StatusCode::BAD_REQUEST, "bad_request", message)
+        Self::error(StatusCode::BAD_REQUEST, ApiStatus::BadRequest, message)
     }
 
     pub(crate) fn not_found(path: &str) -> Self {
         Self::error(
             StatusCode::NOT_FOUND,
-            "not_found",
+            ApiStatus::NotFound,
             format!("no route for {path}"),
         )
     }
@@ -77,7 +80,7 @@ impl Reply {
     pub(crate) fn method_not_allowed(allow: &'static str) -> Self {
         let mut r = Self::error(
             StatusCode::METHOD_NOT_ALLOWED,
-            "method_not_allowed",
+            ApiStatus::MethodNotAllowed,
             format!("only {allow} is allowed here"),
         );
         r.allow = Some(allow);
@@ -87,14 +90,65 @@ impl Reply {
     pub(crate) fn overloaded() -> Self {
         Self::error(
             StatusCode::SERVICE_UNAVAILABLE,
-            "overloaded",
+            ApiStatus::Overloaded,
             "too many requests in flight; nothing was taken, retry shortly",
         )
         .retry_after(1)
     }
 
     pub(crate) fn unavailable(message: impl Into<String>) -> Self {
-        Self::error(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message).retry_after(1)
+        Self::error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            ApiStatus::Unavailable,
+            message,
+        )
+        .retry_after(1)
+    }
+
+    /// 429 for a client address or a user over its rate, back after `wait`.
+    pub(crate) fn rate_limited(message: &str, wait: std::time::Duration) -> Self {
+        Self::error(
+            StatusCode::TOO_MANY_REQUESTS,
+            ApiStatus::RateLimited,
+            message,
+        )
+        .retry_after(wait.as_secs_f64().ceil() as u64)
+    }
+
+    pub(crate) fn unknown_sku(sku: u64) -> Self {
+        Self::error(
+            StatusCode::NOT_FOUND,
+            ApiStatus::UnknownSku,
+            format!("sku {sku} has no campaign or is not preheated"),
+        )
+        .with("sku", sku)
+    }
+
+    /// Redis trouble. Internals stay in the log; the client learns whether anything may
+    /// have been taken. Any Redis-side failure (connection, timeout, an error reply such as
+    /// OOM) is 503; a script reply this build does not understand is a deployment bug, so
+    /// 500.
+    pub(crate) fn redis_trouble(e: &StockError) -> Self {
+        match e {
+            StockError::Protocol { .. } | StockError::InvalidArgument(_) => {
+                tracing::error!(error = %e, trace_id = %access::trace_id(), "stock protocol failure");
+                Self::error(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    ApiStatus::Internal,
+                    "internal error",
+                )
+            }
+            _ if e.is_ambiguous() => {
+                tracing::debug!(error = %e, trace_id = %access::trace_id(), "redis did not answer");
+                Self::unavailable(
+                    "stock service did not answer in time; retry with the same request_id to learn the outcome",
+                )
+            }
+            _ => {
+                tracing::debug!(error = %e, trace_id = %access::trace_id(), "redis unavailable");
+                Self::unavailable("stock service unavailable; nothing was taken")
+            }
+        }
     }
 
     /// Adds a field to the body.
@@ -151,6 +205,6 @@ pub(crate) fn text(status: StatusCode, content_type: &'static str, body: String)
 }
 
 /// `{"status": "ok"}`-style small answers.
-pub(crate) fn status_only(status: StatusCode, kind: &str) -> Reply {
+pub(crate) fn status_only(status: StatusCode, kind: ApiStatus) -> Reply {
     Reply::json(status, kind, Map::new())
 }

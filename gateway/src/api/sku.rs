@@ -4,8 +4,8 @@
 
 use hyper::StatusCode;
 use serde_json::{Map, Value};
+use shard_router::ApiStatus;
 
-use super::claim::{redis_trouble, unknown_sku};
 use super::reply::Reply;
 use crate::app::App;
 
@@ -18,8 +18,8 @@ pub(crate) async fn handle(app: &App, sku: &str) -> Reply {
     };
     let state = match app.cache.get(client, sku).await {
         Ok(Some(s)) => s,
-        Ok(None) => return unknown_sku(sku),
-        Err(e) => return redis_trouble(&e),
+        Ok(None) => return Reply::unknown_sku(sku),
+        Err(e) => return Reply::redis_trouble(&e),
     };
     let meta = &state.meta;
     let now = app.link.now_ms();
@@ -42,5 +42,5 @@ pub(crate) async fn handle(app: &App, sku: &str) -> Reply {
     body.insert("limit".into(), Value::from(meta.limit));
     body.insert("start_ms".into(), Value::from(meta.start_ms));
     body.insert("end_ms".into(), Value::from(meta.end_ms));
-    Reply::json(StatusCode::OK, "ok", body)
+    Reply::json(StatusCode::OK, ApiStatus::Ok, body)
 }

@@ -15,6 +15,8 @@ use hyper::{HeaderMap, Method, Request, StatusCode};
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
+/// Tests classify answers by their `status` field with the gateway's own enum.
+pub use shard_router::ApiStatus;
 use shard_router::{now_ms, RedisTarget, SkuMeta, StockClient, StockConfig};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -186,8 +188,9 @@ pub struct Answer {
 }
 
 impl Answer {
-    pub fn kind(&self) -> &str {
-        self.body["status"].as_str().unwrap_or("")
+    /// The `status` field, when it names a known status.
+    pub fn kind(&self) -> Option<ApiStatus> {
+        self.body["status"].as_str()?.parse().ok()
     }
 }
 

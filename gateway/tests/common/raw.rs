@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use shard_router::ApiStatus;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -21,8 +22,9 @@ pub struct RawAnswer {
 }
 
 impl RawAnswer {
-    pub fn kind(&self) -> &str {
-        self.body["status"].as_str().unwrap_or("")
+    /// The `status` field, when it names a known status.
+    pub fn kind(&self) -> Option<ApiStatus> {
+        self.body["status"].as_str()?.parse().ok()
     }
 }
 

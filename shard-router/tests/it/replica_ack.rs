@@ -56,9 +56,7 @@ async fn claim(
         client,
         meta,
         &req,
-        &LocalEmptyShards::default(),
-        now_ms(),
-        true,
+        protocol::ClaimOptions::new(&LocalEmptyShards::default(), now_ms()),
     )
     .await
 }

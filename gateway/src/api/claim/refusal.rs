@@ -1,0 +1,255 @@
+//! What a claim ends as: a [`Claimed`] or a [`Refusal`]. Each knows its `outcome` metric
+//! label and turns into its answer, so the handler returns early with `?` and the mapping
+//! to README.md "HTTP API" sits in one place.
+
+use std::time::Duration;
+
+use hyper::StatusCode;
+use shard_router::protocol::Confirmation;
+use shard_router::{ApiStatus, Claim, SkuMeta, StockError};
+
+use crate::api::reply::Reply;
+use crate::durability;
+use crate::metrics::outcome;
+
+/// How a claim was made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum How {
+    /// Taken on the user's home shard.
+    Fresh,
+    /// Taken on another shard after the home slice came up short.
+    Rerouted,
+    /// The stored answer of a request id seen before.
+    Replay,
+}
+
+/// A claim to acknowledge.
+#[derive(Debug)]
+pub(super) struct Claimed {
+    claim: Claim,
+    how: How,
+}
+
+impl Claimed {
+    /// The claim, unless replica durability is on and did not confirm it. Taken and
+    /// recorded on the primary, an unconfirmed claim could be lost by a failover now, so it
+    /// is not acknowledged (see `durability.rs`).
+    pub(super) fn confirmed(
+        claim: Claim,
+        how: How,
+        confirmation: Confirmation,
+    ) -> Result<Self, Refusal> {
+        if durability::acknowledgeable(confirmation) {
+            Ok(Self { claim, how })
+        } else {
+            Err(Refusal::Unconfirmed {
+                claim_id: claim.claim_id,
+            })
+        }
+    }
+
+    /// The value of the `outcome` label.
+    pub(super) fn label(&self) -> &'static str {
+        match self.how {
+            How::Fresh => outcome::CLAIMED,
+            How::Rerouted => outcome::REROUTED,
+            How::Replay => outcome::REPLAY,
+        }
+    }
+}
+
+impl From<Claimed> for Reply {
+    /// 201 for a new claim, 200 for its replay, the same body for both. Rendered straight
+    /// from a struct: this is the answer of the claim path.
+    fn from(c: Claimed) -> Self {
+        #[derive(serde::Serialize)]
+        struct Body<'a> {
+            status: ApiStatus,
+            claim_id: &'a str,
+            sku: u64,
+            shard: u16,
+            qty: u32,
+        }
+        let status = match c.how {
+            How::Fresh | How::Rerouted => StatusCode::CREATED,
+            How::Replay => StatusCode::OK,
+        };
+        Reply::rendered(
+            status,
+            &Body {
+                status: ApiStatus::Claimed,
+                claim_id: &c.claim.claim_id,
+                sku: c.claim.sku,
+                shard: c.claim.shard,
+                qty: c.claim.qty,
+            },
+        )
+    }
+}
+
+/// Which side of the sale window a request fell on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Window {
+    NotStarted,
+    Ended,
+}
+
+/// Why a claim took nothing (or, for [`Refusal::Unconfirmed`] and an ambiguous
+/// [`Refusal::Redis`], is not acknowledged).
+#[derive(Debug)]
+pub(super) enum Refusal {
+    /// The request as read: content type, size, identity, JSON. Its answer is built there.
+    Input(Reply),
+    /// No in-flight slot free.
+    Overloaded,
+    /// No Redis connection yet.
+    NotConnected,
+    /// This gateway's clock is off Redis's by more than `max_ms`.
+    ClockSkew {
+        max_ms: u64,
+    },
+    UnknownSku(u64),
+    /// `qty` over the SKU's per-user limit.
+    OverLimit {
+        qty: u32,
+        sku: u64,
+        limit: u32,
+    },
+    /// Outside the window; `at_ms` is the edge passed (start or end).
+    Window {
+        window: Window,
+        sku: u64,
+        at_ms: i64,
+    },
+    /// `from_cache`: answered from this gateway's sold-out cache, no Redis call.
+    SoldOut {
+        sku: u64,
+        from_cache: bool,
+    },
+    /// The user's rate; back after the wait.
+    RateLimited(Duration),
+    /// The user already holds `held`.
+    LimitReached {
+        held: u32,
+        sku: u64,
+        limit: u32,
+    },
+    /// Another request with this request id holds the user's count right now.
+    InProgress,
+    /// Replica mode: taken, but no replica confirmed it yet.
+    Unconfirmed {
+        claim_id: String,
+    },
+    /// The claim protocol refused the request's arguments.
+    BadArgument(String),
+    Redis(StockError),
+}
+
+impl Refusal {
+    /// Outside `meta`'s window, on the `window` side.
+    pub(super) fn window(window: Window, meta: &SkuMeta) -> Self {
+        let at_ms = match window {
+            Window::NotStarted => meta.start_ms,
+            Window::Ended => meta.end_ms,
+        };
+        Self::Window {
+            window,
+            sku: meta.sku,
+            at_ms,
+        }
+    }
+
+    /// The value of the `outcome` label.
+    pub(super) fn label(&self) -> &'static str {
+        match self {
+            Self::Input(_)
+            | Self::Overloaded
+            | Self::UnknownSku(_)
+            | Self::OverLimit { .. }
+            | Self::Window { .. }
+            | Self::RateLimited(_)
+            | Self::BadArgument(_) => outcome::REJECTED,
+            Self::NotConnected
+            | Self::ClockSkew { .. }
+            | Self::Unconfirmed { .. }
+            | Self::Redis(_) => outcome::UNAVAILABLE,
+            Self::SoldOut {
+                from_cache: true, ..
+            } => outcome::SOLD_OUT_CACHE,
+            Self::SoldOut {
+                from_cache: false, ..
+            } => outcome::SOLD_OUT_REDIS,
+            Self::LimitReached { .. } => outcome::LIMIT_REACHED,
+            Self::InProgress => outcome::IN_PROGRESS,
+        }
+    }
+}
+
+impl From<Refusal> for Reply {
+    fn from(r: Refusal) -> Self {
+        match r {
+            Refusal::Input(reply) => reply,
+            Refusal::Overloaded => Reply::overloaded(),
+            Refusal::NotConnected => {
+                Reply::unavailable("not connected to redis yet; nothing was taken")
+            }
+            Refusal::ClockSkew { max_ms } => Reply::unavailable(format!(
+                "this gateway's clock is off redis's by more than {max_ms} ms; nothing was taken"
+            )),
+            Refusal::UnknownSku(sku) => Reply::unknown_sku(sku),
+            Refusal::OverLimit { qty, sku, limit } => Reply::bad_request(format!(
+                "field `qty` is {qty}, the limit of sku {sku} is {limit}"
+            ))
+            .with("limit", limit),
+            Refusal::Window { window, sku, at_ms } => {
+                let (kind, msg) = match window {
+                    Window::NotStarted => (
+                        ApiStatus::NotStarted,
+                        format!("the sale of sku {sku} starts at {at_ms} ms"),
+                    ),
+                    Window::Ended => (
+                        ApiStatus::Ended,
+                        format!("the sale of sku {sku} ended at {at_ms} ms"),
+                    ),
+                };
+                Reply::error(StatusCode::FORBIDDEN, kind, msg).with("sku", sku)
+            }
+            Refusal::SoldOut { sku, .. } => Reply::error(
+                StatusCode::GONE,
+                ApiStatus::SoldOut,
+                format!("sku {sku} is sold out"),
+            )
+            .with("sku", sku),
+            Refusal::RateLimited(wait) => {
+                Reply::rate_limited("too many claims from this user; retry later", wait)
+            }
+            Refusal::LimitReached { held, sku, limit } => Reply::error(
+                StatusCode::CONFLICT,
+                ApiStatus::LimitReached,
+                format!("user already holds {held} of sku {sku}, the limit is {limit}"),
+            )
+            .with("held", held)
+            .with("limit", limit),
+            // 409 (a conflict with a concurrent request) with Retry-After: retrying the
+            // same request id returns that request's answer, stored for replay.
+            Refusal::InProgress => Reply::error(
+                StatusCode::CONFLICT,
+                ApiStatus::InProgress,
+                "a request with this request_id is being served; retry with the same request_id",
+            )
+            .retry_after(1),
+            // A retry with the same request_id replays the claim once it is safe, or claims
+            // afresh if it was lost.
+            Refusal::Unconfirmed { claim_id } => Reply::unavailable(
+                "the claim is taken but no replica confirmed it yet; retry with the same request_id to learn the outcome",
+            )
+            .with("claim_id", claim_id)
+            .with("unconfirmed", true),
+            Refusal::BadArgument(m) => Reply::bad_request(m),
+            Refusal::Redis(e) => Reply::redis_trouble(&e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,257 @@
+//! Every claim end pinned to its metric label, HTTP status, `status` name and body fields
+//! as README.md "HTTP API" documents them.
+
+use futures::FutureExt;
+use http_body_util::BodyExt;
+use hyper::header::RETRY_AFTER;
+use serde_json::{json, Value};
+
+use super::*;
+
+/// An answer as the client sees it: HTTP status, `Retry-After`, JSON body.
+fn seen(reply: Reply) -> (u16, Option<u64>, Value) {
+    let resp = reply.into_response();
+    let status = resp.status().as_u16();
+    let retry = resp
+        .headers()
+        .get(RETRY_AFTER)
+        .map(|v| v.to_str().unwrap().parse().unwrap());
+    let body = resp
+        .into_body()
+        .collect()
+        .now_or_never()
+        .expect("a full body is ready")
+        .unwrap()
+        .to_bytes();
+    (status, retry, serde_json::from_slice(&body).unwrap())
+}
+
+fn refused(r: Refusal) -> (&'static str, u16, Option<u64>, Value) {
+    let label = r.label();
+    let (status, retry, body) = seen(Reply::from(r));
+    (label, status, retry, body)
+}
+
+fn meta() -> SkuMeta {
+    SkuMeta {
+        sku: 7,
+        stock: 10,
+        width: 2,
+        limit: 2,
+        start_ms: 1_000,
+        end_ms: 2_000,
+    }
+}
+
+/// A refusal and what it must give: metric label, HTTP status, `Retry-After`, `status`
+/// name and fields of the body.
+type Case = (Refusal, &'static str, u16, Option<u64>, ApiStatus, Value);
+
+#[test]
+fn refusals_keep_their_label_status_and_body() {
+    let cases: Vec<Case> = vec![
+        (
+            Refusal::Overloaded,
+            "rejected",
+            503,
+            Some(1),
+            ApiStatus::Overloaded,
+            json!({}),
+        ),
+        (
+            Refusal::NotConnected,
+            "unavailable",
+            503,
+            Some(1),
+            ApiStatus::Unavailable,
+            json!({}),
+        ),
+        (
+            Refusal::ClockSkew { max_ms: 250 },
+            "unavailable",
+            503,
+            Some(1),
+            ApiStatus::Unavailable,
+            json!({}),
+        ),
+        (
+            Refusal::UnknownSku(7),
+            "rejected",
+            404,
+            None,
+            ApiStatus::UnknownSku,
+            json!({"sku": 7}),
+        ),
+        (
+            Refusal::OverLimit {
+                qty: 3,
+                sku: 7,
+                limit: 2,
+            },
+            "rejected",
+            400,
+            None,
+            ApiStatus::BadRequest,
+            json!({"limit": 2}),
+        ),
+        (
+            Refusal::window(Window::NotStarted, &meta()),
+            "rejected",
+            403,
+            None,
+            ApiStatus::NotStarted,
+            json!({"sku": 7, "error": "the sale of sku 7 starts at 1000 ms"}),
+        ),
+        (
+            Refusal::window(Window::Ended, &meta()),
+            "rejected",
+            403,
+            None,
+            ApiStatus::Ended,
+            json!({"sku": 7, "error": "the sale of sku 7 ended at 2000 ms"}),
+        ),
+        (
+            Refusal::SoldOut {
+                sku: 7,
+                from_cache: true,
+            },
+            "sold_out_cache",
+            410,
+            None,
+            ApiStatus::SoldOut,
+            json!({"sku": 7}),
+        ),
+        (
+            Refusal::SoldOut {
+                sku: 7,
+                from_cache: false,
+            },
+            "sold_out_redis",
+            410,
+            None,
+            ApiStatus::SoldOut,
+            json!({"sku": 7}),
+        ),
+        (
+            Refusal::RateLimited(Duration::from_millis(1_200)),
+            "rejected",
+            429,
+            Some(2),
+            ApiStatus::RateLimited,
+            json!({}),
+        ),
+        (
+            Refusal::LimitReached {
+                held: 2,
+                sku: 7,
+                limit: 2,
+            },
+            "limit_reached",
+            409,
+            None,
+            ApiStatus::LimitReached,
+            json!({"held": 2, "limit": 2}),
+        ),
+        (
+            Refusal::InProgress,
+            "in_progress",
+            409,
+            Some(1),
+            ApiStatus::InProgress,
+            json!({}),
+        ),
+        (
+            Refusal::Unconfirmed {
+                claim_id: "c1".into(),
+            },
+            "unavailable",
+            503,
+            Some(1),
+            ApiStatus::Unavailable,
+            json!({"claim_id": "c1", "unconfirmed": true}),
+        ),
+        (
+            Refusal::BadArgument("qty must be at least 1".into()),
+            "rejected",
+            400,
+            None,
+            ApiStatus::BadRequest,
+            json!({"error": "qty must be at least 1"}),
+        ),
+        (
+            Refusal::Redis(StockError::Timeout {
+                op: "claim",
+                after: Duration::from_secs(1),
+            }),
+            "unavailable",
+            503,
+            Some(1),
+            ApiStatus::Unavailable,
+            json!({}),
+        ),
+        (
+            Refusal::Redis(StockError::Protocol {
+                op: "claim",
+                detail: "?".into(),
+            }),
+            "unavailable",
+            500,
+            None,
+            ApiStatus::Internal,
+            json!({"error": "internal error"}),
+        ),
+    ];
+    for (refusal, label, status, retry, kind, fields) in cases {
+        let what = format!("{refusal:?}");
+        let (got_label, got_status, got_retry, body) = refused(refusal);
+        assert_eq!(
+            (got_label, got_status, got_retry, body["status"].as_str()),
+            (label, status, retry, Some(kind.as_str())),
+            "{what}: {body}"
+        );
+        assert!(body["error"].is_string(), "{what}: {body}");
+        for (k, v) in fields.as_object().unwrap() {
+            assert_eq!(&body[k], v, "{what}: {body}");
+        }
+    }
+}
+
+#[test]
+fn claims_are_201_or_200_for_a_replay_with_one_body() {
+    let claim = Claim {
+        claim_id: "c1".into(),
+        sku: 7,
+        shard: 1,
+        qty: 2,
+    };
+    let body = json!({"status": "claimed", "claim_id": "c1", "sku": 7, "shard": 1, "qty": 2});
+    for (how, label, status) in [
+        (How::Fresh, "claimed", 201),
+        (How::Rerouted, "rerouted", 201),
+        (How::Replay, "replay", 200),
+    ] {
+        let c = Claimed::confirmed(claim.clone(), how, Confirmation::Confirmed).unwrap();
+        assert_eq!(c.label(), label);
+        assert_eq!(
+            seen(Reply::from(c)),
+            (status, None, body.clone()),
+            "{how:?}"
+        );
+    }
+}
+
+#[test]
+fn an_unconfirmed_claim_is_refused_not_acknowledged() {
+    let claim = Claim {
+        claim_id: "c1".into(),
+        sku: 7,
+        shard: 1,
+        qty: 1,
+    };
+    assert!(Claimed::confirmed(claim.clone(), How::Fresh, Confirmation::NotAsked).is_ok());
+    let refused = Claimed::confirmed(claim, How::Replay, Confirmation::Unconfirmed);
+    assert!(
+        matches!(&refused, Err(Refusal::Unconfirmed { claim_id }) if claim_id == "c1"),
+        "{refused:?}"
+    );
+}
