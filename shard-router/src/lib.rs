@@ -40,6 +40,8 @@ mod reply;
 mod scripts;
 pub mod status;
 pub mod stream;
+#[cfg(feature = "test-util")]
+pub mod test_util;
 
 pub use client::{StockClient, StockConfig};
 pub use conn::{RedisConn, RedisTarget, Timeouts};

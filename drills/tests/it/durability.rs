@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use drills::load::{self, Durability};
 use drills::verdict;
 use shard_router::protocol::{self, Confirmation, LocalEmptyShards};
+use shard_router::test_util::open_meta;
 use shard_router::{
     now_ms, ClaimOutcome, ClaimRequest, HomeOutcome, RedisTarget, Settlement, SkuMeta, StockClient,
     StockConfig, StockError, TakeOutcome,
@@ -15,18 +16,6 @@ use shard_router::{
 use test_support::{RedisCluster, RedisServer};
 
 const ACK: Duration = Duration::from_millis(100);
-
-fn open_meta(sku: u64, stock: u64, width: u16, limit: u32) -> SkuMeta {
-    let now = now_ms();
-    SkuMeta {
-        sku,
-        stock,
-        width,
-        limit,
-        start_ms: now - 60_000,
-        end_ms: now + 3_600_000,
-    }
-}
 
 async fn connect(target: RedisTarget, ack: Option<Duration>) -> StockClient {
     let mut cfg = StockConfig::new(target, 16);

@@ -5,22 +5,9 @@ use std::time::{Duration, Instant};
 
 use drills::load::{self, Durability};
 use drills::{signal, verdict};
-use shard_router::{
-    now_ms, ClaimOutcome, ClaimRequest, RedisTarget, SkuMeta, StockClient, StockConfig,
-};
+use shard_router::test_util::open_meta;
+use shard_router::{now_ms, ClaimOutcome, ClaimRequest, RedisTarget, StockClient, StockConfig};
 use test_support::{RedisCluster, RedisServer};
-
-fn open_meta(sku: u64, stock: u64, width: u16, limit: u32) -> SkuMeta {
-    let now = now_ms();
-    SkuMeta {
-        sku,
-        stock,
-        width,
-        limit,
-        start_ms: now - 60_000,
-        end_ms: now + 3_600_000,
-    }
-}
 
 async fn connect(target: RedisTarget) -> StockClient {
     StockClient::connect(StockConfig::new(target, 16))

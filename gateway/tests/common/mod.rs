@@ -15,9 +15,10 @@ use hyper::{HeaderMap, Method, Request, StatusCode};
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
+use shard_router::test_util;
 /// Tests classify answers by their `status` field with the gateway's own enum.
 pub use shard_router::ApiStatus;
-use shard_router::{now_ms, RedisTarget, SkuMeta, StockClient, StockConfig};
+use shard_router::{RedisTarget, SkuMeta, StockClient};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -257,43 +258,17 @@ pub async fn post_json(addr: SocketAddr, path: &str, body: &str) -> Answer {
 
 /// A stock client on the same Redis, for preheating and checking the books.
 pub async fn stock_client(redis: &str, cluster: bool) -> StockClient {
-    let target = RedisTarget::parse(redis, cluster).unwrap();
-    let client = StockClient::connect(StockConfig::new(target, 16))
-        .await
-        .unwrap();
-    client.load_scripts().await.unwrap();
-    client
+    test_util::stock_client(RedisTarget::parse(redis, cluster).unwrap(), 16).await
 }
 
 /// Preheats a SKU whose sale is open now.
-pub async fn preheat(
-    client: &StockClient,
-    sku: u64,
-    stock: u64,
-    width: u16,
-    limit: u32,
-) -> SkuMeta {
-    let meta = SkuMeta {
-        sku,
-        stock,
-        width,
-        limit,
-        start_ms: now_ms() - 60_000,
-        end_ms: now_ms() + 3_600_000,
-    };
-    client.preheat(&meta).await.unwrap();
-    meta
+pub async fn preheat(c: &StockClient, sku: u64, stock: u64, width: u16, limit: u32) -> SkuMeta {
+    test_util::preheat_open(c, sku, stock, width, limit).await
 }
 
 /// Sum of a SKU's slices as Redis has them.
 pub async fn slices_left(client: &StockClient, meta: &SkuMeta) -> i64 {
-    client
-        .slices(meta.sku, meta.width)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|(_, v)| v.unwrap())
-        .sum()
+    test_util::slices_total(client, meta).await
 }
 
 /// The value of one series (`name{labels}` exactly as rendered), or 0.

@@ -7,21 +7,11 @@
 use std::time::Duration;
 
 use shard_router::protocol::{self, Confirmation, LocalEmptyShards};
+use shard_router::test_util::open_meta;
 use shard_router::{
     now_ms, ClaimOutcome, ClaimRequest, RedisTarget, SkuMeta, StockClient, StockConfig, StockError,
 };
 use test_support::RedisServer;
-
-fn meta(sku: u64, stock: u64, width: u16) -> SkuMeta {
-    SkuMeta {
-        sku,
-        stock,
-        width,
-        limit: 1,
-        start_ms: now_ms() - 60_000,
-        end_ms: now_ms() + 3_600_000,
-    }
-}
 
 async fn client(master: &RedisServer, ack: Option<Duration>) -> StockClient {
     let mut cfg = StockConfig::new(RedisTarget::Single(master.url()), 16);
@@ -68,7 +58,7 @@ async fn a_wait_after_a_reconnect_confirms_nothing() {
     let master = RedisServer::start();
     let replica = RedisServer::start_replica_of(&master);
     let c = client(&master, None).await;
-    let m = meta(1, 100, 1);
+    let m = open_meta(1, 100, 1, 1);
     c.preheat(&m).await.expect("preheat");
     let shard = c.placement().shards_of(m.sku, m.width)[0];
     assert_eq!(
@@ -107,7 +97,7 @@ async fn a_claim_is_confirmed_only_by_its_own_wait() {
     let master = RedisServer::start();
     let replica = RedisServer::start_replica_of(&master);
     let c = client(&master, Some(Duration::from_millis(100))).await;
-    let m = meta(2, 1000, 1);
+    let m = open_meta(2, 1000, 1, 1);
     c.preheat(&m).await.expect("preheat");
     let (o, conf) = claim(&c, &m, "live").await.expect("claim");
     assert!(matches!(o, ClaimOutcome::Claimed { .. }), "{o:?}");
@@ -145,7 +135,7 @@ async fn an_unconfirmed_hold_takes_nothing() {
     let master = RedisServer::start();
     let replica = RedisServer::start_replica_of(&master);
     let c = client(&master, Some(Duration::from_millis(100))).await;
-    let m = meta(3, 4, 2);
+    let m = open_meta(3, 4, 2, 1);
     c.preheat(&m).await.expect("preheat");
     let shards = c.placement().shards_of(m.sku, m.width);
     // Drain the home shard of `victim` with other users of that home shard.

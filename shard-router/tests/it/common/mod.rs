@@ -1,10 +1,8 @@
 //! Shared set-up for the stock-core tests: the same scenario runs on a private single
 //! Redis and on a private 3-master Redis Cluster.
 
-use shard_router::protocol::{self, LocalEmptyShards};
-use shard_router::{
-    keys, now_ms, ClaimOutcome, ClaimRequest, RedisTarget, SkuMeta, StockClient, StockConfig,
-};
+pub(crate) use shard_router::test_util::{claim_once, open_meta, req, slices_total};
+use shard_router::{keys, RedisTarget, SkuMeta, StockClient, StockConfig};
 use test_support::{RedisCluster, RedisServer};
 
 pub(crate) const SHARDS: u16 = 16;
@@ -52,50 +50,6 @@ impl Env {
             .map(|c| redis::cmd("DBSIZE").query::<i64>(c).expect("DBSIZE"))
             .sum()
     }
-}
-
-/// A campaign that is open now.
-pub(crate) fn open_meta(sku: u64, stock: u64, width: u16, limit: u32) -> SkuMeta {
-    let now = now_ms();
-    SkuMeta {
-        sku,
-        stock,
-        width,
-        limit,
-        start_ms: now - 60_000,
-        end_ms: now + 3_600_000,
-    }
-}
-
-pub(crate) fn req(sku: u64, user: &str, rid: Option<&str>) -> ClaimRequest {
-    ClaimRequest {
-        sku,
-        user: user.to_owned(),
-        qty: 1,
-        request_id: rid.map(str::to_owned),
-    }
-}
-
-/// Runs one claim with a fresh (empty) view of empty shards.
-pub(crate) async fn claim_once(
-    client: &StockClient,
-    meta: &SkuMeta,
-    r: &ClaimRequest,
-) -> ClaimOutcome {
-    protocol::claim(client, meta, r, &LocalEmptyShards::default(), now_ms())
-        .await
-        .expect("claim")
-}
-
-/// Sum of every slice of a SKU; panics when one is missing.
-pub(crate) async fn slices_total(client: &StockClient, meta: &SkuMeta) -> i64 {
-    client
-        .slices(meta.sku, meta.width)
-        .await
-        .expect("slices")
-        .into_iter()
-        .map(|(s, v)| v.unwrap_or_else(|| panic!("slice of shard {s} missing")))
-        .sum()
 }
 
 /// Every record in the SKU's shard streams, decoded.
