@@ -48,7 +48,7 @@ pub struct Common {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the consumer service (streams → ledger, recovery, release, reconciliation).
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Apply the migrations and exit.
     Migrate,
     /// Create or update a campaign in MySQL.
@@ -325,7 +325,7 @@ mod tests {
         let mut all = vec!["consumer", "run"];
         all.extend_from_slice(args);
         match Cli::try_parse_from(all).unwrap().command {
-            Command::Run(a) => a,
+            Command::Run(a) => *a,
             _ => unreachable!(),
         }
     }
