@@ -8,6 +8,7 @@ use clap::Args;
 
 use crate::client::StockConfig;
 use crate::conn::RedisTarget;
+use crate::error::StockError;
 use crate::placement::{DEFAULT_SHARDS, MAX_SHARDS};
 
 /// `--redis` when neither the flag nor `FLASHGATE_REDIS` is given.
@@ -64,8 +65,13 @@ impl RedisArgs {
     /// nodes with `--redis-cluster`.
     pub fn target(&self) -> Result<RedisTarget, SettingError> {
         let spec = self.redis.as_deref().unwrap_or(DEFAULT_REDIS);
-        RedisTarget::parse(spec, self.redis_cluster)
-            .map_err(|e| SettingError::new("--redis", e.to_string()))
+        RedisTarget::parse(spec, self.redis_cluster).map_err(|e| {
+            let reason = match e {
+                StockError::InvalidArgument(why) => why,
+                other => other.to_string(),
+            };
+            SettingError::new("--redis", reason)
+        })
     }
 
     /// `--shards` once it is within 1..=[`MAX_SHARDS`].
