@@ -406,11 +406,13 @@ for crate in ("gateway", "consumer", "bench"):
         for f in files:
             if f.endswith(".rs"):
                 sources += open(os.path.join(dirpath, f)).read()
+# --redis, --redis-cluster and --shards are defined once for all three binaries.
+sources += open(os.path.join(root, "shard-router", "src", "args.rs")).read()
 for name, svc in services.items():
     env = svc.get("environment") or {}
     for key in (env if isinstance(env, dict) else [e.split("=")[0] for e in env]):
         if key.startswith("FLASHGATE_"):
-            need(f'"{key}"' in sources, f"{name}: {key} is not a setting of gateway/, consumer/ or bench/")
+            need(f'"{key}"' in sources, f"{name}: {key} is not a setting of gateway/, consumer/, bench/ or shard-router/src/args.rs")
 
 # Safe defaults: persistent Redis nodes that refuse writes rather than evict stock, no
 # Prometheus lifecycle API, no Grafana admin password in the compose file.

@@ -29,7 +29,7 @@ pub struct CoreOpts {
     #[arg(long, default_value_t = 8)]
     pub width: u16,
     /// Stock shard count S.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = shard_router::placement::DEFAULT_SHARDS)]
     pub shards: u16,
     /// Repetitions per target; the report shows medians.
     #[arg(long, default_value_t = 3)]

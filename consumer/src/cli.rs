@@ -1,16 +1,13 @@
 //! Command-line interface of the consumer binary: `run` (the service) and the campaign
 //! admin subcommands, which work against MySQL and Redis directly.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use shard_router::RedisTarget;
+use shard_router::RedisArgs;
 
 use crate::campaign::Campaign;
 use crate::config::{self, Config};
-use crate::replica::ReplicaWait;
 use crate::times;
 
 #[derive(Debug, Parser)]
@@ -28,24 +25,15 @@ pub struct Cli {
 /// Settings every subcommand needs.
 #[derive(Debug, Args)]
 pub struct Common {
-    /// Redis address, or comma-separated seed nodes with --redis-cluster.
-    #[arg(
-        long,
-        env = "FLASHGATE_REDIS",
-        default_value = "redis://127.0.0.1:6379",
-        global = true
-    )]
-    pub redis: String,
-    #[arg(long, env = "FLASHGATE_REDIS_CLUSTER", global = true)]
-    pub redis_cluster: bool,
-    /// Stock shard count S; must match the gateways.
-    #[arg(long, env = "FLASHGATE_SHARDS", default_value_t = shard_router::placement::DEFAULT_SHARDS, global = true)]
-    pub shards: u16,
+    /// `--redis`, `--redis-cluster`, `--shards` (shared by every process:
+    /// shard-router/src/args.rs).
+    #[command(flatten)]
+    pub redis: RedisArgs,
     /// mysql://user:pass@host:port/db
     #[arg(
         long,
         env = "FLASHGATE_MYSQL_URL",
-        default_value = "mysql://root@127.0.0.1:3306/flashgate",
+        default_value = config::DEFAULT_MYSQL_URL,
         global = true
     )]
     pub mysql: String,
@@ -60,7 +48,7 @@ pub struct Common {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the consumer service (streams → ledger, recovery, release, reconciliation).
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Apply the migrations and exit.
     Migrate,
     /// Create or update a campaign in MySQL.
@@ -92,11 +80,11 @@ pub enum Command {
     },
 }
 
+/// `consumer run`: the service's settings (config.rs) and where its admin token is.
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// Admin listener (/metrics, /healthz, admin API).
-    #[arg(long, env = "FLASHGATE_ADMIN_ADDR", default_value = "127.0.0.1:9091")]
-    pub admin_addr: SocketAddr,
+    #[command(flatten)]
+    pub config: Config,
     /// File holding the bearer token of the admin API (at least 16 bytes; a trailing
     /// newline is ignored). The token may instead come from the environment variable
     /// FLASHGATE_ADMIN_TOKEN; never from a flag, since argv is visible in `ps`. Neither
@@ -106,44 +94,6 @@ pub struct RunArgs {
     /// Refused with a clear error: a token on the command line is visible in `ps`.
     #[arg(long = "admin-token", hide = true)]
     pub admin_token_argv: Option<String>,
-    /// Unique consumer name; defaults to <host>-<pid>-<start ms>.
-    #[arg(long, env = "FLASHGATE_CONSUMER_NAME")]
-    pub consumer_name: Option<String>,
-    #[arg(long, env = "FLASHGATE_BATCH_MAX_ROWS", default_value_t = config::DEFAULT_BATCH_MAX_ROWS)]
-    pub batch_max_rows: usize,
-    #[arg(long, env = "FLASHGATE_BATCH_MAX_WAIT_MS", default_value_t = config::DEFAULT_BATCH_MAX_WAIT.as_millis() as u64)]
-    pub batch_max_wait_ms: u64,
-    #[arg(long, env = "FLASHGATE_CLAIM_IDLE_MS", default_value_t = config::DEFAULT_CLAIM_IDLE.as_millis() as u64)]
-    pub claim_idle_ms: u64,
-    #[arg(long, env = "FLASHGATE_RECOVERY_INTERVAL_MS", default_value_t = config::DEFAULT_RECOVERY_INTERVAL.as_millis() as u64)]
-    pub recovery_interval_ms: u64,
-    #[arg(long, env = "FLASHGATE_MAX_DELIVERIES", default_value_t = config::DEFAULT_MAX_DELIVERIES)]
-    pub max_deliveries: u64,
-    #[arg(long, env = "FLASHGATE_RELEASE_INTERVAL_MS", default_value_t = config::DEFAULT_RELEASE_INTERVAL.as_millis() as u64)]
-    pub release_interval_ms: u64,
-    #[arg(long, env = "FLASHGATE_RECONCILE_INTERVAL_MS", default_value_t = config::DEFAULT_RECONCILE_INTERVAL.as_millis() as u64)]
-    pub reconcile_interval_ms: u64,
-    /// Reconciliation runs kept per SKU in reconcile_runs (older ones are deleted).
-    #[arg(long, env = "FLASHGATE_RECONCILE_KEEP_RUNS", default_value_t = crate::reconcile::DEFAULT_KEEP_RUNS)]
-    pub reconcile_keep_runs: u32,
-    /// Close campaigns by themselves once their window and payment timeout are over.
-    #[arg(long, env = "FLASHGATE_AUTO_CLOSE", default_value_t = true, action = clap::ArgAction::Set)]
-    pub auto_close: bool,
-    /// When read entries wait for a replica before they go to the ledger: `auto` wherever
-    /// the shard's master has (or had since start) a replica, `always`, or `off`.
-    #[arg(long, env = "FLASHGATE_REPLICA_WAIT", value_enum, default_value_t = ReplicaWaitArg::Auto)]
-    pub replica_wait: ReplicaWaitArg,
-    /// Bound of one WAIT for a replica; unconfirmed reads retry with backoff.
-    #[arg(long, env = "FLASHGATE_REPLICA_WAIT_MS", default_value_t = crate::replica::DEFAULT_REPLICA_WAIT.as_millis() as u64)]
-    pub replica_wait_ms: u64,
-}
-
-/// `--replica-wait` values.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum ReplicaWaitArg {
-    Auto,
-    Always,
-    Off,
 }
 
 /// `consumer campaign`: every flag but --sku and --stock has a default.
@@ -221,13 +171,28 @@ pub struct WaveArgs {
     pub at: String,
 }
 
-impl Common {
-    /// The service configuration these settings describe (run flags applied by the caller).
+impl Cli {
+    /// The configuration of this invocation: the global settings over `run`'s (the
+    /// defaults for the admin subcommands), with the admin token read; the error names
+    /// the setting.
     pub fn config(&self) -> Result<Config, String> {
-        let redis = RedisTarget::parse(&self.redis, self.redis_cluster)
-            .map_err(|e| format!("--redis: {e}"))?;
-        let mut cfg = Config::new(redis, self.shards, self.mysql.clone());
-        cfg.group = self.group.clone();
+        let redis = self.common.redis.target().map_err(|e| e.to_string())?;
+        let shards = self
+            .common
+            .redis
+            .valid_shards()
+            .map_err(|e| e.to_string())?;
+        let mut cfg = match &self.command {
+            Command::Run(run) => Config {
+                admin_token: run.admin_token(std::env::var(ENV_ADMIN_TOKEN).ok())?,
+                ..run.config.clone().named()
+            },
+            _ => Config::defaults(),
+        };
+        cfg.redis = redis;
+        cfg.shards = shards;
+        cfg.mysql_url = self.common.mysql.clone();
+        cfg.group = self.common.group.clone();
         Ok(cfg)
     }
 }
@@ -262,42 +227,105 @@ impl RunArgs {
             (None, t) => Ok(t),
         }
     }
-
-    /// Applies the run flags; the admin token comes from [`Self::admin_token`].
-    pub fn apply(&self, cfg: &mut Config) -> Result<(), String> {
-        cfg.admin_addr = Some(self.admin_addr);
-        cfg.admin_token = self.admin_token(std::env::var(ENV_ADMIN_TOKEN).ok())?;
-        if let Some(n) = &self.consumer_name {
-            cfg.consumer_name = n.clone();
-        }
-        cfg.batch_max_rows = self.batch_max_rows;
-        cfg.batch_max_wait = Duration::from_millis(self.batch_max_wait_ms);
-        cfg.claim_idle = Duration::from_millis(self.claim_idle_ms);
-        cfg.recovery_interval = Duration::from_millis(self.recovery_interval_ms);
-        cfg.max_deliveries = self.max_deliveries;
-        cfg.release_interval = Duration::from_millis(self.release_interval_ms);
-        cfg.reconcile_interval = Duration::from_millis(self.reconcile_interval_ms);
-        cfg.reconcile_keep_runs = self.reconcile_keep_runs;
-        cfg.auto_close = self.auto_close;
-        let wait = Duration::from_millis(self.replica_wait_ms.max(1));
-        cfg.replica_wait = match self.replica_wait {
-            ReplicaWaitArg::Auto => ReplicaWait::Auto(wait),
-            ReplicaWaitArg::Always => ReplicaWait::Always(wait),
-            ReplicaWaitArg::Off => ReplicaWait::Off,
-        };
-        Ok(())
-    }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
+    use shard_router::RedisTarget;
+
     use super::*;
+    use crate::replica::ReplicaWait;
+
+    fn cli(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("consumer").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn run_flags_and_global_flags_land_in_one_config() {
+        let c = cli(&[
+            "--shards",
+            "4",
+            "run",
+            "--redis",
+            "a:1,b:2",
+            "--redis-cluster",
+            "--batch-max-wait-ms",
+            "7",
+            "--replica-wait",
+            "always",
+            "--replica-wait-ms",
+            "0",
+            "--auto-close",
+            "false",
+            "--consumer-name",
+            "c1",
+        ])
+        .unwrap()
+        .config()
+        .unwrap();
+        let seeds = vec!["redis://a:1".to_owned(), "redis://b:2".to_owned()];
+        assert_eq!((c.redis, c.shards), (RedisTarget::Cluster(seeds), 4));
+        assert_eq!(c.batch_max_wait, Duration::from_millis(7));
+        // A zero bound would make WAIT block forever: it is raised to 1 ms.
+        assert_eq!(
+            c.replica_wait,
+            ReplicaWait::Always(Duration::from_millis(1))
+        );
+        assert_eq!((c.auto_close, c.consumer_name.as_str()), (false, "c1"));
+        let off = cli(&["run", "--replica-wait", "off"])
+            .unwrap()
+            .config()
+            .unwrap();
+        assert_eq!(off.replica_wait, ReplicaWait::Off);
+    }
+
+    /// `consumer run` with no flags and [`Config::new`] come from the same definitions.
+    #[test]
+    fn run_without_flags_is_the_library_default() {
+        let named = |mut c: Config| {
+            c.consumer_name = "n".into();
+            c.mysql_url = "m".into();
+            format!("{c:?}")
+        };
+        let run = cli(&["run", "--redis", "redis://x"])
+            .unwrap()
+            .config()
+            .unwrap();
+        let lib = Config::new(RedisTarget::Single("redis://x".into()), 16, "m");
+        assert_eq!(named(run), named(lib));
+        let status = cli(&["status", "1"]).unwrap().config().unwrap();
+        assert_eq!(status.batch_max_rows, config::DEFAULT_BATCH_MAX_ROWS);
+    }
+
+    #[test]
+    fn bad_settings_are_one_line_naming_the_flag() {
+        for (args, flag) in [
+            (&["--redis", "a:1,b:2", "status", "1"][..], "--redis"),
+            (&["--shards", "0", "status", "1"][..], "--shards"),
+        ] {
+            let e = cli(args).unwrap().config().unwrap_err();
+            assert!(
+                e.starts_with(&format!("invalid {flag}:")) && !e.contains('\n'),
+                "{e}"
+            );
+        }
+        let e = cli(&["run", "--claim-idle-ms", "soon"])
+            .unwrap_err()
+            .to_string();
+        let first = e.lines().next().unwrap();
+        assert!(
+            first.contains("--claim-idle-ms") && first.contains("soon"),
+            "{e}"
+        );
+    }
 
     fn run_args(args: &[&str]) -> RunArgs {
         let mut all = vec!["consumer", "run"];
         all.extend_from_slice(args);
         match Cli::try_parse_from(all).unwrap().command {
-            Command::Run(a) => a,
+            Command::Run(a) => *a,
             _ => unreachable!(),
         }
     }

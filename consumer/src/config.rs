@@ -1,14 +1,21 @@
-//! Configuration of the consumer service, with the documented defaults as named constants.
+//! Configuration of the consumer service. Each setting is defined once, here: a field
+//! with its flag, `FLASHGATE_*` variable and default (flattened into `consumer run`, see
+//! cli.rs), or a `skip` field with its fixed default. [`Config::new`] is the same defaults
+//! without a command line, for tests and embedding.
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
+use clap::{ArgAction, Args, CommandFactory, FromArgMatches, Parser};
+use shard_router::args::DEFAULT_REDIS;
+use shard_router::placement::DEFAULT_SHARDS;
 use shard_router::{RedisTarget, StockConfig, Timeouts};
+
+use crate::replica::ReplicaWait;
 
 /// Rows per batch when not configured. Big enough that one commit (one fsync) carries many
 /// claims, small enough that a batch commits in a few ms.
 pub const DEFAULT_BATCH_MAX_ROWS: usize = 1000;
-/// Longest a claim waits in an open batch when traffic is thin.
-pub const DEFAULT_BATCH_MAX_WAIT: Duration = Duration::from_millis(20);
 /// Columns per claims row; MySQL allows 65 535 placeholders per statement.
 pub const CLAIM_COLUMNS: usize = 10;
 /// Upper bound of `batch_max_rows` that keeps one INSERT within the placeholder limit.
@@ -16,111 +23,147 @@ pub const MAX_BATCH_ROWS: usize = 65_535 / CLAIM_COLUMNS;
 // One batch must fit one INSERT, and the default must be a valid setting.
 const _: () = assert!(MAX_BATCH_ROWS * CLAIM_COLUMNS <= 65_535);
 const _: () = assert!(DEFAULT_BATCH_MAX_ROWS <= MAX_BATCH_ROWS);
-/// Entries in flight between the readers and the writer (the bounded channel).
-pub const DEFAULT_CHANNEL_CAPACITY: usize = 8;
-/// Writer loops committing batches concurrently (one gathers while another commits).
-pub const DEFAULT_WRITERS: usize = 2;
-/// Entries one XREADGROUP asks for.
-pub const DEFAULT_READ_COUNT: usize = 500;
-/// How long one XREADGROUP blocks when a stream is idle.
-pub const DEFAULT_READ_BLOCK: Duration = Duration::from_millis(1000);
-/// Entries pending this long with a consumer that does not refresh them are taken over.
-pub const DEFAULT_CLAIM_IDLE: Duration = Duration::from_secs(15);
-/// How often pending entries are refreshed and idle ones recovered.
-pub const DEFAULT_RECOVERY_INTERVAL: Duration = Duration::from_secs(1);
-/// Deliveries after which an entry goes to the dead-letter stream.
-pub const DEFAULT_MAX_DELIVERIES: u64 = 10;
-/// Bounds of the backoff while MySQL or Redis is down.
-pub const DEFAULT_BACKOFF_MIN: Duration = Duration::from_millis(50);
-pub const DEFAULT_BACKOFF_MAX: Duration = Duration::from_secs(2);
-/// Bound on every MySQL statement or transaction.
-pub const DEFAULT_DB_TIMEOUT: Duration = Duration::from_secs(5);
-/// How often pending claims past their payment timeout are released.
-pub const DEFAULT_RELEASE_INTERVAL: Duration = Duration::from_secs(5);
-/// How often every campaign is reconciled.
-pub const DEFAULT_RECONCILE_INTERVAL: Duration = Duration::from_secs(60);
-/// How long the process may take to flush and acknowledge after a shutdown signal.
-pub const DEFAULT_DRAIN_GRACE: Duration = Duration::from_secs(10);
+/// Default consumer group name.
+pub const DEFAULT_GROUP: &str = "ledger";
+/// Default `--mysql`.
+pub const DEFAULT_MYSQL_URL: &str = "mysql://root@127.0.0.1:3306/flashgate";
 
 /// Everything the consumer service needs.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Args)]
 pub struct Config {
+    /// From the global `--redis` / `--redis-cluster` (cli.rs).
+    #[arg(skip = RedisTarget::Single(DEFAULT_REDIS.into()))]
     pub redis: RedisTarget,
-    /// Stock shard count S of the deployment (must match the gateways).
+    /// Stock shard count S of the deployment (must match the gateways); from the global
+    /// `--shards`.
+    #[arg(skip = DEFAULT_SHARDS)]
     pub shards: u16,
+    /// From the global `--mysql`.
+    #[arg(skip = DEFAULT_MYSQL_URL.to_owned())]
     pub mysql_url: String,
-    /// Consumer group read by every consumer process.
+    /// Consumer group read by every consumer process; from the global `--group`.
+    #[arg(skip = DEFAULT_GROUP.to_owned())]
     pub group: String,
-    /// Unique per process, so the group knows who holds which entry.
+    /// Unique consumer name; defaults to <host>-<pid>-<start ms>.
+    #[arg(
+        long,
+        env = "FLASHGATE_CONSUMER_NAME",
+        default_value = "",
+        hide_default_value = true
+    )]
     pub consumer_name: String,
+    /// Claims per ledger batch (one INSERT, one commit).
+    #[arg(long, env = "FLASHGATE_BATCH_MAX_ROWS", default_value_t = DEFAULT_BATCH_MAX_ROWS)]
     pub batch_max_rows: usize,
+    /// Longest a claim waits in an open batch when traffic is thin (ms).
+    #[arg(long = "batch-max-wait-ms", env = "FLASHGATE_BATCH_MAX_WAIT_MS", value_name = "MS", default_value = "20", value_parser = millis)]
     pub batch_max_wait: Duration,
     /// Capacity of the reader → writer channel, in reads (each up to `read_count` entries).
+    #[arg(skip = 8_usize)]
     pub channel_capacity: usize,
-    /// Batches committed concurrently; more than a few only adds lock waits on the stock row.
+    /// Batches committed concurrently (one gathers while another commits); more than a few
+    /// only adds lock waits on the stock row.
+    #[arg(skip = 2_usize)]
     pub writers: usize,
+    /// Entries one XREADGROUP asks for.
+    #[arg(skip = 500_usize)]
     pub read_count: usize,
+    /// How long one XREADGROUP blocks when a stream is idle.
+    #[arg(skip = Duration::from_millis(1000))]
     pub read_block: Duration,
+    /// Entries pending this long with a consumer that does not refresh them are taken
+    /// over (ms).
+    #[arg(long = "claim-idle-ms", env = "FLASHGATE_CLAIM_IDLE_MS", value_name = "MS", default_value = "15000", value_parser = millis)]
     pub claim_idle: Duration,
+    /// How often pending entries are refreshed and idle ones recovered (ms).
+    #[arg(long = "recovery-interval-ms", env = "FLASHGATE_RECOVERY_INTERVAL_MS", value_name = "MS", default_value = "1000", value_parser = millis)]
     pub recovery_interval: Duration,
+    /// Deliveries after which an entry goes to the dead-letter stream.
+    #[arg(long, env = "FLASHGATE_MAX_DELIVERIES", default_value_t = 10)]
     pub max_deliveries: u64,
+    /// Bounds of the backoff while MySQL or Redis is down.
+    #[arg(skip = Duration::from_millis(50))]
     pub backoff_min: Duration,
+    #[arg(skip = Duration::from_secs(2))]
     pub backoff_max: Duration,
+    /// Bound on every MySQL statement or transaction.
+    #[arg(skip = Duration::from_secs(5))]
     pub db_timeout: Duration,
+    /// How often pending claims past their payment timeout are released (ms).
+    #[arg(long = "release-interval-ms", env = "FLASHGATE_RELEASE_INTERVAL_MS", value_name = "MS", default_value = "5000", value_parser = millis)]
     pub release_interval: Duration,
+    /// How often every campaign is reconciled (ms).
+    #[arg(long = "reconcile-interval-ms", env = "FLASHGATE_RECONCILE_INTERVAL_MS", value_name = "MS", default_value = "60000", value_parser = millis)]
     pub reconcile_interval: Duration,
+    /// How long the process may take to flush and acknowledge after a shutdown signal.
+    #[arg(skip = Duration::from_secs(10))]
     pub drain_grace: Duration,
-    /// Reconciliation runs kept per SKU.
+    /// Reconciliation runs kept per SKU in reconcile_runs (older ones are deleted).
+    #[arg(long, env = "FLASHGATE_RECONCILE_KEEP_RUNS", default_value_t = crate::reconcile::DEFAULT_KEEP_RUNS)]
     pub reconcile_keep_runs: u32,
-    /// Close campaigns once their window and payment timeout are over.
+    /// Close campaigns by themselves once their window and payment timeout are over.
+    #[arg(long, env = "FLASHGATE_AUTO_CLOSE", default_value_t = true, action = ArgAction::Set)]
     pub auto_close: bool,
     /// Entries reach the ledger only after a replica confirmed them (see `replica.rs`):
     /// otherwise a failover could take back a decrement the ledger already holds, and the
-    /// unit would be sold twice. Default: wherever the shard has a replica.
-    pub replica_wait: crate::replica::ReplicaWait,
+    /// unit would be sold twice. `--replica-wait` and `--replica-wait-ms`.
+    #[command(flatten)]
+    pub replica_wait: ReplicaWait,
     /// Added to this process's clock. Only fault drills set it (injected clock skew); no
     /// decision reads this clock (see `clock.rs`), only the skew gauge.
+    #[arg(skip)]
     pub clock_offset_ms: i64,
-    /// Admin HTTP listener (`/metrics`, `/healthz`, campaign API); `None` = no listener.
-    pub admin_addr: Option<std::net::SocketAddr>,
+    /// Admin listener (/metrics, /healthz, admin API); the binary binds it, tests hand
+    /// `service::run` a listener of their own or none.
+    #[arg(long, env = "FLASHGATE_ADMIN_ADDR", default_value = "127.0.0.1:9091")]
+    pub admin_addr: SocketAddr,
     /// Bearer token of the admin API; `None` leaves only `/metrics` and `/healthz` open.
+    /// Read from a file or the environment by `consumer run` (cli.rs), never from argv.
+    #[arg(skip)]
     pub admin_token: Option<String>,
 }
 
-/// Default consumer group name.
-pub const DEFAULT_GROUP: &str = "ledger";
+/// Parses a `*-ms` flag.
+pub(crate) fn millis(v: &str) -> Result<Duration, String> {
+    v.parse::<u64>()
+        .map(Duration::from_millis)
+        .map_err(|e| format!("{v:?} is not a number of milliseconds: {e}"))
+}
 
 impl Config {
     /// Defaults for everything but the addresses.
     pub fn new(redis: RedisTarget, shards: u16, mysql_url: impl Into<String>) -> Self {
-        Self {
-            redis,
-            shards,
-            mysql_url: mysql_url.into(),
-            group: DEFAULT_GROUP.into(),
-            consumer_name: default_consumer_name(),
-            batch_max_rows: DEFAULT_BATCH_MAX_ROWS,
-            batch_max_wait: DEFAULT_BATCH_MAX_WAIT,
-            channel_capacity: DEFAULT_CHANNEL_CAPACITY,
-            writers: DEFAULT_WRITERS,
-            read_count: DEFAULT_READ_COUNT,
-            read_block: DEFAULT_READ_BLOCK,
-            claim_idle: DEFAULT_CLAIM_IDLE,
-            recovery_interval: DEFAULT_RECOVERY_INTERVAL,
-            max_deliveries: DEFAULT_MAX_DELIVERIES,
-            backoff_min: DEFAULT_BACKOFF_MIN,
-            backoff_max: DEFAULT_BACKOFF_MAX,
-            db_timeout: DEFAULT_DB_TIMEOUT,
-            release_interval: DEFAULT_RELEASE_INTERVAL,
-            reconcile_interval: DEFAULT_RECONCILE_INTERVAL,
-            drain_grace: DEFAULT_DRAIN_GRACE,
-            reconcile_keep_runs: crate::reconcile::DEFAULT_KEEP_RUNS,
-            auto_close: true,
-            replica_wait: crate::replica::ReplicaWait::default(),
-            clock_offset_ms: 0,
-            admin_addr: None,
-            admin_token: None,
+        let mut cfg = Self::defaults();
+        cfg.redis = redis;
+        cfg.shards = shards;
+        cfg.mysql_url = mysql_url.into();
+        cfg
+    }
+
+    /// Every setting at its default, whatever the `FLASHGATE_*` variables say.
+    pub fn defaults() -> Self {
+        #[derive(Parser)]
+        struct Defaults {
+            #[command(flatten)]
+            cfg: Config,
         }
+        let cmd = Defaults::command().mut_args(|a| a.env(None::<&str>));
+        let parsed = cmd
+            .try_get_matches_from(["consumer"])
+            .and_then(|m| Defaults::from_arg_matches(&m));
+        // Only a default that does not parse gets here; the unit tests parse them all.
+        let cfg = parsed
+            .unwrap_or_else(|e| panic!("consumer defaults: {e}"))
+            .cfg;
+        cfg.named()
+    }
+
+    /// Gives an unnamed consumer its default name.
+    pub(crate) fn named(mut self) -> Self {
+        if self.consumer_name.is_empty() {
+            self.consumer_name = default_consumer_name();
+        }
+        self
     }
 
     /// Checks the settings that would otherwise fail late; the message names the setting.
@@ -217,5 +260,37 @@ mod tests {
             let e = c.validate().unwrap_err();
             assert!(e.contains(name), "{name}: {e}");
         }
+    }
+
+    /// The documented defaults (README's settings table), now stated once on the fields.
+    #[test]
+    fn defaults_parse_to_the_documented_values() {
+        let c = cfg();
+        let ms = Duration::from_millis;
+        assert_eq!(c.batch_max_rows, DEFAULT_BATCH_MAX_ROWS);
+        assert_eq!(
+            [c.batch_max_wait, c.claim_idle, c.recovery_interval],
+            [ms(20), ms(15_000), ms(1_000)]
+        );
+        assert_eq!(
+            [c.release_interval, c.reconcile_interval],
+            [ms(5_000), ms(60_000)]
+        );
+        assert_eq!((c.channel_capacity, c.writers, c.read_count), (8, 2, 500));
+        assert_eq!(
+            (c.read_block, c.db_timeout, c.drain_grace),
+            (ms(1_000), ms(5_000), ms(10_000))
+        );
+        assert_eq!((c.backoff_min, c.backoff_max), (ms(50), ms(2_000)));
+        assert_eq!(
+            (c.max_deliveries, c.auto_close, c.clock_offset_ms),
+            (10, true, 0)
+        );
+        assert_eq!(c.replica_wait, ReplicaWait::default());
+        assert_eq!((c.group.as_str(), c.admin_token), (DEFAULT_GROUP, None));
+        assert!(!c.consumer_name.is_empty());
+        assert_eq!(millis("12"), Ok(ms(12)));
+        let bad = millis("1s").unwrap_err();
+        assert!(bad.contains("\"1s\"") && !bad.contains('\n'), "{bad}");
     }
 }

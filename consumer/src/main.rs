@@ -27,26 +27,21 @@ fn main() {
 }
 
 async fn real_main(cli: Cli) -> anyhow::Result<()> {
-    let mut cfg = match cli.common.config() {
+    let cfg = match cli.config() {
         Ok(c) => c,
         Err(e) => anyhow::bail!("bad configuration: {e}"),
     };
-    if let Command::Run(args) = &cli.command {
-        if let Err(e) = args.apply(&mut cfg) {
-            anyhow::bail!("bad configuration: {e}");
-        }
+    if let Command::Run(_) = &cli.command {
         if let Err(e) = cfg.validate() {
             anyhow::bail!("bad configuration: {e}");
         }
         consumer::metrics::install();
-        let listener = match cfg.admin_addr {
-            Some(addr) => Some(
-                tokio::net::TcpListener::bind(addr)
-                    .await
-                    .with_context(|| format!("--admin-addr {addr}: cannot bind"))?,
-            ),
-            None => None,
-        };
+        let addr = cfg.admin_addr;
+        let listener = Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("--admin-addr {addr}: cannot bind"))?,
+        );
         let (stop, rx) = consumer::signal::channel();
         tokio::spawn(async move {
             plumbing::shutdown::terminated().await;

@@ -53,6 +53,57 @@ impl Default for ReplicaWait {
     }
 }
 
+/// `--replica-wait` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Mode {
+    Auto,
+    Always,
+    Off,
+}
+
+/// The two flags that make a [`ReplicaWait`].
+#[derive(Debug, clap::Args)]
+struct ReplicaWaitArgs {
+    /// When read entries wait for a replica before they go to the ledger: `auto` wherever
+    /// the shard's master has (or had since start) a replica, `always`, or `off`.
+    #[arg(long = "replica-wait", env = "FLASHGATE_REPLICA_WAIT", value_enum, default_value_t = Mode::Auto)]
+    mode: Mode,
+    /// Bound of one WAIT for a replica (ms); unconfirmed reads retry with backoff.
+    #[arg(long = "replica-wait-ms", env = "FLASHGATE_REPLICA_WAIT_MS", value_name = "MS", default_value_t = DEFAULT_REPLICA_WAIT.as_millis() as u64)]
+    ms: u64,
+}
+
+impl From<ReplicaWaitArgs> for ReplicaWait {
+    fn from(a: ReplicaWaitArgs) -> Self {
+        let wait = Duration::from_millis(a.ms.max(1));
+        match a.mode {
+            Mode::Auto => Self::Auto(wait),
+            Mode::Always => Self::Always(wait),
+            Mode::Off => Self::Off,
+        }
+    }
+}
+
+/// Flattened into the consumer's configuration (config.rs) as its two flags.
+impl clap::Args for ReplicaWait {
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        ReplicaWaitArgs::augment_args(cmd)
+    }
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        ReplicaWaitArgs::augment_args_for_update(cmd)
+    }
+}
+
+impl clap::FromArgMatches for ReplicaWait {
+    fn from_arg_matches(m: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        ReplicaWaitArgs::from_arg_matches(m).map(Self::from)
+    }
+    fn update_from_arg_matches(&mut self, m: &clap::ArgMatches) -> Result<(), clap::Error> {
+        *self = Self::from_arg_matches(m)?;
+        Ok(())
+    }
+}
+
 /// How a wait for a replica ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Replicated {

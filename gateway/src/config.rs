@@ -6,12 +6,14 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
-use shard_router::placement::MAX_SHARDS;
-use shard_router::{RedisTarget, StockConfig, Timeouts};
+pub use shard_router::args::SettingError as ConfigError;
+use shard_router::{RedisArgs, Timeouts};
 pub use telemetry::LogFormat;
 
 mod access;
+mod settings;
 pub use access::{AccessConfig, MAX_CLIENT_SLOTS};
+pub use settings::{PubsubNodes, Settings};
 
 /// Largest body cap accepted: a claim is a few hundred bytes, so anything bigger is a mistake.
 pub const MAX_BODY_CAP: usize = 1 << 20;
@@ -55,19 +57,10 @@ pub struct Config {
     /// with claims for connection slots.
     #[arg(long, env = "FLASHGATE_ADMIN_LISTEN", default_value = "127.0.0.1:9090")]
     pub admin_listen: SocketAddr,
-    /// Redis URL, or with `--redis-cluster` a comma-separated list of seed nodes.
-    #[arg(
-        long,
-        env = "FLASHGATE_REDIS",
-        default_value = "redis://127.0.0.1:6379"
-    )]
-    pub redis: String,
-    /// Treat `--redis` as Redis Cluster seed nodes.
-    #[arg(long, env = "FLASHGATE_REDIS_CLUSTER")]
-    pub redis_cluster: bool,
-    /// Stock shard count S; must match every other process of the deployment.
-    #[arg(long, env = "FLASHGATE_SHARDS", default_value_t = shard_router::placement::DEFAULT_SHARDS)]
-    pub shards: u16,
+    /// `--redis`, `--redis-cluster`, `--shards` (shared by every process:
+    /// shard-router/src/args.rs).
+    #[command(flatten)]
+    pub redis: RedisArgs,
     /// Durability of an acknowledged claim.
     #[arg(long, env = "FLASHGATE_DURABILITY", value_enum, default_value_t = Durability::None)]
     pub durability: Durability,
@@ -194,19 +187,8 @@ pub struct Config {
     pub access_log_key_file: Option<std::path::PathBuf>,
 }
 
-/// One bad setting, printed as one line.
-#[derive(Debug, thiserror::Error)]
-#[error("invalid {setting}: {reason}")]
-pub struct ConfigError {
-    pub setting: &'static str,
-    pub reason: String,
-}
-
 fn bad(setting: &'static str, reason: impl Into<String>) -> ConfigError {
-    ConfigError {
-        setting,
-        reason: reason.into(),
-    }
+    ConfigError::new(setting, reason)
 }
 
 impl Config {
@@ -231,15 +213,10 @@ impl Config {
         cfg
     }
 
-    /// Checks every setting against the others; the error names the first bad one.
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        self.redis_target()?;
-        if self.shards == 0 || self.shards > MAX_SHARDS {
-            return Err(bad(
-                "--shards",
-                format!("{} is outside 1..={MAX_SHARDS}", self.shards),
-            ));
-        }
+    /// Checks every setting against the others and returns them in the types they are
+    /// used as; the error names the first bad one.
+    pub fn validate(&self) -> Result<Settings, ConfigError> {
+        let mut stock = self.redis.stock_config()?;
         if self.listen == self.admin_listen && self.listen.port() != 0 {
             return Err(bad("--admin-listen", "must differ from --listen"));
         }
@@ -300,36 +277,17 @@ impl Config {
                 "must be in 1..--redis-timeout-ms in replica mode",
             ));
         }
-        Ok(())
-    }
-
-    pub fn redis_target(&self) -> Result<RedisTarget, ConfigError> {
-        RedisTarget::parse(&self.redis, self.redis_cluster)
-            .map_err(|e| bad("--redis", e.to_string()))
-    }
-
-    /// Node URLs to subscribe to (any node of a cluster receives every PUBLISH).
-    pub fn pubsub_nodes(&self) -> Vec<String> {
-        match self.redis_target() {
-            Ok(RedisTarget::Single(url)) => vec![url],
-            Ok(RedisTarget::Cluster(nodes)) => nodes,
-            Err(_) => Vec::new(),
-        }
-    }
-
-    pub fn stock_config(&self) -> Result<StockConfig, ConfigError> {
-        let mut cfg = StockConfig::new(self.redis_target()?, self.shards);
-        cfg.timeouts = Timeouts {
+        stock.timeouts = Timeouts {
             connect: ms(self.redis_connect_timeout_ms),
             response: ms(self.redis_timeout_ms),
         };
         // The WAIT rides in each claim pipeline, on the connection that ran the scripts.
-        cfg.replica_ack = (self.durability == Durability::Replica).then(|| ms(self.wait_ms));
-        Ok(cfg)
+        stock.replica_ack = (self.durability == Durability::Replica).then(|| ms(self.wait_ms));
+        Settings::new(self, stock)
     }
 }
 
-pub(crate) fn ms(v: u64) -> Duration {
+fn ms(v: u64) -> Duration {
     Duration::from_millis(v)
 }
 

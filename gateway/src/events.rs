@@ -15,6 +15,7 @@ use shard_router::ShardId;
 use tokio::sync::watch;
 
 use crate::cache::SoldOutCache;
+use crate::config::PubsubNodes;
 use crate::link::Link;
 use crate::metrics::PUBSUB_RECONNECTS;
 
@@ -58,7 +59,7 @@ impl Event {
 
 /// Runs until shutdown.
 pub(crate) async fn subscribe(
-    nodes: Vec<String>,
+    nodes: PubsubNodes,
     link: Arc<Link>,
     cache: SoldOutCache,
     timeout: Duration,
@@ -73,7 +74,7 @@ pub(crate) async fn subscribe(
     let mut attempt: usize = 0;
     let mut connected_before = false;
     while !*shutdown.borrow() {
-        let node = &nodes[attempt % nodes.len().max(1)];
+        let node = nodes.pick(attempt);
         attempt += 1;
         let (mut sink, mut stream) = match connect(node, timeout).await {
             Ok(ps) => ps.split(),

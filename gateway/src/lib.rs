@@ -46,11 +46,9 @@ use tokio::sync::watch;
 use crate::admission::Admission;
 use crate::app::App;
 use crate::cache::SoldOutCache;
-use crate::config::ms;
 use crate::identity::Identity;
 use crate::limiter::ClientLimiter;
 use crate::link::Link;
-use plumbing::ServeOpts;
 
 pub use api::input::{parse_claim, Rejection};
 pub use config::{Config, ConfigError};
@@ -69,8 +67,7 @@ pub async fn run(
     listeners: Listeners,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ConfigError> {
-    cfg.validate()?;
-    let stock_cfg = cfg.stock_config()?;
+    let settings = cfg.validate()?;
     let identity = Identity::load(&cfg.access)?;
     if !cfg.access.has_identity_source() {
         tracing::warn!("no identity source configured: every claim answers 401");
@@ -81,8 +78,8 @@ pub async fn run(
     link.set_clock(cfg.max_clock_skew_ms, cfg.clock_offset_ms);
     let cache = SoldOutCache::new(
         cfg.cache_capacity,
-        ms(cfg.cache_ttl_ms),
-        ms(cfg.unknown_sku_ttl_ms),
+        settings.cache_ttl,
+        settings.unknown_sku_ttl,
     );
     let admission = Arc::new(Admission::new(
         cfg.max_in_flight,
@@ -105,7 +102,7 @@ pub async fn run(
             cfg.access.client_slots,
         ),
         max_body: cfg.max_body_bytes,
-        body_timeout: ms(cfg.body_timeout_ms),
+        body_timeout: settings.body_timeout,
         sold_out_cache: !cfg.no_sold_out_cache,
         second_chance: !cfg.no_second_chance,
         metrics: handle.clone(),
@@ -117,58 +114,40 @@ pub async fn run(
     background.spawn({
         let link = link.clone();
         let rx = bg_rx.clone();
-        let interval = ms(cfg.probe_interval_ms);
-        async move { link.probe(stock_cfg, interval, rx).await }
+        let (stock, interval) = (settings.stock, settings.probe_interval);
+        async move { link.probe(stock, interval, rx).await }
     });
     background.spawn(events::subscribe(
-        cfg.pubsub_nodes(),
+        settings.pubsub_nodes,
         link.clone(),
         cache,
-        ms(cfg.redis_connect_timeout_ms).max(ms(cfg.redis_timeout_ms)),
-        ms(cfg.cache_ttl_ms),
+        settings.pubsub_timeout,
+        settings.cache_ttl,
         bg_rx.clone(),
     ));
     background.spawn(admission.sweep(bg_rx.clone()));
     background.spawn(metrics::upkeep(handle, bg_rx));
 
     let (stop_tx, stop_rx) = watch::channel(false);
-    let grace = ms(cfg.shutdown_grace_ms);
-    let (write_timeout, max_age) = (ms(cfg.write_timeout_ms), ms(cfg.max_connection_age_ms));
     let api = tokio::spawn(plumbing::serve(
         listeners.api,
         app.clone(),
         api::api,
-        ServeOpts {
-            max_connections: cfg.max_connections,
-            header_timeout: ms(cfg.header_timeout_ms),
-            max_header_bytes: cfg.max_header_bytes,
-            write_timeout,
-            max_age,
-            grace,
-            connections_gauge: Some(metrics::CONNECTIONS),
-        },
+        settings.api,
         stop_rx.clone(),
     ));
     let admin = tokio::spawn(plumbing::serve(
         listeners.admin,
         app,
         api::admin,
-        ServeOpts {
-            max_connections: 64,
-            header_timeout: ms(cfg.header_timeout_ms),
-            max_header_bytes: cfg.max_header_bytes,
-            write_timeout,
-            max_age,
-            grace,
-            connections_gauge: Some(metrics::CONNECTIONS),
-        },
+        settings.admin,
         stop_rx,
     ));
 
     shutdown.await;
     tracing::info!("shutdown requested; draining");
     link.start_draining();
-    tokio::time::sleep(ms(cfg.drain_delay_ms)).await;
+    tokio::time::sleep(settings.drain_delay).await;
     let _ = stop_tx.send(true);
     for (name, task) in [("api", api), ("admin", admin)] {
         if let Err(e) = task.await {
@@ -183,10 +162,7 @@ pub async fn run(
 
 /// Reads `--access-log-key-file` (a few bytes of secret; more than 4 KiB is a mistake).
 fn read_key_file(path: &std::path::Path) -> Result<Vec<u8>, ConfigError> {
-    let bad = |reason: String| ConfigError {
-        setting: "--access-log-key-file",
-        reason,
-    };
+    let bad = |reason: String| ConfigError::new("--access-log-key-file", reason);
     let bytes = std::fs::read(path).map_err(|e| bad(format!("{}: {e}", path.display())))?;
     if bytes.trim_ascii().is_empty() || bytes.len() > 4096 {
         return Err(bad(format!(

@@ -10,6 +10,7 @@
 //! - [`record`]: the claim record codec shared with the consumer.
 //! - `replay`: the stored answer of a request id, read without a script.
 //! - `clock`: Redis's clock (`TIME`) and a process's skew from it.
+//! - [`args`]: the `--redis`, `--redis-cluster` and `--shards` flags every binary takes.
 //! - [`conn`]: one connection type for single Redis and Redis Cluster.
 //! - `batch`: group commit of claim scripts per shard (one pipeline per batch, closed by
 //!   the batch's `WAIT` with replica durability).
@@ -21,6 +22,7 @@
 //! - [`stream`]: a shard's claims stream as typed operations (group, read, ack+delete,
 //!   take-over, dead letters, depth) for the consumer, the rebuild and reconciliation.
 
+pub mod args;
 mod batch;
 mod client;
 mod clock;
@@ -43,6 +45,7 @@ pub mod stream;
 #[cfg(feature = "test-util")]
 pub mod test_util;
 
+pub use args::RedisArgs;
 pub use client::{StockClient, StockConfig};
 pub use conn::{RedisConn, RedisTarget, Timeouts};
 pub use error::StockError;

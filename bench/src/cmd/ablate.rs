@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use bench::load::latency::fmt_us;
 use bench::report::Report;
 use bench::scenario::cli::ScenarioArgs;
+use shard_router::RedisArgs;
 
 use super::run::{self, SystemArgs};
 use super::stack::{Ablation, Stack, StackOpts};
@@ -77,9 +78,11 @@ async fn one_row(o: &AblateOpts, so: &StackOpts) -> anyhow::Result<Report> {
     let st = Stack::start(so).await?;
     let mut sys = SystemArgs {
         targets: Vec::new(),
-        redis: None,
-        redis_cluster: false,
-        shards: so.shards(),
+        redis: RedisArgs {
+            redis: None,
+            redis_cluster: false,
+            shards: so.shards(),
+        },
         no_preheat: false,
         mysql: None,
         consumer_bin: None,

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use shard_router::{RedisTarget, SkuMeta, StockClient, StockConfig};
+use shard_router::{RedisArgs, SkuMeta, StockClient};
 
 use bench::checks::invariants::{self, InvariantReport};
 use bench::load::http::Target;
@@ -40,15 +40,11 @@ pub(crate) struct SystemArgs {
         default_value = "http://127.0.0.1:8080"
     )]
     pub(crate) targets: Vec<String>,
-    /// Redis the gateways use (URL or host:port list): preheats the SKUs and checks the
-    /// invariants. Without it only client-side checks run.
-    #[arg(long, env = "FLASHGATE_REDIS")]
-    pub(crate) redis: Option<String>,
-    #[arg(long, env = "FLASHGATE_REDIS_CLUSTER")]
-    pub(crate) redis_cluster: bool,
-    /// Stock shard count S of the deployment.
-    #[arg(long, env = "FLASHGATE_SHARDS", default_value_t = 16)]
-    pub(crate) shards: u16,
+    /// The Redis the gateways use and the deployment's shard count (the same flags as
+    /// theirs): bench preheats the SKUs and checks the invariants there. Without `--redis`
+    /// only client-side checks run.
+    #[command(flatten)]
+    pub(crate) redis: RedisArgs,
     /// Leave the SKUs as they are (they were preheated elsewhere).
     #[arg(long)]
     pub(crate) no_preheat: bool,
@@ -109,9 +105,7 @@ pub(crate) struct RunOpts {
 /// Points the run at a started stack; SKU widths shrink to the stack's shard count.
 pub(crate) fn use_stack(sys: &mut SystemArgs, st: &Stack, s: &mut Scenario) {
     sys.targets = st.gateway_urls();
-    sys.redis = Some(st.redis.addr_list());
-    sys.redis_cluster = st.redis.is_cluster();
-    sys.shards = st.shards;
+    sys.redis = RedisArgs::of(&st.redis.target(), st.shards);
     sys.mysql = st.mysql_url.clone();
     sys.consumer_bin = st.consumer_bin.clone();
     sys.token_secret_file = Some(st.token_secret_file.clone());
@@ -127,11 +121,10 @@ pub(crate) fn run_tag(prefix: &str) -> String {
 
 /// Creates (through the consumer when given) and preheats every SKU of the scenario.
 pub(crate) async fn prepare(sys: &SystemArgs, s: &Scenario) -> anyhow::Result<Option<StockClient>> {
-    let Some(redis) = &sys.redis else {
+    if sys.redis.redis.is_none() {
         return Ok(None);
-    };
-    let target = RedisTarget::parse(redis, sys.redis_cluster)?;
-    let client = StockClient::connect(StockConfig::new(target, sys.shards)).await?;
+    }
+    let client = StockClient::connect(sys.redis.stock_config()?).await?;
     if sys.no_preheat {
         return Ok(Some(client));
     }
@@ -193,15 +186,7 @@ async fn consumer_campaign(bin: &Path, sys: &SystemArgs, m: &SkuMeta) -> anyhow:
 
 /// Runs one consumer admin subcommand against the system's Redis and ledger.
 async fn consumer(bin: &Path, sys: &SystemArgs, args: &[String]) -> anyhow::Result<String> {
-    let mut common = vec![
-        "--redis".to_owned(),
-        sys.redis.clone().unwrap_or_default(),
-        "--shards".to_owned(),
-        sys.shards.to_string(),
-    ];
-    if sys.redis_cluster {
-        common.push("--redis-cluster".into());
-    }
+    let mut common = sys.redis.to_args();
     if let Some(url) = &sys.mysql {
         common.extend(["--mysql".to_owned(), url.clone()]);
     }

@@ -11,6 +11,8 @@ use std::time::Duration;
 use bench::stack::cpu::{Role, Watched};
 use bench::stack::mysql::Mysql;
 use bench::stack::servers::{free_port, LocalRedis, RedisServer};
+use shard_router::placement::DEFAULT_SHARDS;
+use shard_router::RedisArgs;
 
 mod proc;
 use proc::{find_bin, local_mariadb_pid, wait_ready, Proc};
@@ -43,7 +45,7 @@ pub(crate) struct StackOpts {
     #[arg(long, default_value_t = 1)]
     pub(crate) gateways: usize,
     /// Stock shard count S.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = DEFAULT_SHARDS)]
     pub(crate) stack_shards: u16,
     /// MariaDB server to create the stack's database on (the URL's database is ignored).
     #[arg(long, default_value = DEFAULT_MYSQL_SERVER)]
@@ -142,15 +144,7 @@ impl Stack {
             db: None,
             token_secret_file: write_token_secret()?,
         };
-        let mut common = vec![
-            "--redis".to_owned(),
-            stack.redis.addr_list(),
-            "--shards".to_owned(),
-            shards.to_string(),
-        ];
-        if stack.redis.is_cluster() {
-            common.push("--redis-cluster".into());
-        }
+        let common = RedisArgs::of(&stack.redis.target(), shards).to_args();
         if !o.no_consumer {
             let server = Mysql::parse(&o.mysql_server)?;
             let db = format!("fg_bench_{}", shard_router::now_ms());

@@ -96,6 +96,9 @@ fn bad_settings_name_themselves() {
         (&["--worker-threads", "5000"], "--worker-threads"),
         (&["--access-log-rate", "1000000"], "--access-log-rate"),
         (&["--redis", "a:1,b:2"], "--redis"),
+        (&["--redis", ","], "--redis"),
+        (&["--redis", "", "--redis-cluster"], "--redis"),
+        (&["--shards", "5000"], "--shards"),
         (
             &["--durability", "replica", "--wait-ms", "900"],
             "--wait-ms",
@@ -104,5 +107,6 @@ fn bad_settings_name_themselves() {
     for (args, setting) in cases {
         let err = parse(args).validate().unwrap_err();
         assert_eq!(err.setting, *setting, "{args:?}: {err}");
+        assert!(!err.to_string().contains('\n'), "one line: {err}");
     }
 }
