@@ -1,8 +1,7 @@
 //! Shared test plumbing: a real gateway on `127.0.0.1:0` in this process, a small HTTP
 //! client, preheating through shard-router, and reading the metrics page.
-#![allow(dead_code, unreachable_pub)]
 
-pub mod raw;
+pub(crate) mod raw;
 
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
@@ -17,29 +16,29 @@ use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
 use shard_router::test_util;
 /// Tests classify answers by their `status` field with the gateway's own enum.
-pub use shard_router::ApiStatus;
+pub(crate) use shard_router::ApiStatus;
 use shard_router::{RedisTarget, SkuMeta, StockClient};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 /// A gateway running in this process; stops (and waits) on `stop`, aborts on drop.
-pub struct Gateway {
-    pub api: SocketAddr,
-    pub admin: SocketAddr,
+pub(crate) struct Gateway {
+    pub(crate) api: SocketAddr,
+    pub(crate) admin: SocketAddr,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<()>>,
 }
 
 impl Gateway {
-    pub async fn start(cfg: Config) -> Self {
+    pub(crate) async fn start(cfg: Config) -> Self {
         let gw = Self::start_unready(cfg).await;
         gw.wait_ready().await;
         gw
     }
 
     /// Starts without waiting for `/readyz` (for gateways that must not become ready).
-    pub async fn start_unready(cfg: Config) -> Self {
+    pub(crate) async fn start_unready(cfg: Config) -> Self {
         let api = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let admin = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let (api_addr, admin_addr) = (api.local_addr().unwrap(), admin.local_addr().unwrap());
@@ -59,7 +58,7 @@ impl Gateway {
         }
     }
 
-    pub async fn wait_ready(&self) {
+    pub(crate) async fn wait_ready(&self) {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             if let Ok((StatusCode::OK, _, _)) = get(self.api, "/readyz").await {
@@ -71,14 +70,14 @@ impl Gateway {
     }
 
     /// Sends the shutdown signal without waiting.
-    pub fn signal_stop(&mut self) {
+    pub(crate) fn signal_stop(&mut self) {
         if let Some(tx) = self.stop.take() {
             let _ = tx.send(());
         }
     }
 
     /// Signals shutdown and waits for `run` to return.
-    pub async fn stop(mut self) {
+    pub(crate) async fn stop(mut self) {
         self.signal_stop();
         if let Some(t) = self.task.take() {
             tokio::time::timeout(Duration::from_secs(15), t)
@@ -88,11 +87,11 @@ impl Gateway {
         }
     }
 
-    pub fn task(&mut self) -> JoinHandle<()> {
+    pub(crate) fn task(&mut self) -> JoinHandle<()> {
         self.task.take().unwrap()
     }
 
-    pub async fn metrics(&self) -> String {
+    pub(crate) async fn metrics(&self) -> String {
         let (status, _, body) = request(self.admin, Method::GET, "/metrics", None, &[])
             .await
             .unwrap();
@@ -100,7 +99,7 @@ impl Gateway {
         String::from_utf8(body.to_vec()).unwrap()
     }
 
-    pub async fn claim(&self, body: Value) -> Answer {
+    pub(crate) async fn claim(&self, body: Value) -> Answer {
         post_json(self.api, "/v1/claims", &body.to_string()).await
     }
 }
@@ -114,17 +113,17 @@ impl Drop for Gateway {
 }
 
 /// A real gateway process (the built binary) on free loopback ports; killed on drop.
-pub struct GatewayProcess(Child);
+pub(crate) struct GatewayProcess(Child);
 
 impl GatewayProcess {
     /// Starts `gateway --listen … --admin-listen … <args>`; returns it and its API address.
-    pub fn spawn(args: &[&str]) -> (Self, SocketAddr) {
+    pub(crate) fn spawn(args: &[&str]) -> (Self, SocketAddr) {
         Self::spawn_with_env(args, &[])
     }
 
     /// [`Self::spawn`] with extra environment. The trust-store variables of the test's own
     /// environment are not passed on, so TLS tests decide what the gateway trusts.
-    pub fn spawn_with_env(args: &[&str], env: &[(&str, &str)]) -> (Self, SocketAddr) {
+    pub(crate) fn spawn_with_env(args: &[&str], env: &[(&str, &str)]) -> (Self, SocketAddr) {
         let (api, admin) = (test_support::free_port(), test_support::free_port());
         let child = Command::new(env!("CARGO_BIN_EXE_gateway"))
             .args(["--listen", &format!("127.0.0.1:{api}")])
@@ -141,7 +140,7 @@ impl GatewayProcess {
     }
 
     /// SIGKILL, and wait for the process to be gone.
-    pub fn kill(&mut self) {
+    pub(crate) fn kill(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
@@ -154,7 +153,7 @@ impl Drop for GatewayProcess {
 }
 
 /// Waits until `/readyz` at `addr` answers 200 (20 s at most); returns how long it took.
-pub async fn wait_ready_at(addr: SocketAddr) -> Duration {
+pub(crate) async fn wait_ready_at(addr: SocketAddr) -> Duration {
     let t = Instant::now();
     while !matches!(get(addr, "/readyz").await, Ok((StatusCode::OK, _, _))) {
         assert!(
@@ -169,7 +168,7 @@ pub async fn wait_ready_at(addr: SocketAddr) -> Duration {
 /// Test defaults: fast probes, no per-user or per-client rate limit unless a test sets
 /// one, and the user from the body (`--insecure-body-user`): these tests are about the
 /// claim path; `identity.rs` tests the identity sources with real tokens.
-pub fn config(redis: &str, cluster: bool) -> Config {
+pub(crate) fn config(redis: &str, cluster: bool) -> Config {
     let mut cfg = Config::for_redis(redis, cluster);
     cfg.probe_interval_ms = 100;
     cfg.user_rate = 0;
@@ -182,15 +181,15 @@ pub fn config(redis: &str, cluster: bool) -> Config {
 
 /// An HTTP answer: status, headers, JSON body (Null when not JSON).
 #[derive(Debug)]
-pub struct Answer {
-    pub status: StatusCode,
-    pub headers: HeaderMap,
-    pub body: Value,
+pub(crate) struct Answer {
+    pub(crate) status: StatusCode,
+    pub(crate) headers: HeaderMap,
+    pub(crate) body: Value,
 }
 
 impl Answer {
     /// The `status` field, when it names a known status.
-    pub fn kind(&self) -> Option<ApiStatus> {
+    pub(crate) fn kind(&self) -> Option<ApiStatus> {
         self.body["status"].as_str()?.parse().ok()
     }
 }
@@ -203,7 +202,7 @@ fn client() -> Client<HttpConnector, Full<Bytes>> {
     CLIENT.with(Clone::clone)
 }
 
-pub async fn request(
+pub(crate) async fn request(
     addr: SocketAddr,
     method: Method,
     path: &str,
@@ -234,12 +233,15 @@ pub async fn request(
         .map_err(|_| "timeout".to_string())?
 }
 
-pub async fn get(addr: SocketAddr, path: &str) -> Result<(StatusCode, HeaderMap, Value), String> {
+pub(crate) async fn get(
+    addr: SocketAddr,
+    path: &str,
+) -> Result<(StatusCode, HeaderMap, Value), String> {
     let (s, h, b) = request(addr, Method::GET, path, None, &[]).await?;
     Ok((s, h, serde_json::from_slice(&b).unwrap_or(Value::Null)))
 }
 
-pub async fn post_json(addr: SocketAddr, path: &str, body: &str) -> Answer {
+pub(crate) async fn post_json(addr: SocketAddr, path: &str, body: &str) -> Answer {
     let (status, headers, bytes) = request(
         addr,
         Method::POST,
@@ -257,36 +259,42 @@ pub async fn post_json(addr: SocketAddr, path: &str, body: &str) -> Answer {
 }
 
 /// A stock client on the same Redis, for preheating and checking the books.
-pub async fn stock_client(redis: &str, cluster: bool) -> StockClient {
+pub(crate) async fn stock_client(redis: &str, cluster: bool) -> StockClient {
     test_util::stock_client(RedisTarget::parse(redis, cluster).unwrap(), 16).await
 }
 
 /// Preheats a SKU whose sale is open now.
-pub async fn preheat(c: &StockClient, sku: u64, stock: u64, width: u16, limit: u32) -> SkuMeta {
+pub(crate) async fn preheat(
+    c: &StockClient,
+    sku: u64,
+    stock: u64,
+    width: u16,
+    limit: u32,
+) -> SkuMeta {
     test_util::preheat_open(c, sku, stock, width, limit).await
 }
 
 /// Sum of a SKU's slices as Redis has them.
-pub async fn slices_left(client: &StockClient, meta: &SkuMeta) -> i64 {
+pub(crate) async fn slices_left(client: &StockClient, meta: &SkuMeta) -> i64 {
     test_util::slices_total(client, meta).await
 }
 
 /// The value of one series (`name{labels}` exactly as rendered), or 0.
-pub fn metric(text: &str, series: &str) -> f64 {
+pub(crate) fn metric(text: &str, series: &str) -> f64 {
     text.lines()
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
         .unwrap_or(0.0)
 }
 
 /// The gateway's view of a SKU (`GET /v1/skus/{sku}`).
-pub async fn view(api: SocketAddr, sku: u64) -> Value {
+pub(crate) async fn view(api: SocketAddr, sku: u64) -> Value {
     let (status, _, v) = get(api, &format!("/v1/skus/{sku}")).await.unwrap();
     assert_eq!(status, StatusCode::OK, "{v}");
     v
 }
 
 /// Polls the view until its `sold_out` flag is `want` (5 s at most).
-pub async fn wait_sold_out(api: SocketAddr, sku: u64, want: bool, what: &str) {
+pub(crate) async fn wait_sold_out(api: SocketAddr, sku: u64, want: bool, what: &str) {
     let deadline = Instant::now() + Duration::from_secs(5);
     while view(api, sku).await["sold_out"] != want {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
@@ -295,7 +303,7 @@ pub async fn wait_sold_out(api: SocketAddr, sku: u64, want: bool, what: &str) {
 }
 
 /// Calls Redis has served of `commands`, from `INFO commandstats`.
-pub fn command_calls(redis: &test_support::RedisServer, commands: &[&str]) -> u64 {
+pub(crate) fn command_calls(redis: &test_support::RedisServer, commands: &[&str]) -> u64 {
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
         .query(&mut redis.connection())
@@ -317,18 +325,22 @@ pub fn command_calls(redis: &test_support::RedisServer, commands: &[&str]) -> u6
 }
 
 /// Script runs (EVALSHA / EVAL): every claim that reached Redis.
-pub fn script_calls(redis: &test_support::RedisServer) -> u64 {
+pub(crate) fn script_calls(redis: &test_support::RedisServer) -> u64 {
     command_calls(redis, &["evalsha", "eval"])
 }
 
 /// Every command the claim path or a cache load could issue.
-pub fn claim_path_calls(redis: &test_support::RedisServer) -> u64 {
+pub(crate) fn claim_path_calls(redis: &test_support::RedisServer) -> u64 {
     command_calls(redis, &["evalsha", "eval", "hmget", "get", "fcall"])
 }
 
 /// Puts one unit back into the SKU's first slice behind the gateways' backs: no event is
 /// published, as if every subscriber missed it.
-pub fn restock_silently(redis: &test_support::RedisServer, stock: &StockClient, meta: &SkuMeta) {
+pub(crate) fn restock_silently(
+    redis: &test_support::RedisServer,
+    stock: &StockClient,
+    meta: &SkuMeta,
+) {
     let shard = stock.placement().shards_of(meta.sku, meta.width)[0];
     let key = shard_router::keys::ShardKeys::new(stock.placement(), shard, meta.sku).stock();
     redis::cmd("SET")
@@ -339,11 +351,18 @@ pub fn restock_silently(redis: &test_support::RedisServer, stock: &StockClient, 
 }
 
 /// Kills every Pub/Sub connection of the server; returns how many there were.
-pub fn kill_pubsub(redis: &test_support::RedisServer) -> i64 {
+pub(crate) fn kill_pubsub(redis: &test_support::RedisServer) -> i64 {
     redis::cmd("CLIENT")
         .arg("KILL")
         .arg("TYPE")
         .arg("pubsub")
         .query(&mut redis.connection())
         .unwrap()
+}
+
+/// Serialises the tests of one binary that read process-wide state (the metrics registry):
+/// hold the guard for the whole test.
+pub(crate) async fn one_at_a_time() -> tokio::sync::MutexGuard<'static, ()> {
+    static ONE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    ONE.lock().await
 }

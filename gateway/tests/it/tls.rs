@@ -3,11 +3,9 @@
 //! through `SSL_CERT_FILE`), and serves claims; without that CA it refuses the server and
 //! stays not ready. The Redis is a real `redis-server --tls-port`.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use hyper::StatusCode;
 use test_support::TlsRedis;
 

@@ -9,14 +9,12 @@
 //! - The same bodies over real HTTP to a real gateway and Redis: every answer is the
 //!   rejection the pure parser predicted (status and body), and no stock moves.
 
-mod common;
-
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use crate::common::*;
 use bytes::Bytes;
-use common::*;
 use gateway::{parse_claim, Rejection};
 use http_body_util::{BodyExt, Full};
 use hyper::{Request, StatusCode};

@@ -2,11 +2,9 @@
 //! nothing in Redis. Also: slow headers, the per-user rate limit, load shedding, the
 //! trusted user header.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use hyper::{Method, StatusCode};
 use serde_json::{json, Value};
 use test_support::RedisServer;

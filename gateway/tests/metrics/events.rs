@@ -1,11 +1,9 @@
 //! Sold-out knowledge across gateways: a second gateway learns a sell-out through Pub/Sub,
 //! resyncs from Redis after its subscriber is killed, and sells again after a restock.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use hyper::StatusCode;
 use serde_json::json;
 use shard_router::ReleaseRequest;
@@ -13,6 +11,7 @@ use test_support::RedisServer;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn second_gateway_follows_sell_out_resync_and_restock() {
+    let _one = crate::common::one_at_a_time().await;
     let redis = RedisServer::start();
     let stock = stock_client(&redis.url(), false).await;
     let meta = preheat(&stock, 4001, 4, 2, 1).await;

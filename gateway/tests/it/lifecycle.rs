@@ -1,11 +1,9 @@
 //! Process lifecycle: graceful shutdown with claims in flight, and Redis going away and
 //! coming back.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use hyper::StatusCode;
 use serde_json::json;
 use test_support::RedisServer;

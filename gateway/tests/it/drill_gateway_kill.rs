@@ -2,13 +2,11 @@
 //! errors, every acknowledged claim has its record, and no unit is taken without one
 //! (slices + recorded units = stock). A new gateway then serves at once.
 
-mod common;
-
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use drills::load::Answers;
 use hyper::{Method, StatusCode};
 use shard_router::Claim;

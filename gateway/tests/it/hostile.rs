@@ -16,15 +16,13 @@
 //!
 //! Every drill prints one `drill=...` line of figures.
 
-mod common;
-
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::raw::*;
-use common::*;
+use crate::common::raw::*;
+use crate::common::*;
 use shard_router::SkuMeta;
 use test_support::RedisServer;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

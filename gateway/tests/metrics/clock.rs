@@ -2,17 +2,16 @@
 //! measured from it by Redis's clock): past `--max-clock-skew-ms` from Redis's `TIME` it
 //! refuses claims and is not ready. The skew is injected with the drill-only offset.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use hyper::StatusCode;
 use serde_json::json;
 use test_support::RedisServer;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_clock_off_redis_past_the_bound_refuses_claims() {
+    let _one = crate::common::one_at_a_time().await;
     let redis = RedisServer::start();
     let stock = stock_client(&redis.url(), false).await;
     let meta = preheat(&stock, 7301, 5, 1, 1).await;

@@ -3,12 +3,10 @@
 //! the trusted-proxy rules for the user header and `X-Forwarded-For`, the 429 per client
 //! address, and the refusal to start on a public address with no identity source.
 
-mod common;
-
 use std::process::Command;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use common::*;
+use crate::common::*;
 use hyper::{Method, StatusCode};
 use jsonwebtoken::{encode, EncodingKey, Header};
 use serde_json::{json, Value};

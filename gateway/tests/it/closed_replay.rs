@@ -3,11 +3,9 @@
 //! are refused `ended`; only once the last answer expired does the SKU's metadata go.
 //! Real gateway, real Redis, real MariaDB, the consumer's own close-out.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use consumer::campaign::{self, Campaign};
 use consumer::closeout;
 use hyper::StatusCode;

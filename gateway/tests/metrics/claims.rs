@@ -2,12 +2,10 @@
 //! cluster). Concurrent claims never oversell and respect the per-user limit; a sold-out
 //! SKU is answered without any Redis call; replays answer the same body.
 
-mod common;
-
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use common::*;
+use crate::common::*;
 use hyper::StatusCode;
 use serde_json::json;
 use shard_router::SkuMeta;
@@ -58,6 +56,7 @@ async fn storm(gw: &Gateway, meta: &SkuMeta, users: usize, tries: usize) -> Hash
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_claims_never_oversell_single_node() {
+    let _one = crate::common::one_at_a_time().await;
     let redis = RedisServer::start();
     let stock = stock_client(&redis.url(), false).await;
     let meta = preheat(&stock, 1001, 50, 4, 2).await;
@@ -100,6 +99,7 @@ async fn concurrent_claims_never_oversell_single_node() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_claims_never_oversell_cluster() {
+    let _one = crate::common::one_at_a_time().await;
     let cluster = RedisCluster::start(3, 0);
     let nodes = cluster.urls().join(",");
     let stock = stock_client(&nodes, true).await;
@@ -116,6 +116,7 @@ async fn concurrent_claims_never_oversell_cluster() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sold_out_is_answered_without_redis_calls() {
+    let _one = crate::common::one_at_a_time().await;
     let redis = RedisServer::start();
     let stock = stock_client(&redis.url(), false).await;
     let meta = preheat(&stock, 3001, 3, 3, 1).await;
@@ -174,6 +175,7 @@ async fn sold_out_is_answered_without_redis_calls() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replica_mode_counts_unconfirmed_replication() {
+    let _one = crate::common::one_at_a_time().await;
     // A single node has no replica: WAIT times out with 0 acks. The unit is taken and
     // recorded, but not acknowledged: 503 with the claim id, the miss counted, and a retry
     // with the same request_id replays the same claim (still unconfirmed) without a
@@ -219,6 +221,7 @@ async fn replica_mode_counts_unconfirmed_replication() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replica_mode_acknowledges_confirmed_claims_on_a_cluster() {
+    let _one = crate::common::one_at_a_time().await;
     // 3 masters with a replica each: every claim's WAIT is confirmed, so each gets a 201.
     let cluster = RedisCluster::start(3, 1);
     let seeds = cluster.urls().join(",");
@@ -241,6 +244,7 @@ async fn replica_mode_acknowledges_confirmed_claims_on_a_cluster() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ablation_switches_change_behaviour() {
+    let _one = crate::common::one_at_a_time().await;
     let redis = RedisServer::start();
     let stock = stock_client(&redis.url(), false).await;
 

@@ -4,13 +4,11 @@
 //! between yields; claims on a cluster still get their Redis answers (no 503), where each
 //! hop of a connection task through that runtime would cost up to one slice.
 
-mod common;
-
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use hyper::StatusCode;
 use serde_json::json;
 use test_support::RedisCluster;

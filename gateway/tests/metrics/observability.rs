@@ -1,20 +1,19 @@
 //! What operators read: a HELP line for every series on `/metrics`, the trace id echoed
 //! in `X-Request-Id`, JSON log lines, and an access log that a rush cannot flood.
 
-mod common;
-
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use hyper::{Method, StatusCode};
 use serde_json::{json, Value};
 use test_support::{free_port, RedisServer};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_series_on_metrics_has_help() {
+    let _one = crate::common::one_at_a_time().await;
     let redis = RedisServer::start();
     let gw = Gateway::start(config(&redis.url(), false)).await;
     let stock = stock_client(&redis.url(), false).await;
@@ -53,6 +52,7 @@ async fn every_series_on_metrics_has_help() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn trace_id_is_echoed_or_generated() {
+    let _one = crate::common::one_at_a_time().await;
     let redis = RedisServer::start();
     let gw = Gateway::start(config(&redis.url(), false)).await;
     let body = Some(("application/json", r#"{"sku": 5, "user": "u"}"#));
@@ -110,6 +110,7 @@ impl Drop for Proc {
 /// the name itself) and the trace id.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn access_log_is_json_bounded_and_hashes_users() {
+    let _one = crate::common::one_at_a_time().await;
     let redis = RedisServer::start();
     let (api, admin) = (free_port(), free_port());
     let key = std::env::temp_dir().join(format!("fg-access-key-{}", std::process::id()));

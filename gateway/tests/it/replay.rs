@@ -4,11 +4,9 @@
 //! still answered from memory, with no Redis call. Unknown SKUs never reach Redis once the
 //! live SKU set is loaded.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use hyper::StatusCode;
 use serde_json::{json, Value};
 use shard_router::{now_ms, SkuMeta};

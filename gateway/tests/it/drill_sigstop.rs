@@ -3,11 +3,9 @@
 //! taken, so the answer says to retry with the same request_id); after SIGCONT the retry
 //! learns the outcome, and slices plus stream records still add up to the stock.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use hyper::StatusCode;
 use serde_json::json;
 use test_support::RedisServer;

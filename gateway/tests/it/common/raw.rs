@@ -10,25 +10,25 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 /// Bound on any single exchange in these tests.
-pub const EXCHANGE_LIMIT: Duration = Duration::from_secs(5);
+pub(crate) const EXCHANGE_LIMIT: Duration = Duration::from_secs(5);
 
 /// What came back on a raw connection.
 #[derive(Debug)]
-pub struct RawAnswer {
+pub(crate) struct RawAnswer {
     /// HTTP status, `None` when the server closed without answering.
-    pub status: Option<u16>,
+    pub(crate) status: Option<u16>,
     /// JSON body (`Null` when none or not JSON).
-    pub body: Value,
+    pub(crate) body: Value,
 }
 
 impl RawAnswer {
     /// The `status` field, when it names a known status.
-    pub fn kind(&self) -> Option<ApiStatus> {
+    pub(crate) fn kind(&self) -> Option<ApiStatus> {
         self.body["status"].as_str()?.parse().ok()
     }
 }
 
-pub fn parse_answer(buf: &[u8]) -> RawAnswer {
+pub(crate) fn parse_answer(buf: &[u8]) -> RawAnswer {
     let text = String::from_utf8_lossy(buf);
     let status = text
         .strip_prefix("HTTP/1.1 ")
@@ -43,7 +43,7 @@ pub fn parse_answer(buf: &[u8]) -> RawAnswer {
 
 /// Sends `request` (in pieces, ignoring write errors: the server may refuse and close
 /// before it has read everything) while reading the answer until the server closes.
-pub async fn raw_exchange(addr: SocketAddr, request: Vec<u8>) -> RawAnswer {
+pub(crate) async fn raw_exchange(addr: SocketAddr, request: Vec<u8>) -> RawAnswer {
     let stream = TcpStream::connect(addr).await.expect("connect");
     let (mut rd, mut wr) = stream.into_split();
     let writer = tokio::spawn(async move {
@@ -75,7 +75,7 @@ pub async fn raw_exchange(addr: SocketAddr, request: Vec<u8>) -> RawAnswer {
 }
 
 /// A full response head plus `content-length` bytes of body has arrived.
-pub fn complete(buf: &[u8]) -> bool {
+pub(crate) fn complete(buf: &[u8]) -> bool {
     let text = String::from_utf8_lossy(buf);
     let Some((head, body)) = text.split_once("\r\n\r\n") else {
         return false;
@@ -92,7 +92,7 @@ pub fn complete(buf: &[u8]) -> bool {
 }
 
 /// A well-formed claim on its own connection.
-pub fn claim_request(sku: u64, user: &str) -> Vec<u8> {
+pub(crate) fn claim_request(sku: u64, user: &str) -> Vec<u8> {
     let body = format!(r#"{{"sku":{sku},"user":"{user}"}}"#);
     format!(
         "POST /v1/claims HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
@@ -102,7 +102,7 @@ pub fn claim_request(sku: u64, user: &str) -> Vec<u8> {
 }
 
 /// One normal claim; returns its answer and latency.
-pub async fn normal_claim(addr: SocketAddr, sku: u64, user: &str) -> (RawAnswer, Duration) {
+pub(crate) async fn normal_claim(addr: SocketAddr, sku: u64, user: &str) -> (RawAnswer, Duration) {
     let started = Instant::now();
     let a = raw_exchange(addr, claim_request(sku, user)).await;
     (a, started.elapsed())

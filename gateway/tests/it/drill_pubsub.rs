@@ -1,11 +1,9 @@
 //! Drill `pubsub_loss` (docs/DESIGN.md), short form: Pub/Sub trouble leaves a gateway wrong about a SKU only
 //! within the documented bound.
 
-mod common;
-
 use std::time::Instant;
 
-use common::*;
+use crate::common::*;
 use hyper::StatusCode;
 use serde_json::json;
 use test_support::RedisServer;

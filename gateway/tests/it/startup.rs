@@ -1,11 +1,9 @@
 //! A gateway started before its Redis: it stays up, answers `/healthz`, reports
 //! not ready on `/readyz`, retries, and serves once Redis answers.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use gateway::Listeners;
 use hyper::StatusCode;
 use serde_json::json;

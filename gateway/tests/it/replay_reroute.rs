@@ -6,11 +6,9 @@
 //! replica that never had the take (the claim is then gone from Redis). A claim whose take
 //! was confirmed still replays, before and after the failover.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use gateway::config::Durability;
 use hyper::StatusCode;
 use serde_json::{json, Value};
