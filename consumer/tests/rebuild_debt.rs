@@ -218,10 +218,9 @@ async fn reconciliation_counts_the_debt_and_reports_drift_0() {
 }
 
 /// Between a late claim's commit and its apply the ledger counts its unit while the slice
-/// still offers it: a reconciliation measures +1 there. The apply takes the unit; a
-/// removal of that measured excess after it took the unit a second time (slice 1 on a
-/// stock of 3 with 1 sold: a unit stuck, drift −1). The apply bumps the fix epoch, so the
-/// removal measured before it is refused.
+/// still offers it. Reconciliation counts that apply as pending (the claim's `late:` mark is
+/// absent from the shard meta at the anchor), so it measures 0 there, not +1; and a removal
+/// measured before the apply is refused after it anyway (the apply bumps the fix epoch).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_excess_measured_before_a_late_apply_is_not_removed_after_it() {
     let s = Stack::start().await;
@@ -242,7 +241,11 @@ async fn an_excess_measured_before_a_late_apply_is_not_removed_after_it() {
     let (report, figures) = consumer::reconcile::measure(&s.pool, &s.client, c.sku, T)
         .await
         .unwrap();
-    assert_eq!(report.drift, 1, "the late window: {report:?}");
+    assert_eq!(
+        (report.drift, report.late_pending),
+        (0, 1),
+        "the late window: {report:?}"
+    );
 
     late::apply(&s.pool, &s.client, &out.late, T).await.unwrap();
     assert_eq!(slice_sum(&s, &c).await, 2);
@@ -299,4 +302,79 @@ async fn a_wave_pushed_again_after_a_rebuild_pays_the_rebuilt_debt() {
     assert_eq!(slice_sum(&s, &c).await, 1, "5 units released, 4 sold");
     let r = s.reconcile(c.sku).await;
     assert_eq!((r.drift, r.debt, r.excess_removed), (0, 0, 0), "{r:?}");
+}
+
+/// Alice's claim (stock 3, one shard) committed late and not applied yet, then Redis and
+/// the ledger as `late` leaves them: the rebuild offers 3 units, the ledger counts 1.
+async fn late_committed_not_applied(s: &Stack, sku: u64) -> (Campaign, Vec<late::LateClaim>) {
+    let c = campaign(s, sku, 3, 1, 1, 3600).await;
+    assert!(matches!(
+        claim_one(s, &c, "alice", Some("r-alice")).await,
+        ClaimOutcome::Claimed { .. }
+    ));
+    let held = read_like_a_consumer(s, &c).await;
+    flushall(s);
+    rebuild::rebuild(&s.pool, &s.client, c.sku, &rebuild_opts())
+        .await
+        .unwrap();
+    let out = consumer::ledger::write_batch(&s.pool, &held, T)
+        .await
+        .unwrap();
+    assert_eq!(out.late.len(), 1);
+    (c, out.late)
+}
+
+/// The gap the fix epoch could not close: a reconciliation that runs wholly between a late
+/// claim's commit and its apply measured the claim as +1 excess and removed a unit; the
+/// apply then took the unit again (slice 1 on a stock of 3 with 1 sold: a unit stuck,
+/// never sold). The pending apply is counted, so nothing is removed and the books close.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removal_before_a_late_apply_takes_nothing_of_its_units() {
+    let s = Stack::start().await;
+    let (c, late_claims) = late_committed_not_applied(&s, 14_008).await;
+    let r = s.reconcile(c.sku).await;
+    assert_eq!(
+        (r.drift, r.excess_removed, r.late_pending),
+        (0, 0, 1),
+        "{r:?}"
+    );
+    assert_eq!(slice_sum(&s, &c).await, 3, "the apply has not run yet");
+
+    late::apply(&s.pool, &s.client, &late_claims, T)
+        .await
+        .unwrap();
+    assert_eq!(slice_sum(&s, &c).await, 2, "3 units, alice's sold");
+    let r = s.reconcile(c.sku).await;
+    assert_eq!(
+        (r.drift, r.excess_removed, r.late_pending),
+        (0, 0, 0),
+        "{r:?}"
+    );
+}
+
+/// The same with the late claim released before its apply: the release gave its unit to
+/// the slice (4 on a stock of 3) and the apply takes it back. Measured as +1 and removed,
+/// the apply then left 2 on a stock of 3 with nothing sold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_claim_released_before_its_apply_is_not_removed_as_excess() {
+    let s = Stack::start().await;
+    let (c, late_claims) = late_committed_not_applied(&s, 14_009).await;
+    release::release(
+        &s.pool,
+        &s.client,
+        &late_claims[0].record.claim_id,
+        Reason::Cancelled,
+        T,
+    )
+    .await
+    .unwrap();
+    let r = s.reconcile(c.sku).await;
+    assert_eq!((r.drift, r.excess_removed), (0, 0), "{r:?}");
+
+    late::apply(&s.pool, &s.client, &late_claims, T)
+        .await
+        .unwrap();
+    assert_eq!(slice_sum(&s, &c).await, 3, "nothing sold");
+    let r = s.reconcile(c.sku).await;
+    assert_eq!((r.drift, r.excess_removed), (0, 0), "{r:?}");
 }

@@ -122,7 +122,10 @@ pub struct Report {
     pub active_ledger: i64,
     /// Units sold beyond the slices (recorded oversells the next releases and waves pay).
     pub debt: i64,
-    /// `slices + in_flight + active_ledger − debt − stock`: positive = Redis holds more than
+    /// Units late claims committed in the ledger will take from the slices when their
+    /// apply runs (`lua/rebuild_late.lua`): still in the slices at the snapshots.
+    pub late_pending: i64,
+    /// `slices − late_pending + in_flight + active_ledger − debt − stock`: positive = Redis holds more than
     /// the ledger allows (oversell risk), negative = units missing from Redis and the ledger.
     pub drift: i64,
     pub stale_holds: usize,
