@@ -13,9 +13,10 @@
 -- Units the slice lacks were sold again after the rebuild (an oversell, reported by the
 -- caller): they go to the shard's debt, in this same step, so whatever later grows the
 -- slice (release_stock.lua for any claim of the shard, wave.lua) pays them first instead
--- of offering a unit that does not exist. Taking units changes what reconciliation
--- measures, so the fix epoch is bumped: an excess measured before this apply is stale
--- (lua/reconcile_fix.lua), as after a rebuild.
+-- of offering a unit that does not exist. The `late:` mark is set in the step that takes the
+-- units: reconciliation's anchor (lua/reconcile.lua) reads it to tell an apply still to come
+-- (units still in the slice) from one done. The fix epoch is bumped too (defensive: an
+-- excess measured before this apply is refused and measured again, lua/reconcile_fix.lua).
 --
 -- KEYS[1] stock slice   {T}:stock:<sku>
 -- KEYS[2] shard meta    {T}:meta:<sku>     `gen`, `rebuild` (fence)

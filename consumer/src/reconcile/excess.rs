@@ -7,9 +7,11 @@
 //! the shard's snapshot (see `mod.rs`), and every legitimate operation after it moves units
 //! between the slice and the other terms (claim: slice → stream; commit: stream → ledger;
 //! release: ledger → slice or debt; wave: adds to both sides), so the excess is still the
-//! same when the removal runs. The operations that change it bump the shard's fix epoch:
-//! another removal, a rebuild, and a late claim's apply (which takes units its commit
-//! already counted in the ledger); `lua/reconcile_fix.lua` refuses to run when the epoch
+//! same when the removal runs (a late claim's commit and apply too: the measure counts an
+//! apply still to come, `late_pending`, see `mod.rs`, so a removal that runs before the apply
+//! never takes the units the apply will take). The operations that change it bump the shard's
+//! fix epoch: another removal, a rebuild, and, defensively, a late claim's apply;
+//! `lua/reconcile_fix.lua` refuses to run when the epoch
 //! moved since the snapshot: two consumers reconciling at once remove it once, and a retry
 //! after a crash measures again.
 
