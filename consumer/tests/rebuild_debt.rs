@@ -436,3 +436,53 @@ async fn an_excess_the_slice_cannot_give_becomes_the_debt() {
     let r = s.reconcile(c.sku).await;
     assert_eq!((r.drift, r.debt), (0, 0), "{r:?}");
 }
+
+/// A writer that crashed between a short apply in Redis and its `oversold` row: the sweep's
+/// retry finds the claim applied. The oversell must still be recorded (DESIGN.md: "never
+/// hidden"); the retry used to learn nothing of the shortfall and wrote no row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_apply_retried_after_a_crash_still_records_the_oversell() {
+    let s = Stack::start().await;
+    let c = campaign(&s, 14_011, 3, 1, 1, 3600).await;
+    assert!(matches!(
+        claim_one(&s, &c, "alice", Some("r-alice")).await,
+        ClaimOutcome::Claimed { .. }
+    ));
+    let held = read_like_a_consumer(&s, &c).await;
+    flushall(&s);
+    rebuild::rebuild(&s.pool, &s.client, c.sku, &rebuild_opts())
+        .await
+        .unwrap();
+    for u in ["bob", "carol", "dave"] {
+        assert!(matches!(
+            claim_one(&s, &c, u, None).await,
+            ClaimOutcome::Claimed { .. }
+        ));
+    }
+    let out = consumer::ledger::write_batch(&s.pool, &held, T)
+        .await
+        .unwrap();
+    let l = &out.late[0];
+    // The writer's Redis step, then the crash.
+    let step = s
+        .client
+        .apply_late(&l.record, l.gen, l.record.shard)
+        .await
+        .unwrap();
+    assert_eq!(
+        step,
+        shard_router::rebuild::LateOutcome::Applied { short: 1 }
+    );
+    assert_eq!(
+        late::sweep(&s.pool, &s.client, Some(c.sku), T)
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(
+        s.count("SELECT COUNT(*) FROM anomalies WHERE kind = 'oversold'")
+            .await,
+        1
+    );
+    assert_eq!(slice_sum(&s, &c).await, 0);
+}
