@@ -8,7 +8,9 @@
 -- Only a shard written back by the rebuild the claim was judged against counts it: a newer
 -- rebuild already counted it from the ledger (STALE), and a shard not rebuilt yet at that
 -- generation (fenced, missing, older) is retried later (WAIT). Idempotent per claim id
--- through a `late:<claim id>` field in the shard meta (rebuild.lua clears those fields).
+-- through a `late:<claim id>` field in the shard meta (rebuild.lua clears those fields); its
+-- value is "1|<short>", so a retry after a crash before the caller recorded the oversell
+-- still learns the shortfall (a mark written as plain "1" reads as short 0).
 --
 -- Units the slice lacks were sold again after the rebuild (an oversell, reported by the
 -- caller): they go to the shard's debt, in this same step, so whatever later grows the
@@ -34,7 +36,7 @@
 -- ARGV[12] the claim's request id or ""
 -- Returns (never nil):
 --   {70, short}   APPLIED; `short` units were missing from the slice (an oversell)
---   {71}          ALREADY applied on this shard
+--   {71, short}   ALREADY applied on this shard; `short` as that apply found it
 --   {72}          STALE: a newer rebuild counted the claim from the ledger
 --   {73}          WAIT: this shard is not (yet) the one rebuilt at that generation
 --   {15}          BAD_ARGUMENT
@@ -54,8 +56,10 @@ local stock = redis.call('GET', KEYS[1])
 if have < gen or meta[2] or not stock then
   return {73}
 end
-if redis.call('HSETNX', KEYS[2], 'late:' .. ARGV[1], 1) == 0 then
-  return {71}
+local mark = 'late:' .. ARGV[1]
+local seen = redis.call('HGET', KEYS[2], mark)
+if seen then
+  return {71, tonumber(string.match(seen, '^1|(%d+)$') or '0')}
 end
 
 local short = 0
@@ -75,6 +79,8 @@ if ARGV[4] == '1' then
     redis.call('PUBLISH', ARGV[9], 'empty ' .. ARGV[10] .. ' ' .. ARGV[11])
   end
 end
+
+redis.call('HSET', KEYS[2], mark, '1|' .. short)
 
 local user = ARGV[5]
 -- A hold still standing for this (user, seq) already counts the units for the user, when
