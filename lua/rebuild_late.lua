@@ -94,6 +94,20 @@ if user ~= '' then
     ours = rid == '' or ARGV[12] == '' or rid == ARGV[12]
   end
 end
+-- Its own hold is settled here as kept (settle.lua "keep"): the claim is in the ledger, so
+-- the hold has nothing left to decide, and an undo decided before the commit (stale-hold
+-- resolution found the claim nowhere yet) must find it gone instead of taking the user's
+-- count down. The answer becomes final, over "P" or a tentative one (as the consumer does
+-- for a committed reroute, consumer/src/final_answers.rs).
+if ours then
+  redis.call('HDEL', KEYS[5], user .. '|' .. ARGV[6])
+  if ARGV[7] ~= '' then
+    local cur = redis.call('GET', KEYS[6])
+    if not cur or cur == 'P' or cur == '~' .. ARGV[7] then
+      redis.call('SET', KEYS[6], ARGV[7], 'EX', ARGV[8])
+    end
+  end
+end
 if user ~= '' and not ours then
   redis.call('HINCRBY', KEYS[3], user, qty)
   if tonumber(redis.call('HGET', KEYS[4], user) or '0') < seq then
