@@ -28,7 +28,8 @@ static ANCHOR: LazyLock<Script> =
 /// Entries (or set members, or ids) one Redis call reads unless configured.
 pub const DEFAULT_PAGE: usize = 1000;
 /// Anchors tried before a snapshot gives up: one more is needed only when a release lands
-/// between the ledger read of step 2 and the anchor (a millisecond window).
+/// between the ledger read of step 2 and the anchor, or a late claim commits around the
+/// anchor (millisecond windows).
 const ANCHOR_ATTEMPTS: usize = 10;
 
 /// A stream entry id `<ms>-<seq>`, ordered as Redis orders them.
