@@ -8,14 +8,17 @@
 -- Only a shard written back by the rebuild the claim was judged against counts it: a newer
 -- rebuild already counted it from the ledger (STALE), and a shard not rebuilt yet at that
 -- generation (fenced, missing, older) is retried later (WAIT). Idempotent per claim id
--- through a `late:<claim id>` field in the shard meta (rebuild.lua clears those fields).
+-- through a `late:<claim id>` field in the shard meta (rebuild.lua clears those fields); its
+-- value is "1|<short>", so a retry after a crash before the caller recorded the oversell
+-- still learns the shortfall (a mark written as plain "1" reads as short 0).
 --
 -- Units the slice lacks were sold again after the rebuild (an oversell, reported by the
 -- caller): they go to the shard's debt, in this same step, so whatever later grows the
 -- slice (release_stock.lua for any claim of the shard, wave.lua) pays them first instead
--- of offering a unit that does not exist. Taking units changes what reconciliation
--- measures, so the fix epoch is bumped: an excess measured before this apply is stale
--- (lua/reconcile_fix.lua), as after a rebuild.
+-- of offering a unit that does not exist. The `late:` mark is set in the step that takes the
+-- units: reconciliation's anchor (lua/reconcile.lua) reads it to tell an apply still to come
+-- (units still in the slice) from one done. The fix epoch is bumped too (defensive: an
+-- excess measured before this apply is refused and measured again, lua/reconcile_fix.lua).
 --
 -- KEYS[1] stock slice   {T}:stock:<sku>
 -- KEYS[2] shard meta    {T}:meta:<sku>     `gen`, `rebuild` (fence)
@@ -33,7 +36,7 @@
 -- ARGV[12] the claim's request id or ""
 -- Returns (never nil):
 --   {70, short}   APPLIED; `short` units were missing from the slice (an oversell)
---   {71}          ALREADY applied on this shard
+--   {71, short}   ALREADY applied on this shard; `short` as that apply found it
 --   {72}          STALE: a newer rebuild counted the claim from the ledger
 --   {73}          WAIT: this shard is not (yet) the one rebuilt at that generation
 --   {15}          BAD_ARGUMENT
@@ -53,8 +56,10 @@ local stock = redis.call('GET', KEYS[1])
 if have < gen or meta[2] or not stock then
   return {73}
 end
-if redis.call('HSETNX', KEYS[2], 'late:' .. ARGV[1], 1) == 0 then
-  return {71}
+local mark = 'late:' .. ARGV[1]
+local seen = redis.call('HGET', KEYS[2], mark)
+if seen then
+  return {71, tonumber(string.match(seen, '^1|(%d+)$') or '0')}
 end
 
 local short = 0
@@ -75,6 +80,8 @@ if ARGV[4] == '1' then
   end
 end
 
+redis.call('HSET', KEYS[2], mark, '1|' .. short)
+
 local user = ARGV[5]
 -- A hold still standing for this (user, seq) already counts the units for the user, when
 -- it is this claim's own (the second chance it came from). The seq may have been handed
@@ -85,6 +92,20 @@ if user ~= '' then
   if hold then
     local rid = string.match(hold, '^[^|]*|[^|]*|(.*)$') or ''
     ours = rid == '' or ARGV[12] == '' or rid == ARGV[12]
+  end
+end
+-- Its own hold is settled here as kept (settle.lua "keep"): the claim is in the ledger, so
+-- the hold has nothing left to decide, and an undo decided before the commit (stale-hold
+-- resolution found the claim nowhere yet) must find it gone instead of taking the user's
+-- count down. The answer becomes final, over "P" or a tentative one (as the consumer does
+-- for a committed reroute, consumer/src/final_answers.rs).
+if ours then
+  redis.call('HDEL', KEYS[5], user .. '|' .. ARGV[6])
+  if ARGV[7] ~= '' then
+    local cur = redis.call('GET', KEYS[6])
+    if not cur or cur == 'P' or cur == '~' .. ARGV[7] then
+      redis.call('SET', KEYS[6], ARGV[7], 'EX', ARGV[8])
+    end
   end
 end
 if user ~= '' and not ours then

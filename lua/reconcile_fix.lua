@@ -4,15 +4,22 @@
 -- shard since the snapshot that measured the excess, so two reconcilers that measured the
 -- same excess remove it once. Claims, releases and waves move units between the slice (or
 -- the shard's debt, which they pay first) and the other terms without changing the excess,
--- so they need not invalidate it. A late claim's apply (rebuild_late.lua) and a rebuild do
--- change it, and bump the epoch too.
+-- so they need not invalidate it. A rebuild changes it and bumps the epoch too, and so does
+-- a late claim's apply (rebuild_late.lua; reconciliation counts an apply still to come, so
+-- this is defensive).
+-- What the slice cannot give was sold already (Redis came back older than the ledger and sold
+-- the units again): those units are sold beyond the slice, which is the shard's debt, so they
+-- go onto it in this step and the next releases and waves pay them (release_stock.lua,
+-- wave.lua) instead of offering a sold unit again; the books then close.
 --
 -- KEYS[1] stock slice   {T}:stock:<sku>
 -- KEYS[2] fix epoch     {T}:epoch:<sku>
+-- KEYS[3] debt          {T}:debt:<sku>    (absent = 0)
 -- ARGV[1] epoch seen by the snapshot   ARGV[2] units to remove (>= 1)
 -- ARGV[3] sku   ARGV[4] this shard id   ARGV[5] events channel
 -- Returns (never nil):
---   {50, removed, slice, new_epoch}   REMOVED (removed < ARGV[2] when the slice had less)
+--   {50, removed, slice, new_epoch, owed}   REMOVED; `owed` = ARGV[2] − removed went onto
+--                                           the debt (the slice had less)
 --   {51, epoch}                       STALE: another removal ran since the snapshot
 --   {14}                              NOT_PREHEATED: slice missing; nothing changed
 --   {15}                              BAD_ARGUMENT
@@ -39,5 +46,9 @@ if removed > 0 then
     redis.call('PUBLISH', ARGV[5], 'empty ' .. ARGV[3] .. ' ' .. ARGV[4])
   end
 end
+local owed = units - removed
+if owed > 0 then
+  redis.call('INCRBY', KEYS[3], owed)
+end
 local new_epoch = redis.call('INCR', KEYS[2])
-return {50, removed, left, new_epoch}
+return {50, removed, left, new_epoch, owed}

@@ -218,10 +218,9 @@ async fn reconciliation_counts_the_debt_and_reports_drift_0() {
 }
 
 /// Between a late claim's commit and its apply the ledger counts its unit while the slice
-/// still offers it: a reconciliation measures +1 there. The apply takes the unit; a
-/// removal of that measured excess after it took the unit a second time (slice 1 on a
-/// stock of 3 with 1 sold: a unit stuck, drift −1). The apply bumps the fix epoch, so the
-/// removal measured before it is refused.
+/// still offers it. Reconciliation counts that apply as pending (the claim's `late:` mark is
+/// absent from the shard meta at the anchor), so it measures 0 there, not +1; and a removal
+/// measured before the apply is refused after it anyway (the apply bumps the fix epoch).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_excess_measured_before_a_late_apply_is_not_removed_after_it() {
     let s = Stack::start().await;
@@ -242,7 +241,11 @@ async fn an_excess_measured_before_a_late_apply_is_not_removed_after_it() {
     let (report, figures) = consumer::reconcile::measure(&s.pool, &s.client, c.sku, T)
         .await
         .unwrap();
-    assert_eq!(report.drift, 1, "the late window: {report:?}");
+    assert_eq!(
+        (report.drift, report.late_pending),
+        (0, 1),
+        "the late window: {report:?}"
+    );
 
     late::apply(&s.pool, &s.client, &out.late, T).await.unwrap();
     assert_eq!(slice_sum(&s, &c).await, 2);
@@ -299,4 +302,187 @@ async fn a_wave_pushed_again_after_a_rebuild_pays_the_rebuilt_debt() {
     assert_eq!(slice_sum(&s, &c).await, 1, "5 units released, 4 sold");
     let r = s.reconcile(c.sku).await;
     assert_eq!((r.drift, r.debt, r.excess_removed), (0, 0, 0), "{r:?}");
+}
+
+/// Alice's claim (stock 3, one shard) committed late and not applied yet, then Redis and
+/// the ledger as `late` leaves them: the rebuild offers 3 units, the ledger counts 1.
+async fn late_committed_not_applied(s: &Stack, sku: u64) -> (Campaign, Vec<late::LateClaim>) {
+    let c = campaign(s, sku, 3, 1, 1, 3600).await;
+    assert!(matches!(
+        claim_one(s, &c, "alice", Some("r-alice")).await,
+        ClaimOutcome::Claimed { .. }
+    ));
+    let held = read_like_a_consumer(s, &c).await;
+    flushall(s);
+    rebuild::rebuild(&s.pool, &s.client, c.sku, &rebuild_opts())
+        .await
+        .unwrap();
+    let out = consumer::ledger::write_batch(&s.pool, &held, T)
+        .await
+        .unwrap();
+    assert_eq!(out.late.len(), 1);
+    (c, out.late)
+}
+
+/// The gap the fix epoch could not close: a reconciliation that runs wholly between a late
+/// claim's commit and its apply measured the claim as +1 excess and removed a unit; the
+/// apply then took the unit again (slice 1 on a stock of 3 with 1 sold: a unit stuck,
+/// never sold). The pending apply is counted, so nothing is removed and the books close.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removal_before_a_late_apply_takes_nothing_of_its_units() {
+    let s = Stack::start().await;
+    let (c, late_claims) = late_committed_not_applied(&s, 14_008).await;
+    let r = s.reconcile(c.sku).await;
+    assert_eq!(
+        (r.drift, r.excess_removed, r.late_pending),
+        (0, 0, 1),
+        "{r:?}"
+    );
+    assert_eq!(slice_sum(&s, &c).await, 3, "the apply has not run yet");
+
+    late::apply(&s.pool, &s.client, &late_claims, T)
+        .await
+        .unwrap();
+    assert_eq!(slice_sum(&s, &c).await, 2, "3 units, alice's sold");
+    let r = s.reconcile(c.sku).await;
+    assert_eq!(
+        (r.drift, r.excess_removed, r.late_pending),
+        (0, 0, 0),
+        "{r:?}"
+    );
+}
+
+/// The same with the late claim released before its apply: the release gave its unit to
+/// the slice (4 on a stock of 3) and the apply takes it back. Measured as +1 and removed,
+/// the apply then left 2 on a stock of 3 with nothing sold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_claim_released_before_its_apply_is_not_removed_as_excess() {
+    let s = Stack::start().await;
+    let (c, late_claims) = late_committed_not_applied(&s, 14_009).await;
+    release::release(
+        &s.pool,
+        &s.client,
+        &late_claims[0].record.claim_id,
+        Reason::Cancelled,
+        T,
+    )
+    .await
+    .unwrap();
+    let r = s.reconcile(c.sku).await;
+    assert_eq!((r.drift, r.excess_removed), (0, 0), "{r:?}");
+
+    late::apply(&s.pool, &s.client, &late_claims, T)
+        .await
+        .unwrap();
+    assert_eq!(slice_sum(&s, &c).await, 3, "nothing sold");
+    let r = s.reconcile(c.sku).await;
+    assert_eq!((r.drift, r.excess_removed), (0, 0), "{r:?}");
+}
+
+/// Redis comes back older than the ledger (a restart from an old snapshot, a failover
+/// rollback): the slice of a stock of 3, all 3 sold and committed, reads 2 again, and two
+/// more claims sell it before a reconciliation runs. 5 sold on 3: an excess of 2 the empty
+/// slice cannot give. Those units are sold beyond the slice, which is the shard's debt:
+/// without it the drift stayed +2 for good and a release of any claim put its unit on sale
+/// again (a sold unit offered a third time). With it the books close and releases pay it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_excess_the_slice_cannot_give_becomes_the_debt() {
+    let s = Stack::start().await;
+    let c = campaign(&s, 14_010, 3, 1, 1, 3600).await;
+    let shard = s.client.placement().shards_of(c.sku, 1)[0];
+    let key = shard_router::keys::ShardKeys::new(s.client.placement(), shard, c.sku).stock();
+    let mut sold = Vec::new();
+    for u in ["a", "b", "c"] {
+        assert!(matches!(
+            claim_one(&s, &c, u, None).await,
+            ClaimOutcome::Claimed { .. }
+        ));
+    }
+    let first = read_like_a_consumer(&s, &c).await;
+    consumer::ledger::write_batch(&s.pool, &first, T)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(&key)
+        .arg(2)
+        .query(&mut s.redis.connection())
+        .unwrap();
+    for u in ["d", "e"] {
+        assert!(matches!(
+            claim_one(&s, &c, u, None).await,
+            ClaimOutcome::Claimed { .. }
+        ));
+    }
+    let all = read_like_a_consumer(&s, &c).await;
+    consumer::ledger::write_batch(&s.pool, &all, T)
+        .await
+        .unwrap();
+    sold.extend(all);
+    assert_eq!(active_units(&s, c.sku).await, 5);
+
+    let r = s.reconcile(c.sku).await;
+    assert_eq!((r.drift, r.excess_removed), (2, 0), "{r:?}");
+    let r = s.reconcile(c.sku).await;
+    assert_eq!((r.drift, r.debt), (0, 2), "the rest is the debt: {r:?}");
+    cancel(&s, &sold, "d").await;
+    assert_eq!(slice_sum(&s, &c).await, 0, "d's unit paid the debt");
+    cancel(&s, &sold, "e").await;
+    cancel(&s, &sold, "a").await;
+    assert_eq!(
+        slice_sum(&s, &c).await,
+        1,
+        "debt paid: a's unit is for sale"
+    );
+    let r = s.reconcile(c.sku).await;
+    assert_eq!((r.drift, r.debt), (0, 0), "{r:?}");
+}
+
+/// A writer that crashed between a short apply in Redis and its `oversold` row: the sweep's
+/// retry finds the claim applied. The oversell must still be recorded (DESIGN.md: "never
+/// hidden"); the retry used to learn nothing of the shortfall and wrote no row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_apply_retried_after_a_crash_still_records_the_oversell() {
+    let s = Stack::start().await;
+    let c = campaign(&s, 14_011, 3, 1, 1, 3600).await;
+    assert!(matches!(
+        claim_one(&s, &c, "alice", Some("r-alice")).await,
+        ClaimOutcome::Claimed { .. }
+    ));
+    let held = read_like_a_consumer(&s, &c).await;
+    flushall(&s);
+    rebuild::rebuild(&s.pool, &s.client, c.sku, &rebuild_opts())
+        .await
+        .unwrap();
+    for u in ["bob", "carol", "dave"] {
+        assert!(matches!(
+            claim_one(&s, &c, u, None).await,
+            ClaimOutcome::Claimed { .. }
+        ));
+    }
+    let out = consumer::ledger::write_batch(&s.pool, &held, T)
+        .await
+        .unwrap();
+    let l = &out.late[0];
+    // The writer's Redis step, then the crash.
+    let step = s
+        .client
+        .apply_late(&l.record, l.gen, l.record.shard)
+        .await
+        .unwrap();
+    assert_eq!(
+        step,
+        shard_router::rebuild::LateOutcome::Applied { short: 1 }
+    );
+    assert_eq!(
+        late::sweep(&s.pool, &s.client, Some(c.sku), T)
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(
+        s.count("SELECT COUNT(*) FROM anomalies WHERE kind = 'oversold'")
+            .await,
+        1
+    );
+    assert_eq!(slice_sum(&s, &c).await, 0);
 }

@@ -363,3 +363,95 @@ async fn a_release_does_not_refill_a_late_claims_unit_sold_twice() {
         "alice's unit is bob's (or carol's, or dave's) now"
     );
 }
+
+/// A second chance whose take was lost with Redis (its record in a consumer's memory) while
+/// its hold stands on the home shard: the late apply finds the hold is the claim's own and
+/// adds nothing (the hold counts zoe's unit). Then stale-hold resolution, which looked for
+/// the claim before its commit (neither in a stream nor in the ledger), undoes the hold:
+/// the count lost zoe's unit and she could buy one more than her limit. The apply settles
+/// its own hold as kept (with the final answer), so the undo finds it gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_undone_after_its_late_claim_was_applied_keeps_the_count() {
+    let s = Stack::start().await;
+    let c = campaign(&s, 13_021, 8, 2, 1, 3600).await;
+    rebuild::rebuild(&s.pool, &s.client, c.sku, &rebuild_opts())
+        .await
+        .unwrap();
+    let p = s.client.placement().clone();
+    let home = p.home_shard(c.sku, c.width, "zoe");
+    let other = *p
+        .shards_of(c.sku, c.width)
+        .iter()
+        .find(|&&x| x != home)
+        .unwrap();
+    let now = shard_router::now_ms();
+    let k = shard_router::keys::ShardKeys::new(&p, home, c.sku);
+    let req = k.request("zoe", Some("r-zoe"));
+    // What claim.lua leaves for a second chance: the count, the hold, the answer pending.
+    let mut conn = s.redis.connection();
+    let _: () = redis::pipe()
+        .cmd("HINCRBY")
+        .arg(k.users())
+        .arg("zoe")
+        .arg(1)
+        .ignore()
+        .cmd("HSET")
+        .arg(k.user_seq())
+        .arg("zoe")
+        .arg(3)
+        .ignore()
+        .cmd("HSET")
+        .arg(k.holds())
+        .arg("zoe|3")
+        .arg(format!("1|{}|r-zoe", now - 1))
+        .ignore()
+        .cmd("SET")
+        .arg(&req)
+        .arg("P")
+        .ignore()
+        .query(&mut conn)
+        .unwrap();
+    let zoe = ClaimRecord {
+        claim_id: format!("{other}-{now}-0"),
+        sku: c.sku,
+        user: "zoe".into(),
+        qty: 1,
+        user_seq: 3,
+        shard: other,
+        home,
+        request_id: Some("r-zoe".into()),
+        ts_ms: now,
+        gen: 0,
+    };
+    let out = consumer::ledger::write_batch(&s.pool, std::slice::from_ref(&zoe), T)
+        .await
+        .unwrap();
+    assert_eq!(out.late.len(), 1);
+    late::apply(&s.pool, &s.client, &out.late, T).await.unwrap();
+    assert_eq!(s.client.user_count(c.sku, c.width, "zoe").await.unwrap(), 1);
+
+    // The stale-hold resolution's last step, decided before the commit.
+    let _ = s
+        .client
+        .settle(
+            c.sku,
+            home,
+            "zoe",
+            3,
+            Some("r-zoe"),
+            &shard_router::Settlement::Undo,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        s.client.user_count(c.sku, c.width, "zoe").await.unwrap(),
+        1,
+        "zoe's claim is in the ledger: her count keeps it"
+    );
+    let answer: Option<String> = redis::cmd("GET").arg(&req).query(&mut conn).unwrap();
+    assert_eq!(
+        answer.as_deref(),
+        Some(format!("{}|{other}|1", zoe.claim_id).as_str()),
+        "a retry replays the claim"
+    );
+}

@@ -47,8 +47,9 @@ pub struct ShardImage {
 pub enum LateOutcome {
     /// Counted now; `short` units were missing from the slice (sold twice: an oversell).
     Applied { short: u64 },
-    /// Counted before on this shard.
-    Already,
+    /// Counted before on this shard; `short` as that first apply found it (so a retry
+    /// after a crash can still record the oversell).
+    Already { short: u64 },
     /// A newer rebuild counted it from the ledger: nothing to do.
     Stale,
     /// The shard is not (yet) written back by the rebuild the claim was judged against.
@@ -186,10 +187,8 @@ impl StockClient {
             .arg(record.request_id.as_deref().unwrap_or(""));
         let r = self.run("rebuild late", &inv).await?;
         match r.code {
-            code::LATE_APPLIED => Ok(LateOutcome::Applied {
-                short: r.int(0)?.max(0) as u64,
-            }),
-            code::LATE_ALREADY => Ok(LateOutcome::Already),
+            code::LATE_APPLIED => Ok(LateOutcome::Applied { short: r.num(0)? }),
+            code::LATE_ALREADY => Ok(LateOutcome::Already { short: r.num(0)? }),
             code::LATE_STALE => Ok(LateOutcome::Stale),
             code::LATE_WAIT => Ok(LateOutcome::Wait),
             code::BAD_ARGUMENT => Err(StockError::InvalidArgument(

@@ -130,8 +130,10 @@ pub async fn apply(
         let mut short = 0;
         for shard in shards {
             match client.apply_late(r, l.gen, shard).await? {
-                LateOutcome::Applied { short: s } => short += s,
-                LateOutcome::Already | LateOutcome::Stale => {}
+                // Already: a retry (a crash before the anomaly below, a second
+                // consumer); the row is written once (`INSERT IGNORE` on its reference).
+                LateOutcome::Applied { short: s } | LateOutcome::Already { short: s } => short += s,
+                LateOutcome::Stale => {}
                 LateOutcome::Wait => done = false,
             }
         }

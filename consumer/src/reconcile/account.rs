@@ -21,9 +21,13 @@ pub struct ShardFigures {
     /// `in_flight`/`active_ledger`, yet never released to the shard; the shard's next
     /// releases and waves pay it before the slice grows.
     pub debt: i64,
-    /// `slice + in_flight + active_ledger − debt − expected`: > 0 Redis holds more than the
-    /// ledger allows (oversell risk), < 0 units are missing (sold without a ledger row, or
-    /// lost).
+    /// Units of late claims committed in the ledger but not applied on this shard at the
+    /// snapshot: still in `slice`, which their apply (`lua/rebuild_late.lua`) takes them
+    /// out of (or puts onto the debt); counted in `active_ledger` already.
+    pub late_pending: i64,
+    /// `slice − late_pending + in_flight + active_ledger − debt − expected`: > 0 Redis holds
+    /// more than the ledger allows (oversell risk), < 0 units are missing (sold without a
+    /// ledger row, or lost).
     pub drift: i64,
     /// The shard's fix epoch at the snapshot (for the excess removal's compare-and-set).
     #[serde(skip)]
@@ -134,7 +138,21 @@ pub fn account(before: &Before, snaps: &[ShardSnap], after: &After) -> Accountin
                 f.active_ledger += r.qty;
             }
         }
-        f.drift = f.slice + f.in_flight + f.active_ledger - f.debt - f.expected;
+        // Late claims whose apply is still to come on this shard: unapplied at the anchor,
+        // or committed after the snapshot's ledger reads (so after `T_s`). Whatever their
+        // status (a released one's units went to the slice too), the apply takes them.
+        for (id, gen) in &after.late {
+            let Some(r) = row_of.get(id.as_str()) else {
+                continue;
+            };
+            if r.shard == snap.shard
+                && (snap.late_unapplied.contains(id)
+                    || (!snap.late_known.contains(id) && *gen == snap.gen))
+            {
+                f.late_pending += r.qty;
+            }
+        }
+        f.drift = f.slice - f.late_pending + f.in_flight + f.active_ledger - f.debt - f.expected;
         let s = snap.shard;
         if f.debt != 0 {
             out.details.push(format!(
@@ -174,14 +192,25 @@ pub fn account(before: &Before, snaps: &[ShardSnap], after: &After) -> Accountin
                 named(&unreadable)
             ));
         }
+        if f.late_pending != 0 {
+            out.details.push(format!(
+                "shard {s}: {} unit(s) of late claims committed but not applied yet: still in the slice",
+                f.late_pending
+            ));
+        }
         if f.drift != 0 {
             out.details.push(format!(
-                "shard {s}: slice {} + in flight {} + ledger {} − debt {} = {} against {} released: {} {} unit(s)",
+                "shard {s}: slice {}{} + in flight {} + ledger {} − debt {} = {} against {} released: {} {} unit(s)",
                 f.slice,
+                if f.late_pending != 0 {
+                    format!(" − late {}", f.late_pending)
+                } else {
+                    String::new()
+                },
                 f.in_flight,
                 f.active_ledger,
                 f.debt,
-                f.slice + f.in_flight + f.active_ledger - f.debt,
+                f.drift + f.expected,
                 f.expected,
                 if f.drift > 0 { "Redis holds" } else { "missing" },
                 f.drift.abs()
@@ -298,6 +327,36 @@ mod tests {
         let f = &a.shards[0];
         assert_eq!((f.active_ledger, f.debt, f.drift), (3, 1, 0), "{a:?}");
         assert!(a.details.iter().any(|d| d.contains("debt 1")), "{a:?}");
+    }
+
+    /// Late claims on a stock of 3 (Redis rebuilt at generation 2 offering all 3): `a`
+    /// applied (its unit out of the slice), `b` unapplied at the anchor, `c` committed
+    /// after the snapshot's ledger reads, `d` of an older generation (counted by the
+    /// rebuild). Only `b` and `c` are still to come out of the slice: drift 0.
+    #[test]
+    fn late_claims_not_applied_yet_are_still_in_the_slice() {
+        let mut s = snap(1);
+        s.gen = 2;
+        s.late_known = ["0-1-0", "0-2-0", "0-4-0"].map(String::from).into();
+        s.late_unapplied = ["0-2-0".to_owned()].into();
+        let after = After {
+            rows: ["0-1-0", "0-2-0", "0-3-0", "0-4-0"]
+                .into_iter()
+                .map(|id| row(id, 0, "confirmed"))
+                .collect(),
+            late: [("0-1-0", 2), ("0-2-0", 2), ("0-3-0", 2), ("0-4-0", 1)]
+                .map(|(id, g)| (id.to_owned(), g))
+                .into(),
+            ..Default::default()
+        };
+        // Rebuild 2 counted d (slice 2), a's apply took one: 1 left.
+        let a = account(&before(3), &[s], &after);
+        let f = &a.shards[0];
+        assert_eq!(
+            (f.late_pending, f.active_ledger, f.drift),
+            (2, 4, 0),
+            "{a:?}"
+        );
     }
 
     #[test]

@@ -1,15 +1,19 @@
 //! Excess removal: when a shard's slice holds more than the ledger allows (Redis lost
 //! writes: a restart without persistence, a failover rollback), the excess is taken out of
 //! the slice at once and recorded as an anomaly, so an oversell after a rollback is bounded
-//! by one reconciliation period. Missing units (negative drift) are never refilled.
+//! by one reconciliation period; what the slice no longer has was sold again and becomes
+//! the shard's debt (paid by the next releases and waves, never offered again). Missing
+//! units (negative drift) are never refilled.
 //!
 //! Why it never removes units legitimately in flight: the excess is measured exactly as of
 //! the shard's snapshot (see `mod.rs`), and every legitimate operation after it moves units
 //! between the slice and the other terms (claim: slice → stream; commit: stream → ledger;
 //! release: ledger → slice or debt; wave: adds to both sides), so the excess is still the
-//! same when the removal runs. The operations that change it bump the shard's fix epoch:
-//! another removal, a rebuild, and a late claim's apply (which takes units its commit
-//! already counted in the ledger); `lua/reconcile_fix.lua` refuses to run when the epoch
+//! same when the removal runs (a late claim's commit and apply too: the measure counts an
+//! apply still to come, `late_pending`, see `mod.rs`, so a removal that runs before the apply
+//! never takes the units the apply will take). The operations that change it bump the shard's
+//! fix epoch: another removal, a rebuild, and, defensively, a late claim's apply;
+//! `lua/reconcile_fix.lua` refuses to run when the epoch
 //! moved since the snapshot: two consumers reconciling at once remove it once, and a retry
 //! after a crash measures again.
 
@@ -51,6 +55,7 @@ pub async fn remove(
         let mut inv = FIX.prepare_invoke();
         inv.key(k.stock())
             .key(k.fix_epoch())
+            .key(k.debt())
             .arg(f.epoch)
             .arg(f.drift)
             .arg(sku)
@@ -69,16 +74,28 @@ pub async fn remove(
         };
         match int(0)? {
             50 => {
-                let (removed, left) = (int(1)?, int(2)?);
+                let (removed, left, owed) = (int(1)?, int(2)?, int(4)?);
                 total += removed;
-                if removed < f.drift {
+                if owed > 0 {
+                    // Sold beyond the slice: the debt now, paid by the next releases and
+                    // waves (`lua/reconcile_fix.lua`).
                     tracing::error!(
                         sku,
                         shard = f.shard,
                         excess = f.drift,
                         removed,
-                        "slice had less than the excess: the rest was sold again (oversold)"
+                        owed,
+                        "slice had less than the excess: the rest was sold again (oversold), now the shard's debt"
                     );
+                    ledger::anomaly(
+                        pool,
+                        "oversold",
+                        &format!("{reference}:debt"),
+                        Some(sku),
+                        &format!("{detail}; the slice had {removed}: {owed} unit(s) sold beyond it, now the shard's debt"),
+                        t,
+                    )
+                    .await?;
                 }
                 tracing::error!(
                     sku,

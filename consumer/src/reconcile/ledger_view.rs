@@ -1,7 +1,7 @@
 //! The two ledger reads of a reconciliation: one before the Redis snapshots, one after
 //! (see the ordering argument in `mod.rs`).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use sqlx::MySqlPool;
@@ -45,6 +45,9 @@ pub struct After {
     pub rows: Vec<Row>,
     /// Every wave id the ledger knows for the SKU, applied or not.
     pub waves: HashSet<String>,
+    /// Every late claim of the SKU (`late_claims`): claim id → the generation it was judged
+    /// against (`consumer/src/rebuild/late.rs`).
+    pub late: HashMap<String, u64>,
 }
 
 pub async fn before(pool: &MySqlPool, sku: u64, t: Duration) -> Result<Before, ConsumerError> {
@@ -124,7 +127,16 @@ pub async fn after(pool: &MySqlPool, sku: u64, t: Duration) -> Result<After, Con
             .fetch_all(pool),
     )
     .await?;
+    let late: Vec<(String, u64)> = bounded(
+        "late claims",
+        t,
+        sqlx::query_as("SELECT claim_id, gen FROM late_claims WHERE sku = ?")
+            .bind(sku)
+            .fetch_all(pool),
+    )
+    .await?;
     Ok(After {
+        late: late.into_iter().collect(),
         rows: rows
             .into_iter()
             .map(|(claim_id, qty, shard, status)| Row {
@@ -163,5 +175,46 @@ pub async fn releases(
     Ok(rows
         .into_iter()
         .map(|(id, status)| (id, status == "releasing"))
+        .collect())
+}
+
+/// One late claim taking from a shard, as the ledger lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Late {
+    pub claim_id: String,
+    /// The rebuild generation it was judged against.
+    pub gen: u64,
+    /// `applied_ms` set: Redis counted it (or a newer rebuild did, from the ledger).
+    pub applied: bool,
+}
+
+/// Every late claim of `sku` whose units come from `shard`. Read just before and just after
+/// a snapshot's anchor (see `snapshot.rs`); a SKU has late claims only after a rebuild found
+/// a consumer holding claims Redis lost, so the list is what consumers held in memory then.
+pub async fn late_of_shard(
+    pool: &MySqlPool,
+    sku: u64,
+    shard: u16,
+    t: Duration,
+) -> Result<Vec<Late>, ConsumerError> {
+    let rows: Vec<(String, u64, i64)> = bounded(
+        "late claims of a shard",
+        t,
+        sqlx::query_as(
+            "SELECT l.claim_id, l.gen, l.applied_ms IS NOT NULL FROM late_claims l \
+             JOIN claims c ON c.claim_id = l.claim_id WHERE l.sku = ? AND c.shard = ?",
+        )
+        .bind(sku)
+        .bind(shard)
+        .fetch_all(pool),
+    )
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(claim_id, gen, applied)| Late {
+            claim_id,
+            gen,
+            applied: applied != 0,
+        })
         .collect())
 }

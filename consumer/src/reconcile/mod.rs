@@ -7,7 +7,9 @@
 //! `lua/wave.lua`) in the very step that records the release or the wave, so
 //! `slice_s − debt_s` moves exactly as the slice alone would without the oversell, and
 //! every argument below holds with `slice_s − debt_s` in place of `slice_s` (the anchor
-//! reads both).
+//! reads both). A late claim committed but not applied yet is counted by the ledger while
+//! its units are still in the slice (`late_pending_s`, see "Late claims" below), so the equation read at `T_s` is
+//! `released_s = slice_s − late_pending_s + in_flight_s + active_s − debt_s`.
 //!
 //! # Why it is exact
 //! Stock never moves between shards: a claim takes units from one shard's slice and XADDs
@@ -60,6 +62,27 @@
 //! - Units released to `s`: its share of `L0`'s stock (applied waves included), plus the
 //!   waves in `s`'s wave hash at `T_s` not applied in `L0` (a wave being applied) whose row
 //!   `L1` holds (rows are written before any slice is touched; an unknown wave id is drift).
+//!
+//! - Late claims (`consumer/src/rebuild/late.rs`): acknowledged before a rebuild, committed
+//!   after it, their stream entries lost with Redis. From its commit the ledger counts such a
+//!   claim (`L1` has its row, its old entry id is below the cutoff), but the rebuilt slice
+//!   still holds its units until its apply (`lua/rebuild_late.lua`) takes them, in the step
+//!   that sets the claim's `late:<claim id>` mark in the shard meta. So at `T_s` the
+//!   apply is pending iff the claim is committed, the shard carries the generation it was
+//!   judged against (an older one: the apply waits for the rebuild; a newer one: that
+//!   rebuild counted it from the ledger) and the mark is absent; then its units are still in
+//!   the slice and `late_pending_s` subtracts them: `slice_s − late_pending_s` moves as the
+//!   slice alone would have with the claim taken, whether the apply comes before or after
+//!   a release of the claim (a release gives units back either way, and the apply takes
+//!   them whatever the claim's status). Which claims were pending at `T_s`, exactly: the
+//!   ledger's late claims of the shard are read just before the anchor, the anchor is asked
+//!   for the marks of the unapplied ones and reads the generation, and the list is read
+//!   again just after it. One applied before the first read has its mark (it is counted
+//!   like any committed claim); one the second read adds committed between the reads, and
+//!   whether it was applied by `T_s` is unknown, so the steps run again (like a release set
+//!   that moved); one that only `L1` lists committed after the second read, so after `T_s`:
+//!   pending then. A mark a failover rolled back after the ledger recorded the apply shows
+//!   as +q drift, as any write Redis lost: removed as excess.
 //!
 //! A missing slice is reported as its own figure, and that shard is left out of the drift.
 //! Positive drift on a shard (Redis holds more than the ledger allows) is taken out of its
@@ -122,8 +145,12 @@ pub struct Report {
     pub active_ledger: i64,
     /// Units sold beyond the slices (recorded oversells the next releases and waves pay).
     pub debt: i64,
-    /// `slices + in_flight + active_ledger − debt − stock`: positive = Redis holds more than
-    /// the ledger allows (oversell risk), negative = units missing from Redis and the ledger.
+    /// Units late claims committed in the ledger will take from the slices when their
+    /// apply runs (`lua/rebuild_late.lua`): still in the slices at the snapshots.
+    pub late_pending: i64,
+    /// `slices − late_pending + in_flight + active_ledger − debt − stock`: positive = Redis
+    /// holds more than the ledger allows (oversell risk), negative = units missing from Redis
+    /// and the ledger.
     pub drift: i64,
     pub stale_holds: usize,
     /// Shards whose slice is missing: their own figure, never counted as 0.
@@ -170,6 +197,7 @@ pub async fn measure_paged(
         in_flight: sum(|f| f.in_flight),
         active_ledger: sum(|f| f.active_ledger),
         debt: sum(|f| f.debt),
+        late_pending: sum(|f| f.late_pending),
         drift: sum(|f| f.drift),
         missing_slices: a.missing_slices,
         held: snaps.iter().map(|s| s.held).sum(),

@@ -4,7 +4,9 @@
 //! 2. the ledger's started releases of the shard, their membership checked in pages;
 //! 3. the anchor, `lua/reconcile.lua`, one atomic step at instant `T_s`: slice, debt,
 //!    cutoff, fix epoch, waves, holds, the set's size and the membership of at most a page of the
-//!    releases still unseen; when the size says a member is still unknown, 1–3 again;
+//!    releases still unseen, the meta's generation and which late claims the ledger listed
+//!    unapplied (read with step 2) carry their mark; when the size says a member is still
+//!    unknown, 1–3 again, and when the ledger lists a late claim it did not before, 2–3;
 //! 4. the claims stream up to the cutoff, then the whole dead-letter stream, in XRANGE pages.
 
 use std::collections::{HashMap, HashSet};
@@ -27,7 +29,8 @@ static ANCHOR: LazyLock<Script> =
 /// Entries (or set members, or ids) one Redis call reads unless configured.
 pub const DEFAULT_PAGE: usize = 1000;
 /// Anchors tried before a snapshot gives up: one more is needed only when a release lands
-/// between the ledger read of step 2 and the anchor (a millisecond window).
+/// between the ledger read of step 2 and the anchor, or a late claim commits around the
+/// anchor (millisecond windows).
 const ANCHOR_ATTEMPTS: usize = 10;
 
 /// The shard and entry id of a claim id (`None` for a malformed one).
@@ -59,6 +62,15 @@ pub struct ShardSnap {
     /// Units sold beyond the slice (`lua/rebuild_late.lua`, `lua/rebuild.lua`), read with
     /// the slice: what the next releases and waves of the shard pay before it grows.
     pub debt: i64,
+    /// The shard meta's rebuild generation at `T_s` (0 when absent).
+    pub gen: u64,
+    /// Every late claim taking from this shard the ledger listed before the anchor (and
+    /// still exactly those after it): one it lists later committed after `T_s`.
+    pub late_known: HashSet<String>,
+    /// Of those, the ones committed but not applied on this shard at `T_s` (no `late:` mark
+    /// while the shard carries their generation): their apply is still to take their units
+    /// out of `slice` (`mod.rs`).
+    pub late_unapplied: HashSet<String>,
 }
 
 fn proto(detail: String) -> ConsumerError {
@@ -221,6 +233,8 @@ struct Anchor {
     waves: HashMap<String, i64>,
     held: i64,
     debt: i64,
+    gen: u64,
+    marked: HashSet<String>,
 }
 
 async fn anchor(
@@ -228,6 +242,7 @@ async fn anchor(
     k: &ShardKeys,
     stream: &str,
     ask: &[String],
+    ask_late: &[String],
 ) -> Result<Anchor, ConsumerError> {
     let mut inv = ANCHOR.prepare_invoke();
     inv.key(k.stock())
@@ -236,8 +251,10 @@ async fn anchor(
         .key(k.holds())
         .key(k.waves())
         .key(k.fix_epoch())
-        .key(k.debt());
-    for id in ask {
+        .key(k.debt())
+        .key(k.meta());
+    inv.arg(ask.len());
+    for id in ask.iter().chain(ask_late) {
         inv.arg(id);
     }
     let mut conn = client.conn();
@@ -245,7 +262,7 @@ async fn anchor(
         .bounded("reconcile anchor", inv.invoke_async(&mut conn))
         .await?;
     let r = list(&v)?;
-    if r.len() != 11 || int(&r[0])? != 60 {
+    if r.len() != 13 || int(&r[0])? != 60 {
         return Err(proto(format!("unexpected reply {v:?}")));
     }
     let now_ms = int(&r[3])? as u64;
@@ -259,6 +276,8 @@ async fn anchor(
         waves: pairs(&r[8])?.into_iter().collect(),
         held: int(&r[9])?,
         debt: int(&r[10])?,
+        gen: int(&r[11])?.max(0) as u64,
+        marked: list(&r[12])?.iter().map(text).collect::<Result<_, _>>()?,
     })
 }
 
@@ -282,6 +301,7 @@ pub async fn take(
     scan_set(client, &set, page, &mut released).await?;
     let mut a = None;
     for _ in 0..ANCHOR_ATTEMPTS {
+        let late = ledger_view::late_of_shard(pool, sku, shard, t).await?;
         let started = ledger_view::releases(pool, sku, shard, t).await?;
         let unseen: Vec<String> = started
             .iter()
@@ -301,11 +321,36 @@ pub async fn take(
             .take(page)
             .map(|(id, _)| id.clone())
             .collect();
-        let got = anchor(client, &k, &stream, &ask).await?;
+        // Late claims unapplied in the ledger: the anchor tells which ones Redis counted by
+        // `T_s` (their mark). One applied since this read is marked; one committed since is
+        // not in the list, and the read after the anchor catches it.
+        let ask_late: Vec<String> = late
+            .iter()
+            .filter(|l| !l.applied)
+            .map(|l| l.claim_id.clone())
+            .collect();
+        let got = anchor(client, &k, &stream, &ask, &ask_late).await?;
         if got.slice.is_none() || got.set_size == released.len() + got.found.len() {
             released.extend(got.found.iter().cloned());
-            a = Some(got);
-            break;
+            let known: HashSet<String> = late.iter().map(|l| l.claim_id.clone()).collect();
+            // A late claim committed between the read and the anchor may or may not have
+            // been applied by `T_s`, and the anchor was not asked: anchor again. One
+            // committed after this read committed after `T_s`: unapplied then (`account.rs`).
+            let since = ledger_view::late_of_shard(pool, sku, shard, t).await?;
+            if got.slice.is_none() || since.iter().all(|l| known.contains(&l.claim_id)) {
+                let unapplied = late
+                    .iter()
+                    .filter(|l| !l.applied && l.gen == got.gen && !got.marked.contains(&l.claim_id))
+                    .map(|l| l.claim_id.clone())
+                    .collect();
+                a = Some((got, known, unapplied));
+                break;
+            }
+            tracing::debug!(
+                shard,
+                "a late claim committed under the snapshot's anchor; anchoring again"
+            );
+            continue;
         }
         // A member neither the scan nor the ledger showed (a release that started after
         // the ledger read, or one the ledger does not know): scan again and retry.
@@ -317,9 +362,9 @@ pub async fn take(
         );
         scan_set(client, &set, page, &mut released).await?;
     }
-    let a = a.ok_or_else(|| {
+    let (a, late_known, late_unapplied) = a.ok_or_else(|| {
         ConsumerError::Invalid(format!(
-            "shard {shard}: the release set of sku {sku} kept changing under {ANCHOR_ATTEMPTS} anchors; try again"
+            "shard {shard}: the release set or the late claims of sku {sku} kept changing under {ANCHOR_ATTEMPTS} anchors; try again"
         ))
     })?;
     // Step 4: entries taken up to the cutoff, still in the claims stream or dead-lettered.
@@ -354,5 +399,8 @@ pub async fn take(
         waves: a.waves,
         held: a.held,
         debt: a.debt,
+        gen: a.gen,
+        late_known,
+        late_unapplied,
     })
 }
