@@ -212,7 +212,7 @@ impl Writer {
                     let mut backoff = Backoff::new(self.cfg.backoff_min, self.cfg.backoff_max);
                     for attempt in 0..5 {
                         match stream.ack_and_delete(&self.client, &ids).await {
-                            Ok(()) => break,
+                            Ok(_) => break,
                             Err(e) => {
                                 // Unacknowledged entries are redelivered later; the ledger
                                 // ignores them then, so giving up here loses nothing.
