@@ -3,7 +3,9 @@
 --
 -- KEYS[1] claims stream   {T}:claims
 -- ARGV[1] consumer group
--- ARGV[2..] entry ids, each one committed to the ledger (or copied to the dead letters)
+-- ARGV[2..] entry ids, each one committed to the ledger (or copied to the dead letters),
+--           sorted oldest first (unsorted ids are still safe: the floor comes out lower,
+--           and an id missed below is acknowledged and removed by a later call's trim)
 -- Returns {acknowledged, removed by XTRIM, removed by XDEL}.
 --
 -- Removal is one XTRIM MINID wherever it can be. Below the floor, the smaller of the
@@ -15,11 +17,13 @@
 -- searching a node for every id (an XDEL of a 40-id batch cost Redis ~6 µs per id; see
 -- `consumer/tests/redis_cost.rs`). Ids at or above the floor, committed while an older
 -- entry is still pending (another writer's batch, an entry being retried), go by XDEL.
+-- Only the newest id and those above the floor are parsed: Lua work stays O(1) per call
+-- when batches settle in order.
 
 if #ARGV < 2 then
   return {0, 0, 0}
 end
-local key, group = KEYS[1], ARGV[1]
+local key, group, n = KEYS[1], ARGV[1], #ARGV
 
 local function parse(id)
   local ms, seq = string.match(id, '^(%d+)%-(%d+)$')
@@ -29,18 +33,10 @@ local function before(ams, aseq, bms, bseq)
   return ams < bms or (ams == bms and aseq < bseq)
 end
 
--- The newest id given; every id must be a full `<ms>-<seq>`.
-local top_ms, top_seq = -1, -1
-for i = 2, #ARGV do
-  local ms, seq = parse(ARGV[i])
-  if not ms or not seq then
-    return redis.error_reply('ERR stream_ack: bad entry id ' .. ARGV[i])
-  end
-  if before(top_ms, top_seq, ms, seq) then
-    top_ms, top_seq = ms, seq
-  end
+local top_ms, top_seq = parse(ARGV[n])
+if not top_seq then
+  return redis.error_reply('ERR stream_ack: bad entry id ' .. ARGV[n])
 end
-
 local acked = redis.call('XACK', key, group, unpack(ARGV, 2))
 
 local floor_ms, floor_seq = top_ms, top_seq + 1
@@ -53,12 +49,14 @@ if first[1] then
 end
 local trimmed = redis.call('XTRIM', key, 'MINID', string.format('%.0f-%.0f', floor_ms, floor_seq))
 
+-- The ids at or above the floor end the sorted list.
 local rest = {}
-for i = 2, #ARGV do
+for i = n, 2, -1 do
   local ms, seq = parse(ARGV[i])
-  if not before(ms, seq, floor_ms, floor_seq) then
-    rest[#rest + 1] = ARGV[i]
+  if not seq or before(ms, seq, floor_ms, floor_seq) then
+    break
   end
+  rest[#rest + 1] = ARGV[i]
 end
 local deleted = 0
 if #rest > 0 then

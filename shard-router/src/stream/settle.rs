@@ -2,14 +2,22 @@
 //! call per shard (`lua/stream_ack.lua`, which says why its trim removes only committed
 //! entries). The stream keeps only work that is not in the ledger yet.
 
+use std::sync::LazyLock;
+
 use super::ShardStream;
 use crate::{StockClient, StockError};
 
-/// Sent as EVAL with its body (about 2 KB, hashed by Redis once per batch, not per claim):
-/// a restarted or promoted master never answers NOSCRIPT, and Redis's commandstats keep
-/// this step in a row of its own, apart from the claim script's EVALSHA
-/// (`consumer/tests/redis_cost.rs` reads them).
-const SCRIPT: &str = include_str!("../../../lua/stream_ack.lua");
+/// Sent as EVAL with its body (its comments left out: Redis hashes the body on each call,
+/// once per batch, not per claim): a restarted or promoted master never answers NOSCRIPT,
+/// and Redis's commandstats keep this step in a row of its own, apart from the claim
+/// script's EVALSHA (`consumer/tests/redis_cost.rs` reads them).
+static BODY: LazyLock<String> = LazyLock::new(|| {
+    include_str!("../../../lua/stream_ack.lua")
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("--") && !l.trim().is_empty())
+        .collect::<Vec<_>>()
+        .join("\n")
+});
 /// Ids per call: bounds one script run (and Lua's unpacking of its arguments).
 const CHUNK: usize = 1000;
 
@@ -33,13 +41,16 @@ impl ShardStream {
         ids: &[String],
     ) -> Result<Settled, StockError> {
         let mut total = Settled::default();
+        // Oldest first, as the script expects (it then parses only the newest id).
+        let mut ids = ids.to_vec();
+        ids.sort_by_cached_key(|id| entry_id(id));
         for chunk in ids.chunks(CHUNK) {
             let mut conn = client.conn();
             let (acked, trimmed, deleted): (u64, u64, u64) = client
                 .bounded(
                     "xack+trim",
                     redis::cmd("EVAL")
-                        .arg(SCRIPT)
+                        .arg(BODY.as_str())
                         .arg(1)
                         .arg(&self.key)
                         .arg(&self.group)
@@ -53,4 +64,10 @@ impl ShardStream {
         }
         Ok(total)
     }
+}
+
+/// `<ms>-<seq>` as Redis orders entry ids (`None`, first, for anything else).
+fn entry_id(id: &str) -> Option<(u64, u64)> {
+    let (ms, seq) = id.split_once('-')?;
+    Some((ms.parse().ok()?, seq.parse().ok()?))
 }
