@@ -269,6 +269,9 @@ async fn round(round: usize, n: usize, rate: usize) -> (PerClaim, PerClaim) {
     (per_claim(&a0, &a1, n), per_claim(&b0, &b1, n))
 }
 
+/// One summary figure from a round's two phases.
+type Figure = dyn Fn(&PerClaim, &PerClaim) -> f64;
+
 fn median(mut xs: Vec<f64>) -> f64 {
     xs.sort_by(f64::total_cmp);
     xs[xs.len() / 2]
@@ -287,13 +290,11 @@ async fn redis_cpu_per_claim_by_command() {
         b.print("B, consumer running");
         all.push((a, b));
     }
-    let med = |f: &dyn Fn(&PerClaim, &PerClaim) -> f64| {
-        median(all.iter().map(|(a, b)| f(a, b)).collect())
-    };
+    let med = |f: &Figure| median(all.iter().map(|(a, b)| f(a, b)).collect());
     eprintln!(
         "\nRedis CPU per claim, {n} claims at {rate}/s, 16 shards, medians of {rounds} rounds:"
     );
-    let rows: [(&str, &dyn Fn(&PerClaim, &PerClaim) -> f64); 12] = [
+    let rows: [(&str, &Figure); 12] = [
         ("process CPU, no consumer (µs/claim)", &|a, _| a.cpu),
         ("process CPU, consumer running", &|_, b| b.cpu),
         ("consumer's share, B − A", &|a, b| b.cpu - a.cpu),
