@@ -1,6 +1,9 @@
-//! One reader per shard stream: XREADGROUP with BLOCK on its own connection, decoded
-//! entries into the bounded channel. A slow ledger fills the channel and this loop waits on
-//! `send`: reading stalls at that bound instead of piling entries up in memory.
+//! One reader per shard stream: XREADGROUP with BLOCK on its own connection, at most one
+//! read per [`READ_LINGER`] unless reads come back full, decoded entries into the bounded
+//! channel. A slow ledger fills the channel and this loop waits on `send`: reading stalls
+//! at that bound instead of piling entries up in memory.
+
+use std::time::{Duration, Instant};
 
 use shard_router::StockClient;
 use tokio::sync::{mpsc, watch};
@@ -10,6 +13,15 @@ use crate::config::Config;
 use crate::inflight::InFlight;
 use crate::replica::{Replicated, ShardReplica};
 use crate::stream::{self, Delivered, ShardStream};
+
+/// Shortest time from one read of a shard to the next, unless a read comes back full (or
+/// `batch_max_wait` is shorter). Without it a reader under load asks again as soon as its
+/// entries are handed on and gets the 3–4 that arrived meanwhile; each read costs Redis a
+/// call and an `INFO` whatever it returns (issue 16, `consumer/tests/redis_cost.rs`). An
+/// entry waits at most this long in Redis before it is read; the writer holds a batch open
+/// for `batch_max_wait` anyway. An idle shard still answers its first entry at once: the
+/// read blocks in Redis and returns as soon as one arrives.
+pub const READ_LINGER: Duration = Duration::from_millis(20);
 
 /// Reads `stream` until `shutdown`; then returns, dropping its sender so the writer drains.
 pub async fn run(
@@ -22,9 +34,11 @@ pub async fn run(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut backoff = Backoff::new(cfg.backoff_min, cfg.backoff_max);
+    let linger = READ_LINGER.min(cfg.batch_max_wait);
     while !*shutdown.borrow() {
         // Not raced against shutdown: entries Redis hands over must reach the writer, or
         // they would wait for another consumer's XAUTOCLAIM. The block bounds the wait.
+        let asked = Instant::now();
         let read = stream
             .read_new_under(&client, &cfg.consumer_name, cfg.read_count, cfg.read_block)
             .await;
@@ -63,7 +77,11 @@ pub async fn run(
         }
         // In flight first: recovery then keeps them fresh instead of taking them over
         // while the replica wait below runs.
-        inflight.add(stream.shard, batch.iter().map(|d| d.entry_id.as_str()));
+        inflight.add(
+            stream.shard,
+            batch.iter().map(|d| d.entry_id.as_str()),
+            asked,
+        );
         if must_wait {
             match replica
                 .confirm(&client, &read_under, &mut backoff, &mut shutdown)
@@ -81,6 +99,14 @@ pub async fn run(
         }
         if tx.send(batch).await.is_err() {
             break;
+        }
+        // A read that was not full took what had arrived: let the next one gather.
+        if entries.len() < cfg.read_count {
+            let until = tokio::time::Instant::from_std(asked + linger);
+            tokio::select! {
+                _ = tokio::time::sleep_until(until) => {}
+                _ = crate::signal::stopped(&mut shutdown) => break,
+            }
         }
     }
     tracing::debug!(shard = stream.shard, "reader stopped");

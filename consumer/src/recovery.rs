@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use shard_router::StockClient;
 use sqlx::MySqlPool;
@@ -73,9 +73,14 @@ impl Recovery {
     /// One round: refresh, then (when MySQL takes writes) take over and dead-letter.
     pub async fn round(&self, tx: &mpsc::Sender<Vec<Delivered>>) -> Result<(), ConsumerError> {
         let s = &self.stream;
-        let mine = self.inflight.of(s.shard);
-        s.refresh(&self.client, &self.cfg.consumer_name, &mine)
+        // Only entries whose idle time may have reached a quarter of `claim_idle`: rounds
+        // come every `recovery_interval` (< claim_idle / 2, see `config.rs`), so each is
+        // refreshed with a quarter of `claim_idle` to spare, and young ones cost nothing.
+        let due = self.inflight.due(s.shard, self.cfg.claim_idle / 4);
+        let sent = Instant::now();
+        s.refresh(&self.client, &self.cfg.consumer_name, &due)
             .await?;
+        self.inflight.refreshed(s.shard, &due, sent);
         if let Ok(d) = s.depth(&self.client).await {
             let shard = s.shard.to_string();
             metrics::gauge!(m::STREAM_LAG, "shard" => shard.clone()).set(d.len as f64);
@@ -104,6 +109,7 @@ impl Recovery {
             }
             c => c,
         };
+        let asked = Instant::now();
         let reply = s
             .autoclaim(
                 &self.client,
@@ -168,7 +174,7 @@ impl Recovery {
                 "took over idle entries"
             );
             self.inflight
-                .add(s.shard, take.iter().map(|d| d.entry_id.as_str()));
+                .add(s.shard, take.iter().map(|d| d.entry_id.as_str()), asked);
             let _ = tx.send(take).await;
         }
         Ok(())

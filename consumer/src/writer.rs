@@ -1,7 +1,8 @@
 //! The batch writer: gathers entries from the channel into batches (flushed at
 //! `batch_max_rows` or `batch_max_wait`), commits each batch in one transaction, and only
-//! then acknowledges and deletes the entries. No unit ever goes back from here: every
-//! record is an acknowledged claim (a collision is kept too, see `ledger.rs`).
+//! then acknowledges and removes the entries, batch after batch in the order they were
+//! drawn (`Turn`). No unit ever goes back from here: every record is an acknowledged claim
+//! (a collision is kept too, see `ledger.rs`).
 //! While MySQL is down it retries the same batch with exponential backoff: nothing is
 //! dropped, and the full channel stalls the readers. Late claims a batch found (committed
 //! after a rebuild that did not count them, `rebuild/late.rs`) are counted in Redis right
@@ -10,11 +11,11 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use shard_router::{ClaimRecord, ShardId, StockClient};
 use sqlx::MySqlPool;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use crate::backoff::Backoff;
 use crate::config::Config;
@@ -42,6 +43,8 @@ struct Source {
     rx: mpsc::Receiver<Vec<Delivered>>,
     queue: VecDeque<Delivered>,
     open: bool,
+    /// Batches drawn so far: the next batch's place in the settling order.
+    drawn: u64,
 }
 
 impl Source {
@@ -70,6 +73,7 @@ impl Source {
             }
         }
         let n = self.queue.len().min(max_rows);
+        self.drawn += 1;
         Some(self.queue.drain(..n).collect())
     }
 }
@@ -84,7 +88,9 @@ impl Writer {
             rx,
             queue: VecDeque::new(),
             open: true,
+            drawn: 0,
         }));
+        let turns = Arc::new(watch::channel(0u64).0);
         let (stop_sweep, sweeping) = tokio::sync::watch::channel(false);
         let sweep = tokio::spawn(late::sweep_loop(
             me.pool.clone(),
@@ -96,15 +102,18 @@ impl Writer {
         for _ in 0..loops {
             let me = me.clone();
             let source = source.clone();
+            let turns = turns.clone();
             set.spawn(async move {
                 loop {
-                    let batch = {
+                    let next = {
                         let mut src = source.lock().await;
-                        src.next_batch(me.cfg.batch_max_rows, me.cfg.batch_max_wait)
-                            .await
+                        let b = src
+                            .next_batch(me.cfg.batch_max_rows, me.cfg.batch_max_wait)
+                            .await;
+                        b.map(|b| (b, Turn::new(&turns, src.drawn - 1)))
                     };
-                    match batch {
-                        Some(b) => me.commit(b).await,
+                    match next {
+                        Some((b, turn)) => me.commit(b, turn).await,
                         None => break,
                     }
                 }
@@ -117,7 +126,7 @@ impl Writer {
     }
 
     /// Commits one batch (retrying through outages), then settles it with Redis.
-    async fn commit(&self, batch: Vec<Delivered>) {
+    async fn commit(&self, batch: Vec<Delivered>, turn: Turn) {
         let records: Vec<&ClaimRecord> = batch.iter().map(|d| &d.record).collect();
         let started = Instant::now();
         let outcome = match self.write_retrying(&records).await {
@@ -149,10 +158,10 @@ impl Writer {
                     .into_iter()
                     .filter(|d| !failed.contains(&d.entry_id))
                     .collect();
-                return self.settle(batch, total, started).await;
+                return self.settle(batch, total, started, turn).await;
             }
         };
-        self.settle(batch, outcome, started).await;
+        self.settle(batch, outcome, started, turn).await;
     }
 
     /// Retries retryable errors forever (with backoff); returns non-retryable ones.
@@ -180,7 +189,13 @@ impl Writer {
     }
 
     /// After the commit: late claims counted in Redis, then XACK + XDEL per shard.
-    async fn settle(&self, batch: Vec<Delivered>, outcome: BatchOutcome, started: Instant) {
+    async fn settle(
+        &self,
+        batch: Vec<Delivered>,
+        outcome: BatchOutcome,
+        started: Instant,
+        turn: Turn,
+    ) {
         if !outcome.late.is_empty() {
             // First, so the rebuilt slices stop offering these units as soon as possible;
             // a failure here is repaired by the sweep (`late_claims` has them).
@@ -212,7 +227,7 @@ impl Writer {
                     let mut backoff = Backoff::new(self.cfg.backoff_min, self.cfg.backoff_max);
                     for attempt in 0..5 {
                         match stream.ack_and_delete(&self.client, &ids).await {
-                            Ok(()) => break,
+                            Ok(_) => break,
                             Err(e) => {
                                 // Unacknowledged entries are redelivered later; the ledger
                                 // ignores them then, so giving up here loses nothing.
@@ -225,7 +240,45 @@ impl Writer {
                 self.inflight.remove(shard, ids.iter().map(String::as_str));
             }
         });
+        turn.wait().await;
         futures::future::join_all(acks).await;
+        drop(turn);
         tracing::debug!(rows, inserted = outcome.inserted, ?commit_time, total = ?started.elapsed(), "batch settled");
+    }
+}
+
+/// Longest wait for the batches drawn earlier to settle first; past it a batch settles out
+/// of order (correct, only dearer: its ids are deleted one by one).
+const TURN_WAIT: Duration = Duration::from_secs(1);
+
+/// A batch's place in the settling order. Batches settle in the order they were drawn, so
+/// each shard's entries are acknowledged oldest first and the settle script trims them
+/// (`lua/stream_ack.lua`); with two writer loops about one settle in six otherwise came
+/// after a newer batch's and had to delete by id. Dropping a turn passes it on, whether its
+/// batch settled or its task ended early, so no batch waits for one that never comes.
+struct Turn {
+    turns: Arc<watch::Sender<u64>>,
+    seq: u64,
+}
+
+impl Turn {
+    fn new(turns: &Arc<watch::Sender<u64>>, seq: u64) -> Self {
+        Self {
+            turns: turns.clone(),
+            seq,
+        }
+    }
+
+    /// Until every batch drawn before this one has settled (or [`TURN_WAIT`]).
+    async fn wait(&self) {
+        let mut rx = self.turns.subscribe();
+        let _ = tokio::time::timeout(TURN_WAIT, rx.wait_for(|&t| t >= self.seq)).await;
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        let next = self.seq + 1;
+        self.turns.send_modify(|t| *t = (*t).max(next));
     }
 }

@@ -1,7 +1,8 @@
-//! The claims stream of one shard, as typed operations: consumer group, reads, ack+delete,
-//! XAUTOCLAIM, dead letters, paging, depth. Every command names keys of that one shard only
-//! (they share the hash tag), so it runs on a cluster. The consumer, the rebuild and
-//! reconciliation use these instead of raw commands on shard-router's keys.
+//! The claims stream of one shard, as typed operations: consumer group, reads, settling
+//! (ack + removal, `stream/settle.rs`), XAUTOCLAIM, dead letters, paging, depth. Every
+//! command names keys of that one shard only (they share the hash tag), so it runs on a
+//! cluster. The consumer, the rebuild and reconciliation use these instead of raw commands
+//! on shard-router's keys.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -110,29 +111,6 @@ impl ShardStream {
             .map(|r| r.keys.into_iter().flat_map(|k| k.ids).collect())
             .unwrap_or_default();
         Ok((entries, ReplicationInfo::parse(&info)))
-    }
-
-    /// Acknowledges committed entries, then deletes them: the stream keeps only work that
-    /// is not in the ledger yet.
-    pub async fn ack_and_delete(
-        &self,
-        client: &StockClient,
-        ids: &[String],
-    ) -> Result<(), StockError> {
-        if ids.is_empty() {
-            return Ok(());
-        }
-        let mut conn = client.conn();
-        let mut pipe = redis::pipe();
-        pipe.cmd("XACK")
-            .arg(&self.key)
-            .arg(&self.group)
-            .arg(ids)
-            .ignore();
-        pipe.cmd("XDEL").arg(&self.key).arg(ids).ignore();
-        client
-            .bounded("xack+xdel", pipe.query_async::<()>(&mut conn))
-            .await
     }
 
     /// Resets the idle time of entries this process still works on (JUSTID does not count
@@ -366,5 +344,7 @@ async fn range_page(
 
 mod dead;
 mod depth;
+mod settle;
 use depth::pending_summary;
 pub use depth::Depth;
+pub use settle::Settled;

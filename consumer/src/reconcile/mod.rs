@@ -36,8 +36,9 @@
 //!   cutoff). Entries are only appended and ids never reused, so the claim of one read in a
 //!   page was taken before `T_s` and was still in one of the two streams then (the copy to
 //!   the dead letters precedes the delete). One in the claims stream at `T_s` but gone when
-//!   its page was read was deleted after its commit (the consumer deletes only committed
-//!   entries), or dead-lettered, whose copy is appended before the claims entry is deleted
+//!   its page was read was deleted after its commit (the consumer removes only committed
+//!   entries, by id or by a trim below its group's first pending one, `lua/stream_ack.lua`),
+//!   or dead-lettered, whose copy is appended before the claims entry is deleted
 //!   and is read later (the dead letters come second) unless redrive removed it, which it
 //!   does only once the claim is committed. So a claim taken before `T_s` is read in a
 //!   page, or its row is in `L1`, read after every page; or both.
