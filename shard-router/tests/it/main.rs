@@ -7,3 +7,4 @@ mod replica_ack;
 mod scenarios;
 mod stock_cluster;
 mod stock_single;
+mod stream_ack;

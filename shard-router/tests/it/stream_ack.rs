@@ -2,11 +2,9 @@
 //! the stream, and nothing still pending or not yet delivered does, in whatever order the
 //! batches are acknowledged. On a single Redis and on a cluster (one key per call).
 
-mod common;
-
 use std::time::Duration;
 
-use common::Env;
+use crate::common::Env;
 use shard_router::stream::{Settled, ShardStream};
 use shard_router::StockClient;
 
