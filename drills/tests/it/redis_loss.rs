@@ -5,7 +5,7 @@
 //! no user above the limit, every ledger row from before the loss still there with the
 //! same status (no acknowledged claim voided), and reconciliation back to 0.
 //!
-//! Short form in CI; `FG_DRILL_SCALE=10 cargo test -p drills --test redis_loss -- --nocapture`
+//! Short form in CI; `FG_DRILL_SCALE=10 cargo test -p drills --test it redis_loss:: -- --nocapture`
 //! is the long one.
 
 use std::collections::HashMap;

@@ -1,10 +1,8 @@
 //! Streams → ledger: exactly once, duplicates, redelivery.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use consumer::{ledger, stream};
 use shard_router::ClaimRecord;
 

@@ -3,15 +3,13 @@
 //! holds and payment timeouts follow Redis's clock, not this process's.
 //!
 //! Drill `replica_down` (a replica down under load, then back) runs here in a short form; the long
-//! form: `FG_DRILL_REPLICA_DOWN_S=300 cargo test --release -p consumer --test durability
+//! form: `FG_DRILL_REPLICA_DOWN_S=300 cargo test --release -p consumer --test metrics durability::
 //! replica_down -- --nocapture`.
-
-mod common;
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use consumer::stream::ShardStream;
 use shard_router::{keys, ClaimRequest, HomeOutcome, StockClient};
 use test_support::RedisCluster;
@@ -56,6 +54,7 @@ async fn dead_letter_everything(s: &Stack) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redrive_twice_gives_one_row_each() {
+    let _one = crate::common::one_at_a_time().await;
     let s = Stack::start().await;
     let c = campaign(&s, 13_001, 30, SHARDS, 1, 3600).await;
     let ids = claim_all(&s.client, &c, users("d", 12), 4).await;
@@ -161,6 +160,7 @@ fn replicas(cluster: &RedisCluster) -> Vec<usize> {
 /// dead-lettered although the entries idle far past `claim_idle × max_deliveries`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replica_down_nothing_dead_lettered() {
+    let _one = crate::common::one_at_a_time().await;
     let down = std::env::var("FG_DRILL_REPLICA_DOWN_S")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -236,6 +236,7 @@ async fn replica_down_nothing_dead_lettered() {
 /// claim whose payment window (60 s) is still open.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn skewed_consumer_clock_decides_nothing() {
+    let _one = crate::common::one_at_a_time().await;
     let s = Stack::start().await;
     let c = campaign(&s, 13_007, 10, 2, 1, 60).await;
     let paid_later = claim_all(&s.client, &c, users("p", 1), 1).await;
@@ -335,6 +336,7 @@ async fn try_claims(
 /// window of durability `none`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failover_rollback_with_durability_none_is_bounded() {
+    let _one = crate::common::one_at_a_time().await;
     let mut s = ClusterStack::start(1).await;
     let consumer = start_consumer(s.cfg.clone());
     let stock = 300;

@@ -1,10 +1,8 @@
 //! Release by cancel and by payment timeout: each done twice, units back once.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use consumer::release::{self, Outcome, Reason};
 use shard_router::keys;
 

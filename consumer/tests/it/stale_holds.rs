@@ -2,9 +2,7 @@
 //! the dead letters. A second chance whose take record was dead-lettered took a unit; its
 //! hold must be kept, not undone as if the claim never happened.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use shard_router::keys::{self, ShardKeys};
 use shard_router::ClaimRecord;
 

@@ -1,11 +1,9 @@
 //! Durability `replica` on the consumer side: an entry reaches the ledger only once a
 //! replica holds it, so a failover cannot take back a decrement the ledger already shows.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use consumer::replica::ReplicaWait;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,13 +2,11 @@
 //! single Redis call grows with the stream or the release set, and a snapshot spread over
 //! many pages is as exact as one atomic read (drift 0, and the exact figure when wrong).
 //! The bound's figures at another size: `FG_PAGES_ENTRIES=50000 cargo test -p consumer
-//! --test reconcile_pages -- --nocapture longest`.
-
-mod common;
+//! --test it reconcile_pages::longest -- --nocapture`.
 
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use consumer::reconcile::{self, Options, Report};
 use consumer::stream::ShardStream;
 use consumer::{release, wave};

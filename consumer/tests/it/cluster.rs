@@ -1,11 +1,9 @@
 //! The consumer on a 3-master Redis Cluster: every command names keys of one shard, so the
 //! whole path (read, ack, delete, recovery, reconcile) works there too.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claims_on_a_cluster_land_exactly_once() {

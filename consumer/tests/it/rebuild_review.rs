@@ -3,12 +3,10 @@
 //! the late-claim sweep, each checked against the books (slices + active ledger units =
 //! stock) on a real Redis and MariaDB.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::rebuild::*;
-use common::*;
+use crate::common::rebuild::*;
+use crate::common::*;
 use consumer::campaign::Campaign;
 use consumer::rebuild::{self, late};
 use consumer::wave;

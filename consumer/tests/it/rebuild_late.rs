@@ -3,12 +3,10 @@
 //! units must still be counted (no oversell, the user's limit holds), exactly once, and a
 //! crash between the commit and the Redis half is repaired.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::rebuild::*;
-use common::*;
+use crate::common::rebuild::*;
+use crate::common::*;
 use consumer::campaign::Campaign;
 use consumer::rebuild::{self, late};
 use shard_router::{ClaimOutcome, ClaimRecord};

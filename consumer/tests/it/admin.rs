@@ -1,11 +1,9 @@
 //! The admin listener: open `/healthz` and `/metrics`, token-protected campaign and claim
 //! routes, clear 4xx answers for caller mistakes.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 

@@ -8,17 +8,15 @@
 //! The machine is shared, so 1 and 2 run interleaved `FG_PERF_ROUNDS` times (default 3)
 //! and the best round of each is compared (the least disturbed by other tenants).
 //!
-//! Run: `cargo test --release -p consumer --test throughput -- --ignored --nocapture`
+//! Run: `cargo test --release -p consumer --test it throughput:: -- --ignored --nocapture`
 //! (`FG_PERF_CLAIMS` sets the backlog, default 50 000; `FG_PERF_BATCH`, `FG_PERF_WRITERS`
 //! override the consumer's batch rows and writer count).
-
-mod common;
 
 use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use consumer::campaign::{self, Campaign};
 use shard_router::ClaimRecord;
 use test_support::mariadb::TestDatabase;

@@ -2,12 +2,10 @@
 //! `rebuild` writes back what the ledger says was sold, never the full split again; claims
 //! racing the rebuild, a second rebuild and a crashed one are all safe.
 
-mod common;
-
 use std::time::Duration;
 
-use common::rebuild::*;
-use common::*;
+use crate::common::rebuild::*;
+use crate::common::*;
 use consumer::campaign::Campaign;
 use consumer::rebuild::{self};
 use shard_router::rebuild::{FenceOutcome, ShardImage};

@@ -2,11 +2,9 @@
 //! twice) and close-out (closing report, Redis cleaned, series gone, idempotent, crash-safe,
 //! never on a live campaign; the SKU metadata kept for replays until its answers expired).
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use consumer::campaign::{self, Campaign};
 use consumer::{closeout, wave};
 use futures::StreamExt;

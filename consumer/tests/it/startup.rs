@@ -2,12 +2,10 @@
 //! before its Redis, or before its cluster is formed (`CLUSTERDOWN`, the `xgroup create`
 //! case of the issue), waits with backoff instead of exiting, then works.
 
-mod common;
-
 use std::process::Command;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use shard_router::{RedisTarget, StockClient};
 use test_support::mariadb::TestDatabase;
 use test_support::RedisServer;

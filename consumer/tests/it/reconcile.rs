@@ -1,11 +1,9 @@
 //! Reconciliation reports drift injected by hand, stores it, exports it, and resolves
 //! stale holds against the ledger.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use shard_router::keys::ShardKeys;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,9 +2,7 @@
 //! overwrites live slices, so a new stock would reach the ledger but not Redis); other
 //! fields may change, and a campaign not yet preheated may change its stock.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use consumer::campaign;
 use consumer::ConsumerError;
 

@@ -1,9 +1,7 @@
 //! Waves declared by `consumer campaign --wave`: a rerun without a flag cancels that wave
 //! while it adds nothing yet; an applied wave and a wave from `consumer wave` stay.
 
-mod common;
-
-use common::{campaign, Stack, T};
+use crate::common::{campaign, Stack, T};
 use consumer::wave::{self, Wave};
 
 fn wave_at(sku: u64, id: &str, units: u64) -> Wave {

@@ -12,7 +12,12 @@ use shard_router::{ClaimOutcome, ClaimRecord, ClaimRequest};
 use super::{Stack, T};
 
 /// One unit of `c` for `user`, through the whole claim protocol (second chance included).
-pub async fn claim_one(s: &Stack, c: &Campaign, user: &str, rid: Option<&str>) -> ClaimOutcome {
+pub(crate) async fn claim_one(
+    s: &Stack,
+    c: &Campaign,
+    user: &str,
+    rid: Option<&str>,
+) -> ClaimOutcome {
     let req = ClaimRequest {
         sku: c.sku,
         user: user.into(),
@@ -31,21 +36,21 @@ pub async fn claim_one(s: &Stack, c: &Campaign, user: &str, rid: Option<&str>) -
 }
 
 /// Redis loses everything.
-pub fn flushall(s: &Stack) {
+pub(crate) fn flushall(s: &Stack) {
     let _: () = redis::cmd("FLUSHALL")
         .query(&mut s.redis.connection())
         .unwrap();
 }
 
 /// A rebuild's options with a 100 ms pause before its ledger read (tests need no more).
-pub fn rebuild_opts() -> Options {
+pub(crate) fn rebuild_opts() -> Options {
     let mut o = Options::new(T);
     o.quiesce = Duration::from_millis(100);
     o
 }
 
 /// What a consumer holds in memory after reading the streams: every record of `c`.
-pub async fn read_like_a_consumer(s: &Stack, c: &Campaign) -> Vec<ClaimRecord> {
+pub(crate) async fn read_like_a_consumer(s: &Stack, c: &Campaign) -> Vec<ClaimRecord> {
     let mut out = Vec::new();
     for shard in s.client.placement().shards_of(c.sku, c.width) {
         let st = ShardStream::new(&s.client, shard, "");
@@ -57,7 +62,7 @@ pub async fn read_like_a_consumer(s: &Stack, c: &Campaign) -> Vec<ClaimRecord> {
 }
 
 /// Units of `sku` the ledger holds in active claims (`pending` or `confirmed`).
-pub async fn active_units(s: &Stack, sku: u64) -> i64 {
+pub(crate) async fn active_units(s: &Stack, sku: u64) -> i64 {
     s.count(&format!(
         "SELECT CAST(COALESCE(SUM(qty), 0) AS SIGNED) FROM claims WHERE sku = {sku} \
          AND status IN ('pending', 'confirmed')"

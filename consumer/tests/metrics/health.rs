@@ -1,11 +1,9 @@
 //! `/healthz` reports MySQL and Redis as the consumer's probes see them, and `/metrics`
 //! gives every series a HELP line.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use test_support::mariadb::MariaDbServer;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -46,6 +44,7 @@ async fn wait_health(addr: std::net::SocketAddr, want: u16, limit: Duration) -> 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn healthz_follows_mysql_and_redis() {
+    let _one = crate::common::one_at_a_time().await;
     let mut mysql = MariaDbServer::start();
     let mut s = Stack::start().await;
     s.cfg.mysql_url = mysql.url();
@@ -82,6 +81,7 @@ async fn healthz_follows_mysql_and_redis() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_series_on_metrics_has_help() {
+    let _one = crate::common::one_at_a_time().await;
     let s = Stack::start().await;
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();

@@ -1,13 +1,11 @@
 //! Fault drills: the consumer process SIGKILLed mid-batch and SIGTERMed with an open
 //! batch, and MySQL stopped for 10 s under load.
 
-mod common;
-
 use std::collections::HashSet;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use test_support::mariadb::MariaDbServer;
 
 fn spawn_consumer(s: &Stack, extra: &[&str]) -> Child {

@@ -1,12 +1,10 @@
 //! A rebuild that runs longer than its lease keeps its shards (the lease is renewed, and a
 //! second rebuild is refused meanwhile), and the ledger is read by bounded pages.
 
-mod common;
-
 use std::time::Duration;
 
-use common::rebuild::*;
-use common::*;
+use crate::common::rebuild::*;
+use crate::common::*;
 use consumer::rebuild::{self, Options};
 
 /// Lease 300 ms, rebuild ≥ 1.2 s (its pause). Before the renewal the second rebuild took

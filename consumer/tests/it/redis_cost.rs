@@ -14,18 +14,16 @@
 //! inside a script are counted by Redis in their own rows too; the share "by command" sums
 //! only what was sent from outside (see `INNER_CLAIM`, `INNER_SETTLE`).
 //!
-//! Run: `cargo test -p consumer --test redis_cost -- --ignored --nocapture`
+//! Run: `cargo test -p consumer --test it redis_cost:: -- --ignored --nocapture`
 //! (`FG_COST_ROUNDS`, default 3, prints medians over the rounds; Redis's own cost does not
 //! depend on the build, but the consumer's read sizes do a little: release is closer to a
 //! deployment).
-
-mod common;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use consumer::campaign::{self, Campaign};
 use consumer::Config;
 use shard_router::protocol::{self, LocalEmptyShards};

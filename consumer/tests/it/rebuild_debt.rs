@@ -4,10 +4,8 @@
 //! and reconciliation counts it, so Redis never offers a unit that does not exist and the
 //! books close at 0. Checked on a real Redis and MariaDB.
 
-mod common;
-
-use common::rebuild::*;
-use common::*;
+use crate::common::rebuild::*;
+use crate::common::*;
 use consumer::campaign::Campaign;
 use consumer::rebuild::{self, late};
 use consumer::release::{self, Reason};

@@ -3,11 +3,9 @@
 //! stock is taken for both, and a critical anomaly names them. A true redelivery (same
 //! claim id) stays a no-op.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use consumer::{ledger, stream};
 use shard_router::keys::ShardKeys;
 

@@ -1,8 +1,7 @@
 //! Shared test scaffolding: a real redis-server and a fresh MariaDB database per test, a
 //! consumer service run in-process, campaigns, and claims produced through the Lua scripts.
-#![allow(dead_code, unreachable_pub)]
 
-pub mod rebuild;
+pub(crate) mod rebuild;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,11 +17,11 @@ use test_support::{RedisCluster, RedisServer};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-pub const SHARDS: u16 = 4;
-pub const T: Duration = Duration::from_secs(10);
+pub(crate) const SHARDS: u16 = 4;
+pub(crate) const T: Duration = Duration::from_secs(10);
 
 /// Test-speed settings: short blocks, fast recovery.
-pub fn config(redis_url: &str, mysql_url: &str) -> Config {
+pub(crate) fn config(redis_url: &str, mysql_url: &str) -> Config {
     let mut c = Config::new(RedisTarget::Single(redis_url.to_owned()), SHARDS, mysql_url);
     c.read_block = Duration::from_millis(200);
     c.recovery_interval = Duration::from_millis(200);
@@ -34,16 +33,16 @@ pub fn config(redis_url: &str, mysql_url: &str) -> Config {
     c
 }
 
-pub struct Stack {
-    pub redis: RedisServer,
-    pub db: TestDatabase,
-    pub cfg: Config,
-    pub client: StockClient,
-    pub pool: MySqlPool,
+pub(crate) struct Stack {
+    pub(crate) redis: RedisServer,
+    pub(crate) db: TestDatabase,
+    pub(crate) cfg: Config,
+    pub(crate) client: StockClient,
+    pub(crate) pool: MySqlPool,
 }
 
 impl Stack {
-    pub async fn start() -> Self {
+    pub(crate) async fn start() -> Self {
         let redis = RedisServer::start();
         let db = TestDatabase::create();
         let cfg = config(&redis.url(), &db.url());
@@ -58,7 +57,7 @@ impl Stack {
     }
 
     /// Reconciles `sku` now (invariant `books-close` (docs/DESIGN.md)) and returns the report.
-    pub async fn reconcile(&self, sku: u64) -> consumer::reconcile::Report {
+    pub(crate) async fn reconcile(&self, sku: u64) -> consumer::reconcile::Report {
         consumer::reconcile::run(
             &self.pool,
             &self.client,
@@ -71,7 +70,7 @@ impl Stack {
         .expect("reconcile")
     }
 
-    pub async fn count(&self, sql: &str) -> i64 {
+    pub(crate) async fn count(&self, sql: &str) -> i64 {
         sqlx::query_scalar::<_, i64>(sql)
             .fetch_one(&self.pool)
             .await
@@ -80,12 +79,12 @@ impl Stack {
 }
 
 /// A consumer service run in-process; `stop` drains it like SIGTERM.
-pub struct Running {
+pub(crate) struct Running {
     stop: watch::Sender<bool>,
     task: JoinHandle<Result<(), consumer::ConsumerError>>,
 }
 
-pub fn start_consumer(cfg: Config) -> Running {
+pub(crate) fn start_consumer(cfg: Config) -> Running {
     let (stop, rx) = consumer::signal::channel();
     let task = tokio::spawn(service::run(cfg, None, rx));
     Running { stop, task }
@@ -93,11 +92,11 @@ pub fn start_consumer(cfg: Config) -> Running {
 
 impl Running {
     /// True once `run` returned (it must not, short of a shutdown).
-    pub fn is_finished(&self) -> bool {
+    pub(crate) fn is_finished(&self) -> bool {
         self.task.is_finished()
     }
 
-    pub async fn stop(self) {
+    pub(crate) async fn stop(self) {
         let _ = self.stop.send(true);
         tokio::time::timeout(Duration::from_secs(20), self.task)
             .await
@@ -108,7 +107,7 @@ impl Running {
 }
 
 /// A campaign open now for an hour, stored and preheated.
-pub async fn campaign(
+pub(crate) async fn campaign(
     s: &Stack,
     sku: u64,
     stock: u64,
@@ -129,7 +128,7 @@ pub async fn campaign(
 }
 
 /// Stores a campaign open for the next hour and preheats it.
-pub async fn open_campaign(
+pub(crate) async fn open_campaign(
     pool: &MySqlPool,
     client: &StockClient,
     sku: u64,
@@ -170,16 +169,16 @@ async fn connect(cfg: &Config) -> (StockClient, MySqlPool) {
 
 /// The consumer's world on a private Redis Cluster (`replicas` per master) and a fresh
 /// database.
-pub struct ClusterStack {
-    pub cluster: RedisCluster,
-    pub db: TestDatabase,
-    pub cfg: Config,
-    pub client: StockClient,
-    pub pool: MySqlPool,
+pub(crate) struct ClusterStack {
+    pub(crate) cluster: RedisCluster,
+    pub(crate) db: TestDatabase,
+    pub(crate) cfg: Config,
+    pub(crate) client: StockClient,
+    pub(crate) pool: MySqlPool,
 }
 
 impl ClusterStack {
-    pub async fn start(replicas: usize) -> Self {
+    pub(crate) async fn start(replicas: usize) -> Self {
         let cluster = RedisCluster::start(3, replicas);
         let db = TestDatabase::create();
         let mut cfg = config("redis://unused", &db.url());
@@ -196,7 +195,7 @@ impl ClusterStack {
 }
 
 /// Polls until the ledger holds `n` distinct claims of `sku` (at most `limit`).
-pub async fn wait_rows(pool: &MySqlPool, sku: u64, n: i64, limit: Duration) {
+pub(crate) async fn wait_rows(pool: &MySqlPool, sku: u64, n: i64, limit: Duration) {
     let deadline = Instant::now() + limit;
     loop {
         let rows: i64 =
@@ -215,7 +214,7 @@ pub async fn wait_rows(pool: &MySqlPool, sku: u64, n: i64, limit: Duration) {
 
 /// Claims of `users` (one unit each) through the Lua scripts, `conc` at a time; returns
 /// the claim ids of the successes.
-pub async fn claim_all(
+pub(crate) async fn claim_all(
     client: &StockClient,
     c: &Campaign,
     users: Vec<String>,
@@ -257,7 +256,7 @@ pub async fn claim_all(
 }
 
 /// Total XLEN and pending over every shard stream.
-pub async fn stream_depth(s: &Stack) -> (u64, u64) {
+pub(crate) async fn stream_depth(s: &Stack) -> (u64, u64) {
     let mut total = (0, 0);
     for shard in 0..SHARDS {
         let st = consumer::stream::ShardStream::new(&s.client, shard, &s.cfg.group);
@@ -270,7 +269,7 @@ pub async fn stream_depth(s: &Stack) -> (u64, u64) {
 }
 
 /// Polls until the ledger has `n` claims of `sku` and the streams are empty.
-pub async fn wait_drained(s: &Stack, sku: u64, n: i64, limit: Duration) {
+pub(crate) async fn wait_drained(s: &Stack, sku: u64, n: i64, limit: Duration) {
     let deadline = Instant::now() + limit;
     loop {
         let rows = s
@@ -288,10 +287,17 @@ pub async fn wait_drained(s: &Stack, sku: u64, n: i64, limit: Duration) {
     }
 }
 
-pub fn users(prefix: &str, n: usize) -> Vec<String> {
+pub(crate) fn users(prefix: &str, n: usize) -> Vec<String> {
     (0..n).map(|i| format!("{prefix}{i}")).collect()
 }
 
-pub fn stream_key(s: &Stack, shard: u16) -> String {
+pub(crate) fn stream_key(s: &Stack, shard: u16) -> String {
     keys::claims_stream(s.client.placement(), shard)
+}
+
+/// Serialises the tests of one binary that read process-wide state (the metrics registry):
+/// hold the guard for the whole test.
+pub(crate) async fn one_at_a_time() -> tokio::sync::MutexGuard<'static, ()> {
+    static ONE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    ONE.lock().await
 }

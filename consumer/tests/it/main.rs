@@ -1,0 +1,29 @@
+//! One test binary for the crate (one link instead of one per file); each module is
+//! what was a test file, so `cargo test -p consumer --test it NAME::` runs one of them.
+//! Tests reading the process-wide metrics registry are in `tests/metrics`.
+
+// Shared with `tests/metrics`, which uses other parts of it.
+mod admin;
+mod campaign;
+mod cluster;
+mod collision;
+#[allow(dead_code)]
+mod common;
+mod faults;
+mod ledger;
+mod lifecycle;
+mod rebuild;
+mod rebuild_debt;
+mod rebuild_late;
+mod rebuild_lease;
+mod rebuild_review;
+mod reconcile;
+mod reconcile_load;
+mod reconcile_pages;
+mod redis_cost;
+mod release;
+mod replica;
+mod stale_holds;
+mod startup;
+mod throughput;
+mod waves;
