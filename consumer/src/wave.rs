@@ -15,20 +15,15 @@
 //!    the shards from a stock without this wave and drops its id, so the wave stays pending
 //!    and its next round runs step 2 again.
 
-use std::sync::LazyLock;
 use std::time::Duration;
 
-use redis::{Script, Value};
 use serde::Serialize;
-use shard_router::keys::{self, ShardKeys};
-use shard_router::{StockClient, StockError};
+use shard_router::StockClient;
 use sqlx::MySqlPool;
 
 use crate::db::bounded;
 use crate::error::ConsumerError;
 use crate::reconcile::split;
-
-static WAVE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../lua/wave.lua")));
 
 /// Longest wave id (the ledger column is 64 bytes).
 pub const MAX_ID: usize = 64;
@@ -154,31 +149,10 @@ pub async fn push(
     let shards = client.placement().shards_of(sku, width);
     for (i, &shard) in shards.iter().enumerate() {
         let share = after[i] - before[i];
-        let k = ShardKeys::new(client.placement(), shard, sku);
-        let mut inv = WAVE.prepare_invoke();
-        inv.key(k.stock())
-            .key(k.waves())
-            .key(k.debt())
-            .arg(id)
-            .arg(share)
-            .arg(sku)
-            .arg(shard)
-            .arg(keys::EVENTS_CHANNEL);
-        let mut conn = client.conn();
-        let v: Vec<Value> = client.bounded("wave", inv.invoke_async(&mut conn)).await?;
-        match v.first() {
-            Some(Value::Int(70 | 71)) => {}
-            Some(Value::Int(14)) => {
-                return Err(ConsumerError::Invalid(format!(
-                    "sku {sku} is not preheated on shard {shard}; wave {id} stays pending"
-                )))
-            }
-            _ => {
-                return Err(ConsumerError::Redis(StockError::Protocol {
-                    op: "wave",
-                    detail: format!("unexpected reply {v:?}"),
-                }))
-            }
+        if !client.add_wave(shard, sku, id, share).await? {
+            return Err(ConsumerError::Invalid(format!(
+                "sku {sku} is not preheated on shard {shard}; wave {id} stays pending"
+            )));
         }
     }
 

@@ -3,7 +3,6 @@
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 
-use shard_router::keys;
 use shard_router::{ClaimRecord, SkuMeta, StockClient};
 
 use crate::load::Answers;
@@ -106,37 +105,8 @@ pub fn compare(drill: &str, meta: &SkuMeta, answers: &Answers, records: &[ClaimR
 async fn stream_records(client: &StockClient, meta: &SkuMeta) -> Vec<ClaimRecord> {
     let mut out = Vec::new();
     for shard in client.placement().shards_of(meta.sku, meta.width) {
-        let mut conn = client.conn();
-        let key = keys::claims_stream(client.placement(), shard);
-        let reply: redis::streams::StreamRangeReply = client
-            .bounded(
-                "drill xrange",
-                redis::cmd("XRANGE")
-                    .arg(&key)
-                    .arg("-")
-                    .arg("+")
-                    .query_async(&mut conn),
-            )
-            .await
-            .expect("XRANGE after the drill");
-        for entry in reply.ids {
-            let fields: Vec<(String, Vec<u8>)> = entry
-                .map
-                .iter()
-                .filter_map(|(k, v)| match v {
-                    redis::Value::BulkString(b) => Some((k.clone(), b.clone())),
-                    _ => None,
-                })
-                .collect();
-            let rec = ClaimRecord::decode(
-                &entry.id,
-                fields.iter().map(|(k, v)| (k.as_str(), v.as_slice())),
-            )
-            .expect("valid claim record");
-            if rec.sku == meta.sku {
-                out.push(rec);
-            }
-        }
+        let records = client.stream_records(shard, meta.sku, 1000).await;
+        out.extend(records.expect("the claims stream after the drill"));
     }
     out
 }

@@ -86,14 +86,20 @@ impl StockClient {
         &self.cfg
     }
 
-    /// A clone of the underlying connection, for callers that issue their own commands
-    /// (stream reads, metadata, tests).
+    /// A clone of the underlying connection. Only this crate issues commands on its keys;
+    /// tests (feature `test-util`) also use it to inject faults and read raw keys.
+    #[cfg(feature = "test-util")]
     pub fn conn(&self) -> RedisConn {
         self.conn.clone()
     }
 
+    #[cfg(not(feature = "test-util"))]
+    pub(crate) fn conn(&self) -> RedisConn {
+        self.conn.clone()
+    }
+
     /// Runs `fut` under the response timeout, naming `op` in any error.
-    pub async fn bounded<T>(
+    pub(crate) async fn bounded<T>(
         &self,
         op: &'static str,
         fut: impl std::future::Future<Output = redis::RedisResult<T>>,

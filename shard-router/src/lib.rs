@@ -23,6 +23,7 @@
 //!   take-over, dead letters, depth) for the consumer, the rebuild and reconciliation.
 
 pub mod args;
+pub mod audit;
 mod batch;
 mod client;
 mod clock;

@@ -68,6 +68,28 @@ impl Reply {
         }
     }
 
+    /// A list field of strings (integers in it are given as their text).
+    pub(crate) fn texts(&self, i: usize) -> Result<Vec<String>, StockError> {
+        let Some(Value::Array(items)) = self.fields.get(i) else {
+            return Err(protocol(
+                self.op,
+                format!("field {i}: expected a list, got {:?}", self.fields.get(i)),
+            ));
+        };
+        items
+            .iter()
+            .map(|v| match v {
+                Value::BulkString(b) => Ok(String::from_utf8_lossy(b).into_owned()),
+                Value::SimpleString(s) => Ok(s.clone()),
+                Value::Int(n) => Ok(n.to_string()),
+                other => Err(protocol(
+                    self.op,
+                    format!("field {i}: expected strings, got {other:?}"),
+                )),
+            })
+            .collect()
+    }
+
     pub(crate) fn unexpected(&self) -> StockError {
         protocol(self.op, format!("unknown code {}", self.code))
     }

@@ -26,9 +26,15 @@ pub(crate) static REBUILD_RENEW: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/rebuild_renew.lua")));
 pub(crate) static REBUILD_LATE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/rebuild_late.lua")));
+pub(crate) static RECONCILE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/reconcile.lua")));
+pub(crate) static RECONCILE_FIX: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/reconcile_fix.lua")));
+pub(crate) static WAVE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/wave.lua")));
 
 /// Every script, for loading them all ahead of traffic (readiness).
-pub(crate) fn all() -> [&'static Script; 10] {
+pub(crate) fn all() -> [&'static Script; 13] {
     [
         &CLAIM,
         &TAKE,
@@ -40,6 +46,9 @@ pub(crate) fn all() -> [&'static Script; 10] {
         &REBUILD,
         &REBUILD_RENEW,
         &REBUILD_LATE,
+        &RECONCILE,
+        &RECONCILE_FIX,
+        &WAVE,
     ]
 }
 
@@ -58,6 +67,8 @@ pub(crate) mod code {
     pub(crate) const HOLD_EXPIRED: i64 = 16;
     pub(crate) const PREHEATED: i64 = 20;
     pub(crate) const LIVE: i64 = 21;
+    pub(crate) const WAVE_ADDED: i64 = 70;
+    pub(crate) const WAVE_ALREADY: i64 = 71;
     pub(crate) const REBUILDING: i64 = 22;
     pub(crate) const SETTLED: i64 = 30;
     pub(crate) const HOLD_GONE: i64 = 31;

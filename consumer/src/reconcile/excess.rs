@@ -17,20 +17,15 @@
 //! moved since the snapshot: two consumers reconciling at once remove it once, and a retry
 //! after a crash measures again.
 
-use std::sync::LazyLock;
 use std::time::Duration;
 
-use redis::{Script, Value};
-use shard_router::keys::{self, ShardKeys};
-use shard_router::{StockClient, StockError};
+use shard_router::audit::Fixed;
+use shard_router::StockClient;
 use sqlx::MySqlPool;
 
 use super::account::ShardFigures;
 use crate::error::ConsumerError;
 use crate::ledger;
-
-static FIX: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../../lua/reconcile_fix.lua")));
 
 /// Takes each shard's positive drift out of its slice; returns the units removed.
 pub async fn remove(
@@ -51,30 +46,12 @@ pub async fn remove(
             f.shard, f.slice, f.in_flight, f.active_ledger, f.debt, f.expected, f.drift
         );
         ledger::anomaly(pool, "excess_removed", &reference, Some(sku), &detail, t).await?;
-        let k = ShardKeys::new(client.placement(), f.shard, sku);
-        let mut inv = FIX.prepare_invoke();
-        inv.key(k.stock())
-            .key(k.fix_epoch())
-            .key(k.debt())
-            .arg(f.epoch)
-            .arg(f.drift)
-            .arg(sku)
-            .arg(f.shard)
-            .arg(keys::EVENTS_CHANNEL);
-        let mut conn = client.conn();
-        let v: Vec<Value> = client
-            .bounded("remove excess", inv.invoke_async(&mut conn))
-            .await?;
-        let int = |i: usize| match v.get(i) {
-            Some(Value::Int(n)) => Ok(*n),
-            other => Err(ConsumerError::Redis(StockError::Protocol {
-                op: "remove excess",
-                detail: format!("unexpected reply {other:?}"),
-            })),
-        };
-        match int(0)? {
-            50 => {
-                let (removed, left, owed) = (int(1)?, int(2)?, int(4)?);
+        match client.remove_excess(f.shard, sku, f.epoch, f.drift).await? {
+            Fixed::Removed {
+                removed,
+                left,
+                owed,
+            } => {
                 total += removed;
                 if owed > 0 {
                     // Sold beyond the slice: the debt now, paid by the next releases and
@@ -106,22 +83,16 @@ pub async fn remove(
                     "excess removed from a slice"
                 );
             }
-            51 => tracing::info!(
+            Fixed::Stale => tracing::info!(
                 sku,
                 shard = f.shard,
                 "excess already removed by another run"
             ),
-            14 => tracing::warn!(
+            Fixed::NotPreheated => tracing::warn!(
                 sku,
                 shard = f.shard,
                 "slice vanished before the excess removal"
             ),
-            _ => {
-                return Err(ConsumerError::Redis(StockError::Protocol {
-                    op: "remove excess",
-                    detail: format!("unexpected reply {v:?}"),
-                }))
-            }
         }
     }
     Ok(total)

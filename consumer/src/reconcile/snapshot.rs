@@ -10,21 +10,14 @@
 //! 4. the claims stream up to the cutoff, then the whole dead-letter stream, in XRANGE pages.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::LazyLock;
 use std::time::Duration;
 
-use redis::streams::StreamRangeReply;
-use redis::{Script, Value};
-use shard_router::codec::{parse_entry_id, ClaimId, EntryId};
-use shard_router::keys::{self, ShardKeys};
-use shard_router::{ShardId, StockClient, StockError};
+use shard_router::codec::{ClaimId, EntryId};
+use shard_router::{ShardId, StockClient};
 use sqlx::MySqlPool;
 
 use super::ledger_view;
 use crate::error::ConsumerError;
-
-static ANCHOR: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../../lua/reconcile.lua")));
 
 /// Entries (or set members, or ids) one Redis call reads unless configured.
 pub const DEFAULT_PAGE: usize = 1000;
@@ -73,214 +66,6 @@ pub struct ShardSnap {
     pub late_unapplied: HashSet<String>,
 }
 
-fn proto(detail: String) -> ConsumerError {
-    ConsumerError::Redis(StockError::Protocol {
-        op: "reconcile snapshot",
-        detail,
-    })
-}
-
-fn int(v: &Value) -> Result<i64, ConsumerError> {
-    match v {
-        Value::Int(i) => Ok(*i),
-        other => text(other)?
-            .parse()
-            .map_err(|_| proto(format!("not an integer: {other:?}"))),
-    }
-}
-
-fn text(v: &Value) -> Result<String, ConsumerError> {
-    match v {
-        Value::BulkString(b) => Ok(String::from_utf8_lossy(b).into_owned()),
-        Value::SimpleString(s) => Ok(s.clone()),
-        Value::Int(i) => Ok(i.to_string()),
-        other => Err(proto(format!("not a string: {other:?}"))),
-    }
-}
-
-fn list(v: &Value) -> Result<&[Value], ConsumerError> {
-    match v {
-        Value::Array(a) => Ok(a),
-        other => Err(proto(format!("not a list: {other:?}"))),
-    }
-}
-
-fn pairs(v: &Value) -> Result<Vec<(String, i64)>, ConsumerError> {
-    list(v)?
-        .chunks(2)
-        .map(|p| match p {
-            [k, n] => Ok((text(k)?, int(n)?)),
-            _ => Err(proto("odd list".into())),
-        })
-        .collect()
-}
-
-fn field<'a>(map: &'a HashMap<String, Value>, name: &str) -> Option<&'a [u8]> {
-    match map.get(name)? {
-        Value::BulkString(b) => Some(b),
-        Value::SimpleString(s) => Some(s.as_bytes()),
-        _ => None,
-    }
-}
-
-/// Units of an entry if it is a record of `sku` (the fields `lua/claim.lua` writes).
-fn units_of(map: &HashMap<String, Value>, sku: &[u8]) -> Option<i64> {
-    if field(map, "sku")? != sku {
-        return None;
-    }
-    std::str::from_utf8(field(map, "qty")?).ok()?.parse().ok()
-}
-
-/// XRANGE of `key` from its first entry to `end`, a page per call, each entry given to `each`.
-async fn pages(
-    client: &StockClient,
-    key: &str,
-    end: &str,
-    page: usize,
-    mut each: impl FnMut(&str, &HashMap<String, Value>),
-) -> Result<(), ConsumerError> {
-    let mut start = "-".to_owned();
-    loop {
-        let mut conn = client.conn();
-        let r: StreamRangeReply = client
-            .bounded(
-                "reconcile xrange",
-                redis::cmd("XRANGE")
-                    .arg(key)
-                    .arg(&start)
-                    .arg(end)
-                    .arg("COUNT")
-                    .arg(page)
-                    .query_async(&mut conn),
-            )
-            .await?;
-        for e in &r.ids {
-            each(&e.id, &e.map);
-        }
-        match r.ids.last() {
-            Some(last) if r.ids.len() == page => start = format!("({}", last.id),
-            _ => return Ok(()),
-        }
-    }
-}
-
-/// Every member of the set `key`, scanned in pages of about `page`.
-async fn scan_set(
-    client: &StockClient,
-    key: &str,
-    page: usize,
-    into: &mut HashSet<String>,
-) -> Result<(), ConsumerError> {
-    let mut cursor = 0u64;
-    loop {
-        let mut conn = client.conn();
-        let (next, members): (u64, Vec<String>) = client
-            .bounded(
-                "reconcile sscan",
-                redis::cmd("SSCAN")
-                    .arg(key)
-                    .arg(cursor)
-                    .arg("COUNT")
-                    .arg(page)
-                    .query_async(&mut conn),
-            )
-            .await?;
-        into.extend(members);
-        if next == 0 {
-            return Ok(());
-        }
-        cursor = next;
-    }
-}
-
-/// Moves the ids of `ids` that are in the set `key` now into `members`, a page per call.
-async fn members_now(
-    client: &StockClient,
-    key: &str,
-    ids: &[String],
-    page: usize,
-    members: &mut HashSet<String>,
-) -> Result<(), ConsumerError> {
-    for chunk in ids.chunks(page) {
-        let mut conn = client.conn();
-        let is: Vec<bool> = client
-            .bounded(
-                "reconcile smismember",
-                redis::cmd("SMISMEMBER")
-                    .arg(key)
-                    .arg(chunk)
-                    .query_async(&mut conn),
-            )
-            .await?;
-        members.extend(
-            chunk
-                .iter()
-                .zip(is)
-                .filter(|(_, m)| *m)
-                .map(|(id, _)| id.clone()),
-        );
-    }
-    Ok(())
-}
-
-/// What the anchor read at `T_s`.
-struct Anchor {
-    slice: Option<i64>,
-    cutoff: EntryId,
-    epoch: i64,
-    found: Vec<String>,
-    set_size: usize,
-    waves: HashMap<String, i64>,
-    held: i64,
-    debt: i64,
-    gen: u64,
-    marked: HashSet<String>,
-}
-
-async fn anchor(
-    client: &StockClient,
-    k: &ShardKeys,
-    stream: &str,
-    ask: &[String],
-    ask_late: &[String],
-) -> Result<Anchor, ConsumerError> {
-    let mut inv = ANCHOR.prepare_invoke();
-    inv.key(k.stock())
-        .key(stream)
-        .key(k.released_stock())
-        .key(k.holds())
-        .key(k.waves())
-        .key(k.fix_epoch())
-        .key(k.debt())
-        .key(k.meta());
-    inv.arg(ask.len());
-    for id in ask.iter().chain(ask_late) {
-        inv.arg(id);
-    }
-    let mut conn = client.conn();
-    let v: Value = client
-        .bounded("reconcile anchor", inv.invoke_async(&mut conn))
-        .await?;
-    let r = list(&v)?;
-    if r.len() != 13 || int(&r[0])? != 60 {
-        return Err(proto(format!("unexpected reply {v:?}")));
-    }
-    let now_ms = int(&r[3])? as u64;
-    let by_clock = (now_ms.saturating_sub(1), u64::MAX);
-    Ok(Anchor {
-        slice: (int(&r[1])? == 1).then_some(int(&r[2])?),
-        cutoff: parse_entry_id(&text(&r[4])?).map_or(by_clock, |l| l.max(by_clock)),
-        epoch: int(&r[5])?,
-        found: list(&r[6])?.iter().map(text).collect::<Result<_, _>>()?,
-        set_size: int(&r[7])? as usize,
-        waves: pairs(&r[8])?.into_iter().collect(),
-        held: int(&r[9])?,
-        debt: int(&r[10])?,
-        gen: int(&r[11])?.max(0) as u64,
-        marked: list(&r[12])?.iter().map(text).collect::<Result<_, _>>()?,
-    })
-}
-
 /// Takes `shard`'s snapshot for `sku`, no Redis call reading more than `page` items.
 pub async fn take(
     pool: &MySqlPool,
@@ -291,14 +76,12 @@ pub async fn take(
     t: Duration,
 ) -> Result<ShardSnap, ConsumerError> {
     let page = page.max(1);
-    let p = client.placement();
-    let k = ShardKeys::new(p, shard, sku);
-    let stream = keys::claims_stream(p, shard);
-    let set = k.released_stock();
     // Steps 1–3: members seen before the anchor were members at it (the set only grows
     // while the campaign is live); the anchor's size check proves nothing else was.
     let mut released = HashSet::new();
-    scan_set(client, &set, page, &mut released).await?;
+    client
+        .scan_released(shard, sku, page, &mut released)
+        .await?;
     let mut a = None;
     for _ in 0..ANCHOR_ATTEMPTS {
         let late = ledger_view::late_of_shard(pool, sku, shard, t).await?;
@@ -308,7 +91,9 @@ pub async fn take(
             .filter(|(id, _)| !released.contains(id))
             .map(|(id, _)| id.clone())
             .collect();
-        members_now(client, &set, &unseen, page, &mut released).await?;
+        client
+            .released_now(shard, sku, &unseen, page, &mut released)
+            .await?;
         // Still unseen: releases not done yet (`releasing` first), or lost by Redis.
         let mut ask: Vec<(&String, bool)> = started
             .iter()
@@ -329,7 +114,7 @@ pub async fn take(
             .filter(|l| !l.applied)
             .map(|l| l.claim_id.clone())
             .collect();
-        let got = anchor(client, &k, &stream, &ask, &ask_late).await?;
+        let got = client.reconcile_anchor(shard, sku, &ask, &ask_late).await?;
         if got.slice.is_none() || got.set_size == released.len() + got.found.len() {
             released.extend(got.found.iter().cloned());
             let known: HashSet<String> = late.iter().map(|l| l.claim_id.clone()).collect();
@@ -360,7 +145,9 @@ pub async fn take(
             known = released.len() + got.found.len(),
             "release set moved under the snapshot's anchor; reading it again"
         );
-        scan_set(client, &set, page, &mut released).await?;
+        client
+            .scan_released(shard, sku, page, &mut released)
+            .await?;
     }
     let (a, late_known, late_unapplied) = a.ok_or_else(|| {
         ConsumerError::Invalid(format!(
@@ -368,27 +155,7 @@ pub async fn take(
         ))
     })?;
     // Step 4: entries taken up to the cutoff, still in the claims stream or dead-lettered.
-    let sku_text = sku.to_string();
-    let mut entries = HashMap::new();
-    let end = format!("{}-{}", a.cutoff.0, a.cutoff.1);
-    pages(client, &stream, &end, page, |id, map| {
-        if let Some(q) = units_of(map, sku_text.as_bytes()) {
-            entries.insert(format!("{shard}-{id}"), q);
-        }
-    })
-    .await?;
-    let dead = keys::dead_letter_stream(p, shard);
-    pages(client, &dead, "+", page, |_, map| {
-        let original = field(map, "dead_entry")
-            .and_then(|b| std::str::from_utf8(b).ok())
-            .and_then(|id| Some((id, parse_entry_id(id)?)));
-        if let (Some((id, at)), Some(q)) = (original, units_of(map, sku_text.as_bytes())) {
-            if at <= a.cutoff {
-                entries.insert(format!("{shard}-{id}"), q);
-            }
-        }
-    })
-    .await?;
+    let entries = client.units_taken(shard, sku, a.cutoff, page).await?;
     Ok(ShardSnap {
         shard,
         slice: a.slice,

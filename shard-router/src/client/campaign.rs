@@ -134,4 +134,31 @@ impl StockClient {
         }
         Ok(out)
     }
+
+    /// Adds stock wave `id`'s `share` to `shard`'s slice once per wave id, paying the
+    /// shard's debt first (`lua/wave.lua`). `false`: the slice is missing (not preheated).
+    pub async fn add_wave(
+        &self,
+        shard: ShardId,
+        sku: u64,
+        id: &str,
+        share: i64,
+    ) -> Result<bool, StockError> {
+        let k = self.keys(shard, sku);
+        let mut inv = scripts::WAVE.prepare_invoke();
+        inv.key(k.stock())
+            .key(k.waves())
+            .key(k.debt())
+            .arg(id)
+            .arg(share)
+            .arg(sku)
+            .arg(shard)
+            .arg(keys::EVENTS_CHANNEL);
+        let r = self.run("wave", &inv).await?;
+        match r.code {
+            code::WAVE_ADDED | code::WAVE_ALREADY => Ok(true),
+            code::NOT_PREHEATED => Ok(false),
+            _ => Err(r.unexpected()),
+        }
+    }
 }

@@ -2,7 +2,7 @@
 //! Redis and on a private 3-master Redis Cluster.
 
 pub(crate) use shard_router::test_util::{claim_once, open_meta, req, slices_total};
-use shard_router::{keys, RedisTarget, SkuMeta, StockClient, StockConfig};
+use shard_router::{RedisTarget, SkuMeta, StockClient, StockConfig};
 use test_support::{RedisCluster, RedisServer};
 
 pub(crate) const SHARDS: u16 = 16;
@@ -57,32 +57,14 @@ pub(crate) async fn stream_records(
     client: &StockClient,
     meta: &SkuMeta,
 ) -> Vec<shard_router::ClaimRecord> {
-    use redis::AsyncCommands;
     let mut out = Vec::new();
     for shard in client.placement().shards_of(meta.sku, meta.width) {
-        let mut conn = client.conn();
-        let key = keys::claims_stream(client.placement(), shard);
-        let reply: redis::streams::StreamRangeReply = conn.xrange_all(&key).await.expect("XRANGE");
-        for entry in reply.ids {
-            let fields: Vec<(String, Vec<u8>)> = entry
-                .map
-                .iter()
-                .map(|(k, v)| {
-                    let redis::Value::BulkString(b) = v else {
-                        panic!("field {k} is not a bulk string")
-                    };
-                    (k.clone(), b.clone())
-                })
-                .collect();
-            let rec = shard_router::ClaimRecord::decode(
-                &entry.id,
-                fields.iter().map(|(k, v)| (k.as_str(), v.as_slice())),
-            )
-            .expect("valid record");
-            if rec.sku == meta.sku {
-                out.push(rec);
-            }
-        }
+        out.extend(
+            client
+                .stream_records(shard, meta.sku, 1000)
+                .await
+                .expect("records"),
+        );
     }
     out
 }
