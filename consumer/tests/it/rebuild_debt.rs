@@ -12,16 +12,6 @@ use consumer::release::{self, Reason};
 use consumer::wave;
 use shard_router::{ClaimOutcome, ClaimRecord};
 
-async fn slice_sum(s: &Stack, c: &Campaign) -> i64 {
-    s.client
-        .slices(c.sku, c.width)
-        .await
-        .unwrap()
-        .into_iter()
-        .filter_map(|(_, v)| v)
-        .sum()
-}
-
 /// The scenario of every test here, on one shard with a stock of 3: alice's claim is in a
 /// consumer's memory only when Redis loses everything; the rebuild offers its unit again,
 /// bob, carol and dave take all three, and alice's claim commits late and finds its unit
@@ -128,14 +118,7 @@ async fn a_release_of_another_claim_pays_the_debt_before_the_slice_grows() {
 async fn a_wave_after_a_short_late_apply_pays_the_debt_first() {
     let s = Stack::start().await;
     let (c, _) = short_late_apply(&s, 14_002).await;
-    let now = shard_router::now_ms();
-    let w = wave::Wave {
-        sku: c.sku,
-        id: "w1".into(),
-        units: 2,
-        due_ms: now,
-    };
-    wave::schedule(&s.pool, &w, T).await.unwrap();
+    let now = schedule_wave_now(&s, c.sku, "w1", 2).await;
     assert_eq!(
         wave::apply(&s.pool, &s.client, c.sku, "w1", now, T)
             .await
@@ -223,15 +206,7 @@ async fn reconciliation_counts_the_debt_and_reports_drift_0() {
 async fn an_excess_measured_before_a_late_apply_is_not_removed_after_it() {
     let s = Stack::start().await;
     let c = campaign(&s, 14_006, 3, 1, 1, 3600).await;
-    assert!(matches!(
-        claim_one(&s, &c, "alice", Some("r-alice")).await,
-        ClaimOutcome::Claimed { .. }
-    ));
-    let held = read_like_a_consumer(&s, &c).await;
-    flushall(&s);
-    rebuild::rebuild(&s.pool, &s.client, c.sku, &rebuild_opts())
-        .await
-        .unwrap();
+    let held = held_through_a_loss(&s, &c, "alice").await;
     let out = consumer::ledger::write_batch(&s.pool, &held, T)
         .await
         .unwrap();
@@ -265,14 +240,7 @@ async fn an_excess_measured_before_a_late_apply_is_not_removed_after_it() {
 async fn a_wave_pushed_again_after_a_rebuild_pays_the_rebuilt_debt() {
     let s = Stack::start().await;
     let (c, _) = short_late_apply(&s, 14_007).await;
-    let now = shard_router::now_ms();
-    let w = wave::Wave {
-        sku: c.sku,
-        id: "w2".into(),
-        units: 2,
-        due_ms: now,
-    };
-    wave::schedule(&s.pool, &w, T).await.unwrap();
+    let now = schedule_wave_now(&s, c.sku, "w2", 2).await;
     let pushed = wave::push(&s.pool, &s.client, c.sku, "w2", T)
         .await
         .unwrap();
@@ -442,15 +410,7 @@ async fn an_excess_the_slice_cannot_give_becomes_the_debt() {
 async fn a_short_apply_retried_after_a_crash_still_records_the_oversell() {
     let s = Stack::start().await;
     let c = campaign(&s, 14_011, 3, 1, 1, 3600).await;
-    assert!(matches!(
-        claim_one(&s, &c, "alice", Some("r-alice")).await,
-        ClaimOutcome::Claimed { .. }
-    ));
-    let held = read_like_a_consumer(&s, &c).await;
-    flushall(&s);
-    rebuild::rebuild(&s.pool, &s.client, c.sku, &rebuild_opts())
-        .await
-        .unwrap();
+    let held = held_through_a_loss(&s, &c, "alice").await;
     for u in ["bob", "carol", "dave"] {
         assert!(matches!(
             claim_one(&s, &c, u, None).await,

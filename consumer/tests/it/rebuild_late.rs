@@ -12,10 +12,6 @@ use consumer::rebuild::{self, late};
 use shard_router::{ClaimOutcome, ClaimRecord};
 use sqlx::Connection;
 
-async fn claim(s: &Stack, c: &Campaign, user: &str) -> ClaimOutcome {
-    claim_one(s, c, user, Some(&format!("r-{user}"))).await
-}
-
 async fn wait_count(s: &Stack, c: &Campaign, user: &str, n: u32, limit: Duration) -> u32 {
     let deadline = Instant::now() + limit;
     loop {
@@ -156,15 +152,7 @@ async fn a_batch_racing_the_rebuild_read_is_counted_once() {
 async fn the_next_rebuild_counts_a_late_claim_left_unapplied() {
     let s = Stack::start().await;
     let c = campaign(&s, 12_003, 5, 1, 2, 3600).await;
-    assert!(matches!(
-        claim(&s, &c, "alice").await,
-        ClaimOutcome::Claimed { .. }
-    ));
-    let held = read_like_a_consumer(&s, &c).await;
-    flushall(&s);
-    rebuild::rebuild(&s.pool, &s.client, c.sku, &rebuild_opts())
-        .await
-        .unwrap();
+    let held = held_through_a_loss(&s, &c, "alice").await;
     let out = consumer::ledger::write_batch(&s.pool, &held, T)
         .await
         .unwrap();

@@ -7,25 +7,10 @@ use std::time::{Duration, Instant};
 
 use crate::common::rebuild::*;
 use crate::common::*;
-use consumer::campaign::Campaign;
 use consumer::rebuild::{self, late};
 use consumer::wave;
 use shard_router::{ClaimOutcome, ClaimRecord, ClaimRequest};
 use sqlx::Connection;
-
-async fn claim(s: &Stack, c: &Campaign, user: &str) -> ClaimOutcome {
-    claim_one(s, c, user, Some(&format!("r-{user}"))).await
-}
-
-async fn slice_sum(s: &Stack, c: &Campaign) -> i64 {
-    s.client
-        .slices(c.sku, c.width)
-        .await
-        .unwrap()
-        .into_iter()
-        .filter_map(|(_, v)| v)
-        .sum()
-}
 
 /// A wave pushed to Redis (its step 2) just before a rebuild's fence, and marked applied in
 /// the ledger (step 3) only after the rebuild read the campaign: the rebuild read the stock
@@ -37,14 +22,7 @@ async fn slice_sum(s: &Stack, c: &Campaign) -> i64 {
 async fn a_wave_marked_applied_after_the_rebuild_read_keeps_its_units() {
     let s = Stack::start().await;
     let c = campaign(&s, 13_001, 4, 1, 1, 3600).await;
-    let now = shard_router::now_ms();
-    let w = wave::Wave {
-        sku: c.sku,
-        id: "w1".into(),
-        units: 2,
-        due_ms: now,
-    };
-    wave::schedule(&s.pool, &w, T).await.unwrap();
+    let now = schedule_wave_now(&s, c.sku, "w1", 2).await;
     sqlx::query("UPDATE campaign_waves SET start_unit = 4 WHERE sku = ? AND wave_id = 'w1'")
         .bind(c.sku)
         .execute(&s.pool)
@@ -131,15 +109,7 @@ async fn the_sweep_reaches_late_claims_behind_ones_that_wait_forever() {
     let s = Stack::start().await;
     let stuck = campaign(&s, 13_003, 1000, 1, 1000, 3600).await;
     let c = campaign(&s, 13_004, 3, 1, 1, 3600).await;
-    assert!(matches!(
-        claim(&s, &c, "alice").await,
-        ClaimOutcome::Claimed { .. }
-    ));
-    let held = read_like_a_consumer(&s, &c).await;
-    flushall(&s);
-    rebuild::rebuild(&s.pool, &s.client, c.sku, &rebuild_opts())
-        .await
-        .unwrap();
+    let held = held_through_a_loss(&s, &c, "alice").await;
 
     // 500 late claims judged against a generation the stuck campaign's shards never get.
     sqlx::query("UPDATE campaigns SET rebuild_gen = 99 WHERE sku = ?")
@@ -194,14 +164,7 @@ async fn the_sweep_reaches_late_claims_behind_ones_that_wait_forever() {
 async fn a_wave_finishing_after_a_rebuild_is_pushed_again() {
     let s = Stack::start().await;
     let c = campaign(&s, 13_005, 4, 2, 1, 3600).await;
-    let now = shard_router::now_ms();
-    let w = wave::Wave {
-        sku: c.sku,
-        id: "w2".into(),
-        units: 3,
-        due_ms: now,
-    };
-    wave::schedule(&s.pool, &w, T).await.unwrap();
+    let now = schedule_wave_now(&s, c.sku, "w2", 3).await;
     let pushed = wave::push(&s.pool, &s.client, c.sku, "w2", T)
         .await
         .unwrap();
@@ -315,15 +278,7 @@ async fn a_late_apply_does_not_take_another_requests_hold_for_its_own() {
 async fn a_release_does_not_refill_a_late_claims_unit_sold_twice() {
     let s = Stack::start().await;
     let c = campaign(&s, 13_007, 3, 1, 1, 3600).await;
-    assert!(matches!(
-        claim(&s, &c, "alice").await,
-        ClaimOutcome::Claimed { .. }
-    ));
-    let held = read_like_a_consumer(&s, &c).await;
-    flushall(&s);
-    rebuild::rebuild(&s.pool, &s.client, c.sku, &rebuild_opts())
-        .await
-        .unwrap();
+    let held = held_through_a_loss(&s, &c, "alice").await;
     for u in ["bob", "carol", "dave"] {
         assert!(matches!(
             claim(&s, &c, u).await,

@@ -69,3 +69,48 @@ pub(crate) async fn active_units(s: &Stack, sku: u64) -> i64 {
     ))
     .await
 }
+
+/// [`claim_one`] under request id `r-<user>`.
+pub(crate) async fn claim(s: &Stack, c: &Campaign, user: &str) -> ClaimOutcome {
+    claim_one(s, c, user, Some(&format!("r-{user}"))).await
+}
+
+/// Sum of the slices Redis has (missing ones count 0).
+pub(crate) async fn slice_sum(s: &Stack, c: &Campaign) -> i64 {
+    s.client
+        .slices(c.sku, c.width)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|(_, v)| v)
+        .sum()
+}
+
+/// `user` claims (request id `r-<user>`), a consumer reads the record and holds it, Redis
+/// loses everything and the ledger rebuilds it: returns what the consumer holds, which
+/// commits as a late claim.
+pub(crate) async fn held_through_a_loss(s: &Stack, c: &Campaign, user: &str) -> Vec<ClaimRecord> {
+    assert!(matches!(
+        claim(s, c, user).await,
+        ClaimOutcome::Claimed { .. }
+    ));
+    let held = read_like_a_consumer(s, c).await;
+    flushall(s);
+    consumer::rebuild::rebuild(&s.pool, &s.client, c.sku, &rebuild_opts())
+        .await
+        .unwrap();
+    held
+}
+
+/// Schedules wave `id` of `units` for `sku`, due now; returns now.
+pub(crate) async fn schedule_wave_now(s: &Stack, sku: u64, id: &str, units: u64) -> i64 {
+    let now = shard_router::now_ms();
+    let w = consumer::wave::Wave {
+        sku,
+        id: id.into(),
+        units,
+        due_ms: now,
+    };
+    consumer::wave::schedule(&s.pool, &w, T).await.unwrap();
+    now
+}
