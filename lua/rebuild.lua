@@ -14,12 +14,17 @@
 --                                               rebuild is stale (lua/reconcile_fix.lua)
 -- KEYS[10] debt            {T}:debt:<sku>      set: units the ledger counts sold beyond
 --                                               this shard's share (see rebuild_late.lua)
+-- KEYS[11] claims stream   {T}:claims          its last id raised to ARGV[11], never lowered
 -- ARGV[1] token   ARGV[2] slice (>= 0)   ARGV[3] limit   ARGV[4] start_ms   ARGV[5] end_ms
 -- ARGV[6] sku   ARGV[7] this shard id   ARGV[8] events channel
 -- ARGV[9] rebuild generation (campaigns.rebuild_gen): claim.lua and take.lua copy it into
 --         each record, and lua/rebuild_late.lua counts a late claim only at its generation
 -- ARGV[10] debt (>= 0): active ledger units of this shard beyond its share; the ledger
 --         holds every late claim a debt came from, so the debt is set, never added to
+-- ARGV[11] stream floor "<ms>-<seq>" or "": the highest entry id of a claim the ledger
+--         holds from this shard. A stream Redis lost (or a failover rolled back, or a
+--         master whose clock runs behind) would hand out ids again from below it, and a
+--         new claim with an id the ledger holds is taken for a duplicate and dropped
 -- then four counted lists, each "<n>" followed by its items:
 --   users:    n × (user, units held in active claims homed here, highest user_seq)
 --   matched:  n × "user|seq" of holds whose claim the rebuild found (already counted)
@@ -45,7 +50,34 @@ if not held or string.match(held, '^([^|]+)|') ~= ARGV[1] then
   return {61}
 end
 
-local i = 11
+-- Entry ids compare as (ms, seq) pairs of integers.
+local function id_below(a, b)
+  local am, as = string.match(a, '^(%d+)-(%d+)$')
+  local bm, bs = string.match(b, '^(%d+)-(%d+)$')
+  am, as, bm, bs = tonumber(am), tonumber(as), tonumber(bm), tonumber(bs)
+  return am < bm or (am == bm and as < bs)
+end
+local floor = ARGV[11]
+if floor ~= '' then
+  if not string.match(floor, '^%d+-%d+$') then
+    return {15}
+  end
+  if redis.call('EXISTS', KEYS[11]) == 1 then
+    local info = redis.call('XINFO', 'STREAM', KEYS[11])
+    for f = 1, #info, 2 do
+      if info[f] == 'last-generated-id' and id_below(info[f + 1], floor) then
+        redis.call('XSETID', KEYS[11], floor)
+      end
+    end
+  else
+    -- XSETID needs a stream: one entry at the floor, deleted at once, leaves an empty
+    -- stream whose last id is the floor (the consumer creates its group on NOGROUP).
+    redis.call('XADD', KEYS[11], floor, 'floor', '1')
+    redis.call('XDEL', KEYS[11], floor)
+  end
+end
+
+local i = 12
 local function count()
   local n = tonumber(ARGV[i])
   i = i + 1

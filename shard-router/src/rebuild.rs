@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use crate::client::StockClient;
+use crate::codec::EntryId;
 use crate::error::StockError;
 use crate::keys;
 use crate::outcome::SkuMeta;
@@ -40,6 +41,11 @@ pub struct ShardImage {
     pub released_stock: Vec<String>,
     /// Claim ids whose units are back in this home shard's user counts.
     pub released_user: Vec<String>,
+    /// The highest entry id of a claim the ledger holds from this shard's claims stream:
+    /// the stream's last id is raised to it, so a stream Redis lost (or rolled back) never
+    /// hands out a claim id the ledger already holds (its insert would be taken for a
+    /// duplicate and the new claim dropped).
+    pub stream_floor: Option<EntryId>,
 }
 
 /// What counting a late claim did on one shard (`lua/rebuild_late.lua`).
@@ -254,6 +260,7 @@ impl StockClient {
             .key(k.waves())
             .key(k.fix_epoch())
             .key(k.debt())
+            .key(keys::claims_stream(self.placement(), image.shard))
             .arg(token)
             .arg(image.slice)
             .arg(meta.limit)
@@ -264,6 +271,11 @@ impl StockClient {
             .arg(keys::EVENTS_CHANNEL)
             .arg(gen)
             .arg(image.debt)
+            .arg(
+                image
+                    .stream_floor
+                    .map_or(String::new(), |(ms, seq)| format!("{ms}-{seq}")),
+            )
             .arg(image.users.len());
         for (user, units, seq) in &image.users {
             inv.arg(user).arg(units).arg(seq);

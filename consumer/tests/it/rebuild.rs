@@ -277,3 +277,65 @@ async fn the_consumer_rebuilds_a_lost_slice_and_its_groups_by_itself() {
     consumer.stop().await;
     assert_eq!(s.reconcile(c.sku).await.drift, 0);
 }
+
+/// The last id of `shard`'s claims stream, `None` when the stream does not exist.
+async fn stream_last_id(s: &Stack, shard: u16) -> Option<(u64, u64)> {
+    let key = shard_router::keys::claims_stream(s.client.placement(), shard);
+    let mut conn = s.client.conn();
+    let info: redis::Value = redis::cmd("XINFO")
+        .arg("STREAM")
+        .arg(&key)
+        .query_async(&mut conn)
+        .await
+        .ok()?;
+    let redis::Value::Array(items) = info else {
+        return None;
+    };
+    let at = items
+        .iter()
+        .position(|v| matches!(v, redis::Value::BulkString(b) if b == b"last-generated-id"))?;
+    let redis::Value::BulkString(id) = &items[at + 1] else {
+        return None;
+    };
+    shard_router::codec::parse_entry_id(std::str::from_utf8(id).ok()?)
+}
+
+/// Redis loses the claims streams with everything else. A new stream would hand out ids
+/// again from the clock of whichever master serves it; one that runs behind (or a failover
+/// that rolled the stream back) could reissue a claim id the ledger holds, and that claim's
+/// insert would be taken for a duplicate and dropped. The rebuild raises each stream's last
+/// id to the highest entry id the ledger holds from it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebuilt_stream_never_reissues_a_claim_id_the_ledger_holds() {
+    let s = Stack::start().await;
+    let c = campaign(&s, 12_050, 10, 2, 2, 3600).await;
+    for u in ["a", "b", "c", "d", "e"] {
+        assert!(claimed(&claim_one(&s, &c, u, None).await));
+    }
+    let records = read_like_a_consumer(&s, &c).await;
+    consumer::ledger::write_batch(&s.pool, &records, T)
+        .await
+        .unwrap();
+    flushall(&s);
+    rebuild::rebuild(&s.pool, &s.client, c.sku, &rebuild_opts())
+        .await
+        .unwrap();
+    for shard in s.client.placement().shards_of(c.sku, c.width) {
+        let highest = records
+            .iter()
+            .filter_map(|r| shard_router::codec::ClaimId::parse(&r.claim_id))
+            .filter(|id| id.shard() == shard)
+            .map(|id| id.entry())
+            .max();
+        let Some(highest) = highest else { continue };
+        let last = stream_last_id(&s, shard).await;
+        assert!(
+            last.is_some_and(|l| l >= highest),
+            "shard {shard}: stream last id {last:?} below the ledger's {highest:?}"
+        );
+    }
+    let ClaimOutcome::Claimed { claim, .. } = claim_one(&s, &c, "f", None).await else {
+        panic!("claims go on after the rebuild")
+    };
+    assert!(!records.iter().any(|r| r.claim_id == claim.claim_id));
+}
