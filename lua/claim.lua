@@ -15,7 +15,8 @@
 -- Returns (never nil):
 --   {1, claim_id, user_seq, remaining}   CLAIMED
 --   {2, claim_id, shard, qty}            REPLAY of an earlier success under this request id
---   {3, user_seq, remaining}             HOLD placed; caller must settle it
+--   {3, user_seq, remaining, gen}        HOLD placed; caller must settle it (`gen`: this
+--                                        shard's rebuild generation, for take.lua)
 --   {4}                                  IN_PROGRESS: this request id is held right now
 --   {10, remaining}                      SOLD_OUT on this shard (no hold wanted)
 --   {11, held}                           LIMIT_REACHED
@@ -80,7 +81,7 @@ if stock < qty then
   if rid ~= '' then
     redis.call('SET', KEYS[7], 'P', 'EX', ARGV[8])
   end
-  return {3, seq, stock}
+  return {3, seq, stock, tonumber(meta[4] or '0')}
 end
 
 local remaining = redis.call('DECRBY', KEYS[1], ARGV[3])

@@ -127,10 +127,6 @@ for k = 6, 7 do
   end
 end
 
--- `rebuilt` (Redis clock) lets take.lua refuse a second chance whose hold, placed before
--- the rebuild, the counts above could not see (it may have been lost with the data).
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- A wave id left here but not applied in the ledger would make its retry add nothing
 -- after the slice was written without it.
 redis.call('DEL', KEYS[8])
@@ -150,7 +146,7 @@ for _, f in ipairs(fields) do
     redis.call('HDEL', KEYS[2], f)
   end
 end
-redis.call('HSET', KEYS[2], 'limit', ARGV[3], 'start', ARGV[4], 'end', ARGV[5], 'rebuilt', now,
+redis.call('HSET', KEYS[2], 'limit', ARGV[3], 'start', ARGV[4], 'end', ARGV[5],
   'gen', ARGV[9])
 redis.call('HDEL', KEYS[2], 'rebuild')
 if debt > 0 then

@@ -3,12 +3,13 @@
 -- settled on the home shard under the hold.
 --
 -- KEYS[1] stock slice    {T}:stock:<sku>
--- KEYS[2] shard meta     {T}:meta:<sku>      (`rebuilt`: ms, Redis clock, of the last rebuild;
---                                             `gen`: its generation, copied into the record)
+-- KEYS[2] shard meta     {T}:meta:<sku>      (`gen`: the rebuild generation, copied into
+--                                             the record)
 -- KEYS[3] claims stream  {T}:claims
 -- ARGV[1] sku   ARGV[2] user   ARGV[3] qty   ARGV[4] now_ms   ARGV[5] user_seq (from the hold)
 -- ARGV[6] home shard   ARGV[7] request id or ""   ARGV[8] this shard id   ARGV[9] events channel
 -- ARGV[10] take deadline, ms on Redis's clock: the hold's expiry minus a safety margin
+-- ARGV[11] the home shard's rebuild generation when the hold was placed (claim.lua's reply)
 -- Returns (never nil):
 --   {1, claim_id, remaining}   CLAIMED
 --   {10, remaining}            SOLD_OUT on this shard
@@ -18,7 +19,8 @@
 local qty = tonumber(ARGV[3])
 local now = tonumber(ARGV[4])
 local deadline = tonumber(ARGV[10])
-if not qty or qty < 1 or not now or not deadline then
+local hold_gen = tonumber(ARGV[11])
+if not qty or qty < 1 or not now or not deadline or not hold_gen then
   return {15}
 end
 -- Once a hold is past its expiry, the consumer may resolve it as "nothing taken" and give
@@ -29,15 +31,16 @@ local t = redis.call('TIME')
 if tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) > deadline then
   return {16}
 end
-local meta = redis.call('HMGET', KEYS[2], 'start', 'end', 'rebuilt', 'gen')
+local meta = redis.call('HMGET', KEYS[2], 'start', 'end', 'gen')
 local stock = redis.call('GET', KEYS[1])
 if not stock or not meta[1] then
   return {14}
 end
--- A hold placed before this shard was rebuilt from the ledger may be gone with the data
--- Redis lost, and the rebuilt user count cannot know it: such a take is refused (see
--- lua/rebuild.lua; the margin is the rebuild's own duration, at least its quiesce).
-if meta[3] and now < tonumber(meta[3]) then
+-- A hold placed before the campaign was rebuilt from the ledger may be gone with the data
+-- Redis lost, and the rebuilt user count cannot know it: such a take is refused. Every
+-- rebuild writes a new generation into every shard of the SKU (lua/rebuild.lua), so a
+-- hold from an older one is from before it, whatever any clock says.
+if tonumber(meta[3] or '0') > hold_gen then
   return {16}
 end
 if now < tonumber(meta[1]) then
@@ -53,7 +56,7 @@ end
 local remaining = redis.call('DECRBY', KEYS[1], qty)
 local id = redis.call('XADD', KEYS[3], '*',
   'sku', ARGV[1], 'user', ARGV[2], 'qty', qty, 'seq', ARGV[5],
-  'shard', ARGV[8], 'home', ARGV[6], 'rid', ARGV[7], 'ts', ARGV[4], 'gen', meta[4] or '0')
+  'shard', ARGV[8], 'home', ARGV[6], 'rid', ARGV[7], 'ts', ARGV[4], 'gen', meta[3] or '0')
 if remaining == 0 then
   redis.call('PUBLISH', ARGV[9], 'empty ' .. ARGV[1] .. ' ' .. ARGV[8])
 end

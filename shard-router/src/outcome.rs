@@ -107,6 +107,8 @@ pub enum HomeOutcome {
     Hold {
         user_seq: u64,
         remaining: i64,
+        /// The home shard's rebuild generation when the hold was placed (see `take.lua`).
+        gen: u64,
     },
     InProgress,
     SoldOut {

@@ -161,7 +161,7 @@ pub async fn claim_confirmed(
         .await?;
     let home_confirmed = Confirmation::of(acked);
     let done = |o: ClaimOutcome| Ok((o, home_confirmed));
-    let user_seq = match home_outcome {
+    let held = match home_outcome {
         HomeOutcome::Claimed {
             claim_id,
             remaining,
@@ -181,9 +181,10 @@ pub async fn claim_confirmed(
         HomeOutcome::Hold {
             user_seq,
             remaining,
+            gen,
         } => {
             note_remaining(empties, meta.sku, home, remaining);
-            user_seq
+            (user_seq, gen)
         }
         HomeOutcome::SoldOut { remaining } => {
             note_remaining(empties, meta.sku, home, remaining);
@@ -196,12 +197,14 @@ pub async fn claim_confirmed(
         HomeOutcome::Ended => return done(ClaimOutcome::Ended),
         HomeOutcome::NotPreheated => return done(ClaimOutcome::NotPreheated),
     };
+    let (user_seq, gen) = held;
     let hold = Hold {
         client,
         meta,
         req,
         home,
         user_seq,
+        gen,
     };
     if home_confirmed == Confirmation::Unconfirmed {
         // A take under a hold the home replica may not have: after a failover of the home
@@ -222,6 +225,8 @@ struct Hold<'a> {
     req: &'a ClaimRequest,
     home: ShardId,
     user_seq: u64,
+    /// The home shard's rebuild generation at the hold (a take refuses an older one).
+    gen: u64,
 }
 
 impl Hold<'_> {
@@ -286,11 +291,12 @@ async fn take_elsewhere(
         req,
         home,
         user_seq,
+        gen,
     } = *hold;
     let mut end = ClaimOutcome::SoldOut;
     for shard in others {
         let taken = client
-            .take_acked(req, shard, home, user_seq, opts.now_ms)
+            .take_acked(req, shard, home, user_seq, gen, opts.now_ms)
             .await;
         let (taken, take_acked) = match taken {
             Ok(t) => t,

@@ -339,3 +339,59 @@ async fn a_rebuilt_stream_never_reissues_a_claim_id_the_ledger_holds() {
     };
     assert!(!records.iter().any(|r| r.claim_id == claim.claim_id));
 }
+
+/// A hold placed before a rebuild may be gone with the data Redis lost, and the rebuilt
+/// user counts cannot know it, so a take under it is refused. That used to compare the
+/// gateway's clock with the Redis clock of the rebuild: a gateway whose clock ran ahead got
+/// its take through. Now the hold carries its shard's rebuild generation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_take_under_a_hold_from_before_a_rebuild_is_refused_whatever_the_gateway_clock() {
+    let s = Stack::start().await;
+    let c = campaign(&s, 12_060, 2, 2, 1, 3600).await;
+    let meta = c.meta();
+    let p = s.client.placement();
+    let home = p.home_shard(c.sku, c.width, "late");
+    let other = p
+        .shards_of(c.sku, c.width)
+        .into_iter()
+        .find(|&sh| sh != home)
+        .unwrap();
+    let drainer = (0..)
+        .map(|n| format!("d{n}"))
+        .find(|u| p.home_shard(c.sku, c.width, u) == home)
+        .unwrap();
+    assert!(claimed(&claim_one(&s, &c, &drainer, None).await));
+    let req = shard_router::ClaimRequest {
+        sku: c.sku,
+        user: "late".into(),
+        qty: 1,
+        request_id: None,
+    };
+    let now = shard_router::now_ms();
+    let shard_router::HomeOutcome::Hold { user_seq, gen, .. } =
+        s.client.claim_home(&req, home, now, true).await.unwrap()
+    else {
+        panic!("the home slice is empty: a hold")
+    };
+    rebuild::rebuild(&s.pool, &s.client, c.sku, &rebuild_opts())
+        .await
+        .unwrap();
+    let ahead = shard_router::now_ms() + 600_000;
+    let taken = s
+        .client
+        .take(&req, other, home, user_seq, gen, ahead)
+        .await
+        .unwrap();
+    assert_eq!(taken, shard_router::TakeOutcome::HoldExpired);
+    assert_eq!(
+        s.client
+            .slices(meta.sku, meta.width)
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|(sh, _)| *sh == other)
+            .and_then(|(_, v)| v),
+        Some(1),
+        "nothing taken"
+    );
+}

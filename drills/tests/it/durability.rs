@@ -239,7 +239,7 @@ async fn reroute_with_home_master_killed_claims_once() {
 
     // (b) Hold and take confirmed, then the home replica stops before the settle.
     let b = req(&users[1]);
-    let HomeOutcome::Hold { user_seq, .. } = client
+    let HomeOutcome::Hold { user_seq, gen, .. } = client
         .claim_home(&b, home, now_ms(), true)
         .await
         .expect("hold")
@@ -247,7 +247,7 @@ async fn reroute_with_home_master_killed_claims_once() {
         panic!("home is drained: expected a hold");
     };
     let taken = client
-        .take(&b, other, home, user_seq, now_ms())
+        .take(&b, other, home, user_seq, gen, now_ms())
         .await
         .expect("take");
     let TakeOutcome::Claimed { claim_id, .. } = taken else {

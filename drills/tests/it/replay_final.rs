@@ -123,7 +123,7 @@ async fn rerouted_answers_stay_replayable_after_the_ledger_took_them() {
 
     // Hold and take, settle not yet run: the consumer will commit the take first.
     let r2 = req(c.sku, &users[2]);
-    let HomeOutcome::Hold { user_seq, .. } = gateway
+    let HomeOutcome::Hold { user_seq, gen, .. } = gateway
         .claim_home(&r2, home, now_ms(), true)
         .await
         .expect("hold")
@@ -131,7 +131,7 @@ async fn rerouted_answers_stay_replayable_after_the_ledger_took_them() {
         panic!("home is empty: expected a hold");
     };
     let TakeOutcome::Claimed { claim_id, .. } = gateway
-        .take(&r2, other, home, user_seq, now_ms())
+        .take(&r2, other, home, user_seq, gen, now_ms())
         .await
         .expect("take")
     else {

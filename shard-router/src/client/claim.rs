@@ -76,6 +76,7 @@ impl StockClient {
             code::HOLD => HomeOutcome::Hold {
                 user_seq: r.num(0)?,
                 remaining: r.int(1)?,
+                gen: r.num(2)?,
             },
             code::IN_PROGRESS => HomeOutcome::InProgress,
             code::SOLD_OUT => HomeOutcome::SoldOut {
@@ -100,9 +101,13 @@ impl StockClient {
         shard: ShardId,
         home: ShardId,
         user_seq: u64,
+        hold_gen: u64,
         now_ms: i64,
     ) -> Result<TakeOutcome, StockError> {
-        Ok(self.take_acked(req, shard, home, user_seq, now_ms).await?.0)
+        Ok(self
+            .take_acked(req, shard, home, user_seq, hold_gen, now_ms)
+            .await?
+            .0)
     }
 
     /// [`Self::take`], with what the batch's WAIT counted (replica durability).
@@ -112,6 +117,7 @@ impl StockClient {
         shard: ShardId,
         home: ShardId,
         user_seq: u64,
+        hold_gen: u64,
         now_ms: i64,
     ) -> Result<(TakeOutcome, Option<u32>), StockError> {
         let k = self.keys(shard, req.sku);
@@ -134,7 +140,8 @@ impl StockClient {
                     .arg(req.request_id.as_deref().unwrap_or(""))
                     .arg(shard)
                     .arg(keys::EVENTS_CHANNEL)
-                    .arg(deadline);
+                    .arg(deadline)
+                    .arg(hold_gen);
             })
             .await?;
         let outcome = match r.code {

@@ -131,13 +131,13 @@ async fn a_take_after_its_hold_deadline_takes_nothing() {
 
     // Within the deadline (two thirds of the TTL) the take works.
     let now = shard_router::now_ms();
-    let HomeOutcome::Hold { user_seq, .. } =
+    let HomeOutcome::Hold { user_seq, gen, .. } =
         client.claim_home(&r, home, now, true).await.expect("home")
     else {
         panic!("expected a hold")
     };
     assert!(matches!(
-        client.take(&r, other, home, user_seq, now).await,
+        client.take(&r, other, home, user_seq, gen, now).await,
         Ok(TakeOutcome::Claimed { .. })
     ));
 
@@ -147,7 +147,7 @@ async fn a_take_after_its_hold_deadline_takes_nothing() {
     let other2 = crate::common::other_shard(&client, &meta, home2);
     let before = crate::common::slices_total(&client, &meta).await;
     let started = shard_router::now_ms() - 500;
-    let outcome = client.take(&r2, other2, home2, 1, started).await;
+    let outcome = client.take(&r2, other2, home2, 1, 0, started).await;
     assert!(
         matches!(outcome, Ok(TakeOutcome::HoldExpired)),
         "{outcome:?}"

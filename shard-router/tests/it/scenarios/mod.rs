@@ -429,7 +429,7 @@ pub(crate) async fn hold_left_behind(env: Env) {
     }
     let r = req(meta.sku, "gina", Some("g1"));
     let now = now_ms();
-    let HomeOutcome::Hold { user_seq, .. } =
+    let HomeOutcome::Hold { user_seq, gen, .. } =
         client.claim_home(&r, home, now, true).await.expect("home")
     else {
         panic!("expected a hold")
@@ -437,7 +437,7 @@ pub(crate) async fn hold_left_behind(env: Env) {
     // The "gateway" takes a unit elsewhere and dies before settling.
     let other = other_shard(&client, &meta, home);
     let TakeOutcome::Claimed { claim_id, .. } = client
-        .take(&r, other, home, user_seq, now)
+        .take(&r, other, home, user_seq, gen, now)
         .await
         .expect("take")
     else {
