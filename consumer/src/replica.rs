@@ -10,7 +10,8 @@
 //! taken over by recovery) if they survived.
 //!
 //! [`ReplicaWait::Auto`] (the default) waits on every shard whose master has, or had since
-//! this process started, a replica; `Always` waits even where none was seen; `Off` never.
+//! this process started, a replica, or whose fence shows that an earlier process waited for
+//! one ([`ShardReplica::remember`]); `Always` waits even where none was seen; `Off` never.
 //! Each attempt is bounded by the wait; attempts repeat with backoff until confirmed, the
 //! master changes, or shutdown.
 
@@ -131,6 +132,22 @@ impl ShardReplica {
             shard,
             mode,
             seen: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// In `auto`, remembers a replica seen by an earlier process: the shard's fence exists
+    /// only where someone waited for a replica, so a restart while the replica is away
+    /// still waits for it. Unknown (Redis unreachable now) leaves it to the reads to see.
+    pub async fn remember(&self, client: &StockClient) {
+        if !matches!(self.mode, ReplicaWait::Auto(_)) {
+            return;
+        }
+        match client.fenced_before(self.shard).await {
+            Ok(true) => self.seen.store(true, Ordering::Relaxed),
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(shard = self.shard, error = %e, "could not tell whether a replica was seen before")
+            }
         }
     }
 

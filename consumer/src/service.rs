@@ -93,6 +93,7 @@ pub async fn run(
             break;
         };
         let replica = ShardReplica::new(s, cfg.replica_wait);
+        replica.remember(&client).await;
         feeders.spawn(reader::run(
             cfg.clone(),
             rclient,

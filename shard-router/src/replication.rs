@@ -64,6 +64,20 @@ pub(crate) fn replica_count(n: i64) -> u32 {
 }
 
 impl StockClient {
+    /// True when `shard`'s fence exists: some process waited for a replica of this shard
+    /// before, and the fence replicated with everything else (a consumer restarted while the
+    /// replica is away remembers it through this).
+    pub async fn fenced_before(&self, shard: ShardId) -> Result<bool, StockError> {
+        let mut conn = self.conn();
+        self.bounded(
+            "fence exists",
+            redis::cmd("EXISTS")
+                .arg(keys::fence(self.placement(), shard))
+                .query_async(&mut conn),
+        )
+        .await
+    }
+
     /// Writes `shard`'s fence and waits up to `wait` for `replicas` to acknowledge it, on
     /// one connection (see the module doc). `acked >= replicas` with `info.replid` equal to
     /// the id seen earlier means a replica holds everything that master wrote before.

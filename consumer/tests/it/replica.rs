@@ -39,3 +39,33 @@ async fn with_replicas_every_claim_lands_once() {
     wait_rows(&s.pool, c.sku, 300, Duration::from_secs(30)).await;
     consumer.stop().await;
 }
+
+/// `auto` waits wherever a replica was seen. A consumer restarted while the replica is
+/// away used to see none and commit what no replica held, which a failover to that
+/// replica then takes back from Redis while the ledger keeps it. Having fenced a shard
+/// (the fence key is replicated like everything else) is remembered by Redis itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_remembers_a_replica_across_a_consumer_restart() {
+    let s = Stack::start().await;
+    let mut replica = test_support::RedisServer::start_replica_of(&s.redis);
+    let c = campaign(&s, 12003, 20, 1, 1, 3600).await;
+    let mut cfg = s.cfg.clone();
+    cfg.replica_wait = ReplicaWait::Auto(Duration::from_millis(50));
+    let consumer = start_consumer(cfg.clone());
+    claim_all(&s.client, &c, users("a", 2), 2).await;
+    wait_rows(&s.pool, c.sku, 2, Duration::from_secs(20)).await;
+    consumer.stop().await;
+
+    replica.kill();
+    let consumer = start_consumer(cfg);
+    claim_all(&s.client, &c, users("b", 2), 2).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        s.count("SELECT COUNT(*) FROM claims").await,
+        2,
+        "nothing committed while the replica seen before is away"
+    );
+    replica.restart();
+    wait_rows(&s.pool, c.sku, 4, Duration::from_secs(30)).await;
+    consumer.stop().await;
+}
