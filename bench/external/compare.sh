@@ -2,7 +2,9 @@
 # Our load generator against an external client (wrk) on the same local stack, row by row:
 # sold-out path, claim path at 100 and 1 000 connections, and the users-5k rush. Each row
 # runs `bench run --stack --external` REPS times (default 3) and prints the medians of
-# throughput and CPU µs per answer by process, ours beside wrk's.
+# throughput and CPU µs per answer by process, ours beside wrk's. The sold-out row also
+# drives the bare hyper baseline with both clients, and prints the gateway's ratios to it
+# under wrk (throughput, and server CPU per answer).
 #
 #   bench/external/compare.sh [rows...]     rows: sold-out claims-100 claims-1000 rush (default all)
 #   REPS=5 OUT=/tmp/cmp bench/external/compare.sh rush
@@ -27,7 +29,7 @@ BENCH="$TARGET/release/bench"
 # The rows of README "Benchmarks"; every one runs without a per-user rate limit so that
 # both clients send distinct users as fast as they can.
 declare -A ROWS=(
-  [sold-out]="--no-consumer --sku 1:1:1 --users 4000000 --limit 1 --repeat-ratio 0 --connections 100 --duration 8"
+  [sold-out]="--no-consumer --sku 1:1:1 --users 4000000 --limit 1 --repeat-ratio 0 --connections 100 --duration 8 --compare-baseline"
   [claims-100]="--no-consumer --sku 1:10000000:16 --users 4000000 --limit 1 --repeat-ratio 0 --connections 100 --duration 8"
   [claims-1000]="--no-consumer --sku 1:10000000:16 --users 4000000 --limit 1 --repeat-ratio 0 --connections 1000 --duration 8"
   [claims-consumer]="--sku 1:10000000:16 --users 4000000 --limit 1 --repeat-ratio 0 --connections 100 --duration 8"
@@ -67,6 +69,20 @@ for row in rows:
     ext = [r["external"] for r in reps if r.get("external")]
     if ext:
         print(f'| wrk | {med([x["throughput_rps"] for x in ext]):.0f} | {med([x["p50_us"] for x in ext])/1e3:.2f} ms | {med([x["p99_us"] for x in ext])/1e3:.2f} ms | {cpu([x["cpu"] for x in ext])} |')
+    bases = []
+    for d in sorted(os.listdir(out)):
+        f = os.path.join(out, d, "baseline.json")
+        if d.rsplit("-", 1)[0] == row and os.path.exists(f):
+            bases.append(json.load(open(f)))
+    if bases:
+        print(f'| bench, bare hyper | {med([b["throughput_rps"] for b in bases]):.0f} | {med([b["latency"]["p50_us"] for b in bases])/1e3:.2f} ms | {med([b["latency"]["p99_us"] for b in bases])/1e3:.2f} ms | {cpu([b["cpu"] for b in bases])} |')
+        bext = [b["external"] for b in bases if b.get("external")]
+        if bext and ext:
+            print(f'| wrk, bare hyper | {med([x["throughput_rps"] for x in bext]):.0f} | {med([x["p50_us"] for x in bext])/1e3:.2f} ms | {med([x["p99_us"] for x in bext])/1e3:.2f} ms | {cpu([x["cpu"] for x in bext])} |')
+            role_us = lambda x, role: sum(c["us_per_answer"] for c in x["cpu"] if c.get("role") == role)
+            tput = med([e["throughput_rps"] / b["throughput_rps"] for e, b in zip(ext, bext)])
+            cpu_ratio = med([role_us(e, "gateway") / role_us(b, "baseline") for e, b in zip(ext, bext) if role_us(b, "baseline") > 0])
+            print(f'\nunder wrk, gateway ÷ bare hyper: throughput {tput:.2f}×, server CPU per answer {cpu_ratio:.2f}×')
     fs = [r["first_second_claimed"] for r in reps if r.get("first_second_claimed")]
     if fs:
         print(f'\nfirst second, claimed: p50 {med([p["p50_us"] for p in fs])/1e3:.2f} ms, p99 {med([p["p99_us"] for p in fs])/1e3:.2f} ms')

@@ -303,7 +303,12 @@ pub(crate) async fn run(o: &RunOpts) -> anyhow::Result<Report> {
     };
     let base = if o.compare_baseline {
         eprintln!("baseline: bare hyper server, same load ...");
-        Some(baseline(&s, !o.quiet).await?)
+        let mut b = baseline(&s, !o.quiet).await?;
+        if o.external {
+            let d = std::time::Duration::from_secs_f64(b.measured_s.max(1.0));
+            b.external = Some(external::drive_baseline(o, &s, d).await?);
+        }
+        Some(b)
     } else {
         None
     };

@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use bench::load::token::Tokens;
 use bench::scenario::Scenario;
+use bench::stack::baseline::BaselineProc;
+use bench::stack::cpu::{Role, Watched};
 
 use super::{prepare, run_tag, RunOpts, SystemArgs, CLAIM_PATH};
 use crate::cmd::stack::Stack;
@@ -80,5 +82,41 @@ pub(super) async fn drive(
     if let Some(p) = tokens_file {
         let _ = std::fs::remove_file(p);
     }
+    Ok(r?)
+}
+
+/// Drives the bare baseline server with wrk for `duration`: the external client's figure of
+/// the machine's HTTP ceiling in the same run (README "Benchmarks": the sold-out path
+/// against bare hyper, both under wrk).
+pub(super) async fn drive_baseline(
+    o: &RunOpts,
+    s: &Scenario,
+    duration: Duration,
+) -> anyhow::Result<bench::report::ExternalReport> {
+    let server = tokio::task::spawn_blocking(BaselineProc::start).await??;
+    let spec = bench::stack::external::WrkSpec {
+        bin: o.wrk_bin.clone(),
+        url: format!("{}{CLAIM_PATH}", server.url()),
+        threads: o.wrk_threads,
+        connections: s.load.connections,
+        duration: duration.max(Duration::from_secs(1)),
+        timeout: Duration::from_millis(s.load.timeout_ms),
+        tag: run_tag("wb"),
+        skus: s.skus.iter().map(|k| k.id).collect(),
+        tokens_file: None,
+    };
+    eprintln!(
+        "external: wrk -t{} -c{} for {:.0} s against the bare hyper server ...",
+        spec.threads,
+        spec.connections,
+        spec.duration.as_secs_f64().ceil()
+    );
+    let watched = vec![Watched::new(
+        Role::Baseline,
+        "bare hyper server",
+        server.pid(),
+    )];
+    let r = bench::stack::external::run_wrk(&spec, watched).await;
+    drop(server);
     Ok(r?)
 }
