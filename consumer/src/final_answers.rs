@@ -14,7 +14,7 @@
 
 use std::time::Duration;
 
-use shard_router::{Claim, StockClient};
+use shard_router::{Claim, ClaimRecord, StockClient};
 
 use crate::stream::Delivered;
 
@@ -27,10 +27,16 @@ const PAUSE: Duration = Duration::from_millis(50);
 /// Makes the answers of the committed rerouted records in `batch` final. Records without
 /// a request id, or taken on their home shard, have nothing to do.
 pub async fn finalize(client: &StockClient, batch: &[Delivered]) {
-    let rerouted = batch
-        .iter()
-        .map(|d| &d.record)
-        .filter(|r| r.shard != r.home && r.request_id.is_some());
+    finalize_records(client, batch.iter().map(|d| &d.record)).await;
+}
+
+/// [`finalize`] for records committed by another path (`consumer redrive`: a letter it
+/// deletes leaves no record to confirm a tentative answer by).
+pub async fn finalize_records<'a>(
+    client: &StockClient,
+    records: impl Iterator<Item = &'a ClaimRecord>,
+) {
+    let rerouted = records.filter(|r| r.shard != r.home && r.request_id.is_some());
     futures::future::join_all(rerouted.map(|r| async move {
         let rid = r.request_id.as_deref().unwrap_or_default();
         let claim = Claim {

@@ -2,7 +2,8 @@
 //! dead letters after too many deliveries (or when they do not decode); once the cause is
 //! fixed, redrive writes every decodable one through the same idempotent batch write as
 //! the consumer (`ledger.rs`: claim id primary key, `INSERT IGNORE`), so running it twice,
-//! or on an entry the ledger already holds, adds nothing. Once its batch is committed, each
+//! or on an entry the ledger already holds, adds nothing. Once its batch is committed, the
+//! replay answers of rerouted claims are made final (`final_answers.rs`), and each
 //! redriven letter is deleted (XDEL of those ids only: an entry that arrives meanwhile is
 //! never touched), so the stream keeps exactly what is not in the ledger; the audit trail
 //! is the `dead_letter` anomaly row written when the entry was moved. Undecodable letters
@@ -81,6 +82,8 @@ pub async fn run(
                 // A collision is an acknowledged claim too: kept as its own row with a
                 // critical anomaly (`ledger.rs`), never given back.
                 report.duplicates += out.collisions.len() as u64;
+                // Before the letters go: a tentative answer is confirmed by the record.
+                crate::final_answers::finalize_records(client, records.iter()).await;
                 // Every record of the batch is a ledger row now (inserted, already there,
                 // or a collision kept as its own row): its letter has no reason to stay.
                 report.removed += stream.delete_dead(client, &committed).await?;

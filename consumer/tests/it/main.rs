@@ -21,6 +21,7 @@ mod reconcile;
 mod reconcile_load;
 mod reconcile_pages;
 mod redis_cost;
+mod redrive;
 mod release;
 mod replica;
 mod stale_holds;

@@ -29,29 +29,6 @@ async fn dead_letters(client: &StockClient) -> u64 {
     n
 }
 
-/// Moves every entry of every shard stream to the dead letters, as recovery does.
-async fn dead_letter_everything(s: &Stack) -> usize {
-    let mut moved = 0;
-    for shard in 0..SHARDS {
-        let st = ShardStream::new(&s.client, shard, &s.cfg.group);
-        for e in st.all_entries(&s.client, 100).await.expect("xrange") {
-            let fields: Vec<(String, Vec<u8>)> = e
-                .map
-                .iter()
-                .filter_map(|(k, v)| match v {
-                    redis::Value::BulkString(b) => Some((k.clone(), b.clone())),
-                    _ => None,
-                })
-                .collect();
-            st.dead_letter(&s.client, &e.id, &fields, "test")
-                .await
-                .expect("dead letter");
-            moved += 1;
-        }
-    }
-    moved
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redrive_twice_gives_one_row_each() {
     let _one = crate::common::one_at_a_time().await;

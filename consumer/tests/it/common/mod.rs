@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use consumer::campaign::{self, Campaign};
+use consumer::stream::ShardStream;
 use consumer::{service, Config};
 use futures::StreamExt;
 use shard_router::protocol::{self, LocalEmptyShards};
@@ -300,4 +301,27 @@ pub(crate) fn stream_key(s: &Stack, shard: u16) -> String {
 pub(crate) async fn one_at_a_time() -> tokio::sync::MutexGuard<'static, ()> {
     static ONE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
     ONE.lock().await
+}
+
+/// Moves every entry of every shard stream to the dead letters, as recovery does.
+pub(crate) async fn dead_letter_everything(s: &Stack) -> usize {
+    let mut moved = 0;
+    for shard in 0..SHARDS {
+        let st = ShardStream::new(&s.client, shard, &s.cfg.group);
+        for e in st.all_entries(&s.client, 100).await.expect("xrange") {
+            let fields: Vec<(String, Vec<u8>)> = e
+                .map
+                .iter()
+                .filter_map(|(k, v)| match v {
+                    redis::Value::BulkString(b) => Some((k.clone(), b.clone())),
+                    _ => None,
+                })
+                .collect();
+            st.dead_letter(&s.client, &e.id, &fields, "test")
+                .await
+                .expect("dead letter");
+            moved += 1;
+        }
+    }
+    moved
 }
