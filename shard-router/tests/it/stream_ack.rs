@@ -223,3 +223,23 @@ async fn a_dead_letter_refused_by_redis_stays_pending() {
     assert!(left(&client, &st).await.is_empty());
     assert_eq!(st.dead_len(&client).await.unwrap(), 1);
 }
+
+/// The dead-letter script names both streams of a shard: one hash slot on a cluster.
+#[tokio::test]
+async fn cluster_dead_letter_moves_the_entry() {
+    let env = Env::cluster();
+    let client = env.client().await;
+    let st = ShardStream::new(&client, 7, GROUP);
+    st.ensure_group(&client).await.unwrap();
+    let ids = add(&client, &st, 2).await;
+    assert_eq!(read(&client, &st, "a", 2).await, ids);
+    st.dead_letter(&client, &ids[0], &[("n".into(), b"0".to_vec())], "test")
+        .await
+        .unwrap();
+    assert_eq!(left(&client, &st).await, ids[1..]);
+    let dead = st.dead_page(&client, None, 10).await.unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].get::<String>("dead_entry"), Some(ids[0].clone()));
+    assert_eq!(dead[0].get::<String>("n"), Some("0".to_owned()));
+    assert_eq!(st.depth(&client).await.unwrap().pending, 1);
+}
