@@ -8,11 +8,18 @@
 --           and an id missed below is acknowledged and removed by a later call's trim)
 -- Returns {acknowledged, removed by XTRIM, removed by XDEL}.
 --
--- Removal is one XTRIM MINID wherever it can be. Below the floor, the smaller of the
--- group's first pending entry and the newest id given + 1, every entry was delivered (the
--- group reads in id order, from 0, and no entry is ever added below one it has read) and
--- is not pending any more, so it was acknowledged; the consumer acknowledges only entries
--- whose records are in the ledger (or dead letters, after their copy). So the trim removes
+-- Removal is one XTRIM MINID wherever it can be. Below the floor, the smallest of the
+-- group's first pending entry, its last delivered id + 1 and the newest id given + 1,
+-- every entry was delivered (the group reads in id order, from 0, and no entry is ever
+-- added below one it has read) and is not pending any more, so it was acknowledged; the
+-- consumer acknowledges only entries whose records are in the ledger (or dead letters,
+-- after their copy). The last delivered id counts because the ids given may come from
+-- another master: one read there and committed, settled here after a failover to a
+-- replica the reads had not reached yet (or a restart from an older snapshot). Entries
+-- this master's group never delivered were read there by others that may never commit
+-- them (a batch dropped because its master changed, see `consumer/src/replica.rs`); they
+-- stay to be read again (`shard-router/tests/it/stream_ack.rs`; XINFO GROUPS of one group
+-- costs Redis about 0.5 µs a call). So the trim removes
 -- only committed entries, like a delete by id, but drops whole listpack nodes instead of
 -- searching a node for every id (an XDEL of a 40-id batch cost Redis 4–6 µs per id; see
 -- `consumer/tests/it/redis_cost.rs`). Ids at or above the floor, committed while an older
@@ -40,11 +47,25 @@ end
 local acked = redis.call('XACK', key, group, unpack(ARGV, 2))
 
 local floor_ms, floor_seq = top_ms, top_seq + 1
+local function lower(ms, seq)
+  if ms and before(ms, seq, floor_ms, floor_seq) then
+    floor_ms, floor_seq = ms, seq
+  end
+end
 local first = redis.call('XPENDING', key, group, '-', '+', 1)
 if first[1] then
-  local ms, seq = parse(first[1][1])
-  if before(ms, seq, floor_ms, floor_seq) then
-    floor_ms, floor_seq = ms, seq
+  lower(parse(first[1][1]))
+end
+for _, g in ipairs(redis.call('XINFO', 'GROUPS', key)) do
+  local f = {}
+  for i = 1, #g, 2 do
+    f[g[i]] = g[i + 1]
+  end
+  if f['name'] == group then
+    local ms, seq = parse(f['last-delivered-id'])
+    if ms then
+      lower(ms, seq + 1)
+    end
   end
 end
 local trimmed = redis.call('XTRIM', key, 'MINID', string.format('%.0f-%.0f', floor_ms, floor_seq))

@@ -41,6 +41,11 @@ impl Recovery {
         let mut tick = tokio::time::interval(self.cfg.recovery_interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut rounds: u64 = 0;
+        // Entries taken over wait for room in the writer's channel in a task of their own:
+        // a send blocked here (a slow ledger) would stop the refreshes, and other consumers
+        // would take over this process's live entries. One such hand-off at a time; no
+        // takeover while it waits (more work would only wait too, its deliveries counted).
+        let mut handing: Option<tokio::task::JoinHandle<()>> = None;
         loop {
             tokio::select! {
                 _ = tick.tick() => {}
@@ -64,14 +69,29 @@ impl Recovery {
                     }
                 }
             }
-            if let Err(e) = self.round(&tx).await {
-                tracing::warn!(shard = self.stream.shard, error = %e, "recovery round failed");
+            let take_over = handing.as_ref().is_none_or(|h| h.is_finished());
+            match self.round(take_over).await {
+                Ok(take) if !take.is_empty() => {
+                    let tx = tx.clone();
+                    handing = Some(tokio::spawn(async move {
+                        let _ = tx.send(take).await;
+                    }));
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(shard = self.stream.shard, error = %e, "recovery round failed")
+                }
             }
+        }
+        // The writer drains until every sender is gone: the hand-off ends with it.
+        if let Some(h) = handing {
+            let _ = h.await;
         }
     }
 
-    /// One round: refresh, then (when MySQL takes writes) take over and dead-letter.
-    pub async fn round(&self, tx: &mpsc::Sender<Vec<Delivered>>) -> Result<(), ConsumerError> {
+    /// One round: refresh, then (when MySQL takes writes and `take_over`) take over and
+    /// dead-letter. Returns the entries taken over, in flight already, for the writer.
+    pub async fn round(&self, take_over: bool) -> Result<Vec<Delivered>, ConsumerError> {
         let s = &self.stream;
         // Only entries whose idle time may have reached a quarter of `claim_idle`: rounds
         // come every `recovery_interval` (< claim_idle / 2, see `config.rs`), so each is
@@ -90,14 +110,14 @@ impl Recovery {
             });
             metrics::gauge!(m::OLDEST_PENDING_SECONDS, "shard" => shard).set(age_s);
         }
-        if !self.db_healthy.load(Ordering::Relaxed) {
-            return Ok(());
+        if !take_over || !self.db_healthy.load(Ordering::Relaxed) {
+            return Ok(Vec::new());
         }
         let counts = s
             .idle_deliveries(&self.client, self.cfg.claim_idle, PAGE)
             .await?;
         if counts.is_empty() {
-            return Ok(());
+            return Ok(Vec::new());
         }
         // XAUTOCLAIM counts a delivery. While no replica confirms, taking entries over
         // would only raise their counts towards the dead letters without committing them:
@@ -105,7 +125,7 @@ impl Recovery {
         let before = match self.replica_check().await {
             Check::Skip => {
                 metrics::counter!(m::REPLICA_UNCONFIRMED).increment(1);
-                return Ok(());
+                return Ok(Vec::new());
             }
             c => c,
         };
@@ -162,7 +182,7 @@ impl Recovery {
                 Check::Confirmed(after) if after == *before => {}
                 _ => {
                     metrics::counter!(m::REPLICA_UNCONFIRMED).increment(1);
-                    return Ok(());
+                    return Ok(Vec::new());
                 }
             }
         }
@@ -175,9 +195,8 @@ impl Recovery {
             );
             self.inflight
                 .add(s.shard, take.iter().map(|d| d.entry_id.as_str()), asked);
-            let _ = tx.send(take).await;
         }
-        Ok(())
+        Ok(take)
     }
 
     /// One fence on the shard (see `replica.rs`), when the policy asks for one.

@@ -20,6 +20,7 @@ mod rebuild_review;
 mod reconcile;
 mod reconcile_load;
 mod reconcile_pages;
+mod recovery_refresh;
 mod redis_cost;
 mod redrive;
 mod release;

@@ -38,7 +38,7 @@ const INNER_CLAIM: &[&str] = &[
     "hmget", "get", "expire", "hget", "hincrby", "hset", "set", "decrby", "xadd", "publish",
 ];
 /// Commands the consumer's settle script runs inside its EVAL (`shard-router/src/stream/settle.rs`).
-const INNER_SETTLE: &[&str] = &["xack", "xdel", "xtrim", "xpending"];
+const INNER_SETTLE: &[&str] = &["xack", "xdel", "xtrim", "xpending", "xinfo|groups"];
 
 fn env(k: &str, default: usize) -> usize {
     std::env::var(k)

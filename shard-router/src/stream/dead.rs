@@ -2,13 +2,20 @@
 //! claim, or failed too often). A valid claim there has no other copy, so letters leave
 //! only once `consumer redrive` has put their claims in the ledger.
 
+use std::sync::LazyLock;
+
 use redis::streams::StreamId;
 
 use super::{range_page, ShardStream};
 use crate::{StockClient, StockError};
 
+/// Sent as EVAL with its body, like `settle.rs` (rare: no script cache to keep loaded).
+static BODY: LazyLock<String> =
+    LazyLock::new(|| super::settle::body(include_str!("../../../lua/dead_letter.lua")));
+
 impl ShardStream {
-    /// Copies a poison entry to the dead-letter stream (with why), then acks and deletes it.
+    /// Copies an entry to the dead-letter stream (with why), then acks and deletes it, in
+    /// one script (`lua/dead_letter.lua`): if Redis refuses the copy, the entry stays.
     pub async fn dead_letter(
         &self,
         client: &StockClient,
@@ -17,28 +24,23 @@ impl ShardStream {
         reason: &str,
     ) -> Result<(), StockError> {
         let mut conn = client.conn();
-        let mut add = redis::cmd("XADD");
         // Not trimmed: valid claim records can be dead-lettered (too many deliveries), and
         // then this entry is their only copy until redriven.
-        add.arg(&self.dead_key).arg("*");
-        for (k, v) in fields {
-            add.arg(k).arg(v.as_slice());
-        }
-        add.arg("dead_entry")
-            .arg(entry_id)
-            .arg("dead_reason")
-            .arg(reason);
-        let mut pipe = redis::pipe();
-        pipe.add_command(add).ignore();
-        pipe.cmd("XACK")
+        let mut eval = redis::cmd("EVAL");
+        eval.arg(BODY.as_str())
+            .arg(2)
             .arg(&self.key)
+            .arg(&self.dead_key)
             .arg(&self.group)
             .arg(entry_id)
-            .ignore();
-        pipe.cmd("XDEL").arg(&self.key).arg(entry_id).ignore();
+            .arg(reason);
+        for (k, v) in fields {
+            eval.arg(k).arg(v.as_slice());
+        }
         client
-            .bounded("dead letter", pipe.query_async::<()>(&mut conn))
+            .bounded("dead letter", eval.query_async::<i64>(&mut conn))
             .await
+            .map(drop)
     }
     /// Up to `count` dead letters after entry id `after` (from the start when `None`).
     pub async fn dead_page(

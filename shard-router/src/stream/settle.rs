@@ -11,13 +11,16 @@ use crate::{StockClient, StockError};
 /// once per batch, not per claim): a restarted or promoted master never answers NOSCRIPT,
 /// and Redis's commandstats keep this step in a row of its own, apart from the claim
 /// script's EVALSHA (`consumer/tests/it/redis_cost.rs` reads them).
-static BODY: LazyLock<String> = LazyLock::new(|| {
-    include_str!("../../../lua/stream_ack.lua")
+static BODY: LazyLock<String> = LazyLock::new(|| body(include_str!("../../../lua/stream_ack.lua")));
+
+/// A script's body without its comment lines and blank lines.
+pub(super) fn body(script: &str) -> String {
+    script
         .lines()
         .filter(|l| !l.trim_start().starts_with("--") && !l.trim().is_empty())
         .collect::<Vec<_>>()
         .join("\n")
-});
+}
 /// Ids per call: bounds one script run (and Lua's unpacking of its arguments).
 const CHUNK: usize = 1000;
 

@@ -4,9 +4,10 @@
 
 use std::time::Duration;
 
-use crate::common::Env;
+use crate::common::{Env, SHARDS};
 use shard_router::stream::{Settled, ShardStream};
-use shard_router::StockClient;
+use shard_router::{RedisTarget, StockClient, StockConfig};
+use test_support::RedisServer;
 
 const GROUP: &str = "ledger";
 
@@ -140,4 +141,105 @@ async fn single_old_pending_entry() {
 #[tokio::test]
 async fn cluster_acks_in_any_order() {
     acks_in_any_order_remove_exactly_what_was_acknowledged(Env::cluster()).await;
+}
+
+async fn connect(server: &RedisServer) -> StockClient {
+    StockClient::connect(StockConfig::new(RedisTarget::Single(server.url()), SHARDS))
+        .await
+        .expect("connect")
+}
+
+/// A master whose group is behind its entries: a replica promoted before the reads of the
+/// old master reached it (with two replicas, WAIT 1 of the reader's fence may have been
+/// answered by the other one), or a restart from an older snapshot. A batch read on the old
+/// master and committed settles here with newer ids than the group ever handed out: the
+/// entries read before it on the old master (by a consumer that then dropped them, its
+/// master having changed) were never delivered here and are in no ledger. They stay, to be
+/// read again; only what this call names goes.
+#[tokio::test]
+async fn entries_the_new_master_never_delivered_stay() {
+    let old = RedisServer::start();
+    let new = RedisServer::start_replica_of(&old);
+    let old_client = connect(&old).await;
+    let st = ShardStream::new(&old_client, 2, GROUP);
+    st.ensure_group(&old_client).await.unwrap();
+    let ids = add(&old_client, &st, 10).await;
+    let mut conn = old.connection();
+    let acked: i64 = redis::cmd("WAIT")
+        .arg(1)
+        .arg(5000)
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(acked, 1, "the replica holds the entries");
+    let mut promote = new.connection();
+    redis::cmd("REPLICAOF")
+        .arg("NO")
+        .arg("ONE")
+        .query::<()>(&mut promote)
+        .unwrap();
+    // Reads the promoted replica never sees.
+    let dropped = read(&old_client, &st, "b", 5).await;
+    let committed = read(&old_client, &st, "a", 5).await;
+    assert_eq!([dropped.clone(), committed.clone()].concat(), ids);
+
+    let new_client = connect(&new).await;
+    st.ack_and_delete(&new_client, &committed).await.unwrap();
+    assert_eq!(left(&new_client, &st).await, dropped);
+    assert_eq!(read(&new_client, &st, "b", 10).await, dropped);
+}
+
+/// A dead letter whose copy Redis refuses (out of memory) must not be acknowledged or
+/// deleted: the copy is the claim's only record until it is in the ledger.
+#[tokio::test]
+async fn a_dead_letter_refused_by_redis_stays_pending() {
+    let server = RedisServer::start();
+    let client = connect(&server).await;
+    let st = ShardStream::new(&client, 4, GROUP);
+    st.ensure_group(&client).await.unwrap();
+    let ids = add(&client, &st, 1).await;
+    assert_eq!(read(&client, &st, "a", 1).await, ids);
+    let mut conn = server.connection();
+    let config = |conn: &mut redis::Connection, k: &str, v: &str| {
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg(k)
+            .arg(v)
+            .query::<()>(conn)
+            .unwrap()
+    };
+    config(&mut conn, "maxmemory-policy", "noeviction");
+    config(&mut conn, "maxmemory", "1");
+    let r = st
+        .dead_letter(&client, &ids[0], &[("n".into(), b"0".to_vec())], "test")
+        .await;
+    config(&mut conn, "maxmemory", "0");
+    assert!(r.is_err(), "the copy was refused: {r:?}");
+    assert_eq!(left(&client, &st).await, ids, "the entry is still there");
+    assert_eq!(st.depth(&client).await.unwrap().pending, 1, "and pending");
+    assert_eq!(st.dead_len(&client).await.unwrap(), 0);
+    st.dead_letter(&client, &ids[0], &[("n".into(), b"0".to_vec())], "test")
+        .await
+        .unwrap();
+    assert!(left(&client, &st).await.is_empty());
+    assert_eq!(st.dead_len(&client).await.unwrap(), 1);
+}
+
+/// The dead-letter script names both streams of a shard: one hash slot on a cluster.
+#[tokio::test]
+async fn cluster_dead_letter_moves_the_entry() {
+    let env = Env::cluster();
+    let client = env.client().await;
+    let st = ShardStream::new(&client, 7, GROUP);
+    st.ensure_group(&client).await.unwrap();
+    let ids = add(&client, &st, 2).await;
+    assert_eq!(read(&client, &st, "a", 2).await, ids);
+    st.dead_letter(&client, &ids[0], &[("n".into(), b"0".to_vec())], "test")
+        .await
+        .unwrap();
+    assert_eq!(left(&client, &st).await, ids[1..]);
+    let dead = st.dead_page(&client, None, 10).await.unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].get::<String>("dead_entry"), Some(ids[0].clone()));
+    assert_eq!(dead[0].get::<String>("n"), Some("0".to_owned()));
+    assert_eq!(st.depth(&client).await.unwrap().pending, 1);
 }
