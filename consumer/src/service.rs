@@ -126,7 +126,10 @@ pub async fn run(
     background.spawn(rebuild::watch::run(
         pool.clone(),
         client.clone(),
-        rebuild::Options::new(cfg.db_timeout),
+        rebuild::Options {
+            replica_wait: cfg.replica_wait,
+            ..rebuild::Options::new(cfg.db_timeout)
+        },
         shutdown.clone(),
     ));
     background.spawn(reconcile_loop(

@@ -23,6 +23,7 @@ mod reconcile_pages;
 mod redis_cost;
 mod release;
 mod replica;
+mod replica_recovery;
 mod stale_holds;
 mod startup;
 mod throughput;
