@@ -254,6 +254,7 @@ async fn reconcile_loop(
         };
         let opts = reconcile::Options {
             keep_runs: cfg.reconcile_keep_runs,
+            replica_wait: cfg.replica_wait,
             ..Default::default()
         };
         for sku in skus {
