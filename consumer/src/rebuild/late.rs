@@ -16,9 +16,10 @@
 //!    slice, what the slice lacks onto the shard's debt, which releases and waves pay
 //!    before the slice grows; the user's count, sequence and answer on its home), only on
 //!    shards written by that very rebuild; a newer rebuild counted it from the ledger and
-//!    marks it applied under the lock. A crash between commit and apply is repaired by [`sweep`], which
-//!    the writer runs at start and every [`SWEEP_EVERY`], and which each rebuild runs
-//!    right after its own write.
+//!    marks it applied under the lock. With replicas, an apply is marked done only once a
+//!    replica holds it ([`apply_with`]). A crash between commit and apply, or an apply no
+//!    replica confirmed, is repaired by [`sweep`], which the writer runs at start and every
+//!    [`SWEEP_EVERY`], and which each rebuild runs right after its own write.
 
 use std::collections::HashMap;
 use std::time::Duration;
