@@ -49,7 +49,20 @@ pub async fn resolve_stale_holds(
     t: Duration,
     replicas: ReplicaWait,
 ) -> Result<Resolution, ConsumerError> {
-    // Each master's replication id before anything is read from it.
+    let mut stale = Vec::new();
+    for &home in shards {
+        for h in client.holds(sku, home).await? {
+            if h.expires_ms < now_ms {
+                stale.push((home, h.user, h.user_seq, h.request_id));
+            }
+        }
+    }
+    if stale.is_empty() {
+        return Ok(Resolution::default());
+    }
+    // Each master's replication id before its streams are read and its holds settled (a
+    // hold read from a master that failed over since is settled, or found gone, on the new
+    // one: the script decides on what that master has).
     let mut before: HashMap<ShardId, ReplicationInfo> = HashMap::new();
     if replicas != ReplicaWait::Off {
         for s in shards
@@ -61,17 +74,6 @@ pub async fn resolve_stale_holds(
                 e.insert(client.replication(s).await?);
             }
         }
-    }
-    let mut stale = Vec::new();
-    for &home in shards {
-        for h in client.holds(sku, home).await? {
-            if h.expires_ms < now_ms {
-                stale.push((home, h.user, h.user_seq, h.request_id));
-            }
-        }
-    }
-    if stale.is_empty() {
-        return Ok(Resolution::default());
     }
     let pending: HashMap<(String, u64), ClaimRecord> = in_flight(client, streams, sku)
         .await?
