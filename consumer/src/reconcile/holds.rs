@@ -29,7 +29,8 @@ pub struct Resolution {
 /// Holds past their expiry were left by a gateway that died between hold and settle. The
 /// claim `(sku, user, user_seq)` in the ledger or in a stream means units were taken: keep
 /// the count; otherwise nothing was taken: undo it. "In a stream" includes the dead
-/// letters: a claim parked there is acknowledged all the same.
+/// letters: a claim parked there is acknowledged all the same. The hold of a late claim
+/// not applied yet is the apply's to settle (`rebuild/late.rs`).
 ///
 /// With replicas (`replicas`, see `replica::write_needs_replica`) a decision counts only
 /// once it cannot be rolled back: keeping a hold stores a final replay answer, so a take
@@ -85,18 +86,30 @@ pub async fn resolve_stale_holds(
     let mut confirmed: HashMap<ShardId, bool> = HashMap::new();
     let mut settled: HashMap<ShardId, usize> = HashMap::new();
     for (home, user, seq, rid) in stale {
-        let in_ledger: Option<(String, u16, u32)> = bounded(
+        let in_ledger: Option<(String, u16, u32, i64)> = bounded(
             "find held claim",
             t,
-            sqlx::query_as("SELECT claim_id, shard, qty FROM claims WHERE sku = ? AND user_id = ? AND user_seq = ?")
-                .bind(sku)
-                .bind(&user)
-                .bind(seq)
-                .fetch_optional(pool),
+            sqlx::query_as(
+                "SELECT c.claim_id, c.shard, c.qty, \
+                 CAST(l.claim_id IS NOT NULL AND l.applied_ms IS NULL AS SIGNED) \
+                 FROM claims c LEFT JOIN late_claims l ON l.claim_id = c.claim_id \
+                 WHERE c.sku = ? AND c.user_id = ? AND c.user_seq = ?",
+            )
+            .bind(sku)
+            .bind(&user)
+            .bind(seq)
+            .fetch_optional(pool),
         )
         .await?;
         let found = match in_ledger {
-            Some(f) => Some(f),
+            // A late claim not applied yet: its apply settles its own hold as kept and
+            // counts the user only when no such hold stands (`lua/rebuild_late.lua`).
+            // Keeping it here first would make the apply count the user a second time.
+            Some((.., 1)) => {
+                tracing::info!(sku, user = %user, seq, "stale hold left to its late claim's apply");
+                continue;
+            }
+            Some((claim_id, shard, qty, _)) => Some((claim_id, shard, qty)),
             None => match pending.get(&(user.clone(), seq)) {
                 // A take on the home shard shares the settle's fate (one master, in order),
                 // and the fence below covers both.
