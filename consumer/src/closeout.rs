@@ -241,8 +241,21 @@ pub async fn close(
             .iter()
             .map(|&s| crate::stream::ShardStream::new(client, s, crate::config::DEFAULT_GROUP))
             .collect();
-        reconcile::holds::resolve_stale_holds(pool, client, &streams, sku, &shards, now_ms, t)
-            .await?;
+        // The closing report must not count on a resolution a failover can take back: wait
+        // until a replica holds it (the default replica policy; close-out has no config).
+        let replicas = crate::replica::ReplicaWait::default();
+        let holds = reconcile::holds::resolve_stale_holds(
+            pool, client, &streams, sku, &shards, now_ms, t, replicas,
+        )
+        .await?;
+        if holds.unconfirmed > 0
+            || !reconcile::holds::on_replicas(client, &shards, replicas).await?
+        {
+            return Err(ConsumerError::Invalid(format!(
+                "sku {sku} is closing, sales are stopped; waiting: stale-hold resolutions \
+                 not on a replica yet"
+            )));
+        }
         if let Some(why) = not_yet(pool, client, &c, now_ms, t).await? {
             return Err(ConsumerError::Invalid(format!(
                 "sku {sku} is closing, sales are stopped; waiting: {why}"

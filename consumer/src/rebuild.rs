@@ -76,6 +76,9 @@ pub struct Options {
     pub db_timeout: Duration,
     /// Ledger rows per page of the read.
     pub ledger_page: usize,
+    /// When the late claims this rebuild counts afterwards wait for a replica
+    /// (`late::apply_with`).
+    pub replica_wait: crate::replica::ReplicaWait,
 }
 
 impl Options {
@@ -88,6 +91,7 @@ impl Options {
             quiesce: Self::DEFAULT_QUIESCE,
             db_timeout,
             ledger_page: sources::LEDGER_PAGE,
+            replica_wait: Default::default(),
         }
     }
 }
@@ -238,7 +242,7 @@ pub async fn rebuild(
     drop(_renewal);
     // Late claims that committed between this rebuild's commit and its write waited for
     // the shards to carry this generation; count them now rather than at the next sweep.
-    let waiting = late::sweep(pool, client, Some(sku), t).await?;
+    let waiting = late::sweep_with(pool, client, Some(sku), t, opts.replica_wait).await?;
     if waiting > 0 {
         tracing::warn!(
             sku,

@@ -198,6 +198,54 @@ impl ShardReplica {
     }
 }
 
+/// Whether a write the consumer makes itself (a late claim's apply, `rebuild/late.rs`; a
+/// stale hold's resolution, `reconcile/holds.rs`) must be on a replica before anything
+/// relies on it, on the master `info` describes. These run from several loops and commands,
+/// so `Auto` keeps no memory of its own: it asks the master whether it has or had a
+/// replica (`ReplicationInfo::backlog`), which also covers a replica that is down now.
+pub fn write_needs_replica(mode: ReplicaWait, info: &ReplicationInfo) -> bool {
+    match mode {
+        ReplicaWait::Off => false,
+        ReplicaWait::Always(_) => true,
+        ReplicaWait::Auto(_) => info.connected_replicas > 0 || info.backlog,
+    }
+}
+
+/// One bounded check that a replica holds what `shard`'s master wrote so far, that master
+/// being the one `before` described (read before the writes: a changed replication id
+/// means a failover or restart in between, and the writes may be gone). True when
+/// confirmed or not required; false otherwise (the caller leaves its decision undone and
+/// tries again later, never waits here).
+pub async fn write_confirmed(
+    client: &StockClient,
+    shard: ShardId,
+    mode: ReplicaWait,
+    before: &ReplicationInfo,
+) -> bool {
+    let Some(wait) = mode.bound() else {
+        return true;
+    };
+    if !write_needs_replica(mode, before) {
+        return true;
+    }
+    let ok = match client.fence(shard, 1, wait).await {
+        Ok(f) if f.info.replid != before.replid => {
+            tracing::warn!(shard, "master changed since the write; it may be gone");
+            false
+        }
+        Ok(f) => f.acked >= 1,
+        Err(e) => {
+            tracing::warn!(shard, error = %e, "replica fence failed");
+            false
+        }
+    };
+    if !ok {
+        // Not the reader's metrics: those count stream records held back.
+        tracing::warn!(shard, "no replica confirmed the consumer's write yet");
+    }
+    ok
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -207,6 +255,7 @@ mod tests {
             is_master: true,
             replid: "r".into(),
             connected_replicas: replicas,
+            backlog: replicas > 0,
         }
     }
 

@@ -127,7 +127,10 @@ pub async fn run(
     background.spawn(rebuild::watch::run(
         pool.clone(),
         client.clone(),
-        rebuild::Options::new(cfg.db_timeout),
+        rebuild::Options {
+            replica_wait: cfg.replica_wait,
+            ..rebuild::Options::new(cfg.db_timeout)
+        },
         shutdown.clone(),
     ));
     background.spawn(reconcile_loop(
@@ -252,6 +255,7 @@ async fn reconcile_loop(
         };
         let opts = reconcile::Options {
             keep_runs: cfg.reconcile_keep_runs,
+            replica_wait: cfg.replica_wait,
             ..Default::default()
         };
         for sku in skus {

@@ -96,6 +96,7 @@ impl Writer {
             me.pool.clone(),
             me.client.clone(),
             me.cfg.db_timeout,
+            me.cfg.replica_wait,
             sweeping,
         ));
         let mut set = tokio::task::JoinSet::new();
@@ -199,8 +200,14 @@ impl Writer {
         if !outcome.late.is_empty() {
             // First, so the rebuilt slices stop offering these units as soon as possible;
             // a failure here is repaired by the sweep (`late_claims` has them).
-            if let Err(e) =
-                late::apply(&self.pool, &self.client, &outcome.late, self.cfg.db_timeout).await
+            if let Err(e) = late::apply_with(
+                &self.pool,
+                &self.client,
+                &outcome.late,
+                self.cfg.db_timeout,
+                self.cfg.replica_wait,
+            )
+            .await
             {
                 tracing::warn!(late = outcome.late.len(), error = %e, "late claims not counted yet; the sweep retries");
             }

@@ -28,6 +28,10 @@ pub struct ReplicationInfo {
     pub replid: String,
     /// Replicas connected right now.
     pub connected_replicas: u32,
+    /// `repl_backlog_active:1`: a replica is or was attached (the backlog is created for
+    /// the first one, kept `repl-backlog-ttl` after the last leaves, and kept by a replica
+    /// for its own promotion), so this node's writes are meant to be replicated.
+    pub backlog: bool,
 }
 
 impl ReplicationInfo {
@@ -42,6 +46,7 @@ impl ReplicationInfo {
                 "role" => out.is_master = v == "master",
                 "master_replid" => out.replid = v.to_owned(),
                 "connected_slaves" => out.connected_replicas = v.parse().unwrap_or(0),
+                "repl_backlog_active" => out.backlog = v == "1",
                 _ => {}
             }
         }
@@ -201,13 +206,15 @@ mod tests {
 
     #[test]
     fn parses_info_replication() {
-        let text = "# Replication\r\nrole:master\r\nconnected_slaves:2\r\nslave0:ip=127.0.0.1,port=7001,state=online,offset=42,lag=0\r\nmaster_replid:abc123\r\nmaster_replid2:0000\r\n";
+        let text = "# Replication\r\nrole:master\r\nconnected_slaves:2\r\nslave0:ip=127.0.0.1,port=7001,state=online,offset=42,lag=0\r\nmaster_replid:abc123\r\nmaster_replid2:0000\r\nrepl_backlog_active:1\r\n";
         let info = ReplicationInfo::parse(text);
         assert!(info.is_master);
         assert_eq!(info.replid, "abc123");
         assert_eq!(info.connected_replicas, 2);
+        assert!(info.backlog);
         let replica = ReplicationInfo::parse("role:slave\r\nmaster_replid:x\r\n");
         assert!(!replica.is_master);
         assert_eq!(replica.connected_replicas, 0);
+        assert!(!replica.backlog);
     }
 }

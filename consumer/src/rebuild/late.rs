@@ -16,9 +16,10 @@
 //!    slice, what the slice lacks onto the shard's debt, which releases and waves pay
 //!    before the slice grows; the user's count, sequence and answer on its home), only on
 //!    shards written by that very rebuild; a newer rebuild counted it from the ledger and
-//!    marks it applied under the lock. A crash between commit and apply is repaired by [`sweep`], which
-//!    the writer runs at start and every [`SWEEP_EVERY`], and which each rebuild runs
-//!    right after its own write.
+//!    marks it applied under the lock. With replicas, an apply is marked done only once a
+//!    replica holds it ([`apply_with`]). A crash between commit and apply, or an apply no
+//!    replica confirmed, is repaired by [`sweep`], which the writer runs at start and every
+//!    [`SWEEP_EVERY`], and which each rebuild runs right after its own write.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -30,6 +31,7 @@ use sqlx::{MySql, MySqlPool, QueryBuilder, Transaction};
 use crate::db::bounded;
 use crate::error::ConsumerError;
 use crate::ledger;
+use crate::replica::{self, ReplicaWait};
 
 use super::row::{self, LedgerRecord};
 
@@ -111,13 +113,34 @@ pub(crate) async fn counted_by_rebuild(
     .map(|d| d.rows_affected())
 }
 
-/// Counts `late` in Redis and marks each one done (applied, or counted by a newer
-/// rebuild). Returns how many are still waiting for their shards to be rebuilt.
+/// [`apply_with`] under the default replica policy.
 pub async fn apply(
     pool: &MySqlPool,
     client: &StockClient,
     late: &[LateClaim],
     t: Duration,
+) -> Result<usize, ConsumerError> {
+    apply_with(pool, client, late, t, ReplicaWait::default()).await
+}
+
+/// Counts `late` in Redis and marks each one done (applied, or counted by a newer
+/// rebuild). Returns how many are still waiting: for their shards to be rebuilt, or for a
+/// replica to confirm the apply.
+///
+/// With replicas (`replica`), each shard's apply counts only once a replica holds it
+/// (`replica::write_confirmed`): a failover to a replica that missed it takes the units back
+/// onto the slice and the user's count down, and a ledger row already marked applied would
+/// never be applied again (an oversell, and the limit lost). Unconfirmed, the row stays
+/// unapplied and the sweep runs the script again: on the same master it finds its `late:`
+/// mark (`Already`, confirmed by the next fence); after a rollback the mark went with the
+/// rest of the apply, so applying again is the repair. Only a confirmed shard's shortfall
+/// goes into the `oversold` anomaly: a rolled-back apply's slice is not what the sale saw.
+pub async fn apply_with(
+    pool: &MySqlPool,
+    client: &StockClient,
+    late: &[LateClaim],
+    t: Duration,
+    replicas: ReplicaWait,
 ) -> Result<usize, ConsumerError> {
     let mut waiting = 0;
     for l in late {
@@ -129,12 +152,29 @@ pub async fn apply(
         let mut done = true;
         let mut short = 0;
         for shard in shards {
-            match client.apply_late(r, l.gen, shard).await? {
+            // The master's replication id before the write, so the fence after it can tell
+            // a failover in between (see `replica::write_confirmed`).
+            let before = match replicas {
+                ReplicaWait::Off => None,
+                _ => Some(client.replication(shard).await?),
+            };
+            let outcome = client.apply_late(r, l.gen, shard).await?;
+            if outcome == LateOutcome::Wait {
+                done = false;
+                continue;
+            }
+            if let Some(before) = &before {
+                if !replica::write_confirmed(client, shard, replicas, before).await {
+                    tracing::warn!(claim = %r.claim_id, shard, "late claim applied, not on a replica yet; the sweep retries");
+                    done = false;
+                    continue;
+                }
+            }
+            match outcome {
                 // Already: a retry (a crash before the anomaly below, a second
                 // consumer); the row is written once (`INSERT IGNORE` on its reference).
                 LateOutcome::Applied { short: s } | LateOutcome::Already { short: s } => short += s,
-                LateOutcome::Stale => {}
-                LateOutcome::Wait => done = false,
+                LateOutcome::Stale | LateOutcome::Wait => {}
             }
         }
         if short > 0 {
@@ -192,6 +232,17 @@ pub async fn sweep(
     sku: Option<u64>,
     t: Duration,
 ) -> Result<usize, ConsumerError> {
+    sweep_with(pool, client, sku, t, ReplicaWait::default()).await
+}
+
+/// [`sweep`] under the replica policy `replicas` (see [`apply_with`]).
+pub async fn sweep_with(
+    pool: &MySqlPool,
+    client: &StockClient,
+    sku: Option<u64>,
+    t: Duration,
+    replicas: ReplicaWait,
+) -> Result<usize, ConsumerError> {
     let mut waiting = 0;
     let mut after = String::new();
     loop {
@@ -200,7 +251,7 @@ pub async fn sweep(
             return Ok(waiting);
         };
         after = last.record.claim_id.clone();
-        waiting += apply(pool, client, &late, t).await?;
+        waiting += apply_with(pool, client, &late, t, replicas).await?;
         if late.len() < SWEEP_PAGE as usize {
             return Ok(waiting);
         }
@@ -240,10 +291,11 @@ pub async fn sweep_loop(
     pool: MySqlPool,
     client: StockClient,
     t: Duration,
+    replicas: ReplicaWait,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     loop {
-        if let Err(e) = sweep(&pool, &client, None, t).await {
+        if let Err(e) = sweep_with(&pool, &client, None, t, replicas).await {
             tracing::warn!(error = %e, "late claims sweep failed; retrying");
         }
         tokio::select! {

@@ -123,6 +123,8 @@ pub struct Options {
     /// Most stream entries, set members or ids one Redis call of a snapshot reads: what
     /// bounds how long a reconciliation can block Redis (see `snapshot.rs`).
     pub page: usize,
+    /// When stale-hold resolutions wait for a replica before they count (`holds.rs`).
+    pub replica_wait: crate::replica::ReplicaWait,
 }
 
 impl Default for Options {
@@ -131,6 +133,7 @@ impl Default for Options {
             remove_excess: true,
             keep_runs: DEFAULT_KEEP_RUNS,
             page: DEFAULT_PAGE,
+            replica_wait: Default::default(),
         }
     }
 }
@@ -243,8 +246,26 @@ pub async fn run_with(
         .iter()
         .map(|&s| ShardStream::new(client, s, group))
         .collect();
-    let stale_holds =
-        holds::resolve_stale_holds(pool, client, &streams, sku, &shards, now_ms, t).await?;
+    let holds = holds::resolve_stale_holds(
+        pool,
+        client,
+        &streams,
+        sku,
+        &shards,
+        now_ms,
+        t,
+        opts.replica_wait,
+    )
+    .await?;
+    if holds.unconfirmed > 0 {
+        // Decided again next run: not counted until no failover can take it back.
+        tracing::warn!(
+            sku,
+            unconfirmed = holds.unconfirmed,
+            "stale holds not resolved on a replica yet"
+        );
+    }
+    let stale_holds = holds.resolved;
     let (mut report, figures) = measure_paged(pool, client, sku, t, opts.page).await?;
     // Close-out may have started meanwhile (another process): its missing slices are not
     // drift, and its series must not come back.

@@ -25,6 +25,7 @@ mod redis_cost;
 mod redrive;
 mod release;
 mod replica;
+mod replica_recovery;
 mod stale_holds;
 mod startup;
 mod throughput;

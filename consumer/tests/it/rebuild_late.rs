@@ -274,3 +274,64 @@ async fn after_a_rebuild_a_preheat_keeps_the_generation() {
         .unwrap();
     assert!(out.late.is_empty());
 }
+
+/// A late claim whose own hold still stands (its second chance was in progress at the
+/// loss; the rebuild counted the hold for the user) must raise the user's count once. The
+/// apply settles that hold itself; stale-hold resolution running first (the claim is in the
+/// ledger, so it keeps the hold) must leave it to the apply. Before the fix it kept the
+/// hold, the apply then found no hold of the claim's and counted the unit a second time:
+/// a count of 2 for one unit, the user refused below the limit. (Reachable between commit
+/// and apply, and after a failover took an unconfirmed apply back, bringing the hold back.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_hold_of_an_unapplied_late_claim_is_left_to_its_apply() {
+    let s = Stack::start().await;
+    let c = campaign(&s, 12_006, 5, 1, 2, 3600).await;
+    let p = s.client.placement().clone();
+    let shard = p.shards_of(c.sku, 1)[0];
+    flushall(&s);
+    rebuild::rebuild(&s.pool, &s.client, c.sku, &rebuild_opts())
+        .await
+        .unwrap();
+    let now = shard_router::now_ms();
+    let hk = shard_router::keys::ShardKeys::new(&p, shard, c.sku);
+    // bob's hold, expired, counted for him (as the rebuild counts a standing hold).
+    let _: () = redis::pipe()
+        .cmd("HSET")
+        .arg(hk.holds())
+        .arg("bob|1")
+        .arg(format!("1|{}|r-bob", now - 60_000))
+        .cmd("HSET")
+        .arg(hk.users())
+        .arg("bob")
+        .arg(1)
+        .query(&mut s.redis.connection())
+        .unwrap();
+    let bob = ClaimRecord {
+        claim_id: format!("{shard}-{now}-0"),
+        sku: c.sku,
+        user: "bob".into(),
+        qty: 1,
+        user_seq: 1,
+        shard,
+        home: shard,
+        request_id: Some("r-bob".into()),
+        ts_ms: now - 61_000,
+        gen: 0,
+    };
+    let out = consumer::ledger::write_batch(&s.pool, std::slice::from_ref(&bob), T)
+        .await
+        .unwrap();
+    assert_eq!(out.late.len(), 1);
+    // Reconciliation runs between the commit and the apply.
+    let r = s.reconcile(c.sku).await;
+    assert_eq!(r.stale_holds, 0, "left to the late claim's apply: {r:?}");
+    assert_eq!(r.drift, 0, "{r:?}");
+    late::apply(&s.pool, &s.client, &out.late, T).await.unwrap();
+    assert_eq!(
+        s.client.user_count(c.sku, 1, "bob").await.unwrap(),
+        1,
+        "one unit, counted once"
+    );
+    assert_eq!(s.client.slices(c.sku, 1).await.unwrap()[0].1, Some(4));
+    assert_eq!(s.reconcile(c.sku).await.drift, 0);
+}

@@ -44,7 +44,11 @@ pub(crate) struct Stack {
 
 impl Stack {
     pub(crate) async fn start() -> Self {
-        let redis = RedisServer::start();
+        Self::start_on(RedisServer::start()).await
+    }
+
+    /// A stack whose Redis is `redis` (a master with replicas, for failover tests).
+    pub(crate) async fn start_on(redis: RedisServer) -> Self {
         let db = TestDatabase::create();
         let cfg = config(&redis.url(), &db.url());
         let (client, pool) = connect(&cfg).await;

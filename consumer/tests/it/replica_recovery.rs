@@ -1,0 +1,310 @@
+//! Durability `replica` for the consumer's recovery writes (issue 11): a late claim's apply
+//! and a stale hold's resolution count as done only once a replica holds them, so a
+//! failover to a replica that missed them cannot leave the ledger (or anything read from
+//! it) trusting a Redis write that is gone. The failover is a partition: the replica is
+//! cut off and promoted (`REPLICAOF NO ONE`, as a sentinel would after losing the master),
+//! the old master takes the write, then dies; the clients move to the promoted replica.
+//! (A replica stopped with SIGSTOP would still get the write from its socket buffer.)
+
+use std::time::Duration;
+
+use crate::common::rebuild::*;
+use crate::common::*;
+use consumer::rebuild::{self, late};
+use shard_router::keys::{self, ShardKeys};
+use shard_router::{ClaimOutcome, ClaimRecord, RedisTarget, StockClient};
+use test_support::RedisServer;
+
+/// `replica` is cut off from its master and becomes a master itself.
+fn promote(replica: &RedisServer) {
+    let _: String = redis::cmd("REPLICAOF")
+        .arg("NO")
+        .arg("ONE")
+        .query(&mut replica.connection())
+        .expect("promote the replica");
+}
+
+/// A client on `server`, with the stack's settings.
+async fn client_on(server: &RedisServer, s: &Stack) -> StockClient {
+    let mut cfg = s.cfg.clone();
+    cfg.redis = RedisTarget::Single(server.url());
+    StockClient::connect(cfg.stock()).await.expect("redis")
+}
+
+async fn slice(client: &StockClient, sku: u64) -> Option<i64> {
+    client.slices(sku, 1).await.unwrap()[0].1
+}
+
+/// Before the fix the apply was marked done in the ledger as soon as the master ran it:
+/// after the failover the promoted replica offered alice's unit again (3 on a stock of 3
+/// with her claim in the ledger) and let her claim past her limit, and no sweep repaired it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_apply_no_replica_confirmed_is_applied_again_after_a_failover() {
+    let master = RedisServer::start();
+    let replica = RedisServer::start_replica_of(&master);
+    let mut s = Stack::start_on(master).await;
+    let c = campaign(&s, 12_101, 3, 1, 1, 3600).await;
+    let shard = s.client.placement().shards_of(c.sku, 1)[0];
+    assert!(matches!(
+        claim_one(&s, &c, "alice", Some("r-alice")).await,
+        ClaimOutcome::Claimed { .. }
+    ));
+    let held = read_like_a_consumer(&s, &c).await;
+    flushall(&s);
+    rebuild::rebuild(&s.pool, &s.client, c.sku, &rebuild_opts())
+        .await
+        .unwrap();
+    assert_eq!(
+        s.client
+            .wait_replicas(shard, 1, Duration::from_secs(5))
+            .await
+            .unwrap(),
+        1,
+        "the rebuild is on the replica"
+    );
+    let out = consumer::ledger::write_batch(&s.pool, &held, T)
+        .await
+        .unwrap();
+    assert_eq!(out.late.len(), 1, "alice's claim is late");
+
+    promote(&replica);
+    late::apply(&s.pool, &s.client, &out.late, T).await.unwrap();
+    assert_eq!(slice(&s.client, c.sku).await, Some(2), "the master has it");
+    assert_eq!(
+        s.count("SELECT COUNT(*) FROM late_claims WHERE applied_ms IS NULL")
+            .await,
+        1,
+        "no replica confirmed the apply: the ledger must not call it applied"
+    );
+
+    s.redis.kill();
+    let promoted = client_on(&replica, &s).await;
+    assert_eq!(
+        slice(&promoted, c.sku).await,
+        Some(3),
+        "the apply rolled back"
+    );
+    assert_eq!(promoted.user_count(c.sku, 1, "alice").await.unwrap(), 0);
+
+    // The sweep applies it again on the new master once its own replica confirms.
+    let _second = RedisServer::start_replica_of(&replica);
+    // (Swept again while the new link is still slow to acknowledge, as the writer's loop
+    // would; a confirmed apply after a rollback finds no mark and applies in full.)
+    let mut waiting = 1;
+    for _ in 0..50 {
+        waiting = late::sweep(&s.pool, &promoted, None, T).await.unwrap();
+        if waiting == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(waiting, 0, "applied on the promoted replica");
+    assert_eq!(slice(&promoted, c.sku).await, Some(2));
+    assert_eq!(promoted.user_count(c.sku, 1, "alice").await.unwrap(), 1);
+    assert_eq!(
+        s.count("SELECT COUNT(*) FROM late_claims WHERE applied_ms IS NULL")
+            .await,
+        0
+    );
+    assert_eq!(s.count("SELECT COUNT(*) FROM anomalies").await, 0);
+}
+
+/// A stale hold whose take is a record in another master's stream, not in the ledger yet:
+/// keeping it stores a final replay answer on the home shard. Before the fix it was kept at
+/// once, while no replica of the taking shard held the record: a failover of that shard
+/// alone drops the record (and gives the unit back to the slice), yet the home shard goes on
+/// answering 201 for it. Now the hold waits until a replica of the taking shard confirms.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_is_kept_on_a_take_only_once_a_replica_of_its_shard_holds_it() {
+    let s = ClusterStack::start(1).await;
+    let p = s.client.placement().clone();
+    let master_of = |shard: u16| {
+        s.cluster
+            .master_of(shard_router::placement::slot_of_tag(p.tag(shard)))
+    };
+    // A campaign whose two shards live on different masters.
+    let sku = (14_101..14_200)
+        .find(|&sku| {
+            let sh = p.shards_of(sku, 2);
+            master_of(sh[0]) != master_of(sh[1])
+        })
+        .expect("a sku across two masters");
+    let c = open_campaign(&s.pool, &s.client, sku, 8, 2, 2, 3600).await;
+    let home = p.home_shard(c.sku, c.width, "bob");
+    let other = *p
+        .shards_of(c.sku, c.width)
+        .iter()
+        .find(|&&x| x != home)
+        .unwrap();
+    let now = shard_router::now_ms();
+    let hk = ShardKeys::new(&p, home, c.sku);
+    let answer_key = hk.request("bob", Some("r-bob"));
+    let mut conn = s.client.conn();
+    // bob's hold (expired a minute ago) with its request in progress, on his home...
+    let _: () = redis::pipe()
+        .cmd("HSET")
+        .arg(hk.holds())
+        .arg("bob|1")
+        .arg(format!("1|{}|r-bob", now - 60_000))
+        .cmd("HSET")
+        .arg(hk.users())
+        .arg("bob")
+        .arg(1)
+        .cmd("HSET")
+        .arg(hk.user_seq())
+        .arg("bob")
+        .arg(1)
+        .cmd("SET")
+        .arg(&answer_key)
+        .arg("P")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    // ...and the take on the other shard, whose replica is stopped: it never acknowledges it.
+    let (_, replica) = s
+        .cluster
+        .master_and_replica(shard_router::placement::slot_of_tag(p.tag(other)));
+    s.cluster.nodes()[replica].signal("STOP");
+    let take = ClaimRecord {
+        claim_id: String::new(),
+        sku: c.sku,
+        user: "bob".into(),
+        qty: 1,
+        user_seq: 1,
+        shard: other,
+        home,
+        request_id: Some("r-bob".into()),
+        ts_ms: now - 61_000,
+        gen: 0,
+    };
+    let mut add = redis::cmd("XADD");
+    add.arg(keys::claims_stream(&p, other)).arg("*");
+    for (k, v) in take.encode() {
+        add.arg(k).arg(v);
+    }
+    let _: String = add.query_async(&mut conn).await.unwrap();
+
+    let reconcile = || async {
+        consumer::reconcile::run(
+            &s.pool,
+            &s.client,
+            &s.cfg.group,
+            c.sku,
+            shard_router::now_ms(),
+            T,
+        )
+        .await
+        .expect("reconcile")
+    };
+    let r = reconcile().await;
+    let answer: Option<String> = redis::cmd("GET")
+        .arg(&answer_key)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        (r.stale_holds, answer.as_deref()),
+        (0, Some("P")),
+        "no replica of shard {other} holds the take: no final answer yet"
+    );
+
+    s.cluster.nodes()[replica].signal("CONT");
+    // The resumed replica catches up; until its fence confirms, the hold keeps waiting.
+    let mut kept = 0;
+    for _ in 0..50 {
+        kept = reconcile().await.stale_holds;
+        if kept > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(kept, 1, "confirmed now: kept");
+    let answer: Option<String> = redis::cmd("GET")
+        .arg(&answer_key)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(
+        answer.is_some_and(|a| a.ends_with(&format!("|{other}|1")) && !a.starts_with('~')),
+        "final answer"
+    );
+    assert_eq!(s.client.user_count(c.sku, c.width, "bob").await.unwrap(), 1);
+}
+
+/// A stale hold undone on a master that no replica confirms is not reported resolved (the
+/// closing report waits for the same confirmation): the failover brings the hold back, and
+/// the next run on the promoted replica resolves it again. Before the fix the first run
+/// reported a resolution the promoted replica never saw.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_hold_resolution_counts_only_once_a_replica_holds_it() {
+    let master = RedisServer::start();
+    let replica = RedisServer::start_replica_of(&master);
+    let mut s = Stack::start_on(master).await;
+    let c = campaign(&s, 12_102, 4, 1, 1, 3600).await;
+    let p = s.client.placement().clone();
+    let home = p.home_shard(c.sku, c.width, "bob");
+    let hk = ShardKeys::new(&p, home, c.sku);
+    // A hold a dead gateway left; its claim is nowhere (nothing was taken).
+    let _: () = redis::pipe()
+        .cmd("HSET")
+        .arg(hk.holds())
+        .arg("bob|1")
+        .arg(format!("1|{}|", shard_router::now_ms() - 60_000))
+        .cmd("HSET")
+        .arg(hk.users())
+        .arg("bob")
+        .arg(1)
+        .query(&mut s.redis.connection())
+        .unwrap();
+    assert_eq!(
+        s.client
+            .wait_replicas(home, 1, Duration::from_secs(5))
+            .await
+            .unwrap(),
+        1
+    );
+
+    promote(&replica);
+    let r = s.reconcile(c.sku).await;
+    assert_eq!(
+        r.stale_holds, 0,
+        "undone on the old master only: not resolved"
+    );
+    assert_eq!(s.client.user_count(c.sku, 1, "bob").await.unwrap(), 0);
+
+    s.redis.kill();
+    let promoted = client_on(&replica, &s).await;
+    assert_eq!(
+        promoted.user_count(c.sku, 1, "bob").await.unwrap(),
+        1,
+        "rolled back"
+    );
+    let _second = RedisServer::start_replica_of(&replica);
+    assert_eq!(
+        promoted
+            .wait_replicas(home, 1, Duration::from_secs(5))
+            .await
+            .unwrap(),
+        1
+    );
+    let mut resolved = 0;
+    for _ in 0..50 {
+        resolved = consumer::reconcile::run(
+            &s.pool,
+            &promoted,
+            &s.cfg.group,
+            c.sku,
+            shard_router::now_ms(),
+            T,
+        )
+        .await
+        .unwrap()
+        .stale_holds;
+        if resolved > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(resolved, 1, "resolved again on the promoted replica");
+    assert_eq!(promoted.user_count(c.sku, 1, "bob").await.unwrap(), 0);
+}
