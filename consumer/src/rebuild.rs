@@ -202,6 +202,7 @@ pub async fn rebuild(
     let late_counted = late::counted_by_rebuild(&mut tx, sku, shard_router::now_ms(), t).await?;
     let claims: Vec<Known> =
         sources::ledger_claims(&mut tx, sku, opts.ledger_page.max(1), t).await?;
+    let floors = sources::stream_floors(&mut tx, &shards, t).await?;
 
     let mut holds = HashMap::new();
     for &shard in &shards {
@@ -217,7 +218,7 @@ pub async fn rebuild(
 
     let shares: Vec<(u16, u64)> = shards.iter().copied().zip(meta.slices()).collect();
     let request_ttl = client.config().request_ttl.as_millis() as i64;
-    let img = image::compute(
+    let mut img = image::compute(
         &shares,
         &claims,
         &holds,
@@ -225,6 +226,12 @@ pub async fn rebuild(
         request_ttl,
     );
 
+    // Other SKUs' claims on these streams raise the floors too (`sources::stream_floors`).
+    for sh in &mut img.shards {
+        if let Some(&f) = floors.get(&sh.shard) {
+            sh.stream_floor = Some(sh.stream_floor.map_or(f, |own| own.max(f)));
+        }
+    }
     client.store_answers(sku, &img.answers).await?;
     for shard in &img.shards {
         if !client

@@ -120,3 +120,36 @@ pub(super) async fn ledger_claims(
         }
     }
 }
+
+/// The highest entry id of any claim the ledger holds from each of `shards`' claims
+/// streams, over every SKU: a stream is the shard's, shared by all SKUs placed there, and
+/// claim ids are the ledger's primary key across SKUs, so the stream's last id must not
+/// fall below another SKU's ids either (a closed campaign is never rebuilt to raise it).
+pub(super) async fn stream_floors(
+    tx: &mut Transaction<'_, MySql>,
+    shards: &[u16],
+    t: Duration,
+) -> Result<HashMap<u16, shard_router::codec::EntryId>, ConsumerError> {
+    let mut out = HashMap::new();
+    for &shard in shards {
+        // claim_id is "<shard>-<ms>-<seq>": ordered by (ms, seq) as numbers.
+        let top: Option<String> = bounded(
+            "stream floor",
+            t,
+            sqlx::query_scalar(
+                "SELECT claim_id FROM claims WHERE shard = ? ORDER BY \
+                 CAST(SUBSTRING_INDEX(SUBSTRING_INDEX(claim_id, '-', 2), '-', -1) AS UNSIGNED) DESC, \
+                 CAST(SUBSTRING_INDEX(claim_id, '-', -1) AS UNSIGNED) DESC LIMIT 1",
+            )
+            .bind(shard)
+            .fetch_optional(&mut **tx),
+        )
+        .await?;
+        if let Some(id) = top.as_deref().and_then(shard_router::codec::ClaimId::parse) {
+            if id.shard() == shard {
+                out.insert(shard, id.entry());
+            }
+        }
+    }
+    Ok(out)
+}

@@ -395,3 +395,43 @@ async fn a_take_under_a_hold_from_before_a_rebuild_is_refused_whatever_the_gatew
         "nothing taken"
     );
 }
+
+/// The claims stream is the shard's, shared by every SKU placed there, and claim ids are
+/// the ledger's primary key across SKUs. A rebuild of one SKU that raises the stream only
+/// to that SKU's highest id leaves another SKU's higher ids (a closed campaign is never
+/// rebuilt) to be handed out again, and a new claim with one of them is dropped as a
+/// duplicate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebuilt_stream_never_reissues_another_skus_claim_id() {
+    let s = Stack::start().await;
+    let x = campaign(&s, 12_060, 10, 1, 2, 3600).await;
+    let shard = s.client.placement().shards_of(x.sku, 1)[0];
+    let ysku = (12_061..13_000)
+        .find(|&k| s.client.placement().shards_of(k, 1)[0] == shard)
+        .expect("a second SKU on the same shard");
+    let y = campaign(&s, ysku, 10, 1, 2, 3600).await;
+    assert!(claimed(&claim_one(&s, &x, "a", None).await));
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    for u in ["b", "c", "d"] {
+        assert!(claimed(&claim_one(&s, &y, u, None).await));
+    }
+    let records = read_like_a_consumer(&s, &x).await;
+    consumer::ledger::write_batch(&s.pool, &records, T)
+        .await
+        .unwrap();
+    let highest = records
+        .iter()
+        .filter_map(|r| shard_router::codec::ClaimId::parse(&r.claim_id))
+        .map(|id| id.entry())
+        .max()
+        .unwrap();
+    flushall(&s);
+    rebuild::rebuild(&s.pool, &s.client, x.sku, &rebuild_opts())
+        .await
+        .unwrap();
+    let last = stream_last_id(&s, shard).await;
+    assert!(
+        last.is_some_and(|l| l >= highest),
+        "shard {shard}: stream last id {last:?} below the ledger's {highest:?} (SKU {ysku})"
+    );
+}
