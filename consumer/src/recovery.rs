@@ -204,6 +204,19 @@ impl Recovery {
         let Some(wait) = self.cfg.replica_wait.bound() else {
             return Check::NotRequired;
         };
+        // The fence key is how a later process remembers a replica (`ShardReplica::remember`):
+        // in `auto`, write it only where a replica is required, or a deployment that never
+        // had one would wait for one after its next restart, committing nothing.
+        if matches!(self.cfg.replica_wait, crate::replica::ReplicaWait::Auto(_)) {
+            match self.client.replication(self.stream.shard).await {
+                Ok(info) if !self.replica.required(&info) => return Check::NotRequired,
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(shard = self.stream.shard, error = %e, "replication info failed");
+                    return Check::Skip;
+                }
+            }
+        }
         match self.client.fence(self.stream.shard, 1, wait).await {
             Ok(f) if !self.replica.required(&f.info) => Check::NotRequired,
             Ok(f) if f.acked >= 1 => Check::Confirmed(f.info.replid),
