@@ -10,7 +10,8 @@
 //! taken over by recovery) if they survived.
 //!
 //! [`ReplicaWait::Auto`] (the default) waits on every shard whose master has, or had since
-//! this process started, a replica, or whose fence shows that an earlier process waited for
+//! this process started, a replica, whose master keeps a replication backlog (it had one
+//! within `repl-backlog-ttl`), or whose fence shows that an earlier process waited for
 //! one ([`ShardReplica::remember`]); `Always` waits even where none was seen; `Off` never.
 //! Each attempt is bounded by the wait; attempts repeat with backoff until confirmed, the
 //! master changes, or shutdown.
@@ -153,7 +154,9 @@ impl ShardReplica {
 
     /// Whether entries read under `info` must wait for a replica.
     pub fn required(&self, info: &ReplicationInfo) -> bool {
-        if info.connected_replicas > 0 {
+        // The backlog also shows a replica that left before any process fenced this shard
+        // (so no fence key remembers it); it is kept `repl-backlog-ttl` after it left.
+        if info.connected_replicas > 0 || info.backlog {
             self.seen.store(true, Ordering::Relaxed);
         }
         match self.mode {

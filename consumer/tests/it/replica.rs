@@ -97,3 +97,29 @@ async fn auto_without_any_replica_commits_after_a_takeover_and_a_restart() {
     wait_rows(&s.pool, c.sku, 4, Duration::from_secs(10)).await;
     consumer.stop().await;
 }
+
+/// `auto` where the replica went away before any process fenced the shard (no fence key
+/// to remember it by): the master still shows it had one (its replication backlog), and
+/// a first consumer started then must wait for it too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_waits_for_a_replica_that_left_before_any_fence() {
+    let s = Stack::start().await;
+    let mut replica = test_support::RedisServer::start_replica_of(&s.redis);
+    let c = campaign(&s, 12005, 20, 1, 1, 3600).await;
+    let mut cfg = s.cfg.clone();
+    cfg.replica_wait = ReplicaWait::Auto(Duration::from_millis(50));
+    // The replica attached (the master's backlog exists), then left.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    replica.kill();
+    let consumer = start_consumer(cfg);
+    claim_all(&s.client, &c, users("b", 2), 2).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        s.count("SELECT COUNT(*) FROM claims").await,
+        0,
+        "nothing committed while the master's replica is away"
+    );
+    replica.restart();
+    wait_rows(&s.pool, c.sku, 2, Duration::from_secs(30)).await;
+    consumer.stop().await;
+}
