@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use shard_router::codec::{ClaimId, EntryId};
 use shard_router::{ClaimRecord, StockClient};
 use sqlx::{MySql, Transaction};
 
@@ -129,27 +130,42 @@ pub(super) async fn stream_floors(
     tx: &mut Transaction<'_, MySql>,
     shards: &[u16],
     t: Duration,
-) -> Result<HashMap<u16, shard_router::codec::EntryId>, ConsumerError> {
+) -> Result<HashMap<u16, EntryId>, ConsumerError> {
     let mut out = HashMap::new();
     for &shard in shards {
-        // claim_id is "<shard>-<ms>-<seq>": ordered by (ms, seq) as numbers.
+        // Two reads on the primary key (claim_id = "<shard>-<ms>-<seq>"), never a scan of
+        // the shard's claims under the campaign lock: the greatest id as text has the
+        // greatest ms (13 digits until the year 2286); the seqs of that ms are then few, and
+        // compared as numbers ("-10" sorts below "-9" as text).
         let top: Option<String> = bounded(
             "stream floor",
             t,
             sqlx::query_scalar(
-                "SELECT claim_id FROM claims WHERE shard = ? ORDER BY \
-                 CAST(SUBSTRING_INDEX(SUBSTRING_INDEX(claim_id, '-', 2), '-', -1) AS UNSIGNED) DESC, \
-                 CAST(SUBSTRING_INDEX(claim_id, '-', -1) AS UNSIGNED) DESC LIMIT 1",
+                "SELECT claim_id FROM claims WHERE claim_id LIKE ? ORDER BY claim_id DESC LIMIT 1",
             )
-            .bind(shard)
+            .bind(format!("{shard}-%"))
             .fetch_optional(&mut **tx),
         )
         .await?;
-        if let Some(id) = top.as_deref().and_then(shard_router::codec::ClaimId::parse) {
-            if id.shard() == shard {
-                out.insert(shard, id.entry());
-            }
-        }
+        let Some(top) = top.as_deref().and_then(ClaimId::parse) else {
+            continue;
+        };
+        let same_ms: Vec<String> = bounded(
+            "stream floor seqs",
+            t,
+            sqlx::query_scalar("SELECT claim_id FROM claims WHERE claim_id LIKE ?")
+                .bind(format!("{shard}-{}-%", top.entry().0))
+                .fetch_all(&mut **tx),
+        )
+        .await?;
+        let floor = same_ms
+            .iter()
+            .filter_map(|id| ClaimId::parse(id))
+            .filter(|id| id.shard() == shard)
+            .map(|id| id.entry())
+            .max()
+            .unwrap_or(top.entry());
+        out.insert(shard, floor);
     }
     Ok(out)
 }
