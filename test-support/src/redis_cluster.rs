@@ -4,7 +4,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use crate::{try_wait_until, RedisServer, ServerError};
+use crate::{try_wait_until, wait_until, RedisServer, ServerError};
 
 /// A running local cluster owned by the test.
 pub struct RedisCluster {
@@ -176,5 +176,37 @@ impl RedisCluster {
             })
             .expect("every master has a replica");
         (self.node_index(port), replica)
+    }
+
+    /// Kills the master at `master` and makes the (possibly SIGSTOPped) replica at `replica`
+    /// take over at once (`CLUSTER FAILOVER TAKEOVER`): a failover with whatever that replica
+    /// had. Waits until the cluster is ok again.
+    pub fn take_over(&mut self, master: usize, replica: usize) {
+        self.nodes[master].kill();
+        self.nodes[replica].signal("CONT");
+        let _: redis::RedisResult<String> = redis::cmd("CLUSTER")
+            .arg("FAILOVER")
+            .arg("TAKEOVER")
+            .query(&mut self.nodes[replica].connection());
+        self.wait_ok();
+    }
+
+    /// Restarts the killed node at `node` (empty) and waits until it serves again as the
+    /// replica of the master that took its slots.
+    pub fn rejoin_as_replica(&mut self, node: usize) {
+        self.nodes[node].restart();
+        let conn = || self.nodes[node].connection();
+        wait_until(
+            "old master rejoined as a replica",
+            Duration::from_secs(30),
+            || {
+                let info: String = redis::cmd("INFO")
+                    .arg("replication")
+                    .query(&mut conn())
+                    .unwrap_or_default();
+                info.contains("role:slave") && info.contains("master_link_status:up")
+            },
+        );
+        self.wait_ok();
     }
 }

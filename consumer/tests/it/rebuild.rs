@@ -435,3 +435,36 @@ async fn a_rebuilt_stream_never_reissues_another_skus_claim_id() {
         "shard {shard}: stream last id {last:?} below the ledger's {highest:?} (SKU {ysku})"
     );
 }
+
+/// The floor compares entry ids as numbers: within one millisecond `-10` is above `-9`,
+/// although it sorts below it as text (the ledger reads the greatest id as text first).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stream_floor_compares_sequence_numbers_as_numbers() {
+    let s = Stack::start().await;
+    let c = campaign(&s, 12_070, 10, 1, 2, 3600).await;
+    let shard = s.client.placement().shards_of(c.sku, c.width)[0];
+    let ms = shard_router::now_ms();
+    let records: Vec<shard_router::ClaimRecord> = [9u64, 10]
+        .iter()
+        .map(|&seq| shard_router::ClaimRecord {
+            claim_id: format!("{shard}-{ms}-{seq}"),
+            sku: c.sku,
+            user: format!("u{seq}"),
+            qty: 1,
+            user_seq: 1,
+            shard,
+            home: shard,
+            request_id: None,
+            ts_ms: ms,
+            gen: 0,
+        })
+        .collect();
+    consumer::ledger::write_batch(&s.pool, &records, T)
+        .await
+        .unwrap();
+    flushall(&s);
+    rebuild::rebuild(&s.pool, &s.client, c.sku, &rebuild_opts())
+        .await
+        .unwrap();
+    assert_eq!(stream_last_id(&s, shard).await, Some((ms as u64, 10)));
+}

@@ -295,15 +295,7 @@ async fn a_stale_hold_of_an_unapplied_late_claim_is_left_to_its_apply() {
     let now = shard_router::now_ms();
     let hk = shard_router::keys::ShardKeys::new(&p, shard, c.sku);
     // bob's hold, expired, counted for him (as the rebuild counts a standing hold).
-    let _: () = redis::pipe()
-        .cmd("HSET")
-        .arg(hk.holds())
-        .arg("bob|1")
-        .arg(format!("1|{}|r-bob", now - 60_000))
-        .cmd("HSET")
-        .arg(hk.users())
-        .arg("bob")
-        .arg(1)
+    let _: () = dead_hold(&mut redis::pipe(), &hk, "bob", "r-bob", now)
         .query(&mut s.redis.connection())
         .unwrap();
     let bob = ClaimRecord {

@@ -40,6 +40,13 @@ async fn with_replicas_every_claim_lands_once() {
     consumer.stop().await;
 }
 
+/// The stack's configuration with `--replica-wait auto` and a short wait.
+fn auto(s: &Stack) -> consumer::Config {
+    let mut cfg = s.cfg.clone();
+    cfg.replica_wait = ReplicaWait::Auto(Duration::from_millis(50));
+    cfg
+}
+
 /// `auto` waits wherever a replica was seen. A consumer restarted while the replica is
 /// away used to see none and commit what no replica held, which a failover to that
 /// replica then takes back from Redis while the ledger keeps it. Having fenced a shard
@@ -49,8 +56,7 @@ async fn auto_remembers_a_replica_across_a_consumer_restart() {
     let s = Stack::start().await;
     let mut replica = test_support::RedisServer::start_replica_of(&s.redis);
     let c = campaign(&s, 12003, 20, 1, 1, 3600).await;
-    let mut cfg = s.cfg.clone();
-    cfg.replica_wait = ReplicaWait::Auto(Duration::from_millis(50));
+    let cfg = auto(&s);
     let consumer = start_consumer(cfg.clone());
     claim_all(&s.client, &c, users("a", 2), 2).await;
     wait_rows(&s.pool, c.sku, 2, Duration::from_secs(20)).await;
@@ -77,8 +83,7 @@ async fn auto_remembers_a_replica_across_a_consumer_restart() {
 async fn auto_without_any_replica_commits_after_a_takeover_and_a_restart() {
     let s = Stack::start().await;
     let c = campaign(&s, 12004, 20, 1, 1, 3600).await;
-    let mut cfg = s.cfg.clone();
-    cfg.replica_wait = ReplicaWait::Auto(Duration::from_millis(50));
+    let cfg = auto(&s);
     claim_all(&s.client, &c, users("a", 2), 2).await;
     // A consumer that died holding both entries: the next one takes them over.
     for sh in 0..SHARDS {
@@ -106,8 +111,7 @@ async fn auto_waits_for_a_replica_that_left_before_any_fence() {
     let s = Stack::start().await;
     let mut replica = test_support::RedisServer::start_replica_of(&s.redis);
     let c = campaign(&s, 12005, 20, 1, 1, 3600).await;
-    let mut cfg = s.cfg.clone();
-    cfg.replica_wait = ReplicaWait::Auto(Duration::from_millis(50));
+    let cfg = auto(&s);
     // The replica attached (the master's backlog exists), then left.
     tokio::time::sleep(Duration::from_millis(500)).await;
     replica.kill();

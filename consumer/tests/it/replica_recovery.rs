@@ -141,15 +141,7 @@ async fn a_hold_is_kept_on_a_take_only_once_a_replica_of_its_shard_holds_it() {
     let answer_key = hk.request("bob", Some("r-bob"));
     let mut conn = s.client.conn();
     // bob's hold (expired a minute ago) with its request in progress, on his home...
-    let _: () = redis::pipe()
-        .cmd("HSET")
-        .arg(hk.holds())
-        .arg("bob|1")
-        .arg(format!("1|{}|r-bob", now - 60_000))
-        .cmd("HSET")
-        .arg(hk.users())
-        .arg("bob")
-        .arg(1)
+    let _: () = dead_hold(&mut redis::pipe(), &hk, "bob", "r-bob", now)
         .cmd("HSET")
         .arg(hk.user_seq())
         .arg("bob")
@@ -245,15 +237,7 @@ async fn a_stale_hold_resolution_counts_only_once_a_replica_holds_it() {
     let home = p.home_shard(c.sku, c.width, "bob");
     let hk = ShardKeys::new(&p, home, c.sku);
     // A hold a dead gateway left; its claim is nowhere (nothing was taken).
-    let _: () = redis::pipe()
-        .cmd("HSET")
-        .arg(hk.holds())
-        .arg("bob|1")
-        .arg(format!("1|{}|", shard_router::now_ms() - 60_000))
-        .cmd("HSET")
-        .arg(hk.users())
-        .arg("bob")
-        .arg(1)
+    let _: () = dead_hold(&mut redis::pipe(), &hk, "bob", "", shard_router::now_ms())
         .query(&mut s.redis.connection())
         .unwrap();
     assert_eq!(

@@ -22,15 +22,7 @@ async fn a_take_in_the_dead_letters_keeps_its_hold() {
     // died before settling; the take record was then dead-lettered.
     let hk = ShardKeys::new(&p, home, c.sku);
     let mut conn = s.redis.connection();
-    let _: () = redis::pipe()
-        .cmd("HSET")
-        .arg(hk.holds())
-        .arg("bob|1")
-        .arg(format!("1|{}|", now - 60_000))
-        .cmd("HSET")
-        .arg(hk.users())
-        .arg("bob")
-        .arg(1)
+    let _: () = dead_hold(&mut redis::pipe(), &hk, "bob", "", now)
         .cmd("HSET")
         .arg(hk.user_seq())
         .arg("bob")

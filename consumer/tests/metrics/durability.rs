@@ -352,13 +352,7 @@ async fn failover_rollback_with_durability_none_is_bounded() {
         round += 1;
     }
     // The master dies; the stale replica takes over.
-    s.cluster.nodes_mut()[victim].kill();
-    s.cluster.nodes()[replica].signal("CONT");
-    let _: redis::RedisResult<String> = redis::cmd("CLUSTER")
-        .arg("FAILOVER")
-        .arg("TAKEOVER")
-        .query(&mut s.cluster.nodes()[replica].connection());
-    tokio::task::block_in_place(|| s.cluster.wait_ok());
+    tokio::task::block_in_place(|| s.cluster.take_over(victim, replica));
 
     // The sale goes on until sold out: the rolled-back units are sold again.
     let after = Instant::now();

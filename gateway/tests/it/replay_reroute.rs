@@ -141,27 +141,9 @@ async fn replay_of_a_reroute_is_confirmed_on_the_shard_that_took_it() {
 
     // B fails over to the replica that never got the take; the old master rejoins empty
     // as its replica, so B's fences confirm again (only the record is missing).
-    cluster.nodes_mut()[b_master].kill();
-    cluster.nodes()[b_replica].signal("CONT");
-    let _: redis::RedisResult<String> = redis::cmd("CLUSTER")
-        .arg("FAILOVER")
-        .arg("TAKEOVER")
-        .query(&mut cluster.nodes()[b_replica].connection());
-    tokio::task::block_in_place(|| cluster.wait_ok());
-    cluster.nodes_mut()[b_master].restart();
     tokio::task::block_in_place(|| {
-        test_support::wait_until(
-            "old B master rejoined as a replica",
-            Duration::from_secs(30),
-            || {
-                let info: String = redis::cmd("INFO")
-                    .arg("replication")
-                    .query(&mut cluster.nodes()[b_master].connection())
-                    .unwrap_or_default();
-                info.contains("role:slave") && info.contains("master_link_status:up")
-            },
-        );
-        cluster.wait_ok();
+        cluster.take_over(b_master, b_replica);
+        cluster.rejoin_as_replica(b_master);
     });
 
     // The claim is gone from Redis: no record of it on B's (new) master.

@@ -329,3 +329,23 @@ pub(crate) async fn dead_letter_everything(s: &Stack) -> usize {
     }
     moved
 }
+
+/// Adds to `pipe` what a gateway that died under a hold left on `hk`'s shard: `user`'s hold
+/// (seq 1, one unit, under `rid`, "" for none) expired a minute before `now`, and the unit
+/// it counted for the user.
+pub(crate) fn dead_hold<'a>(
+    pipe: &'a mut redis::Pipeline,
+    hk: &keys::ShardKeys,
+    user: &str,
+    rid: &str,
+    now: i64,
+) -> &'a mut redis::Pipeline {
+    pipe.cmd("HSET")
+        .arg(hk.holds())
+        .arg(format!("{user}|1"))
+        .arg(format!("1|{}|{rid}", now - 60_000))
+        .cmd("HSET")
+        .arg(hk.users())
+        .arg(user)
+        .arg(1)
+}
