@@ -76,11 +76,7 @@ async fn a_wave_marked_applied_after_the_rebuild_read_keeps_its_units() {
 async fn a_preheat_after_a_loss_with_an_empty_ledger_counts_the_held_batch() {
     let s = Stack::start().await;
     let c = campaign(&s, 13_002, 3, 1, 1, 3600).await;
-    assert!(matches!(
-        claim(&s, &c, "alice").await,
-        ClaimOutcome::Claimed { .. }
-    ));
-    let held = read_like_a_consumer(&s, &c).await;
+    let held = held_by_a_consumer(&s, &c, "alice").await;
     assert_eq!(held.len(), 1);
     flushall(&s);
     consumer::campaign::preheat(&s.pool, &s.client, c.sku, T)
@@ -199,11 +195,7 @@ async fn a_late_apply_does_not_take_another_requests_hold_for_its_own() {
     let c = campaign(&s, 13_006, 4, 2, 2, 3600).await;
     let p = s.client.placement().clone();
     let home = p.home_shard(c.sku, c.width, "alice");
-    assert!(matches!(
-        claim(&s, &c, "alice").await,
-        ClaimOutcome::Claimed { .. }
-    ));
-    let held = read_like_a_consumer(&s, &c).await;
+    let held = held_by_a_consumer(&s, &c, "alice").await;
     assert_eq!((held[0].home, held[0].user_seq), (home, 1));
     flushall(&s);
     rebuild::rebuild(&s.pool, &s.client, c.sku, &rebuild_opts())

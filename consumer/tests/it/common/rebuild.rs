@@ -86,15 +86,20 @@ pub(crate) async fn slice_sum(s: &Stack, c: &Campaign) -> i64 {
         .sum()
 }
 
-/// `user` claims (request id `r-<user>`), a consumer reads the record and holds it, Redis
-/// loses everything and the ledger rebuilds it: returns what the consumer holds, which
-/// commits as a late claim.
-pub(crate) async fn held_through_a_loss(s: &Stack, c: &Campaign, user: &str) -> Vec<ClaimRecord> {
+/// `user` claims (request id `r-<user>`) and a consumer reads the record and holds it (not
+/// committed yet): returns what it holds.
+pub(crate) async fn held_by_a_consumer(s: &Stack, c: &Campaign, user: &str) -> Vec<ClaimRecord> {
     assert!(matches!(
         claim(s, c, user).await,
         ClaimOutcome::Claimed { .. }
     ));
-    let held = read_like_a_consumer(s, c).await;
+    read_like_a_consumer(s, c).await
+}
+
+/// [`held_by_a_consumer`], then Redis loses everything and the ledger rebuilds it: returns
+/// what the consumer holds, which commits as a late claim.
+pub(crate) async fn held_through_a_loss(s: &Stack, c: &Campaign, user: &str) -> Vec<ClaimRecord> {
+    let held = held_by_a_consumer(s, c, user).await;
     flushall(s);
     consumer::rebuild::rebuild(&s.pool, &s.client, c.sku, &rebuild_opts())
         .await
