@@ -226,11 +226,10 @@ pub async fn rebuild(
         request_ttl,
     );
 
-    // Other SKUs' claims on these streams raise the floors too (`sources::stream_floors`).
+    // A stream is its shard's, shared by every SKU placed there: the floor is read over all
+    // of them, this SKU's found in-flight claims included (stored above).
     for sh in &mut img.shards {
-        if let Some(&f) = floors.get(&sh.shard) {
-            sh.stream_floor = Some(sh.stream_floor.map_or(f, |own| own.max(f)));
-        }
+        sh.stream_floor = floors.get(&sh.shard).copied();
     }
     client.store_answers(sku, &img.answers).await?;
     for shard in &img.shards {

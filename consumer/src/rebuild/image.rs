@@ -3,7 +3,6 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use shard_router::codec::{ClaimId, EntryId};
 use shard_router::rebuild::{ReplayAnswer, ShardImage};
 use shard_router::{ClaimRecord, ShardId};
 
@@ -51,13 +50,8 @@ pub(super) fn compute(
     let mut rel_stock: HashMap<ShardId, Vec<String>> = HashMap::new();
     let mut rel_user: HashMap<ShardId, Vec<String>> = HashMap::new();
     let mut claimed: HashSet<(ShardId, String)> = HashSet::new();
-    let mut floors: HashMap<ShardId, EntryId> = HashMap::new();
     for k in claims {
         let r = &k.record;
-        if let Some(id) = ClaimId::parse(&r.claim_id) {
-            let f = floors.entry(id.shard()).or_default();
-            *f = (*f).max(id.entry());
-        }
         let qty = u64::from(r.qty);
         let entry = users
             .entry(r.home)
@@ -124,7 +118,8 @@ pub(super) fn compute(
             matched_holds,
             released_stock: rel_stock.remove(&shard).unwrap_or_default(),
             released_user: rel_user.remove(&shard).unwrap_or_default(),
-            stream_floor: floors.get(&shard).copied(),
+            // Read from the ledger over every SKU on the stream (`sources::stream_floors`).
+            stream_floor: None,
         });
     }
     out
