@@ -4,6 +4,7 @@
 //! started when dropped. Tests call the panicking constructors (`start`); the bench harness
 //! calls the `try_` ones and reports a [`ServerError`] in one line.
 
+mod certs;
 pub mod mariadb;
 mod ports;
 mod redis_cluster;

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use sqlx::mysql::MySqlConnectOptions;
 use sqlx::{ConnectOptions, Connection};
 
+use crate::certs::make_certificates;
 use crate::{free_port, wait_until};
 
 /// Env var naming the shared server's URL (`mysql://user[:pass]@host:port`).
@@ -125,6 +126,8 @@ pub struct MariaDbServer {
     server: Server,
     port: u16,
     dir: PathBuf,
+    /// Serves TLS with a certificate made for the test (`certs.rs`).
+    tls: bool,
 }
 
 /// Database every private server creates, so URLs can name one.
@@ -133,6 +136,16 @@ pub const PRIVATE_DB: &str = "flashgate";
 impl MariaDbServer {
     /// Initialises a datadir and starts the server; creates database [`PRIVATE_DB`].
     pub fn start() -> Self {
+        Self::start_inner(false)
+    }
+
+    /// As [`Self::start`], and the server also accepts TLS, on a certificate for
+    /// 127.0.0.1 signed by [`Self::ca_file`]'s CA. Plain connections still work (setup).
+    pub fn start_with_tls() -> Self {
+        Self::start_inner(true)
+    }
+
+    fn start_inner(tls: bool) -> Self {
         let port = free_port();
         let dir = std::env::temp_dir().join(format!("fg-mariadb-{}-{port}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -161,7 +174,11 @@ impl MariaDbServer {
             },
             port,
             dir,
+            tls,
         };
+        if tls {
+            make_certificates(&s.dir);
+        }
         s.start_again();
         s.server
             .exec(&format!("CREATE DATABASE IF NOT EXISTS `{PRIVATE_DB}`"))
@@ -191,6 +208,7 @@ impl MariaDbServer {
                 "--skip-log-bin",
                 "--performance-schema=OFF",
             ])
+            .args(self.tls_args())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -227,6 +245,23 @@ impl MariaDbServer {
 
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// PEM file of the CA that signed the server's certificate ([`Self::start_with_tls`]).
+    pub fn ca_file(&self) -> PathBuf {
+        self.dir.join("ca.crt")
+    }
+
+    fn tls_args(&self) -> Vec<String> {
+        if !self.tls {
+            return Vec::new();
+        }
+        let d = |p: &str| self.dir.join(p).display().to_string();
+        vec![
+            format!("--ssl-ca={}", d("ca.crt")),
+            format!("--ssl-cert={}", d("server.crt")),
+            format!("--ssl-key={}", d("server.key")),
+        ]
     }
 
     /// `mysql://root@127.0.0.1:<port>/flashgate`.

@@ -1,11 +1,10 @@
 //! A private `redis-server` that also listens with TLS, on a certificate made for the test
-//! by the `openssl` CLI: a throw-away CA and a server certificate for 127.0.0.1 and
-//! localhost. Clients trust the CA through `SSL_CERT_FILE`, which is how rustls with the
+//! (`certs.rs`). Clients trust the CA through `SSL_CERT_FILE`, which is how rustls with the
 //! system's roots (the workspace's TLS stack) is pointed at a private CA.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 
+use crate::certs::make_certificates;
 use crate::{free_port, RedisServer};
 
 /// A running TLS-enabled Redis: plain port for test setup, TLS port for the code under test.
@@ -62,62 +61,4 @@ impl Drop for TlsRedis {
         self.server.kill();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
-}
-
-fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new("openssl")
-        .current_dir(dir)
-        .args(args)
-        .output()
-        .expect("the openssl CLI must be installed (see deploy/local/lib.sh)");
-    assert!(
-        out.status.success(),
-        "openssl {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-fn make_certificates(dir: &Path) {
-    let ec = [
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-nodes",
-    ];
-    let mut ca = vec!["req", "-x509"];
-    ca.extend(ec);
-    ca.extend(["-keyout", "ca.key", "-out", "ca.crt", "-days", "2"]);
-    ca.extend(["-subj", "/CN=flashgate test CA"]);
-    openssl(dir, &ca);
-    let mut csr = vec!["req"];
-    csr.extend(ec);
-    csr.extend(["-keyout", "server.key", "-out", "server.csr"]);
-    csr.extend(["-subj", "/CN=localhost"]);
-    openssl(dir, &csr);
-    std::fs::write(
-        dir.join("ext.cnf"),
-        "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
-    )
-    .expect("write ext.cnf");
-    openssl(
-        dir,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            "server.csr",
-            "-CA",
-            "ca.crt",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            "server.crt",
-            "-days",
-            "2",
-            "-extfile",
-            "ext.cnf",
-        ],
-    );
 }

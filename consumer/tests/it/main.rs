@@ -29,4 +29,5 @@ mod replica_recovery;
 mod stale_holds;
 mod startup;
 mod throughput;
+mod tls;
 mod waves;
