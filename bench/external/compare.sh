@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Our load generator against an external client (wrk) on the same local stack, row by row:
-# sold-out path, claim path at 100 and 1 000 connections, and the users-5k rush. Each row
+# sold-out path, claim path at 100 and 1 000 connections, and the users-5k rush (at its
+# 1 000 connections, and at 200 as `rush-200`). Each row
 # runs `bench run --stack --external` REPS times (default 3) and prints the medians of
 # throughput and CPU µs per answer by process, ours beside wrk's. The sold-out row also
 # drives the bare hyper baseline with both clients, and prints the gateway's ratios to it
 # under wrk (throughput, and server CPU per answer).
 #
-#   bench/external/compare.sh [rows...]     rows: sold-out claims-100 claims-1000 rush (default all)
+#   bench/external/compare.sh [rows...]     rows: sold-out claims-100 claims-1000 rush (default all),
+#                                            and claims-consumer rush-200
 #   REPS=5 OUT=/tmp/cmp bench/external/compare.sh rush
 #
 # Installs wrk and h2load (Debian packages wrk, nghttp2-client) when they are missing.
@@ -34,12 +36,13 @@ declare -A ROWS=(
   [claims-1000]="--no-consumer --sku 1:10000000:16 --users 4000000 --limit 1 --repeat-ratio 0 --connections 1000 --duration 8"
   [claims-consumer]="--sku 1:10000000:16 --users 4000000 --limit 1 --repeat-ratio 0 --connections 100 --duration 8"
   [rush]="--preset users-5k"
+  [rush-200]="--preset users-5k --connections 200"
 )
 rows=("$@")
 [ ${#rows[@]} -eq 0 ] && rows=(sold-out claims-100 claims-1000 rush)
 
 for row in "${rows[@]}"; do
-  args="${ROWS[$row]:?unknown row $row (sold-out claims-100 claims-1000 claims-consumer rush)}"
+  args="${ROWS[$row]:?unknown row $row (sold-out claims-100 claims-1000 claims-consumer rush rush-200)}"
   for i in $(seq 1 "$REPS"); do
     echo "== $row, run $i/$REPS" >&2
     # shellcheck disable=SC2086
@@ -86,5 +89,10 @@ for row in rows:
     fs = [r["first_second_claimed"] for r in reps if r.get("first_second_claimed")]
     if fs:
         print(f'\nfirst second, claimed: p50 {med([p["p50_us"] for p in fs])/1e3:.2f} ms, p99 {med([p["p99_us"] for p in fs])/1e3:.2f} ms')
+    # Winners against losers: the claimed answers' p99 beside the sold-out answers' p99.
+    won = [r["latency_by_outcome"]["claimed"]["p99_us"] for r in reps if "claimed" in r.get("latency_by_outcome", {})]
+    lost = [r["latency_by_outcome"]["sold_out"]["p99_us"] for r in reps if "sold_out" in r.get("latency_by_outcome", {})]
+    if won and lost:
+        print(f'p99 by outcome: claimed {med(won)/1e3:.2f} ms, sold_out {med(lost)/1e3:.2f} ms')
 print(f"\nreports: {out}")
 PY
