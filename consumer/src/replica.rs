@@ -15,6 +15,24 @@
 //! one ([`ShardReplica::remember`]); `Always` waits even where none was seen; `Off` never.
 //! Each attempt is bounded by the wait; attempts repeat with backoff until confirmed, the
 //! master changes, or shutdown.
+//!
+//! **How many replicas.** A fence counts only when *every* replica the master reports
+//! connected (`connected_slaves` in the fence's own `INFO`, at least one) acknowledged it
+//! (`Fence::confirms`, `shard-router/src/replication.rs`). With `WAIT 1` on a master with
+//! two replicas, a commit could rest on the replica that is not the one promoted later.
+//! When one replica of two is down:
+//! - still connected as far as the master knows (stalled, partitioned within
+//!   `repl-timeout`): nothing is confirmed; the reader keeps waiting, and the consumer's own
+//!   writes stay undone, until it acknowledges or the master drops it;
+//! - dropped by the master (dead, or past `repl-timeout`): it is not waited for, or one
+//!   dead replica would stop every commit until it is replaced. The master streams
+//!   nothing to it, so it misses every write from then on and is behind the replicas that
+//!   confirmed; a failover ranks replicas by replication offset (a sentinel, and a Redis
+//!   Cluster replica election, prefer the one that processed most), so it is promoted only
+//!   when none of those is reachable. That case (every confirming replica lost with the
+//!   master) loses acknowledged claims however long anyone waits (`nothing-lost`; run
+//!   enough replicas). With no replica connected at all, `Auto`/`Always` still wait for
+//!   one: zero never confirms.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -180,15 +198,26 @@ impl ShardReplica {
         };
         let started = Instant::now();
         let shard = self.shard;
+        // Every replica the master counts connected (see the module doc); a replica that
+        // attaches or drops off between attempts changes the count asked for next.
+        let mut want = read_under.replicas_to_wait();
         let out = loop {
-            match client.fence(shard, 1, wait).await {
+            match client.fence(shard, want, wait).await {
                 Ok(f) if f.info.replid != read_under.replid => {
                     metrics::counter!(m::REPLICA_MASTER_CHANGED).increment(1);
                     tracing::warn!(shard, "master changed since the read; entries dropped, read again from the new master");
                     break Replicated::MasterChanged;
                 }
-                Ok(f) if f.acked >= 1 => break Replicated::Yes,
-                Ok(_) => tracing::warn!(shard, "no replica confirmed the read yet"),
+                Ok(f) if f.confirms(read_under) => break Replicated::Yes,
+                Ok(f) => {
+                    want = f.info.replicas_to_wait();
+                    tracing::warn!(
+                        shard,
+                        acked = f.acked,
+                        connected = f.info.connected_replicas,
+                        "not every replica confirmed the read yet"
+                    )
+                }
                 Err(e) => tracing::warn!(shard, error = %e, "replica fence failed"),
             }
             metrics::counter!(m::REPLICA_UNCONFIRMED).increment(1);
@@ -231,12 +260,12 @@ pub async fn write_confirmed(
     if !write_needs_replica(mode, before) {
         return true;
     }
-    let ok = match client.fence(shard, 1, wait).await {
+    let ok = match client.fence(shard, before.replicas_to_wait(), wait).await {
         Ok(f) if f.info.replid != before.replid => {
             tracing::warn!(shard, "master changed since the write; it may be gone");
             false
         }
-        Ok(f) => f.acked >= 1,
+        Ok(f) => f.confirms(before),
         Err(e) => {
             tracing::warn!(shard, error = %e, "replica fence failed");
             false

@@ -52,6 +52,13 @@ impl ReplicationInfo {
         }
         out
     }
+
+    /// How many replicas a fence on this master waits for: every one it counts connected,
+    /// at least one. (A commit resting on one replica of two is lost when the other one is
+    /// promoted.)
+    pub fn replicas_to_wait(&self) -> u32 {
+        self.connected_replicas.max(1)
+    }
 }
 
 /// The answer of one fence.
@@ -61,6 +68,18 @@ pub struct Fence {
     pub acked: u32,
     /// The master that took the fence.
     pub info: ReplicationInfo,
+}
+
+impl Fence {
+    /// True when this fence confirms the writes read under `before`: the same master
+    /// lineage (replication id) and an acknowledgement from every replica the master counted
+    /// connected after the WAIT, at least one. The WAIT itself asked for the count seen
+    /// before; a replica that attached meanwhile makes this false (ask again with
+    /// [`ReplicationInfo::replicas_to_wait`] of [`Fence::info`]), one the master dropped
+    /// meanwhile is no longer counted.
+    pub fn confirms(&self, before: &ReplicationInfo) -> bool {
+        self.info.replid == before.replid && self.acked >= self.info.replicas_to_wait()
+    }
 }
 
 /// WAIT's reply as a replica count (never negative; saturating rather than wrapping).
@@ -202,7 +221,7 @@ impl StockClient {
 
 #[cfg(test)]
 mod tests {
-    use super::ReplicationInfo;
+    use super::{Fence, ReplicationInfo};
 
     #[test]
     fn parses_info_replication() {
@@ -216,5 +235,27 @@ mod tests {
         assert!(!replica.is_master);
         assert_eq!(replica.connected_replicas, 0);
         assert!(!replica.backlog);
+    }
+
+    #[test]
+    fn a_fence_confirms_only_with_every_connected_replica() {
+        let info = |replid: &str, replicas| ReplicationInfo {
+            is_master: true,
+            replid: replid.into(),
+            connected_replicas: replicas,
+            backlog: true,
+        };
+        let fence = |acked, replicas| Fence {
+            acked,
+            info: info("a", replicas),
+        };
+        let before = info("a", 2);
+        assert!(fence(2, 2).confirms(&before));
+        assert!(!fence(1, 2).confirms(&before), "one of two");
+        assert!(fence(1, 1).confirms(&before), "the other was dropped");
+        assert!(!fence(0, 0).confirms(&before), "none left: at least one");
+        assert!(!fence(2, 2).confirms(&info("b", 2)), "another master");
+        assert_eq!(info("a", 0).replicas_to_wait(), 1);
+        assert_eq!(info("a", 3).replicas_to_wait(), 3);
     }
 }

@@ -127,3 +127,29 @@ async fn auto_waits_for_a_replica_that_left_before_any_fence() {
     wait_rows(&s.pool, c.sku, 2, Duration::from_secs(30)).await;
     consumer.stop().await;
 }
+
+/// A master with two replicas: a commit must rest on every replica the master counts
+/// connected, not on whichever acknowledged first (WAIT 1), or a failover to the other one
+/// takes back what the ledger holds. One stalled replica (stopped, still connected) holds
+/// the commit back; once the master drops it (it died), the commit rests on the rest: a
+/// replica the master no longer streams to is behind and not one to promote (`replica.rs`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_connected_replica_confirms_a_commit() {
+    let s = Stack::start().await;
+    let _a = test_support::RedisServer::start_replica_of(&s.redis);
+    let mut b = test_support::RedisServer::start_replica_of(&s.redis);
+    let c = campaign(&s, 12006, 20, 1, 1, 3600).await;
+    b.signal("STOP");
+    let consumer = start_consumer(auto(&s));
+    claim_all(&s.client, &c, users("b", 2), 2).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        s.count("SELECT COUNT(*) FROM claims").await,
+        0,
+        "committed while a connected replica had not acknowledged"
+    );
+    // The master drops the replica that died: the other one confirms alone.
+    b.kill();
+    wait_rows(&s.pool, c.sku, 2, Duration::from_secs(30)).await;
+    consumer.stop().await;
+}

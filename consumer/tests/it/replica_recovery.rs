@@ -12,24 +12,8 @@ use crate::common::rebuild::*;
 use crate::common::*;
 use consumer::rebuild::{self, late};
 use shard_router::keys::{self, ShardKeys};
-use shard_router::{ClaimOutcome, ClaimRecord, RedisTarget, StockClient};
+use shard_router::{ClaimOutcome, ClaimRecord, StockClient};
 use test_support::RedisServer;
-
-/// `replica` is cut off from its master and becomes a master itself.
-fn promote(replica: &RedisServer) {
-    let _: String = redis::cmd("REPLICAOF")
-        .arg("NO")
-        .arg("ONE")
-        .query(&mut replica.connection())
-        .expect("promote the replica");
-}
-
-/// A client on `server`, with the stack's settings.
-async fn client_on(server: &RedisServer, s: &Stack) -> StockClient {
-    let mut cfg = s.cfg.clone();
-    cfg.redis = RedisTarget::Single(server.url());
-    StockClient::connect(cfg.stock()).await.expect("redis")
-}
 
 async fn slice(client: &StockClient, sku: u64) -> Option<i64> {
     client.slices(sku, 1).await.unwrap()[0].1
