@@ -159,7 +159,8 @@ async fn real_main(cli: Cli) -> anyhow::Result<()> {
                 anyhow::bail!("--shard {bad}: must be below --shards {}", cfg.shards);
             }
             serde_json::to_value(
-                consumer::redrive::run(&pool, &client().await?, &shards, t).await?,
+                consumer::redrive::run(&pool, &client().await?, &shards, cfg.replica_wait, t)
+                    .await?,
             )?
         }
     };
