@@ -181,7 +181,7 @@ impl Admin {
                 Err(e) => Err(e),
             }),
             (&Method::POST, ["v1", "campaigns", s, "rebuild"]) => respond(match sku(s) {
-                Ok(s) => crate::rebuild::rebuild(&self.pool, &self.client, s, &crate::rebuild::Options::new(t)).await,
+                Ok(s) => crate::rebuild::rebuild(&self.pool, &self.client, s, &crate::rebuild::Options { replica_wait: self.cfg.replica_wait, ..crate::rebuild::Options::new(t) }).await,
                 Err(e) => Err(e),
             }),
             (&Method::POST, ["v1", "campaigns", s, "reconcile"]) => respond(match sku(s) {

@@ -127,7 +127,16 @@ async fn real_main(cli: Cli) -> anyhow::Result<()> {
                 .collect::<Vec<_>>())
         }
         Command::Rebuild { sku } => serde_json::to_value(
-            rebuild::rebuild(&pool, &client().await?, sku, &rebuild::Options::new(t)).await?,
+            rebuild::rebuild(
+                &pool,
+                &client().await?,
+                sku,
+                &rebuild::Options {
+                    replica_wait: cfg.replica_wait,
+                    ..rebuild::Options::new(t)
+                },
+            )
+            .await?,
         )?,
         Command::Status { sku } => {
             let mut v =

@@ -278,6 +278,30 @@ pub async fn write_confirmed(
     ok
 }
 
+/// [`write_confirmed`] tried up to `attempts` times, one wait apart: for a caller that
+/// must not report success before a replica holds its writes (a rebuild, `rebuild.rs`; a
+/// release, `release.rs`), where a write just made may take longer than one WAIT to reach
+/// every replica. False when no attempt was confirmed.
+pub async fn write_confirmed_within(
+    client: &StockClient,
+    shard: ShardId,
+    mode: ReplicaWait,
+    before: &ReplicationInfo,
+    attempts: u32,
+) -> bool {
+    for attempt in 0..attempts.max(1) {
+        if attempt > 0 {
+            if let Some(wait) = mode.bound() {
+                tokio::time::sleep(wait).await;
+            }
+        }
+        if write_confirmed(client, shard, mode, before).await {
+            return true;
+        }
+    }
+    false
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -276,3 +276,62 @@ async fn a_stale_hold_resolution_counts_only_once_a_replica_holds_it() {
     assert_eq!(resolved, 1, "resolved again on the promoted replica");
     assert_eq!(promoted.user_count(c.sku, 1, "bob").await.unwrap(), 0);
 }
+
+/// A rebuild's own Redis write counts only once a replica holds it. Before the fix the
+/// rebuild marked the waiting late claim counted in its ledger transaction, before its
+/// write, and reported success with nothing confirmed: a failover to a replica that missed
+/// the write brought back the shard of the previous generation (alice's unit still on
+/// sale) while the ledger said her late claim was counted, so no sweep ever took it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebuild_no_replica_confirmed_leaves_its_late_claims_to_count() {
+    let master = RedisServer::start();
+    let replica = RedisServer::start_replica_of(&master);
+    let mut s = Stack::start_on(master).await;
+    let c = campaign(&s, 12_104, 3, 1, 1, 3600).await;
+    let shard = s.client.placement().shards_of(c.sku, 1)[0];
+    let held = held_through_a_loss(&s, &c, "alice").await;
+    let out = consumer::ledger::write_batch(&s.pool, &held, T)
+        .await
+        .unwrap();
+    assert_eq!(out.late.len(), 1, "alice's claim is late (never applied)");
+    assert_eq!(
+        s.client
+            .wait_replicas(shard, 1, Duration::from_secs(5))
+            .await
+            .unwrap(),
+        1,
+        "the first rebuild is on the replica"
+    );
+
+    promote(&replica);
+    let r = rebuild::rebuild(&s.pool, &s.client, c.sku, &rebuild_opts()).await;
+    assert!(r.is_err(), "no replica confirmed the rebuild: {r:?}");
+    assert_eq!(slice(&s.client, c.sku).await, Some(2), "the master has it");
+    assert_eq!(
+        s.count("SELECT COUNT(*) FROM late_claims WHERE applied_ms IS NULL")
+            .await,
+        1,
+        "the late claim is not counted until a replica holds the rebuild"
+    );
+
+    s.redis.kill();
+    let promoted = client_on(&replica, &s).await;
+    assert_eq!(
+        slice(&promoted, c.sku).await,
+        Some(3),
+        "the rebuild rolled back"
+    );
+    // The sweep counts it on the promoted replica once its own replica confirms.
+    let _second = RedisServer::start_replica_of(&replica);
+    let mut waiting = 1;
+    for _ in 0..50 {
+        waiting = late::sweep(&s.pool, &promoted, None, T).await.unwrap();
+        if waiting == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(waiting, 0, "applied on the promoted replica");
+    assert_eq!(slice(&promoted, c.sku).await, Some(2));
+    assert_eq!(promoted.user_count(c.sku, 1, "alice").await.unwrap(), 1);
+}
