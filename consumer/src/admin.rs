@@ -193,7 +193,7 @@ impl Admin {
             }),
             (&Method::POST, ["v1", "claims", id, "confirm"]) => respond(release::confirm(&self.pool, id, t).await),
             (&Method::POST, ["v1", "claims", id, "cancel"]) => respond(
-                release::release(&self.pool, &self.client, id, release::Reason::Cancelled, t).await,
+                release::release_with(&self.pool, &self.client, id, release::Reason::Cancelled, self.cfg.replica_wait, t).await,
             ),
             _ => error(StatusCode::NOT_FOUND, "no such route"),
         }

@@ -149,11 +149,12 @@ async fn real_main(cli: Cli) -> anyhow::Result<()> {
             serde_json::to_value(release::confirm(&pool, &claim_id, t).await?)?
         }
         Command::Cancel { claim_id } => serde_json::to_value(
-            release::release(
+            release::release_with(
                 &pool,
                 &client().await?,
                 &claim_id,
                 release::Reason::Cancelled,
+                cfg.replica_wait,
                 t,
             )
             .await?,

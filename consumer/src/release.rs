@@ -3,6 +3,15 @@
 //! 1. ledger `pending|confirmed → releasing` (from then on it can no longer be confirmed);
 //! 2. Redis: slice and user count back, once per claim id (`restock` published);
 //! 3. ledger `releasing → released` and the units back to `sku_stock`, in one transaction.
+//!
+//! Step 3 waits until a replica holds step 2 (`replica::write_confirmed`, under
+//! `--replica-wait`; the replication ids of both shards read before step 2). A failover
+//! that rolls step 2 back after step 3 would leave the claim `released` in the ledger with
+//! its unit out of the slice and the user counted, for good (nothing releases a `released`
+//! claim again): units stuck, never a double release, since the claim id in the release
+//! sets rolls back with them. Unconfirmed, the claim stays `releasing` and the sweep runs
+//! step 2 again: on the same master the scripts answer "already released" (confirmed by
+//! the next fence), after a rollback they return the units once.
 
 use std::time::Duration;
 
@@ -13,6 +22,11 @@ use sqlx::MySqlPool;
 use crate::db::bounded;
 use crate::error::ConsumerError;
 use crate::metrics as m;
+use crate::replica::{self, ReplicaWait};
+
+/// Fences after the Redis step before a release is left `releasing` for the sweep (each
+/// one bounded by the replica wait, a wait apart).
+const CONFIRM_ATTEMPTS: u32 = 3;
 
 /// Why a claim is released.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,12 +96,26 @@ pub async fn confirm(
     }
 }
 
-/// Releases a claim (cancel: pending or confirmed; timeout: pending only). Idempotent.
+/// [`release_with`] under the default replica policy.
 pub async fn release(
     pool: &MySqlPool,
     client: &StockClient,
     claim_id: &str,
     reason: Reason,
+    t: Duration,
+) -> Result<Outcome, ConsumerError> {
+    release_with(pool, client, claim_id, reason, ReplicaWait::default(), t).await
+}
+
+/// Releases a claim (cancel: pending or confirmed; timeout: pending only). Idempotent.
+/// `ConsumerError::Unconfirmed` when no replica confirmed the Redis step: the claim stays
+/// `releasing` and the sweep finishes it.
+pub async fn release_with(
+    pool: &MySqlPool,
+    client: &StockClient,
+    claim_id: &str,
+    reason: Reason,
+    replicas: ReplicaWait,
     t: Duration,
 ) -> Result<Outcome, ConsumerError> {
     let from = match reason {
@@ -123,6 +151,17 @@ pub async fn release(
     {
         return finish(pool, claim_id, sku, qty, reason, t).await;
     }
+    let mut shards = vec![shard];
+    if home != shard {
+        shards.push(home);
+    }
+    // Read before the Redis step, so the fence after it can tell a failover in between.
+    let mut before = Vec::new();
+    if replicas != ReplicaWait::Off {
+        for &s in &shards {
+            before.push((s, client.replication(s).await?));
+        }
+    }
     let out = client
         .release(&ReleaseRequest {
             sku,
@@ -140,6 +179,14 @@ pub async fn release(
         return Err(ConsumerError::Redis(StockError::InvalidArgument(format!(
             "sku {sku} is not preheated on shard {shard}; release of {claim_id} postponed"
         ))));
+    }
+    for (s, b) in &before {
+        if !replica::write_confirmed_within(client, *s, replicas, b, CONFIRM_ATTEMPTS).await {
+            return Err(ConsumerError::Unconfirmed(format!(
+                "release of {claim_id}: no replica of shard {s} holds it yet; left releasing, \
+                 the sweep finishes it"
+            )));
+        }
     }
     finish(pool, claim_id, sku, qty, reason, t).await
 }
@@ -192,12 +239,24 @@ async fn finish(
     }
 }
 
-/// One sweep: releases pending claims past their campaign's payment timeout and finishes
-/// releases a crash left half done. Returns how many claims were released.
+/// [`sweep_with`] under the default replica policy.
 pub async fn sweep(
     pool: &MySqlPool,
     client: &StockClient,
     now_ms: i64,
+    t: Duration,
+) -> Result<usize, ConsumerError> {
+    sweep_with(pool, client, now_ms, ReplicaWait::default(), t).await
+}
+
+/// One sweep: releases pending claims past their campaign's payment timeout and finishes
+/// releases a crash (or a replica not confirming) left half done. Returns how many claims
+/// were released.
+pub async fn sweep_with(
+    pool: &MySqlPool,
+    client: &StockClient,
+    now_ms: i64,
+    replicas: ReplicaWait,
     t: Duration,
 ) -> Result<usize, ConsumerError> {
     let due: Vec<(String, String)> = bounded(
@@ -215,9 +274,14 @@ pub async fn sweep(
     .await?;
     let mut released = 0;
     for (claim_id, _) in due {
-        match release(pool, client, &claim_id, Reason::PaymentTimeout, t).await {
+        match release_with(pool, client, &claim_id, Reason::PaymentTimeout, replicas, t).await {
             Ok(Outcome::Released) => released += 1,
             Ok(_) => {}
+            // A replica down: the next claims would wait for it too; the next sweep goes on.
+            Err(e @ ConsumerError::Unconfirmed(_)) => {
+                tracing::warn!(claim = %claim_id, error = %e, "release not confirmed; sweep stops here");
+                break;
+            }
             Err(e) if e.is_retryable() => return Err(e),
             Err(e) => tracing::warn!(claim = %claim_id, error = %e, "release postponed"),
         }

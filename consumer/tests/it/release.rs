@@ -145,3 +145,63 @@ async fn payment_timeout_releases_once_even_when_swept_twice() {
     let r = s.reconcile(c.sku).await;
     assert_eq!(r.drift, 0, "{r:?}");
 }
+
+/// A release's Redis step is on a replica before the ledger says `released`. Before the
+/// fix the ledger moved the claim to `released` as soon as the master ran the scripts; a
+/// failover to a replica that missed them rolled the unit back out of the slice (and the
+/// user's count back up), and nothing ever returned it: the ledger's `released` claim is
+/// never released again. Now the claim stays `releasing` and the sweep releases it on the
+/// promoted replica.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_no_replica_confirmed_stays_releasing_until_one_does() {
+    let master = test_support::RedisServer::start();
+    let replica = test_support::RedisServer::start_replica_of(&master);
+    let mut s = Stack::start_on(master).await;
+    let c = campaign(&s, 8_004, 2, 1, 1, 3600).await;
+    let consumer = start_consumer(s.cfg.clone());
+    assert_eq!(
+        claim_all(&s.client, &c, vec!["erin".into()], 1).await.len(),
+        1
+    );
+    wait_drained(&s, c.sku, 1, Duration::from_secs(20)).await;
+    consumer.stop().await;
+    let erin: String = sqlx::query_scalar("SELECT claim_id FROM claims WHERE user_id = 'erin'")
+        .fetch_one(&s.pool)
+        .await
+        .unwrap();
+
+    promote(&replica);
+    let out = release::release(&s.pool, &s.client, &erin, Reason::Cancelled, T).await;
+    assert!(out.is_err(), "no replica confirmed the release: {out:?}");
+    assert_eq!(slices(&s, c.sku, 1).await, 2, "the master has it");
+    let status = "SELECT COUNT(*) FROM claims WHERE status = 'releasing'";
+    assert_eq!(
+        s.count(status).await,
+        1,
+        "not released before a replica holds it"
+    );
+
+    s.redis.kill();
+    let promoted = client_on(&replica, &s).await;
+    let slice = || async { promoted.slices(c.sku, 1).await.unwrap()[0].1 };
+    assert_eq!(slice().await, Some(1), "the release rolled back");
+    let _second = test_support::RedisServer::start_replica_of(&replica);
+    for _ in 0..50 {
+        let _ = release::sweep(&s.pool, &promoted, shard_router::now_ms(), T).await;
+        if s.count(status).await == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        s.count("SELECT COUNT(*) FROM claims WHERE status = 'released'")
+            .await,
+        1
+    );
+    assert_eq!(
+        slice().await,
+        Some(2),
+        "the unit is back on the promoted replica"
+    );
+    assert_eq!(promoted.user_count(c.sku, 1, "erin").await.unwrap(), 0);
+}
