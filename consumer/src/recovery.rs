@@ -219,7 +219,7 @@ impl Recovery {
                 }
             }
         }
-        match self.client.fence(self.stream.shard, want, wait).await {
+        match crate::replica::fence_all(&self.client, self.stream.shard, want, wait).await {
             Ok(f) if !self.replica.required(&f.info) => Check::NotRequired,
             Ok(f) if f.acked >= f.info.replicas_to_wait() => Check::Confirmed(f.info.replid),
             Ok(_) => Check::Skip,

@@ -38,7 +38,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use shard_router::{ReplicationInfo, ShardId, StockClient};
+use shard_router::{Fence, ReplicationInfo, ShardId, StockClient, StockError};
 use tokio::sync::watch;
 
 use crate::backoff::Backoff;
@@ -202,7 +202,7 @@ impl ShardReplica {
         // attaches or drops off between attempts changes the count asked for next.
         let mut want = read_under.replicas_to_wait();
         let out = loop {
-            match client.fence(shard, want, wait).await {
+            match fence_all(client, shard, want, wait).await {
                 Ok(f) if f.info.replid != read_under.replid => {
                     metrics::counter!(m::REPLICA_MASTER_CHANGED).increment(1);
                     tracing::warn!(shard, "master changed since the read; entries dropped, read again from the new master");
@@ -228,6 +228,25 @@ impl ShardReplica {
         metrics::histogram!(m::REPLICA_WAIT_SECONDS).record(started.elapsed().as_secs_f64());
         out
     }
+}
+
+/// A fence on `shard` whose WAIT asks for every replica the master counts connected: for
+/// `want` (the count last seen), and once more for the fence's own count when more replicas
+/// are connected than that and not all acknowledged. (WAIT returns as soon as `want`
+/// replicas acknowledged, so asking for too few could leave the others unconfirmed on
+/// every attempt.)
+pub(crate) async fn fence_all(
+    client: &StockClient,
+    shard: ShardId,
+    want: u32,
+    wait: Duration,
+) -> Result<Fence, StockError> {
+    let f = client.fence(shard, want, wait).await?;
+    let connected = f.info.replicas_to_wait();
+    if connected > want && f.acked < connected {
+        return client.fence(shard, connected, wait).await;
+    }
+    Ok(f)
 }
 
 /// Whether a write the consumer makes itself (a late claim's apply, `rebuild/late.rs`; a
@@ -260,7 +279,7 @@ pub async fn write_confirmed(
     if !write_needs_replica(mode, before) {
         return true;
     }
-    let ok = match client.fence(shard, before.replicas_to_wait(), wait).await {
+    let ok = match fence_all(client, shard, before.replicas_to_wait(), wait).await {
         Ok(f) if f.info.replid != before.replid => {
             tracing::warn!(shard, "master changed since the write; it may be gone");
             false
