@@ -172,7 +172,7 @@ impl Admin {
             (&Method::POST, ["v1", "campaigns", s, "preheat"]) => respond(match sku(s) {
                 Ok(s) => match crate::closeout::refuse_if_closed(&self.pool, s, "preheat", t).await {
                     Err(e) => Err(e),
-                    Ok(()) => campaign::preheat(&self.pool, &self.client, s, t).await.map(|v| {
+                    Ok(()) => campaign::preheat_with(&self.pool, &self.client, s, self.cfg.replica_wait, t).await.map(|v| {
                     v.into_iter()
                         .map(|(shard, o)| serde_json::json!({"shard": shard, "outcome": format!("{o:?}")}))
                         .collect::<Vec<_>>()

@@ -120,7 +120,8 @@ async fn real_main(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Preheat { sku } => {
             closeout::refuse_if_closed(&pool, sku, "preheat", t).await?;
-            let r = campaign::preheat(&pool, &client().await?, sku, t).await?;
+            let r =
+                campaign::preheat_with(&pool, &client().await?, sku, cfg.replica_wait, t).await?;
             serde_json::json!(r
                 .iter()
                 .map(|(s, o)| format!("shard {s}: {o:?}"))

@@ -278,8 +278,8 @@ pub async fn rebuild(
             return Err(ConsumerError::Unconfirmed(format!(
                 "sku {sku}: the rebuild of shard {shard} is written but no replica holds it \
                  yet; the late claims it counted stay waiting (the sweep marks them once it \
-                 is confirmed, or applies them if a failover rolled it back); run the \
-                 rebuild again to be sure"
+                 is confirmed, or applies them if a failover rolled it back); running the \
+                 rebuild (or the preheat) again once the replica is back finishes it"
             )));
         }
     }
