@@ -79,6 +79,12 @@ fn respond<T: Serialize>(r: Result<T, ConsumerError>) -> Resp {
         Ok(v) => json(StatusCode::OK, &v),
         Err(ConsumerError::NotFound(m)) => error(StatusCode::NOT_FOUND, &format!("not found: {m}")),
         Err(ConsumerError::Invalid(m)) => error(StatusCode::BAD_REQUEST, &m),
+        // Done on the master, not on a replica yet: the caller should know to retry later
+        // (the text names only the SKU, claim and shard).
+        Err(e @ ConsumerError::Unconfirmed(_)) => {
+            tracing::warn!(error = %e, "admin request not confirmed by a replica");
+            error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string())
+        }
         Err(e) => {
             tracing::error!(error = %e, "admin request failed");
             let status = if e.is_retryable() {

@@ -187,6 +187,10 @@ async fn preheat_waits_for_replicas_as_configured() {
         st, 503,
         "replica-wait always, no replica: unconfirmed, retryable: {body}"
     );
+    assert!(
+        body.contains("not confirmed by a replica"),
+        "the answer says why, not only the log: {body}"
+    );
     let _ = stop.send(true);
     let _ = tokio::time::timeout(Duration::from_secs(20), task).await;
 }
