@@ -109,7 +109,16 @@ async fn real_main(cli: Cli) -> anyhow::Result<()> {
             };
             wave::schedule(&pool, &w, t).await?;
             if due_ms <= now {
-                let r = wave::apply(&pool, &client().await?, a.sku, &id, now, t).await?;
+                let r = wave::apply_with(
+                    &pool,
+                    &client().await?,
+                    a.sku,
+                    &id,
+                    now,
+                    cfg.replica_wait,
+                    t,
+                )
+                .await?;
                 serde_json::json!({"wave": w, "outcome": r})
             } else {
                 serde_json::json!({"wave": w, "outcome": "scheduled"})
