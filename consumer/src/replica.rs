@@ -17,7 +17,7 @@
 //! master changes, or shutdown.
 //!
 //! **How many replicas.** A fence counts only when *every* replica the master reports
-//! connected (`connected_slaves` in the fence's own `INFO`, at least one) acknowledged it
+//! online (`state=online` lines in the fence's own `INFO`, at least one) acknowledged it
 //! (`Fence::confirms`, `shard-router/src/replication.rs`). With `WAIT 1` on a master with
 //! two replicas, a commit could rest on the replica that is not the one promoted later.
 //! When one replica of two is down:
@@ -33,6 +33,12 @@
 //!   master) loses acknowledged claims however long anyone waits (`nothing-lost`; run
 //!   enough replicas). With no replica connected at all, `Auto`/`Always` still wait for
 //!   one: zero never confirms.
+//! - still in its sync (attaching, or a full resync): connected, but it acknowledges
+//!   nothing before it has loaded the master's data (which then includes the write), and a
+//!   failover does not prefer it over one that confirmed (it has no newer offset); it is
+//!   not waited for, or adding a replica would stop every commit for the whole sync, and
+//!   one whose sync keeps failing would stop them for good. It still makes a replica
+//!   required in `auto`, and with no replica online nothing confirms.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -198,7 +204,7 @@ impl ShardReplica {
         };
         let started = Instant::now();
         let shard = self.shard;
-        // Every replica the master counts connected (see the module doc); a replica that
+        // Every replica the master counts online (see the module doc); a replica that
         // attaches or drops off between attempts changes the count asked for next.
         let mut want = read_under.replicas_to_wait();
         let out = loop {
@@ -215,6 +221,7 @@ impl ShardReplica {
                         shard,
                         acked = f.acked,
                         connected = f.info.connected_replicas,
+                        online = f.info.online_replicas,
                         "not every replica confirmed the read yet"
                     )
                 }
@@ -230,9 +237,9 @@ impl ShardReplica {
     }
 }
 
-/// A fence on `shard` whose WAIT asks for every replica the master counts connected: for
+/// A fence on `shard` whose WAIT asks for every replica the master counts online: for
 /// `want` (the count last seen), and once more for the fence's own count when more replicas
-/// are connected than that and not all acknowledged. (WAIT returns as soon as `want`
+/// are online than that and not all acknowledged. (WAIT returns as soon as `want`
 /// replicas acknowledged, so asking for too few could leave the others unconfirmed on
 /// every attempt.)
 pub(crate) async fn fence_all(
@@ -330,6 +337,7 @@ mod tests {
             is_master: true,
             replid: "r".into(),
             connected_replicas: replicas,
+            online_replicas: replicas,
             backlog: replicas > 0,
         }
     }

@@ -26,8 +26,11 @@ pub struct ReplicationInfo {
     pub is_master: bool,
     /// The replication id: the same id means the same history of writes.
     pub replid: String,
-    /// Replicas connected right now.
+    /// Replicas connected right now, including ones still in their first sync.
     pub connected_replicas: u32,
+    /// Of those, the ones past their sync (`state=online` in their `slave<n>:` line): the
+    /// only ones that hold the data and acknowledge writes.
+    pub online_replicas: u32,
     /// `repl_backlog_active:1`: a replica is or was attached (the backlog is created for
     /// the first one, kept `repl-backlog-ttl` after the last leaves, and kept by a replica
     /// for its own promotion), so this node's writes are meant to be replicated.
@@ -47,17 +50,25 @@ impl ReplicationInfo {
                 "master_replid" => out.replid = v.to_owned(),
                 "connected_slaves" => out.connected_replicas = v.parse().unwrap_or(0),
                 "repl_backlog_active" => out.backlog = v == "1",
+                k if k.starts_with("slave") && k[5..].bytes().all(|b| b.is_ascii_digit()) => {
+                    if v.split(',').any(|f| f == "state=online") {
+                        out.online_replicas += 1;
+                    }
+                }
                 _ => {}
             }
         }
         out
     }
 
-    /// How many replicas a fence on this master waits for: every one it counts connected,
-    /// at least one. (A commit resting on one replica of two is lost when the other one is
-    /// promoted.)
+    /// How many replicas a fence on this master waits for: every online one, at least one.
+    /// (A commit resting on one replica of two is lost when the other one is promoted.) A
+    /// replica still in its sync is not waited for: it acknowledges nothing until it has
+    /// loaded the master's data, which includes the write, and holds nothing a failover
+    /// would promote it for (it has no replication offset to rank on); waiting for it would
+    /// stop every confirmation for the whole sync, or for good while its sync keeps failing.
     pub fn replicas_to_wait(&self) -> u32 {
-        self.connected_replicas.max(1)
+        self.online_replicas.max(1)
     }
 }
 
@@ -73,7 +84,7 @@ pub struct Fence {
 impl Fence {
     /// True when this fence confirms the writes read under `before`: the same master
     /// lineage (replication id) and an acknowledgement from every replica the master counted
-    /// connected after the WAIT, at least one. The WAIT itself asked for the count seen
+    /// online after the WAIT, at least one. The WAIT itself asked for the count seen
     /// before; a replica that attached meanwhile makes this false (ask again with
     /// [`ReplicationInfo::replicas_to_wait`] of [`Fence::info`]), one the master dropped
     /// meanwhile is no longer counted.
@@ -225,11 +236,13 @@ mod tests {
 
     #[test]
     fn parses_info_replication() {
-        let text = "# Replication\r\nrole:master\r\nconnected_slaves:2\r\nslave0:ip=127.0.0.1,port=7001,state=online,offset=42,lag=0\r\nmaster_replid:abc123\r\nmaster_replid2:0000\r\nrepl_backlog_active:1\r\n";
+        let text = "# Replication\r\nrole:master\r\nconnected_slaves:2\r\nslave0:ip=127.0.0.1,port=7001,state=online,offset=42,lag=0\r\nslave1:ip=127.0.0.1,port=7002,state=wait_bgsave,offset=0,lag=0\r\nmaster_replid:abc123\r\nmaster_replid2:0000\r\nrepl_backlog_active:1\r\n";
         let info = ReplicationInfo::parse(text);
         assert!(info.is_master);
         assert_eq!(info.replid, "abc123");
         assert_eq!(info.connected_replicas, 2);
+        assert_eq!(info.online_replicas, 1, "one still in its sync");
+        assert_eq!(info.replicas_to_wait(), 1);
         assert!(info.backlog);
         let replica = ReplicationInfo::parse("role:slave\r\nmaster_replid:x\r\n");
         assert!(!replica.is_master);
@@ -243,6 +256,7 @@ mod tests {
             is_master: true,
             replid: replid.into(),
             connected_replicas: replicas,
+            online_replicas: replicas,
             backlog: true,
         };
         let fence = |acked, replicas| Fence {

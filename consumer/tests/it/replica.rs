@@ -153,3 +153,54 @@ async fn every_connected_replica_confirms_a_commit() {
     wait_rows(&s.pool, c.sku, 2, Duration::from_secs(30)).await;
     consumer.stop().await;
 }
+
+/// A replica in its first full sync is connected (`connected_slaves` counts it from its
+/// first request) but holds nothing yet and acknowledges nothing until it has loaded the
+/// master's data, and no failover prefers it over the replica that confirmed (it has no
+/// offset to rank on). Counting it stopped every commit of its master for the whole sync:
+/// here 30 s (the master's diskless-sync delay), and for good with a replica whose sync
+/// keeps failing (an output buffer too small for the dataset). Only online replicas count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_still_in_its_first_sync_does_not_hold_commits_back() {
+    let s = Stack::start().await;
+    let _a = test_support::RedisServer::start_replica_of(&s.redis);
+    let c = campaign(&s, 12007, 20, 1, 1, 3600).await;
+    let mut m = s.redis.connection();
+    for (k, v) in [
+        ("repl-diskless-sync", "yes"),
+        ("repl-diskless-sync-delay", "30"),
+    ] {
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg(k)
+            .arg(v)
+            .query(&mut m)
+            .unwrap();
+    }
+    let port = s.redis.port().to_string();
+    let _b = test_support::RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+    let mut info = || -> String { redis::cmd("INFO").arg("replication").query(&mut m).unwrap() };
+    for _ in 0..100 {
+        if info().contains("connected_slaves:2") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(info().contains("state=wait_bgsave"), "{}", info());
+
+    let consumer = start_consumer(auto(&s));
+    claim_all(&s.client, &c, users("s", 2), 2).await;
+    wait_rows(
+        &s.pool,
+        c.sku,
+        2,
+        test_support::slack(Duration::from_secs(10)),
+    )
+    .await;
+    consumer.stop().await;
+    assert!(
+        info().contains("state=wait_bgsave"),
+        "the second replica was still syncing: {}",
+        info()
+    );
+}
