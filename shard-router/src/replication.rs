@@ -50,10 +50,12 @@ impl ReplicationInfo {
                 "master_replid" => out.replid = v.to_owned(),
                 "connected_slaves" => out.connected_replicas = v.parse().unwrap_or(0),
                 "repl_backlog_active" => out.backlog = v == "1",
-                k if k.starts_with("slave") && k[5..].bytes().all(|b| b.is_ascii_digit()) => {
-                    if v.split(',').any(|f| f == "state=online") {
-                        out.online_replicas += 1;
-                    }
+                // `slave<n>:ip=…,port=…,state=online,offset=…,lag=…`
+                k if k.starts_with("slave")
+                    && k[5..].bytes().all(|b| b.is_ascii_digit())
+                    && v.split(',').any(|f| f == "state=online") =>
+                {
+                    out.online_replicas += 1;
                 }
                 _ => {}
             }
