@@ -228,15 +228,18 @@ async fn a_stalled_replica_holds_back_only_the_releases_of_its_own_master() {
                 && format!("{}-", shard(a)) < format!("{}-", shard(b))
         })
         .expect("two skus on two masters");
-    let a = open_campaign(&s.pool, &s.client, stuck, 10, 1, 1, 1).await;
+    let a = open_campaign(&s.pool, &s.client, stuck, 600, 1, 1, 1).await;
     let b = open_campaign(&s.pool, &s.client, healthy, 4, 1, 1, 1).await;
     let wait = ReplicaWait::Auto(Duration::from_millis(50));
     let mut cfg = s.cfg.clone();
     cfg.replica_wait = wait;
     let consumer = start_consumer(cfg);
-    assert_eq!(claim_all(&s.client, &a, users("a", 8), 4).await.len(), 8);
+    assert_eq!(
+        claim_all(&s.client, &a, users("a", 520), 16).await.len(),
+        520
+    );
     assert_eq!(claim_all(&s.client, &b, users("b", 3), 3).await.len(), 3);
-    wait_rows(&s.pool, a.sku, 8, Duration::from_secs(30)).await;
+    wait_rows(&s.pool, a.sku, 520, Duration::from_secs(60)).await;
     wait_rows(&s.pool, b.sku, 3, Duration::from_secs(30)).await;
     consumer.stop().await;
 
@@ -267,7 +270,8 @@ async fn a_stalled_replica_holds_back_only_the_releases_of_its_own_master() {
         "the healthy master's claims are released, the stalled one's wait"
     );
     // One confirmation bound (3 attempts of a 50 ms fence and a pause each, ~0.3 s) for
-    // the stuck shard, not one per claim (8 of them: 2.4 s).
+    // the stuck shard, not one per claim (520 of them), and the stuck claims, more than a
+    // page of due claims, did not hide the healthy ones.
     assert!(
         took < test_support::slack(Duration::from_millis(1500)),
         "sweep took {took:?}"
@@ -276,19 +280,19 @@ async fn a_stalled_replica_holds_back_only_the_releases_of_its_own_master() {
     s.cluster.nodes()[replica].signal("CONT");
     for _ in 0..50 {
         let _ = release::sweep_with(&s.pool, &s.client, later, wait, T).await;
-        if released(a.sku).await == 8 {
+        if released(a.sku).await == 520 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(
         released(a.sku).await,
-        8,
+        520,
         "released once the replica is back"
     );
     assert_eq!(
         s.client.slices(a.sku, 1).await.unwrap()[0].1,
-        Some(10),
+        Some(600),
         "each unit back once"
     );
 }
