@@ -79,6 +79,12 @@ fn respond<T: Serialize>(r: Result<T, ConsumerError>) -> Resp {
         Ok(v) => json(StatusCode::OK, &v),
         Err(ConsumerError::NotFound(m)) => error(StatusCode::NOT_FOUND, &format!("not found: {m}")),
         Err(ConsumerError::Invalid(m)) => error(StatusCode::BAD_REQUEST, &m),
+        // Done on the master, not on a replica yet: the caller should know to retry later
+        // (the text names only the SKU, claim and shard).
+        Err(e @ ConsumerError::Unconfirmed(_)) => {
+            tracing::warn!(error = %e, "admin request not confirmed by a replica");
+            error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string())
+        }
         Err(e) => {
             tracing::error!(error = %e, "admin request failed");
             let status = if e.is_retryable() {
@@ -172,7 +178,7 @@ impl Admin {
             (&Method::POST, ["v1", "campaigns", s, "preheat"]) => respond(match sku(s) {
                 Ok(s) => match crate::closeout::refuse_if_closed(&self.pool, s, "preheat", t).await {
                     Err(e) => Err(e),
-                    Ok(()) => campaign::preheat(&self.pool, &self.client, s, t).await.map(|v| {
+                    Ok(()) => campaign::preheat_with(&self.pool, &self.client, s, self.cfg.replica_wait, t).await.map(|v| {
                     v.into_iter()
                         .map(|(shard, o)| serde_json::json!({"shard": shard, "outcome": format!("{o:?}")}))
                         .collect::<Vec<_>>()
@@ -181,7 +187,7 @@ impl Admin {
                 Err(e) => Err(e),
             }),
             (&Method::POST, ["v1", "campaigns", s, "rebuild"]) => respond(match sku(s) {
-                Ok(s) => crate::rebuild::rebuild(&self.pool, &self.client, s, &crate::rebuild::Options::new(t)).await,
+                Ok(s) => crate::rebuild::rebuild(&self.pool, &self.client, s, &crate::rebuild::Options { replica_wait: self.cfg.replica_wait, ..crate::rebuild::Options::new(t) }).await,
                 Err(e) => Err(e),
             }),
             (&Method::POST, ["v1", "campaigns", s, "reconcile"]) => respond(match sku(s) {
@@ -193,7 +199,7 @@ impl Admin {
             }),
             (&Method::POST, ["v1", "claims", id, "confirm"]) => respond(release::confirm(&self.pool, id, t).await),
             (&Method::POST, ["v1", "claims", id, "cancel"]) => respond(
-                release::release(&self.pool, &self.client, id, release::Reason::Cancelled, t).await,
+                release::release_with(&self.pool, &self.client, id, release::Reason::Cancelled, self.cfg.replica_wait, t).await,
             ),
             _ => error(StatusCode::NOT_FOUND, "no such route"),
         }

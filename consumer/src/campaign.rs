@@ -9,6 +9,7 @@ use sqlx::{MySqlPool, Row};
 
 use crate::db::bounded;
 use crate::error::ConsumerError;
+use crate::replica::ReplicaWait;
 
 /// A campaign as stored in `campaigns` and accepted by the admin API.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -223,6 +224,19 @@ pub async fn preheat(
     sku: u64,
     t: Duration,
 ) -> Result<Vec<(u16, PreheatOutcome)>, ConsumerError> {
+    preheat_with(pool, client, sku, ReplicaWait::default(), t).await
+}
+
+/// [`preheat`] whose rebuild waits for replicas under `replicas` (`--replica-wait`: the
+/// rebuild confirms its write, `rebuild.rs` step 5); `ConsumerError::Unconfirmed` when none
+/// did: written, retryable (a preheat again finds the slices live, or rebuilds again).
+pub async fn preheat_with(
+    pool: &MySqlPool,
+    client: &StockClient,
+    sku: u64,
+    replicas: ReplicaWait,
+    t: Duration,
+) -> Result<Vec<(u16, PreheatOutcome)>, ConsumerError> {
     let c = get(pool, sku, t).await?;
     let all_live = client
         .slices(sku, c.width)
@@ -239,6 +253,7 @@ pub async fn preheat(
         }
     }
     let mut opts = crate::rebuild::Options::new(t);
+    opts.replica_wait = replicas;
     let first = !crate::rebuild::ledger_has_claims(pool, sku, t).await?;
     if first {
         opts.quiesce = Duration::ZERO;

@@ -30,6 +30,10 @@ pub enum ConsumerError {
     /// The thing asked for does not exist.
     #[error("not found: {0}")]
     NotFound(String),
+    /// Written to Redis, but no replica confirmed it within the bound (`replica.rs`): not
+    /// done yet as far as anything else may rely on; running it again finishes it.
+    #[error("not confirmed by a replica: {0}")]
+    Unconfirmed(String),
 }
 
 impl ConsumerError {
@@ -37,7 +41,7 @@ impl ConsumerError {
     pub fn is_retryable(&self) -> bool {
         match self {
             Self::Db { source, .. } => db_retryable(source),
-            Self::DbTimeout { .. } => true,
+            Self::DbTimeout { .. } | Self::Unconfirmed(_) => true,
             Self::Redis(e) => e.is_retryable(),
             Self::Migrate(_) | Self::Invalid(_) | Self::NotFound(_) => false,
         }

@@ -45,7 +45,15 @@ pub async fn wave_loop(
 ) {
     let mut every = Every::new(WAVE_INTERVAL, &mut shutdown);
     while every.next().await {
-        match wave::apply_due(&pool, &client, shard_router::now_ms(), cfg.db_timeout).await {
+        match wave::apply_due_with(
+            &pool,
+            &client,
+            shard_router::now_ms(),
+            cfg.replica_wait,
+            cfg.db_timeout,
+        )
+        .await
+        {
             Ok(0) => {}
             Ok(n) => tracing::info!(waves = n, "stock waves released"),
             Err(e) => tracing::warn!(error = %e, "wave round failed"),

@@ -109,7 +109,16 @@ async fn real_main(cli: Cli) -> anyhow::Result<()> {
             };
             wave::schedule(&pool, &w, t).await?;
             if due_ms <= now {
-                let r = wave::apply(&pool, &client().await?, a.sku, &id, now, t).await?;
+                let r = wave::apply_with(
+                    &pool,
+                    &client().await?,
+                    a.sku,
+                    &id,
+                    now,
+                    cfg.replica_wait,
+                    t,
+                )
+                .await?;
                 serde_json::json!({"wave": w, "outcome": r})
             } else {
                 serde_json::json!({"wave": w, "outcome": "scheduled"})
@@ -120,14 +129,24 @@ async fn real_main(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Preheat { sku } => {
             closeout::refuse_if_closed(&pool, sku, "preheat", t).await?;
-            let r = campaign::preheat(&pool, &client().await?, sku, t).await?;
+            let r =
+                campaign::preheat_with(&pool, &client().await?, sku, cfg.replica_wait, t).await?;
             serde_json::json!(r
                 .iter()
                 .map(|(s, o)| format!("shard {s}: {o:?}"))
                 .collect::<Vec<_>>())
         }
         Command::Rebuild { sku } => serde_json::to_value(
-            rebuild::rebuild(&pool, &client().await?, sku, &rebuild::Options::new(t)).await?,
+            rebuild::rebuild(
+                &pool,
+                &client().await?,
+                sku,
+                &rebuild::Options {
+                    replica_wait: cfg.replica_wait,
+                    ..rebuild::Options::new(t)
+                },
+            )
+            .await?,
         )?,
         Command::Status { sku } => {
             let mut v =
@@ -140,11 +159,12 @@ async fn real_main(cli: Cli) -> anyhow::Result<()> {
             serde_json::to_value(release::confirm(&pool, &claim_id, t).await?)?
         }
         Command::Cancel { claim_id } => serde_json::to_value(
-            release::release(
+            release::release_with(
                 &pool,
                 &client().await?,
                 &claim_id,
                 release::Reason::Cancelled,
+                cfg.replica_wait,
                 t,
             )
             .await?,
@@ -159,7 +179,8 @@ async fn real_main(cli: Cli) -> anyhow::Result<()> {
                 anyhow::bail!("--shard {bad}: must be below --shards {}", cfg.shards);
             }
             serde_json::to_value(
-                consumer::redrive::run(&pool, &client().await?, &shards, t).await?,
+                consumer::redrive::run(&pool, &client().await?, &shards, cfg.replica_wait, t)
+                    .await?,
             )?
         }
     };

@@ -19,8 +19,9 @@
 //! 3. **Read under the campaign row, in one transaction:** `SELECT … FOR UPDATE` on the
 //!    campaign row (every batch takes it shared first, `ledger.rs`), then the streams and
 //!    dead letters; the claims found there are inserted into the ledger (`ledger::store`,
-//!    the batches' own insert), `campaigns.rebuild_gen` is bumped, waiting late claims are
-//!    marked counted, and the ledger is read by pages. A batch commits either before that
+//!    the batches' own insert), `campaigns.rebuild_gen` is bumped, and the ledger is read
+//!    by pages (waiting late claims included: counted here, marked applied only after
+//!    step 5). A batch commits either before that
 //!    (its rows are read) or after the commit, and then the records it inserts carry an
 //!    older generation: late claims, counted in Redis after their commit
 //!    (`rebuild/late.rs`). The ledger's status wins for a claim found in both.
@@ -32,7 +33,15 @@
 //!    the fence is up. The shard's wave hash keeps only the waves the ledger has applied
 //!    (`wave.rs`; a wave's ledger step takes the campaign row too, so it is wholly before
 //!    or after the read, and one after it finds the generation bumped and pushes the wave
-//!    to Redis again). Then late claims that committed meanwhile are counted (`late::sweep`).
+//!    to Redis again).
+//! 5. **Confirm** every shard written (`replica::write_confirmed`, under `--replica-wait`):
+//!    the replication id read before step 1, and a fence after the write acknowledged by
+//!    every connected replica. Unconfirmed, the rebuild fails (retryable) and nothing in the
+//!    ledger says it counted anything. Then the late claims it read, and any that committed
+//!    meanwhile, are marked (`late::sweep`: a shard of the newer generation answers
+//!    `STALE`, itself confirmed). A failover that rolled the write back leaves the shard
+//!    fenced (the watch rebuilds it) or at the claims' own generation (the sweep applies
+//!    them there).
 //!
 //! A closed campaign (`closeout.rs`) is never brought back.
 //!
@@ -60,9 +69,14 @@ use crate::campaign;
 use crate::db::bounded;
 use crate::error::ConsumerError;
 use crate::ledger;
+use crate::replica::{self, ReplicaWait};
 use crate::stream::ShardStream;
 use image::Known;
 pub(crate) use sources::in_flight;
+
+/// Fences after the write before a rebuild gives up on a replica confirming it (each one
+/// bounded by the replica wait, a wait apart).
+const CONFIRM_ATTEMPTS: u32 = 10;
 
 /// How a rebuild runs.
 #[derive(Debug, Clone)]
@@ -76,8 +90,8 @@ pub struct Options {
     pub db_timeout: Duration,
     /// Ledger rows per page of the read.
     pub ledger_page: usize,
-    /// When the late claims this rebuild counts afterwards wait for a replica
-    /// (`late::apply_with`).
+    /// When the rebuild's own write, and the late claims it counts afterwards, wait for a
+    /// replica (`late::apply_with`).
     pub replica_wait: crate::replica::ReplicaWait,
 }
 
@@ -109,7 +123,8 @@ pub struct Report {
     pub in_flight_units: u64,
     /// The rebuild generation written to every shard.
     pub gen: u64,
-    /// Late claims of earlier rebuilds the ledger read counted (marked applied).
+    /// Late claims of earlier rebuilds the ledger read counted (marked applied by the sweep
+    /// that follows the write, once a replica holds it).
     pub late_counted: u64,
     /// Units taken beyond the stock before the rebuild (recorded as an anomaly).
     pub oversold: u64,
@@ -138,6 +153,14 @@ pub async fn rebuild(
             if expires_ms > now {
                 return Err(busy(sku, shard, &holder, expires_ms));
             }
+        }
+    }
+    // Each master's replication id before this rebuild writes anything, so the fence after
+    // its write can tell a failover in between (`replica::write_confirmed`).
+    let mut before = HashMap::new();
+    if opts.replica_wait != ReplicaWait::Off {
+        for &shard in &shards {
+            before.insert(shard, client.replication(shard).await?);
         }
     }
     for &shard in &shards {
@@ -199,7 +222,7 @@ pub async fn rebuild(
             .execute(&mut *tx),
     )
     .await?;
-    let late_counted = late::counted_by_rebuild(&mut tx, sku, shard_router::now_ms(), t).await?;
+    let late_counted = late::waiting_for_rebuild(&mut tx, sku, t).await?;
     let claims: Vec<Known> =
         sources::ledger_claims(&mut tx, sku, opts.ledger_page.max(1), t).await?;
     let floors = sources::stream_floors(&mut tx, &shards, t).await?;
@@ -246,6 +269,20 @@ pub async fn rebuild(
     }
     client.write_sku_meta(&meta).await?;
     drop(_renewal);
+    // Nothing relies on the write before a replica holds it: a failover would bring back
+    // the fenced or the previous shard while the ledger took the late claims as counted.
+    for (&shard, b) in &before {
+        if !replica::write_confirmed_within(client, shard, opts.replica_wait, b, CONFIRM_ATTEMPTS)
+            .await
+        {
+            return Err(ConsumerError::Unconfirmed(format!(
+                "sku {sku}: the rebuild of shard {shard} is written but no replica holds it \
+                 yet; the late claims it counted stay waiting (the sweep marks them once it \
+                 is confirmed, or applies them if a failover rolled it back); running the \
+                 rebuild (or the preheat) again once the replica is back finishes it"
+            )));
+        }
+    }
     // Late claims that committed between this rebuild's commit and its write waited for
     // the shards to carry this generation; count them now rather than at the next sweep.
     let waiting = late::sweep_with(pool, client, Some(sku), t, opts.replica_wait).await?;

@@ -207,19 +207,21 @@ impl Recovery {
         // The fence key is how a later process remembers a replica (`ShardReplica::remember`):
         // in `auto`, write it only where a replica is required, or a deployment that never
         // had one would wait for one after its next restart, committing nothing.
+        // Every connected replica (see `replica.rs`): the count the master reported last.
+        let mut want = 1;
         if matches!(self.cfg.replica_wait, crate::replica::ReplicaWait::Auto(_)) {
             match self.client.replication(self.stream.shard).await {
                 Ok(info) if !self.replica.required(&info) => return Check::NotRequired,
-                Ok(_) => {}
+                Ok(info) => want = info.replicas_to_wait(),
                 Err(e) => {
                     tracing::warn!(shard = self.stream.shard, error = %e, "replication info failed");
                     return Check::Skip;
                 }
             }
         }
-        match self.client.fence(self.stream.shard, 1, wait).await {
+        match crate::replica::fence_all(&self.client, self.stream.shard, want, wait).await {
             Ok(f) if !self.replica.required(&f.info) => Check::NotRequired,
-            Ok(f) if f.acked >= 1 => Check::Confirmed(f.info.replid),
+            Ok(f) if f.acked >= f.info.replicas_to_wait() => Check::Confirmed(f.info.replid),
             Ok(_) => Check::Skip,
             Err(e) => {
                 tracing::warn!(shard = self.stream.shard, error = %e, "replica fence failed");

@@ -9,6 +9,16 @@
 //! is the `dead_letter` anomaly row written when the entry was moved. Undecodable letters
 //! are counted and left for a person. Their number per shard is the gauge
 //! `flashgate_consumer_dead_letters`, exported by [`export_lengths`].
+//!
+//! A letter goes to the ledger only once a replica holds it, under `--replica-wait` as the
+//! reader's entries do (`replica.rs`): a dead letter is an entry the reader never
+//! committed, so no replica check covered it, and its claim may be a write a failover takes
+//! back (the promoted replica would sell that unit again while the ledger holds the claim).
+//! Each page is read between the master's replication id and a fence that must show the
+//! same id with every connected replica's acknowledgement (`replica::write_confirmed`: a
+//! master replicates in order, so the fence covers the page). Unconfirmed after a few
+//! attempts, the shard's letters stay where they are (counted `unconfirmed`) and redrive
+//! goes on with the next shard; running it again later finishes them.
 
 use serde::Serialize;
 use shard_router::{ClaimRecord, ShardId, StockClient};
@@ -20,11 +30,16 @@ use redis::Value;
 use crate::config::MAX_BATCH_ROWS;
 use crate::error::ConsumerError;
 use crate::ledger;
+use crate::replica::{self, ReplicaWait};
 use crate::stream::ShardStream;
 
 /// Dead letters read per XRANGE page (and written per ledger batch).
 const PAGE: usize = 500;
 const _: () = assert!(PAGE <= MAX_BATCH_ROWS);
+
+/// Reads of a page before its shard is given up as unconfirmed (each one bounded by the
+/// replica wait, with a pause of the same length between them).
+const CONFIRM_ATTEMPTS: u32 = 5;
 
 /// What one redrive did, summed over the shards.
 #[derive(Debug, Default, Clone, PartialEq, Eq, Serialize)]
@@ -41,6 +56,9 @@ pub struct RedriveReport {
     pub undecodable: u64,
     /// Letters removed from the stream because the ledger holds their claim now.
     pub removed: u64,
+    /// Letters of a page no replica confirmed (at least; later pages of that shard are not
+    /// read); left in place for the next redrive.
+    pub unconfirmed: u64,
 }
 
 /// Replays the dead letters of `shards` (every shard when empty).
@@ -48,6 +66,7 @@ pub async fn run(
     pool: &MySqlPool,
     client: &StockClient,
     shards: &[ShardId],
+    replicas: ReplicaWait,
     timeout: Duration,
 ) -> Result<RedriveReport, ConsumerError> {
     let all: Vec<ShardId> = (0..client.placement().shard_count()).collect();
@@ -57,7 +76,17 @@ pub async fn run(
         let stream = ShardStream::new(client, shard, "");
         let mut after: Option<String> = None;
         loop {
-            let page = stream.dead_page(client, after.as_deref(), PAGE).await?;
+            let Some(page) = confirmed_page(client, &stream, after.as_deref(), replicas).await?
+            else {
+                let left = stream.dead_page(client, after.as_deref(), PAGE).await?;
+                report.unconfirmed += left.len() as u64;
+                tracing::warn!(
+                    shard,
+                    letters = left.len(),
+                    "dead letters no replica confirmed; left for the next redrive"
+                );
+                break;
+            };
             let n = page.len();
             after = page.last().map(|e| e.id.clone());
             let mut records = Vec::with_capacity(n);
@@ -95,6 +124,33 @@ pub async fn run(
     }
     tracing::info!(?report, "redrive done");
     Ok(report)
+}
+
+/// A page of `stream`'s dead letters after `after` that a replica holds (or that needs
+/// none under `replicas`); `None` when no attempt was confirmed.
+async fn confirmed_page(
+    client: &StockClient,
+    stream: &ShardStream,
+    after: Option<&str>,
+    replicas: ReplicaWait,
+) -> Result<Option<Vec<redis::streams::StreamId>>, ConsumerError> {
+    let Some(wait) = replicas.bound() else {
+        return Ok(Some(stream.dead_page(client, after, PAGE).await?));
+    };
+    for attempt in 0..CONFIRM_ATTEMPTS {
+        if attempt > 0 {
+            tokio::time::sleep(wait).await;
+        }
+        // Read again on every attempt: after a failover the page may differ.
+        let before = client.replication(stream.shard).await?;
+        let page = stream.dead_page(client, after, PAGE).await?;
+        if page.is_empty()
+            || replica::write_confirmed(client, stream.shard, replicas, &before).await
+        {
+            return Ok(Some(page));
+        }
+    }
+    Ok(None)
 }
 
 /// Exports each shard's dead-letter count (XLEN) as `flashgate_consumer_dead_letters`.

@@ -3,16 +3,52 @@
 //! 1. ledger `pending|confirmed → releasing` (from then on it can no longer be confirmed);
 //! 2. Redis: slice and user count back, once per claim id (`restock` published);
 //! 3. ledger `releasing → released` and the units back to `sku_stock`, in one transaction.
+//!
+//! Step 3 waits until a replica holds step 2 (`replica::write_confirmed`, under
+//! `--replica-wait`; the replication ids of both shards read before step 2). A failover
+//! that rolls step 2 back after step 3 would leave the claim `released` in the ledger with
+//! its unit out of the slice and the user counted, for good (nothing releases a `released`
+//! claim again): units stuck, never a double release, since the claim id in the release
+//! sets rolls back with them. Unconfirmed, the claim stays `releasing` and the sweep runs
+//! step 2 again: on the same master the scripts answer "already released" (confirmed by
+//! the next fence), after a rollback they return the units once.
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use serde::Serialize;
-use shard_router::{ReleaseRequest, ReleaseStep, StockClient, StockError};
-use sqlx::MySqlPool;
+use shard_router::{ReleaseRequest, ReleaseStep, ShardId, StockClient, StockError};
+use sqlx::{MySql, MySqlPool, QueryBuilder};
 
 use crate::db::bounded;
 use crate::error::ConsumerError;
 use crate::metrics as m;
+use crate::replica::{self, ReplicaWait};
+
+/// Fences after the Redis step before a release is left `releasing` for the sweep (each
+/// one bounded by the replica wait, a wait apart).
+const CONFIRM_ATTEMPTS: u32 = 3;
+
+/// Due claims read per query of a sweep.
+const SWEEP_PAGE: usize = 500;
+
+/// What a sweep learned about shards no replica confirmed a release on: their claims wait
+/// for the next sweep. Each of them would spend the whole confirmation bound and fail the
+/// same way (their master's replicas are the ones holding back), and stopping the sweep
+/// there would hold back every other shard, SKU and master with it.
+#[derive(Debug, Default)]
+struct Stuck {
+    shards: HashSet<ShardId>,
+    /// Replication ids of their masters: another shard on one of them is left at its first
+    /// `INFO`, before its Redis step.
+    masters: HashSet<String>,
+}
+
+impl Stuck {
+    fn holds(&self, shard: ShardId, home: ShardId) -> bool {
+        self.shards.contains(&shard) || self.shards.contains(&home)
+    }
+}
 
 /// Why a claim is released.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,13 +118,50 @@ pub async fn confirm(
     }
 }
 
-/// Releases a claim (cancel: pending or confirmed; timeout: pending only). Idempotent.
+/// [`release_with`] under the default replica policy.
 pub async fn release(
     pool: &MySqlPool,
     client: &StockClient,
     claim_id: &str,
     reason: Reason,
     t: Duration,
+) -> Result<Outcome, ConsumerError> {
+    release_with(pool, client, claim_id, reason, ReplicaWait::default(), t).await
+}
+
+/// Releases a claim (cancel: pending or confirmed; timeout: pending only). Idempotent.
+/// `ConsumerError::Unconfirmed` when no replica confirmed the Redis step: the claim stays
+/// `releasing` and the sweep finishes it.
+pub async fn release_with(
+    pool: &MySqlPool,
+    client: &StockClient,
+    claim_id: &str,
+    reason: Reason,
+    replicas: ReplicaWait,
+    t: Duration,
+) -> Result<Outcome, ConsumerError> {
+    release_once(
+        pool,
+        client,
+        claim_id,
+        reason,
+        replicas,
+        t,
+        &mut Stuck::default(),
+    )
+    .await
+}
+
+/// [`release_with`], recording in `stuck` a shard no replica confirmed (and skipping, before
+/// its Redis step, a shard whose master is one recorded there).
+async fn release_once(
+    pool: &MySqlPool,
+    client: &StockClient,
+    claim_id: &str,
+    reason: Reason,
+    replicas: ReplicaWait,
+    t: Duration,
+    stuck: &mut Stuck,
 ) -> Result<Outcome, ConsumerError> {
     let from = match reason {
         Reason::Cancelled => "status IN ('pending', 'confirmed')",
@@ -123,6 +196,25 @@ pub async fn release(
     {
         return finish(pool, claim_id, sku, qty, reason, t).await;
     }
+    let mut shards = vec![shard];
+    if home != shard {
+        shards.push(home);
+    }
+    // Read before the Redis step, so the fence after it can tell a failover in between.
+    let mut before = Vec::new();
+    if replicas != ReplicaWait::Off {
+        for &s in &shards {
+            let b = client.replication(s).await?;
+            if stuck.masters.contains(&b.replid) {
+                stuck.shards.insert(s);
+                return Err(ConsumerError::Unconfirmed(format!(
+                    "release of {claim_id}: shard {s} is on a master whose replicas did not \
+                     confirm a release in this sweep; left for the next one"
+                )));
+            }
+            before.push((s, b));
+        }
+    }
     let out = client
         .release(&ReleaseRequest {
             sku,
@@ -140,6 +232,16 @@ pub async fn release(
         return Err(ConsumerError::Redis(StockError::InvalidArgument(format!(
             "sku {sku} is not preheated on shard {shard}; release of {claim_id} postponed"
         ))));
+    }
+    for (s, b) in &before {
+        if !replica::write_confirmed_within(client, *s, replicas, b, CONFIRM_ATTEMPTS).await {
+            stuck.shards.insert(*s);
+            stuck.masters.insert(b.replid.clone());
+            return Err(ConsumerError::Unconfirmed(format!(
+                "release of {claim_id}: no replica of shard {s} holds it yet; left releasing, \
+                 the sweep finishes it"
+            )));
+        }
     }
     finish(pool, claim_id, sku, qty, reason, t).await
 }
@@ -192,35 +294,91 @@ async fn finish(
     }
 }
 
-/// One sweep: releases pending claims past their campaign's payment timeout and finishes
-/// releases a crash left half done. Returns how many claims were released.
+/// [`sweep_with`] under the default replica policy.
 pub async fn sweep(
     pool: &MySqlPool,
     client: &StockClient,
     now_ms: i64,
     t: Duration,
 ) -> Result<usize, ConsumerError> {
-    let due: Vec<(String, String)> = bounded(
-        "due claims",
-        t,
-        sqlx::query_as(
-            "SELECT c.claim_id, CAST(c.status AS CHAR) FROM claims c JOIN campaigns p ON p.sku = c.sku \
-             WHERE (c.status = 'pending' AND c.claimed_ms + p.payment_timeout_s * 1000 <= ?) \
-                OR c.status = 'releasing' \
-             LIMIT 500",
-        )
-        .bind(now_ms)
-        .fetch_all(pool),
-    )
-    .await?;
+    sweep_with(pool, client, now_ms, ReplicaWait::default(), t).await
+}
+
+/// One sweep: releases pending claims past their campaign's payment timeout and finishes
+/// releases a crash (or a replica not confirming) left half done. Returns how many claims
+/// were released.
+///
+/// A shard whose release no replica confirmed is left for the next sweep ([`Stuck`]); the
+/// claims of the other shards go on, and a page the stuck shards' claims filled is read
+/// again without them. So each sweep spends at most one confirmation bound per stuck
+/// master and reads at most one page more per stuck shard.
+pub async fn sweep_with(
+    pool: &MySqlPool,
+    client: &StockClient,
+    now_ms: i64,
+    replicas: ReplicaWait,
+    t: Duration,
+) -> Result<usize, ConsumerError> {
+    let mut stuck = Stuck::default();
     let mut released = 0;
-    for (claim_id, _) in due {
-        match release(pool, client, &claim_id, Reason::PaymentTimeout, t).await {
-            Ok(Outcome::Released) => released += 1,
-            Ok(_) => {}
-            Err(e) if e.is_retryable() => return Err(e),
-            Err(e) => tracing::warn!(claim = %claim_id, error = %e, "release postponed"),
+    loop {
+        let due = due(pool, now_ms, &stuck.shards, t).await?;
+        let known = stuck.shards.len();
+        let full = due.len() >= SWEEP_PAGE;
+        for (claim_id, shard, home) in due {
+            if stuck.holds(shard, home) {
+                continue;
+            }
+            match release_once(
+                pool,
+                client,
+                &claim_id,
+                Reason::PaymentTimeout,
+                replicas,
+                t,
+                &mut stuck,
+            )
+            .await
+            {
+                Ok(Outcome::Released) => released += 1,
+                Ok(_) => {}
+                Err(e @ ConsumerError::Unconfirmed(_)) => {
+                    tracing::warn!(claim = %claim_id, error = %e, "release not confirmed; its shard waits for the next sweep")
+                }
+                Err(e) if e.is_retryable() => return Err(e),
+                Err(e) => tracing::warn!(claim = %claim_id, error = %e, "release postponed"),
+            }
+        }
+        if !full || stuck.shards.len() == known {
+            return Ok(released);
         }
     }
-    Ok(released)
+}
+
+/// Due claims (pending past the payment timeout, or left `releasing`) with their stock and
+/// home shards, none on a shard in `skip`.
+async fn due(
+    pool: &MySqlPool,
+    now_ms: i64,
+    skip: &HashSet<ShardId>,
+    t: Duration,
+) -> Result<Vec<(String, ShardId, ShardId)>, ConsumerError> {
+    let mut q = QueryBuilder::<MySql>::new(
+        "SELECT c.claim_id, c.shard, c.home FROM claims c JOIN campaigns p ON p.sku = c.sku \
+         WHERE ((c.status = 'pending' AND c.claimed_ms + p.payment_timeout_s * 1000 <= ",
+    );
+    q.push_bind(now_ms);
+    q.push(") OR c.status = 'releasing')");
+    if !skip.is_empty() {
+        for col in ["c.shard", "c.home"] {
+            q.push(format!(" AND {col} NOT IN ("));
+            let mut list = q.separated(", ");
+            for s in skip {
+                list.push_bind(*s);
+            }
+            q.push(")");
+        }
+    }
+    q.push(" LIMIT ").push_bind(SWEEP_PAGE as i64);
+    bounded("due claims", t, q.build_query_as().fetch_all(pool)).await
 }

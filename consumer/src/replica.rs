@@ -15,12 +15,36 @@
 //! one ([`ShardReplica::remember`]); `Always` waits even where none was seen; `Off` never.
 //! Each attempt is bounded by the wait; attempts repeat with backoff until confirmed, the
 //! master changes, or shutdown.
+//!
+//! **How many replicas.** A fence counts only when *every* replica the master reports
+//! online (`state=online` lines in the fence's own `INFO`, at least one) acknowledged it
+//! (`Fence::confirms`, `shard-router/src/replication.rs`). With `WAIT 1` on a master with
+//! two replicas, a commit could rest on the replica that is not the one promoted later.
+//! When one replica of two is down:
+//! - still connected as far as the master knows (stalled, partitioned within
+//!   `repl-timeout`): nothing is confirmed; the reader keeps waiting, and the consumer's own
+//!   writes stay undone, until it acknowledges or the master drops it;
+//! - dropped by the master (dead, or past `repl-timeout`): it is not waited for, or one
+//!   dead replica would stop every commit until it is replaced. The master streams
+//!   nothing to it, so it misses every write from then on and is behind the replicas that
+//!   confirmed; a failover ranks replicas by replication offset (a sentinel, and a Redis
+//!   Cluster replica election, prefer the one that processed most), so it is promoted only
+//!   when none of those is reachable. That case (every confirming replica lost with the
+//!   master) loses acknowledged claims however long anyone waits (`nothing-lost`; run
+//!   enough replicas). With no replica connected at all, `Auto`/`Always` still wait for
+//!   one: zero never confirms.
+//! - still in its sync (attaching, or a full resync): connected, but it acknowledges
+//!   nothing before it has loaded the master's data (which then includes the write), and a
+//!   failover does not prefer it over one that confirmed (it has no newer offset); it is
+//!   not waited for, or adding a replica would stop every commit for the whole sync, and
+//!   one whose sync keeps failing would stop them for good. It still makes a replica
+//!   required in `auto`, and with no replica online nothing confirms.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use shard_router::{ReplicationInfo, ShardId, StockClient};
+use shard_router::{Fence, ReplicationInfo, ShardId, StockClient, StockError};
 use tokio::sync::watch;
 
 use crate::backoff::Backoff;
@@ -180,15 +204,27 @@ impl ShardReplica {
         };
         let started = Instant::now();
         let shard = self.shard;
+        // Every replica the master counts online (see the module doc); a replica that
+        // attaches or drops off between attempts changes the count asked for next.
+        let mut want = read_under.replicas_to_wait();
         let out = loop {
-            match client.fence(shard, 1, wait).await {
+            match fence_all(client, shard, want, wait).await {
                 Ok(f) if f.info.replid != read_under.replid => {
                     metrics::counter!(m::REPLICA_MASTER_CHANGED).increment(1);
                     tracing::warn!(shard, "master changed since the read; entries dropped, read again from the new master");
                     break Replicated::MasterChanged;
                 }
-                Ok(f) if f.acked >= 1 => break Replicated::Yes,
-                Ok(_) => tracing::warn!(shard, "no replica confirmed the read yet"),
+                Ok(f) if f.confirms(read_under) => break Replicated::Yes,
+                Ok(f) => {
+                    want = f.info.replicas_to_wait();
+                    tracing::warn!(
+                        shard,
+                        acked = f.acked,
+                        connected = f.info.connected_replicas,
+                        online = f.info.online_replicas,
+                        "not every replica confirmed the read yet"
+                    )
+                }
                 Err(e) => tracing::warn!(shard, error = %e, "replica fence failed"),
             }
             metrics::counter!(m::REPLICA_UNCONFIRMED).increment(1);
@@ -199,6 +235,25 @@ impl ShardReplica {
         metrics::histogram!(m::REPLICA_WAIT_SECONDS).record(started.elapsed().as_secs_f64());
         out
     }
+}
+
+/// A fence on `shard` whose WAIT asks for every replica the master counts online: for
+/// `want` (the count last seen), and once more for the fence's own count when more replicas
+/// are online than that and not all acknowledged. (WAIT returns as soon as `want`
+/// replicas acknowledged, so asking for too few could leave the others unconfirmed on
+/// every attempt.)
+pub(crate) async fn fence_all(
+    client: &StockClient,
+    shard: ShardId,
+    want: u32,
+    wait: Duration,
+) -> Result<Fence, StockError> {
+    let f = client.fence(shard, want, wait).await?;
+    let connected = f.info.replicas_to_wait();
+    if connected > want && f.acked < connected {
+        return client.fence(shard, connected, wait).await;
+    }
+    Ok(f)
 }
 
 /// Whether a write the consumer makes itself (a late claim's apply, `rebuild/late.rs`; a
@@ -231,12 +286,12 @@ pub async fn write_confirmed(
     if !write_needs_replica(mode, before) {
         return true;
     }
-    let ok = match client.fence(shard, 1, wait).await {
+    let ok = match fence_all(client, shard, before.replicas_to_wait(), wait).await {
         Ok(f) if f.info.replid != before.replid => {
             tracing::warn!(shard, "master changed since the write; it may be gone");
             false
         }
-        Ok(f) => f.acked >= 1,
+        Ok(f) => f.confirms(before),
         Err(e) => {
             tracing::warn!(shard, error = %e, "replica fence failed");
             false
@@ -249,6 +304,30 @@ pub async fn write_confirmed(
     ok
 }
 
+/// [`write_confirmed`] tried up to `attempts` times, one wait apart: for a caller that
+/// must not report success before a replica holds its writes (a rebuild, `rebuild.rs`; a
+/// release, `release.rs`), where a write just made may take longer than one WAIT to reach
+/// every replica. False when no attempt was confirmed.
+pub async fn write_confirmed_within(
+    client: &StockClient,
+    shard: ShardId,
+    mode: ReplicaWait,
+    before: &ReplicationInfo,
+    attempts: u32,
+) -> bool {
+    for attempt in 0..attempts.max(1) {
+        if attempt > 0 {
+            if let Some(wait) = mode.bound() {
+                tokio::time::sleep(wait).await;
+            }
+        }
+        if write_confirmed(client, shard, mode, before).await {
+            return true;
+        }
+    }
+    false
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -258,6 +337,7 @@ mod tests {
             is_master: true,
             replid: "r".into(),
             connected_replicas: replicas,
+            online_replicas: replicas,
             backlog: replicas > 0,
         }
     }

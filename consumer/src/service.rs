@@ -212,7 +212,7 @@ async fn release_loop(
             }
         };
         let _ = crate::clock::observe_skew(&cfg, &client).await;
-        match release::sweep(&pool, &client, now, cfg.db_timeout).await {
+        match release::sweep_with(&pool, &client, now, cfg.replica_wait, cfg.db_timeout).await {
             Ok(0) => {}
             Ok(n) => tracing::info!(released = n, "released unpaid claims"),
             Err(e) => tracing::warn!(error = %e, "release sweep failed"),

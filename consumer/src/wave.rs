@@ -14,6 +14,14 @@
 //!    campaign's rebuild generation read in step 1: a rebuild between steps 2 and 3 writes
 //!    the shards from a stock without this wave and drops its id, so the wave stays pending
 //!    and its next round runs step 2 again.
+//!
+//! Step 3 waits until a replica holds step 2 (`replica::write_confirmed`, under
+//! `--replica-wait`; each shard's replication id read before step 2), as a release does
+//! (`release.rs`): a failover that rolls step 2 back after step 3 would leave the wave
+//! applied in the ledger with its units on no slice, for good (nothing pushes an applied
+//! wave again). Unconfirmed, the wave stays pending and its next round runs step 2 again:
+//! on the same master `lua/wave.lua` finds its id and adds nothing, after a rollback it adds
+//! the units once.
 
 use std::time::Duration;
 
@@ -24,6 +32,11 @@ use sqlx::MySqlPool;
 use crate::db::bounded;
 use crate::error::ConsumerError;
 use crate::reconcile::split;
+use crate::replica::{self, ReplicaWait};
+
+/// Fences after step 2 before a wave is left pending for its next round (each one bounded
+/// by the replica wait, a wait apart).
+const CONFIRM_ATTEMPTS: u32 = 3;
 
 /// Longest wave id (the ledger column is 64 bytes).
 pub const MAX_ID: usize = 64;
@@ -48,7 +61,7 @@ pub enum Applied {
 mod schedule;
 pub use schedule::{cancel_dropped, schedule, schedule_for_campaign, Dropped};
 
-/// Applies a stored wave now (see the module doc): [`push`], then [`finish`].
+/// [`apply_with`] under the default replica policy.
 pub async fn apply(
     pool: &MySqlPool,
     client: &StockClient,
@@ -57,7 +70,21 @@ pub async fn apply(
     now_ms: i64,
     t: Duration,
 ) -> Result<Applied, ConsumerError> {
-    match push(pool, client, sku, id, t).await? {
+    apply_with(pool, client, sku, id, now_ms, ReplicaWait::default(), t).await
+}
+
+/// Applies a stored wave now (see the module doc): [`push_with`], then [`finish`].
+/// `ConsumerError::Unconfirmed` when no replica confirmed step 2: the wave stays pending.
+pub async fn apply_with(
+    pool: &MySqlPool,
+    client: &StockClient,
+    sku: u64,
+    id: &str,
+    now_ms: i64,
+    replicas: ReplicaWait,
+    t: Duration,
+) -> Result<Applied, ConsumerError> {
+    match push_with(pool, client, sku, id, replicas, t).await? {
         Pushed::Already => Ok(Applied::AlreadyApplied),
         Pushed::Shards { units, gen } => finish(pool, sku, id, units, gen, now_ms, t).await,
     }
@@ -72,12 +99,25 @@ pub enum Pushed {
     Shards { units: u64, gen: u64 },
 }
 
-/// Steps 1 and 2 of a wave: its place in the release order, then each shard's share.
+/// [`push_with`] under the default replica policy.
 pub async fn push(
     pool: &MySqlPool,
     client: &StockClient,
     sku: u64,
     id: &str,
+    t: Duration,
+) -> Result<Pushed, ConsumerError> {
+    push_with(pool, client, sku, id, ReplicaWait::default(), t).await
+}
+
+/// Steps 1 and 2 of a wave: its place in the release order, then each shard's share,
+/// confirmed on a replica under `replicas` before it reports the shards done.
+pub async fn push_with(
+    pool: &MySqlPool,
+    client: &StockClient,
+    sku: u64,
+    id: &str,
+    replicas: ReplicaWait,
     t: Duration,
 ) -> Result<Pushed, ConsumerError> {
     let mut tx = bounded("begin", t, pool.begin()).await?;
@@ -147,11 +187,26 @@ pub async fn push(
 
     let (before, after) = (split(start, width), split(start + units as i64, width));
     let shards = client.placement().shards_of(sku, width);
+    // Read before step 2, so the fence after it can tell a failover in between.
+    let mut masters = Vec::new();
+    if replicas != ReplicaWait::Off {
+        for &shard in &shards {
+            masters.push((shard, client.replication(shard).await?));
+        }
+    }
     for (i, &shard) in shards.iter().enumerate() {
         let share = after[i] - before[i];
         if !client.add_wave(shard, sku, id, share).await? {
             return Err(ConsumerError::Invalid(format!(
                 "sku {sku} is not preheated on shard {shard}; wave {id} stays pending"
+            )));
+        }
+    }
+    for (shard, b) in &masters {
+        if !replica::write_confirmed_within(client, *shard, replicas, b, CONFIRM_ATTEMPTS).await {
+            return Err(ConsumerError::Unconfirmed(format!(
+                "wave {id} of sku {sku}: no replica of shard {shard} holds it yet; it stays \
+                 pending and its next round finishes it"
             )));
         }
     }
@@ -223,11 +278,23 @@ pub async fn finish(
     })
 }
 
-/// Applies every wave due by `now_ms` (a wave being applied first); returns how many.
+/// [`apply_due_with`] under the default replica policy.
 pub async fn apply_due(
     pool: &MySqlPool,
     client: &StockClient,
     now_ms: i64,
+    t: Duration,
+) -> Result<usize, ConsumerError> {
+    apply_due_with(pool, client, now_ms, ReplicaWait::default(), t).await
+}
+
+/// Applies every wave due by `now_ms` (a wave being applied first); returns how many. A
+/// wave no replica confirmed stays pending without holding back the waves of other SKUs.
+pub async fn apply_due_with(
+    pool: &MySqlPool,
+    client: &StockClient,
+    now_ms: i64,
+    replicas: ReplicaWait,
     t: Duration,
 ) -> Result<usize, ConsumerError> {
     let due: Vec<(u64, String)> = bounded(
@@ -244,9 +311,12 @@ pub async fn apply_due(
     .await?;
     let mut n = 0;
     for (sku, id) in due {
-        match apply(pool, client, sku, &id, now_ms, t).await {
+        match apply_with(pool, client, sku, &id, now_ms, replicas, t).await {
             Ok(Applied::Applied) => n += 1,
             Ok(Applied::AlreadyApplied) => {}
+            Err(e @ ConsumerError::Unconfirmed(_)) => {
+                tracing::warn!(sku, wave = %id, error = %e, "wave not confirmed; next round")
+            }
             Err(e) if e.is_retryable() => return Err(e),
             Err(e) => tracing::warn!(sku, wave = %id, error = %e, "wave postponed"),
         }

@@ -94,23 +94,25 @@ pub(crate) async fn mark(
 }
 
 /// Under a rebuild's lock: every late claim of `sku` still waiting is in the ledger the
-/// rebuild reads, so it is counted there and needs no apply.
-pub(crate) async fn counted_by_rebuild(
+/// rebuild reads, so the rebuild counts it. It is not marked applied here: only once a
+/// replica holds the rebuild's write does the sweep after it find the shards carrying the
+/// newer generation (`STALE`, confirmed like any apply, [`apply_with`]) and mark it. A
+/// failover that rolls the rebuild back leaves the shard of the claim's own generation,
+/// where the sweep then applies it.
+pub(crate) async fn waiting_for_rebuild(
     tx: &mut Transaction<'_, MySql>,
     sku: u64,
-    now_ms: i64,
     t: Duration,
 ) -> Result<u64, ConsumerError> {
-    bounded(
-        "late claims counted",
+    let n: i64 = bounded(
+        "late claims waiting",
         t,
-        sqlx::query("UPDATE late_claims SET applied_ms = ? WHERE sku = ? AND applied_ms IS NULL")
-            .bind(now_ms)
+        sqlx::query_scalar("SELECT COUNT(*) FROM late_claims WHERE sku = ? AND applied_ms IS NULL")
             .bind(sku)
-            .execute(&mut **tx),
+            .fetch_one(&mut **tx),
     )
-    .await
-    .map(|d| d.rows_affected())
+    .await?;
+    Ok(n.max(0) as u64)
 }
 
 /// [`apply_with`] under the default replica policy.

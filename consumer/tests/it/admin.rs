@@ -121,3 +121,76 @@ async fn admin_api_needs_the_token_and_manages_campaigns() {
     let _ = stop.send(true);
     task.await.unwrap().unwrap();
 }
+
+/// A preheat that rebuilds from the ledger (a slice missing) waits for replicas as
+/// `--replica-wait` says. It used the default (`auto`, 100 ms) whatever the consumer was
+/// configured with: with `off` (no extra round trip wanted) it fenced every shard all the
+/// same and, here with a stalled replica the master still counts connected, failed
+/// unconfirmed after a second or two; with `always` it confirmed nothing on a master that
+/// never had a replica.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn preheat_waits_for_replicas_as_configured() {
+    let master = test_support::RedisServer::start();
+    let replica = test_support::RedisServer::start_replica_of(&master);
+    let s = Stack::start_on(master).await;
+    replica.signal("STOP");
+    let mut cfg = s.cfg.clone();
+    cfg.admin_token = Some(TOKEN.into());
+    cfg.replica_wait = consumer::replica::ReplicaWait::Off;
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, rx) = consumer::signal::channel();
+    let task = tokio::spawn(consumer::service::run(cfg, Some(listener), rx));
+
+    let now = shard_router::now_ms();
+    let campaign = format!(
+        r#"{{"sku": 556, "stock": 10, "width": 2, "limit": 1, "start_ms": {}, "end_ms": {}, "payment_timeout_s": 60}}"#,
+        now - 1000,
+        now + 60_000
+    );
+    let (st, body) = http(addr, "PUT", "/v1/campaigns", Some(TOKEN), &campaign).await;
+    assert_eq!(st, 200, "{body}");
+    let (st, body) = http(addr, "POST", "/v1/campaigns/556/preheat", Some(TOKEN), "").await;
+    assert_eq!(
+        st, 200,
+        "replica-wait off: the preheat waits for no replica: {body}"
+    );
+    assert!(body.contains("Preheated"), "{body}");
+    replica.signal("CONT");
+    let _ = stop.send(true);
+    let _ = tokio::time::timeout(Duration::from_secs(20), task).await;
+
+    // `always` on a master with no replica: nothing is confirmed, the preheat says so.
+    let s = Stack::start().await;
+    let mut cfg = s.cfg.clone();
+    cfg.replica_wait = consumer::replica::ReplicaWait::Always(Duration::from_millis(20));
+    let c = consumer::campaign::Campaign {
+        sku: 557,
+        name: "always".into(),
+        stock: 10,
+        width: 2,
+        limit: 1,
+        start_ms: now - 1000,
+        end_ms: now + 60_000,
+        payment_timeout_s: 60,
+    };
+    consumer::campaign::put(&s.pool, &c, SHARDS, T)
+        .await
+        .unwrap();
+    cfg.admin_token = Some(TOKEN.into());
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, rx) = consumer::signal::channel();
+    let task = tokio::spawn(consumer::service::run(cfg, Some(listener), rx));
+    let (st, body) = http(addr, "POST", "/v1/campaigns/557/preheat", Some(TOKEN), "").await;
+    assert_eq!(
+        st, 503,
+        "replica-wait always, no replica: unconfirmed, retryable: {body}"
+    );
+    assert!(
+        body.contains("not confirmed by a replica"),
+        "the answer says why, not only the log: {body}"
+    );
+    let _ = stop.send(true);
+    let _ = tokio::time::timeout(Duration::from_secs(20), task).await;
+}

@@ -61,11 +61,55 @@ async fn a_redriven_reroute_gets_a_final_answer() {
         .unwrap();
 
     assert_eq!(dead_letter_everything(&s).await, 2);
-    let r = consumer::redrive::run(&s.pool, &s.client, &[], T)
-        .await
-        .unwrap();
+    let r = redrive(&s).await;
     assert_eq!(r.inserted, 2);
     let after = answer(&s, &c, "late", "late-r").await.unwrap();
     assert!(!after.starts_with('~'), "still tentative: {after}");
     assert!(after.starts_with(&claim.claim_id), "{after}");
+}
+
+/// A dead letter is a claim the reader never committed, so no replica check ever covered
+/// it. Before the fix redrive committed it as read: here the claim and its letter exist on
+/// a master whose replica was cut off, and after the failover the promoted replica offers
+/// the unit again while the ledger holds the claim. Now the letter stays until a replica
+/// holds it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_no_replica_holds_is_not_redriven() {
+    let master = test_support::RedisServer::start();
+    let replica = test_support::RedisServer::start_replica_of(&master);
+    let mut s = Stack::start_on(master).await;
+    let c = campaign(&s, 13_102, 2, 1, 1, 3600).await;
+    // With the replica attached, a letter is redriven.
+    assert_eq!(claim_all(&s.client, &c, users("b", 1), 1).await.len(), 1);
+    assert_eq!(dead_letter_everything(&s).await, 1);
+    assert_eq!(redrive(&s).await.inserted, 1);
+
+    promote(&replica);
+    assert_eq!(claim_all(&s.client, &c, users("a", 1), 1).await.len(), 1);
+    assert_eq!(dead_letter_everything(&s).await, 1);
+    let r = redrive(&s).await;
+    assert_eq!(
+        s.count("SELECT COUNT(*) FROM claims").await,
+        1,
+        "a letter no replica holds must not reach the ledger: {r:?}"
+    );
+    assert_eq!(
+        (r.removed, r.unconfirmed),
+        (0, 1),
+        "the letter stays: {r:?}"
+    );
+
+    s.redis.kill();
+    let promoted = client_on(&replica, &s).await;
+    assert_eq!(
+        promoted.slices(c.sku, 1).await.unwrap()[0].1,
+        Some(1),
+        "the second claim rolled back with the failover"
+    );
+}
+
+async fn redrive(s: &Stack) -> consumer::redrive::RedriveReport {
+    consumer::redrive::run(&s.pool, &s.client, &[], s.cfg.replica_wait, T)
+        .await
+        .unwrap()
 }

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use crate::common::*;
 use consumer::release::{self, Outcome, Reason};
+use consumer::replica::ReplicaWait;
 use shard_router::keys;
 
 async fn slices(s: &Stack, sku: u64, width: u16) -> i64 {
@@ -144,4 +145,154 @@ async fn payment_timeout_releases_once_even_when_swept_twice() {
     consumer.stop().await;
     let r = s.reconcile(c.sku).await;
     assert_eq!(r.drift, 0, "{r:?}");
+}
+
+/// A release's Redis step is on a replica before the ledger says `released`. Before the
+/// fix the ledger moved the claim to `released` as soon as the master ran the scripts; a
+/// failover to a replica that missed them rolled the unit back out of the slice (and the
+/// user's count back up), and nothing ever returned it: the ledger's `released` claim is
+/// never released again. Now the claim stays `releasing` and the sweep releases it on the
+/// promoted replica.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_no_replica_confirmed_stays_releasing_until_one_does() {
+    let master = test_support::RedisServer::start();
+    let replica = test_support::RedisServer::start_replica_of(&master);
+    let mut s = Stack::start_on(master).await;
+    let c = campaign(&s, 8_004, 2, 1, 1, 3600).await;
+    let consumer = start_consumer(s.cfg.clone());
+    assert_eq!(
+        claim_all(&s.client, &c, vec!["erin".into()], 1).await.len(),
+        1
+    );
+    wait_drained(&s, c.sku, 1, Duration::from_secs(20)).await;
+    consumer.stop().await;
+    let erin: String = sqlx::query_scalar("SELECT claim_id FROM claims WHERE user_id = 'erin'")
+        .fetch_one(&s.pool)
+        .await
+        .unwrap();
+
+    promote(&replica);
+    let out = release::release(&s.pool, &s.client, &erin, Reason::Cancelled, T).await;
+    assert!(out.is_err(), "no replica confirmed the release: {out:?}");
+    assert_eq!(slices(&s, c.sku, 1).await, 2, "the master has it");
+    let status = "SELECT COUNT(*) FROM claims WHERE status = 'releasing'";
+    assert_eq!(
+        s.count(status).await,
+        1,
+        "not released before a replica holds it"
+    );
+
+    s.redis.kill();
+    let promoted = client_on(&replica, &s).await;
+    let slice = || async { promoted.slices(c.sku, 1).await.unwrap()[0].1 };
+    assert_eq!(slice().await, Some(1), "the release rolled back");
+    let _second = test_support::RedisServer::start_replica_of(&replica);
+    for _ in 0..50 {
+        let _ = release::sweep(&s.pool, &promoted, shard_router::now_ms(), T).await;
+        if s.count(status).await == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        s.count("SELECT COUNT(*) FROM claims WHERE status = 'released'")
+            .await,
+        1
+    );
+    assert_eq!(
+        slice().await,
+        Some(2),
+        "the unit is back on the promoted replica"
+    );
+    assert_eq!(promoted.user_count(c.sku, 1, "erin").await.unwrap(), 0);
+}
+
+/// One master's replica stalls (stopped, still connected): the releases of its shards
+/// cannot be confirmed, and the sweep used to stop at the first of them, so every other
+/// due claim of every SKU and master waited behind it (and behind the first 500 due rows,
+/// which stuck claims fill). Now the sweep leaves the shards it found unconfirmed for the
+/// next sweep, goes on with the others, and spends one bounded confirmation per stuck
+/// master, not one per claim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_replica_holds_back_only_the_releases_of_its_own_master() {
+    let s = ClusterStack::start(1).await;
+    let p = s.client.placement().clone();
+    let slot = |shard: u16| shard_router::placement::slot_of_tag(p.tag(shard));
+    let shard = |sku: u64| p.shards_of(sku, 1)[0];
+    // The stuck SKU comes first in the sweep's order (lower sku, lower claim ids) and
+    // lives on another master than the healthy one.
+    let (stuck, healthy) = (15_101..15_200)
+        .flat_map(|a| (a + 1..15_200).map(move |b| (a, b)))
+        .find(|&(a, b)| {
+            s.cluster.master_of(slot(shard(a))) != s.cluster.master_of(slot(shard(b)))
+                && format!("{}-", shard(a)) < format!("{}-", shard(b))
+        })
+        .expect("two skus on two masters");
+    let a = open_campaign(&s.pool, &s.client, stuck, 600, 1, 1, 1).await;
+    let b = open_campaign(&s.pool, &s.client, healthy, 4, 1, 1, 1).await;
+    let wait = ReplicaWait::Auto(Duration::from_millis(50));
+    let mut cfg = s.cfg.clone();
+    cfg.replica_wait = wait;
+    let consumer = start_consumer(cfg);
+    assert_eq!(
+        claim_all(&s.client, &a, users("a", 520), 16).await.len(),
+        520
+    );
+    assert_eq!(claim_all(&s.client, &b, users("b", 3), 3).await.len(), 3);
+    wait_rows(&s.pool, a.sku, 520, Duration::from_secs(60)).await;
+    wait_rows(&s.pool, b.sku, 3, Duration::from_secs(30)).await;
+    consumer.stop().await;
+
+    let (_, replica) = s.cluster.master_and_replica(slot(shard(a.sku)));
+    s.cluster.nodes()[replica].signal("STOP");
+    let released = |sku: u64| {
+        let pool = s.pool.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(
+                "SELECT COUNT(*) FROM claims WHERE sku = ? AND status = 'released'",
+            )
+            .bind(sku)
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    // Every claim is past its payment timeout.
+    let later = shard_router::now_ms() + 3_600_000;
+    let started = std::time::Instant::now();
+    let n = release::sweep_with(&s.pool, &s.client, later, wait, T)
+        .await
+        .unwrap();
+    let took = started.elapsed();
+    assert_eq!(
+        (released(b.sku).await, released(a.sku).await, n),
+        (3, 0, 3),
+        "the healthy master's claims are released, the stalled one's wait"
+    );
+    // One confirmation bound (3 attempts of a 50 ms fence and a pause each, ~0.3 s) for
+    // the stuck shard, not one per claim (520 of them), and the stuck claims, more than a
+    // page of due claims, did not hide the healthy ones.
+    assert!(
+        took < test_support::slack(Duration::from_millis(1500)),
+        "sweep took {took:?}"
+    );
+
+    s.cluster.nodes()[replica].signal("CONT");
+    for _ in 0..50 {
+        let _ = release::sweep_with(&s.pool, &s.client, later, wait, T).await;
+        if released(a.sku).await == 520 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        released(a.sku).await,
+        520,
+        "released once the replica is back"
+    );
+    assert_eq!(
+        s.client.slices(a.sku, 1).await.unwrap()[0].1,
+        Some(600),
+        "each unit back once"
+    );
 }

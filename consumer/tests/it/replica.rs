@@ -127,3 +127,80 @@ async fn auto_waits_for_a_replica_that_left_before_any_fence() {
     wait_rows(&s.pool, c.sku, 2, Duration::from_secs(30)).await;
     consumer.stop().await;
 }
+
+/// A master with two replicas: a commit must rest on every replica the master counts
+/// connected, not on whichever acknowledged first (WAIT 1), or a failover to the other one
+/// takes back what the ledger holds. One stalled replica (stopped, still connected) holds
+/// the commit back; once the master drops it (it died), the commit rests on the rest: a
+/// replica the master no longer streams to is behind and not one to promote (`replica.rs`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_connected_replica_confirms_a_commit() {
+    let s = Stack::start().await;
+    let _a = test_support::RedisServer::start_replica_of(&s.redis);
+    let mut b = test_support::RedisServer::start_replica_of(&s.redis);
+    let c = campaign(&s, 12006, 20, 1, 1, 3600).await;
+    b.signal("STOP");
+    let consumer = start_consumer(auto(&s));
+    claim_all(&s.client, &c, users("b", 2), 2).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        s.count("SELECT COUNT(*) FROM claims").await,
+        0,
+        "committed while a connected replica had not acknowledged"
+    );
+    // The master drops the replica that died: the other one confirms alone.
+    b.kill();
+    wait_rows(&s.pool, c.sku, 2, Duration::from_secs(30)).await;
+    consumer.stop().await;
+}
+
+/// A replica in its first full sync is connected (`connected_slaves` counts it from its
+/// first request) but holds nothing yet and acknowledges nothing until it has loaded the
+/// master's data, and no failover prefers it over the replica that confirmed (it has no
+/// offset to rank on). Counting it stopped every commit of its master for the whole sync:
+/// here 30 s (the master's diskless-sync delay), and for good with a replica whose sync
+/// keeps failing (an output buffer too small for the dataset). Only online replicas count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_still_in_its_first_sync_does_not_hold_commits_back() {
+    let s = Stack::start().await;
+    let _a = test_support::RedisServer::start_replica_of(&s.redis);
+    let c = campaign(&s, 12007, 20, 1, 1, 3600).await;
+    let mut m = s.redis.connection();
+    for (k, v) in [
+        ("repl-diskless-sync", "yes"),
+        ("repl-diskless-sync-delay", "30"),
+    ] {
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg(k)
+            .arg(v)
+            .query(&mut m)
+            .unwrap();
+    }
+    let port = s.redis.port().to_string();
+    let _b = test_support::RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+    let mut info = || -> String { redis::cmd("INFO").arg("replication").query(&mut m).unwrap() };
+    for _ in 0..100 {
+        if info().contains("connected_slaves:2") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(info().contains("state=wait_bgsave"), "{}", info());
+
+    let consumer = start_consumer(auto(&s));
+    claim_all(&s.client, &c, users("s", 2), 2).await;
+    wait_rows(
+        &s.pool,
+        c.sku,
+        2,
+        test_support::slack(Duration::from_secs(10)),
+    )
+    .await;
+    consumer.stop().await;
+    assert!(
+        info().contains("state=wait_bgsave"),
+        "the second replica was still syncing: {}",
+        info()
+    );
+}

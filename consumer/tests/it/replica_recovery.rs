@@ -12,24 +12,8 @@ use crate::common::rebuild::*;
 use crate::common::*;
 use consumer::rebuild::{self, late};
 use shard_router::keys::{self, ShardKeys};
-use shard_router::{ClaimOutcome, ClaimRecord, RedisTarget, StockClient};
+use shard_router::{ClaimOutcome, ClaimRecord, StockClient};
 use test_support::RedisServer;
-
-/// `replica` is cut off from its master and becomes a master itself.
-fn promote(replica: &RedisServer) {
-    let _: String = redis::cmd("REPLICAOF")
-        .arg("NO")
-        .arg("ONE")
-        .query(&mut replica.connection())
-        .expect("promote the replica");
-}
-
-/// A client on `server`, with the stack's settings.
-async fn client_on(server: &RedisServer, s: &Stack) -> StockClient {
-    let mut cfg = s.cfg.clone();
-    cfg.redis = RedisTarget::Single(server.url());
-    StockClient::connect(cfg.stock()).await.expect("redis")
-}
 
 async fn slice(client: &StockClient, sku: u64) -> Option<i64> {
     client.slices(sku, 1).await.unwrap()[0].1
@@ -291,4 +275,136 @@ async fn a_stale_hold_resolution_counts_only_once_a_replica_holds_it() {
     }
     assert_eq!(resolved, 1, "resolved again on the promoted replica");
     assert_eq!(promoted.user_count(c.sku, 1, "bob").await.unwrap(), 0);
+}
+
+/// A rebuild's own Redis write counts only once a replica holds it. Before the fix the
+/// rebuild marked the waiting late claim counted in its ledger transaction, before its
+/// write, and reported success with nothing confirmed: a failover to a replica that missed
+/// the write brought back the shard of the previous generation (alice's unit still on
+/// sale) while the ledger said her late claim was counted, so no sweep ever took it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebuild_no_replica_confirmed_leaves_its_late_claims_to_count() {
+    let master = RedisServer::start();
+    let replica = RedisServer::start_replica_of(&master);
+    let mut s = Stack::start_on(master).await;
+    let c = campaign(&s, 12_104, 3, 1, 1, 3600).await;
+    let shard = s.client.placement().shards_of(c.sku, 1)[0];
+    let held = held_through_a_loss(&s, &c, "alice").await;
+    let out = consumer::ledger::write_batch(&s.pool, &held, T)
+        .await
+        .unwrap();
+    assert_eq!(out.late.len(), 1, "alice's claim is late (never applied)");
+    assert_eq!(
+        s.client
+            .wait_replicas(shard, 1, Duration::from_secs(5))
+            .await
+            .unwrap(),
+        1,
+        "the first rebuild is on the replica"
+    );
+
+    promote(&replica);
+    let r = rebuild::rebuild(&s.pool, &s.client, c.sku, &rebuild_opts()).await;
+    assert!(r.is_err(), "no replica confirmed the rebuild: {r:?}");
+    assert_eq!(slice(&s.client, c.sku).await, Some(2), "the master has it");
+    assert_eq!(
+        s.count("SELECT COUNT(*) FROM late_claims WHERE applied_ms IS NULL")
+            .await,
+        1,
+        "the late claim is not counted until a replica holds the rebuild"
+    );
+
+    s.redis.kill();
+    let promoted = client_on(&replica, &s).await;
+    assert_eq!(
+        slice(&promoted, c.sku).await,
+        Some(3),
+        "the rebuild rolled back"
+    );
+    // The sweep counts it on the promoted replica once its own replica confirms.
+    let _second = RedisServer::start_replica_of(&replica);
+    let mut waiting = 1;
+    for _ in 0..50 {
+        waiting = late::sweep(&s.pool, &promoted, None, T).await.unwrap();
+        if waiting == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(waiting, 0, "applied on the promoted replica");
+    assert_eq!(slice(&promoted, c.sku).await, Some(2));
+    assert_eq!(promoted.user_count(c.sku, 1, "alice").await.unwrap(), 1);
+}
+
+/// A stock wave's Redis step (units onto the slices, its id in the wave hash) is on a
+/// replica before the ledger marks the wave applied. Before the fix the ledger marked it at
+/// once: a failover to a replica that missed the step took the units back off the slice,
+/// and nothing pushed the wave again (applied in the ledger), so its units were lost for
+/// good while the ledger's stock counted them. Now the wave stays pending until a replica
+/// confirms, and its next round pushes it on the promoted replica.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wave_no_replica_confirmed_stays_pending_until_one_does() {
+    let master = RedisServer::start();
+    let replica = RedisServer::start_replica_of(&master);
+    let mut s = Stack::start_on(master).await;
+    let c = campaign(&s, 12_105, 2, 1, 1, 3600).await;
+    let w = consumer::wave::Wave {
+        sku: c.sku,
+        id: "w1".into(),
+        units: 3,
+        due_ms: shard_router::now_ms(),
+    };
+    consumer::wave::schedule(&s.pool, &w, T).await.unwrap();
+    assert_eq!(
+        s.client
+            .wait_replicas(
+                s.client.placement().shards_of(c.sku, 1)[0],
+                1,
+                Duration::from_secs(5)
+            )
+            .await
+            .unwrap(),
+        1,
+        "the preheat is on the replica"
+    );
+
+    promote(&replica);
+    let now = shard_router::now_ms();
+    let out = consumer::wave::apply(&s.pool, &s.client, c.sku, "w1", now, T).await;
+    assert!(out.is_err(), "no replica confirmed the wave: {out:?}");
+    assert_eq!(slice(&s.client, c.sku).await, Some(5), "the master has it");
+    let pending = "SELECT COUNT(*) FROM campaign_waves WHERE applied_ms IS NULL";
+    assert_eq!(
+        s.count(pending).await,
+        1,
+        "not applied before a replica holds it"
+    );
+
+    s.redis.kill();
+    let promoted = client_on(&replica, &s).await;
+    assert_eq!(
+        slice(&promoted, c.sku).await,
+        Some(2),
+        "the wave rolled back"
+    );
+    let _second = RedisServer::start_replica_of(&replica);
+    for _ in 0..50 {
+        let _ = consumer::wave::apply_due(&s.pool, &promoted, shard_router::now_ms(), T).await;
+        if s.count(pending).await == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(s.count(pending).await, 0, "applied on the promoted replica");
+    assert_eq!(
+        slice(&promoted, c.sku).await,
+        Some(5),
+        "the wave's units, once"
+    );
+    let stock: u64 = sqlx::query_scalar("SELECT stock FROM campaigns WHERE sku = ?")
+        .bind(c.sku)
+        .fetch_one(&s.pool)
+        .await
+        .unwrap();
+    assert_eq!(stock, 5);
 }

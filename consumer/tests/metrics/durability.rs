@@ -48,7 +48,7 @@ async fn redrive_twice_gives_one_row_each() {
         .await
         .expect("xadd poison");
 
-    let first = consumer::redrive::run(&s.pool, &s.client, &[], T)
+    let first = consumer::redrive::run(&s.pool, &s.client, &[], s.cfg.replica_wait, T)
         .await
         .expect("redrive");
     assert_eq!(
@@ -82,7 +82,7 @@ async fn redrive_twice_gives_one_row_each() {
         text.contains("flashgate_consumer_dead_letters{shard=\"0\"} 1"),
         "{text}"
     );
-    let second = consumer::redrive::run(&s.pool, &s.client, &[], T)
+    let second = consumer::redrive::run(&s.pool, &s.client, &[], s.cfg.replica_wait, T)
         .await
         .expect("redrive again");
     assert_eq!(

@@ -349,3 +349,19 @@ pub(crate) fn dead_hold<'a>(
         .arg(user)
         .arg(1)
 }
+
+/// `replica` is cut off from its master and becomes a master itself.
+pub(crate) fn promote(replica: &RedisServer) {
+    let _: String = redis::cmd("REPLICAOF")
+        .arg("NO")
+        .arg("ONE")
+        .query(&mut replica.connection())
+        .expect("promote the replica");
+}
+
+/// A client on `server`, with the stack's settings.
+pub(crate) async fn client_on(server: &RedisServer, s: &Stack) -> StockClient {
+    let mut cfg = s.cfg.clone();
+    cfg.redis = RedisTarget::Single(server.url());
+    StockClient::connect(cfg.stock()).await.expect("redis")
+}
