@@ -13,7 +13,15 @@
 //! covers exactly those writes, and a reconnect between script and WAIT fails the whole
 //! pipeline instead of confirming nothing. Claims that queue while a batch (and its WAIT)
 //! is in flight go out with the next one and share its WAIT: group commit for WAIT too.
+//! The WAIT asks for every replica the shard's master counted online (past its sync) at
+//! the last health probe (`health.rs`, at least one), and a batch fewer of them
+//! acknowledged is unconfirmed: a claim resting on one replica of two is lost when the other is promoted.
+//! The count is at most one probe interval old: a replica that came online since is not
+//! waited for until the next probe, and one the master dropped since makes the batches wait
+//! in vain until then. A replica still in its sync is not counted: it acknowledges nothing
+//! before it holds the master's data, and a failover does not prefer it.
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -108,8 +116,10 @@ impl Waiting for Pending {
 pub(crate) struct Batcher {
     queues: Vec<GroupQueue<Pending>>,
     timeout: Duration,
-    /// `WAIT 1 <ms>` closing every pipeline (replica durability), `None` without.
+    /// `WAIT <replicas> <ms>` closing every pipeline (replica durability), `None` without.
     wait: Option<Duration>,
+    /// Per shard: the replicas its master counted online at the last probe.
+    replicas: Vec<AtomicU32>,
     /// Where flush tasks run: the runtime the client was connected on, beside the
     /// connection's own tasks (the gateway gives those a runtime of their own, so a
     /// saturated request runtime does not delay every batch by a pass of its queue).
@@ -124,8 +134,24 @@ impl Batcher {
             queues: (0..shards).map(|_| GroupQueue::new()).collect(),
             timeout: timeout + wait.unwrap_or_default(),
             wait: wait.map(|w| w.max(Duration::from_millis(1))),
+            replicas: (0..shards).map(|_| AtomicU32::new(0)).collect(),
             spawner: tokio::runtime::Handle::current(),
         }
+    }
+
+    /// Records how many replicas `shard`'s master counts online (`health.rs`).
+    pub(crate) fn set_replicas(&self, shard: ShardId, n: u32) {
+        if let Some(r) = self.replicas.get(usize::from(shard)) {
+            r.store(n, Ordering::Relaxed);
+        }
+    }
+
+    /// How many replicas a WAIT on `shard` asks for: every one last counted, at least one.
+    pub(crate) fn replicas_to_wait(&self, shard: ShardId) -> u32 {
+        self.replicas
+            .get(usize::from(shard))
+            .map_or(0, |r| r.load(Ordering::Relaxed))
+            .max(1)
     }
 
     /// Sends `cmd` with the next batch of `shard` and waits for its own reply. The caller
@@ -171,9 +197,10 @@ impl Batcher {
                 pipe.add_command(p.cmd);
                 replies.push(p.reply);
             }
+            let need = self.replicas_to_wait(shard);
             if let Some(wait) = self.wait {
                 // No key, so on a cluster the pipeline still goes to the scripts' node.
-                pipe.cmd("WAIT").arg(1).arg(wait.as_millis() as u64);
+                pipe.cmd("WAIT").arg(need).arg(wait.as_millis() as u64);
             }
             let expected = replies.len() + usize::from(self.wait.is_some());
             let answer = tokio::time::timeout(
@@ -183,10 +210,16 @@ impl Batcher {
             .await;
             match answer {
                 Ok(Ok(mut values)) if values.len() == expected => {
-                    let acked = self.wait.map(|_| match values.pop() {
-                        Some(Ok(Value::Int(n))) => crate::replication::replica_count(n),
-                        // An error reply (or anything else) confirms nothing.
-                        _ => 0,
+                    let acked = self.wait.map(|_| {
+                        match values.pop() {
+                            // Fewer than asked confirms nothing (see the module doc).
+                            Some(Ok(Value::Int(n))) => {
+                                Some(crate::replication::replica_count(n)).filter(|&n| n >= need)
+                            }
+                            // An error reply (or anything else) confirms nothing.
+                            _ => None,
+                        }
+                        .unwrap_or(0)
                     });
                     for (tx, v) in replies.into_iter().zip(values) {
                         let _ = tx.send(v.map(|v| (v, acked)));

@@ -86,6 +86,17 @@ impl StockClient {
         &self.cfg
     }
 
+    /// Records how many replicas `shard`'s master counts connected (the health probe).
+    pub(crate) fn set_replicas(&self, shard: ShardId, n: u32) {
+        self.batcher.set_replicas(shard, n);
+    }
+
+    /// How many replicas must acknowledge a write on `shard` before it counts as
+    /// confirmed: every one its master counted connected at the last probe, at least one.
+    pub fn replicas_to_wait(&self, shard: ShardId) -> u32 {
+        self.batcher.replicas_to_wait(shard)
+    }
+
     /// A clone of the underlying connection. Only this crate issues commands on its keys;
     /// tests (feature `test-util`) also use it to inject faults and read raw keys.
     #[cfg(feature = "test-util")]

@@ -27,12 +27,17 @@ impl ShardHealth {
 
 impl StockClient {
     /// PINGs every shard's master, all at once, each under the response timeout. A single
-    /// Redis serves every shard, so one PING stands for all of them.
+    /// Redis serves every shard, so one PING stands for all of them. With replica
+    /// durability the probe is `INFO replication` instead, and each master's count of
+    /// online replicas (past their sync) becomes what the claim batches' WAIT asks for (`batch.rs`).
     pub async fn shard_health(&self) -> ShardHealth {
         let total = self.placement().shard_count();
         if !self.conn().is_cluster() {
-            let unreachable = match self.ping_slot(0).await {
-                Ok(()) => Vec::new(),
+            let unreachable = match self.probe_shard(0).await {
+                Ok(n) => {
+                    (0..total).for_each(|s| self.set_replicas(s, n));
+                    Vec::new()
+                }
                 Err(_) => (0..total).collect(),
             };
             return ShardHealth { unreachable, total };
@@ -40,13 +45,12 @@ impl StockClient {
         let mut pings = tokio::task::JoinSet::new();
         for shard in 0..total {
             let client = self.clone();
-            let slot = slot_of_tag(self.placement().tag(shard));
-            pings.spawn(async move { (shard, client.ping_slot(slot).await) });
+            pings.spawn(async move { (shard, client.probe_shard(shard).await) });
         }
         let mut unreachable = Vec::new();
         while let Some(done) = pings.join_next().await {
             match done {
-                Ok((_, Ok(()))) => {}
+                Ok((shard, Ok(n))) => self.set_replicas(shard, n),
                 Ok((shard, Err(e))) => {
                     tracing::debug!(shard, error = %e, "shard unreachable");
                     unreachable.push(shard);
@@ -99,6 +103,16 @@ impl StockClient {
             op: "info",
             source: source.into(),
         })
+    }
+
+    /// One probe of `shard`'s master: the replicas it counts online when replica
+    /// durability is on, else a PING (0).
+    async fn probe_shard(&self, shard: ShardId) -> Result<u32, StockError> {
+        if self.config().replica_ack.is_none() {
+            let slot = slot_of_tag(self.placement().tag(shard));
+            return self.ping_slot(slot).await.map(|()| 0);
+        }
+        Ok(self.replication(shard).await?.online_replicas)
     }
 
     async fn ping_slot(&self, slot: u16) -> Result<(), StockError> {

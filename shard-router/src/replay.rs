@@ -79,8 +79,9 @@ impl StockClient {
         let home = self.placement().home_shard(sku, width, user);
         let mut get = redis::cmd("GET");
         get.arg(&key);
+        let need = self.replicas_to_wait(home);
         let (seen, fence) = self
-            .read_fenced::<Option<String>>(home, get, 1, wait)
+            .read_fenced::<Option<String>>(home, get, need, wait)
             .await?;
         let Some((answer, tentative)) = interpret(sku, seen)? else {
             return Ok(None);
@@ -88,7 +89,7 @@ impl StockClient {
         let StoredAnswer::Claimed(claim) = answer else {
             return Ok(Some((StoredAnswer::InProgress, Confirmation::NotAsked)));
         };
-        let confirmation = if fence.acked < 1 || !fence.info.is_master {
+        let confirmation = if fence.acked < need || !fence.info.is_master {
             Confirmation::Unconfirmed
         } else if tentative && claim.shard != home {
             self.confirm_take(home, user, request_id, &claim, wait)
@@ -154,12 +155,13 @@ impl StockClient {
             .arg(keys::claims_stream(self.placement(), claim.shard))
             .arg(entry)
             .arg(entry);
+        let need = self.replicas_to_wait(claim.shard);
         let read = self
-            .read_fenced::<Vec<(String, Vec<String>)>>(claim.shard, xrange, 1, wait)
+            .read_fenced::<Vec<(String, Vec<String>)>>(claim.shard, xrange, need, wait)
             .await;
         let held = match read {
             Ok((entries, fence)) => {
-                fence.acked >= 1
+                fence.acked >= need
                     && fence.info.is_master
                     && entries
                         .iter()

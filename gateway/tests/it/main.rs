@@ -18,5 +18,6 @@ mod lifecycle;
 mod redis_runtime;
 mod replay;
 mod replay_reroute;
+mod replica_count;
 mod startup;
 mod tls;
