@@ -98,6 +98,23 @@ impl StockClient {
         }))
     }
 
+    /// The rebuild generation `shard` carries for `sku` (its meta's `gen`, 0 when never
+    /// rebuilt), `None` when the meta is missing.
+    pub async fn rebuild_gen(&self, sku: u64, shard: ShardId) -> Result<Option<u64>, StockError> {
+        let mut conn = self.conn();
+        let (limit, gen): (Option<String>, Option<u64>) = self
+            .bounded(
+                "rebuild gen",
+                redis::cmd("HMGET")
+                    .arg(self.keys(shard, sku).meta())
+                    .arg("limit")
+                    .arg("gen")
+                    .query_async(&mut conn),
+            )
+            .await?;
+        Ok(limit.map(|_| gen.unwrap_or(0)))
+    }
+
     /// Puts up the rebuild fence of `token` on `shard` for `lease`.
     pub async fn fence_rebuild(
         &self,

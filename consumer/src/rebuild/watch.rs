@@ -2,9 +2,14 @@
 //! whose window is open (or whose unpaid claims still need releasing) and whose ledger
 //! holds claims (or that was rebuilt before) is checked for a missing slice (Redis lost
 //! it: a restart without persistence, a FLUSHALL, a failover to an empty node). One is
-//! enough to rebuild the SKU from the ledger. A campaign with no claim in the ledger is
-//! left alone: a missing slice there may simply mean "not preheated yet", an operator's
-//! call. A shard fenced by another rebuild (lease still running) is left to it.
+//! enough to rebuild the SKU from the ledger. So is a shard whose rebuild generation is
+//! behind the ledger's (`campaigns.rebuild_gen`): a failover rolled back a rebuild's write
+//! there (the rebuild then failed unconfirmed), leaving the shard as it was before it.
+//! That state is consistent on its own, but claims taken there carry the old generation,
+//! and the ledger would hold them as late claims for a rebuild that never reaches the
+//! shard. A campaign with no claim in the ledger is left alone: a missing slice there may
+//! simply mean "not preheated yet", an operator's call. A shard fenced by another rebuild
+//! (lease still running) is left to it.
 
 use std::time::Duration;
 
@@ -66,13 +71,16 @@ pub async fn check(
     let mut rebuilt = Vec::new();
     for sku in candidates(pool, now, t).await? {
         let c = campaign::get(pool, sku, t).await?;
-        let missing: Vec<u16> = client
+        let mut missing: Vec<u16> = client
             .slices(sku, c.width)
             .await?
             .into_iter()
             .filter(|(_, v)| v.is_none())
             .map(|(s, _)| s)
             .collect();
+        let behind = behind_the_ledger(pool, client, sku, c.width, t).await?;
+        let (lost, rolled_back) = (missing.len(), behind.len());
+        missing.extend(behind);
         if missing.is_empty() || !super::ledger_has_claims(pool, sku, t).await? {
             continue;
         }
@@ -88,7 +96,9 @@ pub async fn check(
         tracing::warn!(
             sku,
             ?missing,
-            "slice missing for a live campaign; rebuilding from the ledger"
+            lost,
+            rolled_back,
+            "slice missing, or a rebuild rolled back, for a live campaign; rebuilding from the ledger"
         );
         match super::rebuild(pool, client, sku, opts).await {
             Ok(_) => rebuilt.push(sku),
@@ -98,4 +108,33 @@ pub async fn check(
         }
     }
     Ok(rebuilt)
+}
+
+/// Shards of `sku` that carry a slice but an older rebuild generation than the ledger's.
+/// (A shard being rebuilt has no slice; a missing one is found above.)
+async fn behind_the_ledger(
+    pool: &MySqlPool,
+    client: &StockClient,
+    sku: u64,
+    width: u16,
+    t: Duration,
+) -> Result<Vec<u16>, ConsumerError> {
+    let ledger: u64 = crate::db::bounded(
+        "rebuild gen",
+        t,
+        sqlx::query_scalar("SELECT rebuild_gen FROM campaigns WHERE sku = ?")
+            .bind(sku)
+            .fetch_one(pool),
+    )
+    .await?;
+    if ledger == 0 {
+        return Ok(Vec::new());
+    }
+    let mut behind = Vec::new();
+    for shard in client.placement().shards_of(sku, width) {
+        if matches!(client.rebuild_gen(sku, shard).await?, Some(g) if g < ledger) {
+            behind.push(shard);
+        }
+    }
+    Ok(behind)
 }

@@ -278,6 +278,53 @@ async fn the_consumer_rebuilds_a_lost_slice_and_its_groups_by_itself() {
     assert_eq!(s.reconcile(c.sku).await.drift, 0);
 }
 
+/// A failover rolled a rebuild's write back on one shard (the rebuild failed unconfirmed):
+/// the shard keeps its slice at the older generation, so its claims would carry that
+/// generation and wait as late claims for good. The watch rebuilds it like a lost slice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watch_rebuilds_a_shard_a_failover_left_behind_the_ledgers_generation() {
+    let s = Stack::start().await;
+    let c = campaign(&s, 11_006, 6, 2, 1, 3600).await;
+    let consumer = start_consumer(s.cfg.clone());
+    assert_eq!(claim_all(&s.client, &c, users("a", 2), 2).await.len(), 2);
+    wait_drained(&s, c.sku, 2, Duration::from_secs(20)).await;
+    rebuild::rebuild(&s.pool, &s.client, c.sku, &rebuild_opts())
+        .await
+        .unwrap();
+    let shard = s.client.placement().shards_of(c.sku, c.width)[0];
+    let gen = s.client.rebuild_gen(c.sku, shard).await.unwrap().unwrap();
+    assert!(gen > 0);
+    // The promoted replica never had the rebuild's write: the meta's older generation.
+    let meta = shard_router::keys::ShardKeys::new(s.client.placement(), shard, c.sku).meta();
+    let _: () = redis::cmd("HSET")
+        .arg(&meta)
+        .arg("gen")
+        .arg(0)
+        .query_async(&mut s.client.conn())
+        .await
+        .unwrap();
+
+    let rebuilt = rebuild::watch::check(&s.pool, &s.client, &rebuild_opts())
+        .await
+        .unwrap();
+    assert_eq!(rebuilt, vec![c.sku], "the shard behind was not rebuilt");
+    assert_eq!(
+        s.client.rebuild_gen(c.sku, shard).await.unwrap(),
+        Some(gen + 1)
+    );
+    assert!(
+        rebuild::watch::check(&s.pool, &s.client, &rebuild_opts())
+            .await
+            .unwrap()
+            .is_empty(),
+        "a shard at the ledger's generation is left alone"
+    );
+    assert_eq!(claim_all(&s.client, &c, users("b", 6), 2).await.len(), 4);
+    wait_drained(&s, c.sku, 6, Duration::from_secs(20)).await;
+    consumer.stop().await;
+    assert_eq!(s.reconcile(c.sku).await.drift, 0);
+}
+
 /// The last id of `shard`'s claims stream, `None` when the stream does not exist.
 async fn stream_last_id(s: &Stack, shard: u16) -> Option<(u64, u64)> {
     let key = shard_router::keys::claims_stream(s.client.placement(), shard);
