@@ -1,0 +1,124 @@
+//! The rebuild's half of the flush handshake (step 2 of `rebuild.rs`; the consumer's half
+//! is `flush.rs`): after the fence, raise a flush request and wait, bounded, until every
+//! consumer with a recent heartbeat has committed what it read before seeing it.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use sqlx::MySqlPool;
+
+use crate::db::bounded;
+use crate::error::ConsumerError;
+
+/// How often the rebuild looks at the consumers' answers.
+const POLL: Duration = Duration::from_millis(20);
+/// Rows of consumers gone silent this long are deleted by the next rebuild.
+const FORGET_AFTER: Duration = Duration::from_secs(24 * 3600);
+
+/// What the handshake found.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Flush {
+    /// The request raised (0: no handshake, `Options::flush_wait` is zero).
+    pub request: u64,
+    /// Consumers with a recent heartbeat when it was raised: the ones waited for.
+    pub consumers: usize,
+    /// Of those, the names of the ones that did not answer within the bound (dead,
+    /// partitioned, stuck): what they commit later goes through `rebuild/late.rs`.
+    pub unanswered: Vec<String>,
+    pub waited_ms: u64,
+}
+
+impl Flush {
+    /// True when every consumer taking part answered (and there was one).
+    pub fn complete(&self) -> bool {
+        self.request > 0 && self.consumers > 0 && self.unanswered.is_empty()
+    }
+}
+
+/// Raises a flush request and waits up to `wait` for every live consumer's answer. A
+/// consumer whose row disappears meanwhile stopped cleanly: its writer drained first.
+pub(crate) async fn flush(
+    pool: &MySqlPool,
+    sku: u64,
+    wait: Duration,
+    t: Duration,
+) -> Result<Flush, ConsumerError> {
+    if wait.is_zero() {
+        return Ok(Flush::default());
+    }
+    let started = Instant::now();
+    // LAST_INSERT_ID(expr) hands the new value back in the statement's own result.
+    let request = bounded(
+        "raise flush request",
+        t,
+        sqlx::query("UPDATE flush_requests SET seq = LAST_INSERT_ID(seq + 1) WHERE id = 1")
+            .execute(pool),
+    )
+    .await?
+    .last_insert_id();
+    if request == 0 {
+        return Err(ConsumerError::Invalid(
+            "flush_requests has no row (migration 0016 not applied?)".into(),
+        ));
+    }
+    let live: Vec<(String, String, u64)> = bounded(
+        "live consumers",
+        t,
+        sqlx::query_as(
+            "SELECT instance, name, flushed FROM consumers \
+             WHERE beat_at >= CURRENT_TIMESTAMP(3) - INTERVAL ? MICROSECOND",
+        )
+        .bind(crate::flush::STALE_AFTER.as_micros() as u64)
+        .fetch_all(pool),
+    )
+    .await?;
+    let consumers = live.len();
+    let mut waiting: HashMap<String, String> = live
+        .into_iter()
+        .filter(|(_, _, flushed)| *flushed < request)
+        .map(|(instance, name, _)| (instance, name))
+        .collect();
+    tracing::info!(
+        sku,
+        request,
+        consumers,
+        waiting = waiting.len(),
+        "rebuild: flush requested"
+    );
+    let deadline = started + wait;
+    while !waiting.is_empty() && Instant::now() < deadline {
+        tokio::time::sleep(POLL.min(deadline.saturating_duration_since(Instant::now()))).await;
+        let rows: Vec<(String, u64)> = bounded(
+            "flush answers",
+            t,
+            sqlx::query_as("SELECT instance, flushed FROM consumers").fetch_all(pool),
+        )
+        .await?;
+        let rows: HashMap<String, u64> = rows.into_iter().collect();
+        waiting.retain(|instance, _| rows.get(instance).is_some_and(|&f| f < request));
+    }
+    let mut unanswered: Vec<String> = waiting.into_values().collect();
+    unanswered.sort();
+    if !unanswered.is_empty() {
+        metrics::counter!(crate::metrics::REBUILD_FLUSH_UNANSWERED)
+            .increment(unanswered.len() as u64);
+        tracing::warn!(sku, request, ?unanswered, ?wait, "rebuild: consumers did not confirm the flush; proceeding (their later commits are late claims)");
+    }
+    let _ = bounded(
+        "forget silent consumers",
+        t,
+        sqlx::query(
+            "DELETE FROM consumers WHERE beat_at < CURRENT_TIMESTAMP(3) - INTERVAL ? SECOND",
+        )
+        .bind(FORGET_AFTER.as_secs())
+        .execute(pool),
+    )
+    .await;
+    Ok(Flush {
+        request,
+        consumers,
+        unanswered,
+        waited_ms: started.elapsed().as_millis() as u64,
+    })
+}
