@@ -31,7 +31,9 @@
 //!    the campaign row: before it, its rows are read; after it, its entries were in the
 //!    stream and the rebuild inserted them, so the batch finds them there. So when every
 //!    live consumer confirms, no claim the rebuild misses can commit after it, and no
-//!    fixed pause is taken. A consumer that does not confirm within the bound (dead,
+//!    fixed pause is taken. (A read blocked in XREADGROUP when N is seen counts as read
+//!    before it until its block ends: the answer takes about `read_block` while the fence
+//!    keeps the streams idle.) A consumer that does not confirm within the bound (dead,
 //!    partitioned, stuck; an older release that does not take part is not even seen) is
 //!    logged, counted in `flashgate_consumer_rebuild_flush_unanswered_total` and named in
 //!    the [`Report`]; the rebuild then pauses `Options::quiesce` as before the handshake

@@ -155,3 +155,65 @@ async fn a_live_consumer_answers_and_a_stopped_one_deregisters() {
         .unwrap();
     assert_eq!((r.flush.consumers, r.flush.unanswered.len()), (0, 0));
 }
+
+/// `consumer rebuild <sku>` run as its own process (no stream consumer itself) takes part
+/// too: it raises the request and the running consumer commits the record it holds in a
+/// 6 s open batch at once, so the rebuild finds it in the ledger, not only in the stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rebuild_command_waits_for_the_running_consumers() {
+    let s = Stack::start().await;
+    let c = campaign(&s, 12_104, 3, 1, 1, 3600).await;
+    let mut cfg = s.cfg.clone();
+    cfg.batch_max_wait = Duration::from_secs(6);
+    let consumer = start_consumer(cfg);
+    assert!(until(Duration::from_secs(5), || async { live(&s).await == 1 }).await);
+    assert!(matches!(
+        claim(&s, &c, "alice").await,
+        ClaimOutcome::Claimed { .. }
+    ));
+    assert!(
+        until(Duration::from_secs(5), || async {
+            stream_depth(&s).await.1 == 1
+        })
+        .await
+    );
+
+    let args = [
+        "--redis".to_owned(),
+        s.redis.url(),
+        "--shards".to_owned(),
+        SHARDS.to_string(),
+        "--mysql".to_owned(),
+        s.db.url(),
+        "rebuild".to_owned(),
+        c.sku.to_string(),
+    ];
+    let started = Instant::now();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_consumer"))
+            .args(args)
+            .env("RUST_LOG", "warn")
+            .output()
+            .expect("run consumer rebuild")
+    })
+    .await
+    .unwrap();
+    let took = started.elapsed();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["flush"]["consumers"], 1, "{r}");
+    assert_eq!(r["flush"]["unanswered"], serde_json::json!([]), "{r}");
+    assert_eq!(
+        (r["active_units"].as_u64(), r["in_flight_units"].as_u64()),
+        (Some(1), Some(0)),
+        "alice committed before the rebuild's read: {r}"
+    );
+    assert!(took < Duration::from_secs(6), "{took:?}");
+    consumer.stop().await;
+    assert_eq!(s.count("SELECT COUNT(*) FROM late_claims").await, 0);
+    assert_eq!(s.reconcile(c.sku).await.drift, 0);
+}
