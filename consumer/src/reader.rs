@@ -51,6 +51,8 @@ pub async fn run(
                 e
             }
             Err(e) => {
+                // Nothing delivered: a flush cut must not wait out the backoff below.
+                drop(reading);
                 tracing::warn!(shard = stream.shard, error = %e, "xreadgroup failed; backing off");
                 if e.is_no_group() {
                     let _ = stream.ensure_group(&client).await;

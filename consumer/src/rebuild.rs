@@ -34,9 +34,10 @@
 //!    fixed pause is taken. (A read blocked in XREADGROUP when N is seen counts as read
 //!    before it until its block ends: the answer takes about `read_block` while the fence
 //!    keeps the streams idle.) A consumer that does not confirm within the bound (dead,
-//!    partitioned, stuck; an older release that does not take part is not even seen) is
-//!    logged, counted in `flashgate_consumer_rebuild_flush_unanswered_total` and named in
-//!    the [`Report`]; the rebuild then pauses `Options::quiesce` as before the handshake
+//!    partitioned, stuck) is logged, counted in
+//!    `flashgate_consumer_rebuild_flush_unanswered_total` and named in the [`Report`], and
+//!    so is a stream reader with no live row (an older release, a stalled heartbeat; seen
+//!    only once a read delivered it something, see `rebuild/handshake.rs`); the rebuild then pauses `Options::quiesce` as before the handshake
 //!    (also when no consumer is registered) and goes on: what such a consumer commits
 //!    later is a late claim (`rebuild/late.rs`), recorded, not prevented. Also outside
 //!    the handshake: records read from a master the shard has already left (a consumer
@@ -189,7 +190,7 @@ pub async fn rebuild(
         opts.lease,
     );
     tracing::info!(sku, %token, shards = shards.len(), "rebuild: shards fenced");
-    let flush = handshake::flush(pool, sku, opts.flush_wait, t).await?;
+    let flush = handshake::flush(pool, client, sku, opts.flush_wait, t).await?;
     if !flush.complete() {
         tokio::time::sleep(opts.quiesce).await;
     }

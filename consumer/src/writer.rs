@@ -68,7 +68,10 @@ impl Source {
             }
         }
         let deadline = tokio::time::Instant::now() + max_wait;
-        self.cuts.mark_unchanged();
+        // A cut not seen yet closes this batch at once, also one taken while the queue was
+        // empty: an entry that arrived since may come from a read sent before it (a reply
+        // on its way, a replica wait), and the flush waits for it. At worst one batch
+        // closes early.
         while self.open && self.queue.len() < max_rows {
             tokio::select! {
                 r = tokio::time::timeout_at(deadline, self.rx.recv()) => match r {
@@ -76,7 +79,7 @@ impl Source {
                     Ok(None) => self.open = false,
                     Err(_) => break,
                 },
-                _ = self.cuts.changed() => break,
+                Ok(()) = self.cuts.changed() => break,
             }
         }
         let n = self.queue.len().min(max_rows);

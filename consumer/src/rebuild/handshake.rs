@@ -2,10 +2,12 @@
 //! is `flush.rs`): after the fence, raise a flush request and wait, bounded, until every
 //! consumer with a recent heartbeat has committed what it read before seeing it.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
+use shard_router::stream::ShardStream;
+use shard_router::StockClient;
 use sqlx::MySqlPool;
 
 use crate::db::bounded;
@@ -24,7 +26,9 @@ pub struct Flush {
     /// Consumers with a recent heartbeat when it was raised: the ones waited for.
     pub consumers: usize,
     /// Of those, the names of the ones that did not answer within the bound (dead,
-    /// partitioned, stuck): what they commit later goes through `rebuild/late.rs`.
+    /// partitioned, stuck), and the consumers seen reading the SKU's streams with no live
+    /// row (an older release during a rolling upgrade, a heartbeat that stalled): what
+    /// they commit later goes through `rebuild/late.rs`.
     pub unanswered: Vec<String>,
     pub waited_ms: u64,
 }
@@ -38,8 +42,10 @@ impl Flush {
 
 /// Raises a flush request and waits up to `wait` for every live consumer's answer. A
 /// consumer whose row disappears meanwhile stopped cleanly: its writer drained first.
+/// Then looks for stream readers that cannot answer.
 pub(crate) async fn flush(
     pool: &MySqlPool,
+    client: &StockClient,
     sku: u64,
     wait: Duration,
     t: Duration,
@@ -98,8 +104,9 @@ pub(crate) async fn flush(
         let rows: HashMap<String, u64> = rows.into_iter().collect();
         waiting.retain(|instance, _| rows.get(instance).is_some_and(|&f| f < request));
     }
-    let mut unanswered: Vec<String> = waiting.into_values().collect();
-    unanswered.sort();
+    let mut unanswered: BTreeSet<String> = waiting.into_values().collect();
+    unanswered.extend(unregistered_readers(pool, client, t).await?);
+    let unanswered: Vec<String> = unanswered.into_iter().collect();
     if !unanswered.is_empty() {
         metrics::counter!(crate::metrics::REBUILD_FLUSH_UNANSWERED)
             .increment(unanswered.len() as u64);
@@ -121,4 +128,54 @@ pub(crate) async fn flush(
         unanswered,
         waited_ms: started.elapsed().as_millis() as u64,
     })
+}
+
+/// Consumers seen reading any claims stream within [`crate::flush::STALE_AFTER`] (XINFO
+/// CONSUMERS of each shard's groups) that have no live row: they cannot answer. An older
+/// release (a rolling upgrade to this one) reads without a row; so does a process whose
+/// heartbeat stalled. Calling the handshake complete without them would drop the pause that
+/// covered them before it. Every shard is looked at, not only the SKU's: those are fenced
+/// and, after a loss, empty, while such a consumer keeps reading the others (a cluster
+/// that lost one master). Not seen: readers of streams that stayed empty since the loss
+/// (Redis 7.0 lists a consumer once a read delivered it something), so a single Redis that
+/// lost everything shows none. A consumer stopped cleanly a moment ago is named too (its
+/// row is gone, its reads are recent): that costs only the pause.
+async fn unregistered_readers(
+    pool: &MySqlPool,
+    client: &StockClient,
+    t: Duration,
+) -> Result<BTreeSet<String>, ConsumerError> {
+    let registered: HashSet<String> = bounded(
+        "registered consumers",
+        t,
+        sqlx::query_scalar(
+            "SELECT name FROM consumers \
+             WHERE beat_at >= CURRENT_TIMESTAMP(3) - INTERVAL ? MICROSECOND",
+        )
+        .bind(crate::flush::STALE_AFTER.as_micros() as u64)
+        .fetch_all(pool),
+    )
+    .await?
+    .into_iter()
+    .collect();
+    let mut out = BTreeSet::new();
+    for shard in 0..client.placement().shard_count() {
+        // Any group: the rebuild does not know the deployment's group name.
+        let stream = ShardStream::new(client, shard, "");
+        match stream
+            .recent_readers(client, crate::flush::STALE_AFTER)
+            .await
+        {
+            Ok(names) => out.extend(names.into_iter().filter(|n| {
+                // The row keeps the first 128 characters of the name (`flush.rs`).
+                !registered.contains(&n.chars().take(128).collect::<String>())
+            })),
+            Err(e) => {
+                // Unknown readers may hold claims: no complete handshake on a guess.
+                tracing::warn!(shard, error = %e, "rebuild: stream readers not listed");
+                out.insert(format!("(readers of shard {shard} unknown)"));
+            }
+        }
+    }
+    Ok(out)
 }

@@ -8,22 +8,6 @@ use crate::common::rebuild::*;
 use crate::common::*;
 use shard_router::ClaimOutcome;
 
-/// Polls until `cond` holds (or `limit` passes); returns whether it did.
-async fn until<F, Fut>(limit: Duration, mut cond: F) -> bool
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + test_support::slack(limit);
-    while Instant::now() < deadline {
-        if cond().await {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    false
-}
-
 /// alice's claim sits in a running consumer's open batch (held 6 s, as a slow writer
 /// would) when Redis loses everything; the service's own watch rebuilds the SKU. Before
 /// the handshake the rebuild read the ledger without her (its 1 s pause is shorter than
@@ -70,15 +54,6 @@ async fn a_batch_held_by_a_live_consumer_is_counted_by_the_rebuild() {
     assert_eq!(s.count("SELECT COUNT(*) FROM anomalies").await, 0);
     assert!(active_units(&s, c.sku).await <= 3);
     assert_eq!(s.reconcile(c.sku).await.drift, 0);
-}
-
-/// Consumers registered with a recent heartbeat.
-async fn live(s: &Stack) -> i64 {
-    s.count(
-        "SELECT COUNT(*) FROM consumers \
-         WHERE beat_at >= CURRENT_TIMESTAMP(3) - INTERVAL 3 SECOND",
-    )
-    .await
 }
 
 /// A consumer that dies without deregistering keeps a fresh heartbeat for a moment: a
