@@ -17,6 +17,12 @@ use crate::error::ConsumerError;
 const POLL: Duration = Duration::from_millis(20);
 /// Rows of consumers gone silent this long are deleted by the next rebuild.
 const FORGET_AFTER: Duration = Duration::from_secs(24 * 3600);
+/// A consumer whose beat is older than [`crate::flush::STALE_AFTER`] is not waited for,
+/// but until its beat is this old it may be alive with a stalled heartbeat (one beat may
+/// wait `db_timeout`, 5 s, on MySQL) and hold what it read before the loss: it is named as
+/// unanswered, so the rebuild keeps its pause. A consumer that crashed costs that pause
+/// for this long; one stopped cleanly deleted its row.
+const MAYBE_ALIVE: Duration = Duration::from_secs(60);
 
 /// What the handshake found.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -105,33 +111,84 @@ pub(crate) async fn flush(
         waiting.retain(|instance, _| rows.get(instance).is_some_and(|&f| f < request));
     }
     let mut unanswered: BTreeSet<String> = waiting.into_values().collect();
-    unanswered.extend(unregistered_readers(pool, client, t).await?);
+    // Rows not waited for that may still hold reads from before the request: a heartbeat
+    // stale when it was raised (or fresh again since) that has not answered it.
+    let recent: Vec<(String, u64)> = bounded(
+        "recent consumers",
+        t,
+        sqlx::query_as(
+            "SELECT name, flushed FROM consumers \
+             WHERE beat_at >= CURRENT_TIMESTAMP(3) - INTERVAL ? MICROSECOND",
+        )
+        .bind(MAYBE_ALIVE.as_micros() as u64)
+        .fetch_all(pool),
+    )
+    .await?;
+    unanswered.extend(
+        recent
+            .iter()
+            .filter(|(_, flushed)| *flushed < request)
+            .map(|(name, _)| name.clone()),
+    );
+    let registered: HashSet<String> = recent.into_iter().map(|(name, _)| name).collect();
+    unanswered.extend(unregistered_readers(client, &registered).await);
     let unanswered: Vec<String> = unanswered.into_iter().collect();
+    let waited_ms = started.elapsed().as_millis() as u64;
     if !unanswered.is_empty() {
         metrics::counter!(crate::metrics::REBUILD_FLUSH_UNANSWERED)
             .increment(unanswered.len() as u64);
         tracing::warn!(sku, request, ?unanswered, ?wait, "rebuild: consumers did not confirm the flush; proceeding (their later commits are late claims)");
     }
-    let _ = bounded(
-        "forget silent consumers",
-        t,
-        sqlx::query(
-            "DELETE FROM consumers WHERE beat_at < CURRENT_TIMESTAMP(3) - INTERVAL ? SECOND",
-        )
-        .bind(FORGET_AFTER.as_secs())
-        .execute(pool),
-    )
-    .await;
+    forget_silent(pool, t).await;
     Ok(Flush {
         request,
         consumers,
         unanswered,
-        waited_ms: started.elapsed().as_millis() as u64,
+        waited_ms,
     })
 }
 
+/// Deletes the rows of consumers silent for [`FORGET_AFTER`], by primary key: a DELETE
+/// ranging over `beat_at` (no index) would lock every row it scans and hold up the
+/// heartbeats of live consumers while it waits.
+async fn forget_silent(pool: &MySqlPool, t: Duration) {
+    let silent: Vec<String> = match bounded(
+        "silent consumers",
+        t,
+        sqlx::query_scalar(
+            "SELECT instance FROM consumers \
+             WHERE beat_at < CURRENT_TIMESTAMP(3) - INTERVAL ? SECOND",
+        )
+        .bind(FORGET_AFTER.as_secs())
+        .fetch_all(pool),
+    )
+    .await
+    {
+        Ok(v) => v,
+        Err(e) => {
+            tracing::debug!(error = %e, "silent consumers not listed");
+            return;
+        }
+    };
+    for instance in silent {
+        let _ = bounded(
+            "forget silent consumer",
+            t,
+            sqlx::query(
+                "DELETE FROM consumers WHERE instance = ? \
+                 AND beat_at < CURRENT_TIMESTAMP(3) - INTERVAL ? SECOND",
+            )
+            .bind(&instance)
+            .bind(FORGET_AFTER.as_secs())
+            .execute(pool),
+        )
+        .await;
+    }
+}
+
 /// Consumers seen reading any claims stream within [`crate::flush::STALE_AFTER`] (XINFO
-/// CONSUMERS of each shard's groups) that have no live row: they cannot answer. An older
+/// CONSUMERS of each shard's groups) that have no row in `registered` (beat within
+/// [`MAYBE_ALIVE`]): they cannot answer. An older
 /// release (a rolling upgrade to this one) reads without a row; so does a process whose
 /// heartbeat stalled. Calling the handshake complete without them would drop the pause that
 /// covered them before it. Every shard is looked at, not only the SKU's: those are fenced
@@ -141,23 +198,9 @@ pub(crate) async fn flush(
 /// lost everything shows none. A consumer stopped cleanly a moment ago is named too (its
 /// row is gone, its reads are recent): that costs only the pause.
 async fn unregistered_readers(
-    pool: &MySqlPool,
     client: &StockClient,
-    t: Duration,
-) -> Result<BTreeSet<String>, ConsumerError> {
-    let registered: HashSet<String> = bounded(
-        "registered consumers",
-        t,
-        sqlx::query_scalar(
-            "SELECT name FROM consumers \
-             WHERE beat_at >= CURRENT_TIMESTAMP(3) - INTERVAL ? MICROSECOND",
-        )
-        .bind(crate::flush::STALE_AFTER.as_micros() as u64)
-        .fetch_all(pool),
-    )
-    .await?
-    .into_iter()
-    .collect();
+    registered: &HashSet<String>,
+) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
     for shard in 0..client.placement().shard_count() {
         // Any group: the rebuild does not know the deployment's group name.
@@ -177,5 +220,5 @@ async fn unregistered_readers(
             }
         }
     }
-    Ok(out)
+    out
 }

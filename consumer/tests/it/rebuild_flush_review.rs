@@ -164,3 +164,49 @@ async fn a_stream_reader_without_a_heartbeat_keeps_the_pause() {
     assert!(took >= opts.quiesce, "no pause: {took:?}");
     consumer.stop().await;
 }
+
+/// A consumer alive but with a stalled heartbeat (its beat waits on MySQL longer than the
+/// 3 s that make a row fresh; here a lock on its row holds it) is not among the consumers
+/// a rebuild waits for, though it may hold what it read before the loss. Another consumer
+/// answers at once. The rebuild must not call that complete: it names the stalled one and
+/// keeps the pause.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_whose_heartbeat_stalled_keeps_the_pause() {
+    let s = Stack::start().await;
+    let c = campaign(&s, 12_113, 4, 2, 1, 3600).await;
+    let mut stalled = s.cfg.clone();
+    stalled.consumer_name = "stalled".into();
+    let mut healthy = s.cfg.clone();
+    healthy.consumer_name = "healthy".into();
+    let stalled = start_consumer(stalled);
+    let healthy = start_consumer(healthy);
+    assert!(until(Duration::from_secs(5), || async { live(&s).await == 2 }).await);
+
+    let instance: String =
+        sqlx::query_scalar("SELECT instance FROM consumers WHERE name = 'stalled'")
+            .fetch_one(&s.pool)
+            .await
+            .unwrap();
+    // By primary key: only that row is locked.
+    let mut lock = s.pool.begin().await.unwrap();
+    sqlx::query("SELECT flushed FROM consumers WHERE instance = ? FOR UPDATE")
+        .bind(&instance)
+        .fetch_all(&mut *lock)
+        .await
+        .unwrap();
+    assert!(until(Duration::from_secs(6), || async { live(&s).await == 1 }).await);
+
+    let mut opts = rebuild_opts();
+    opts.quiesce = Duration::from_millis(1500);
+    let started = Instant::now();
+    let r = consumer::rebuild::rebuild(&s.pool, &s.client, c.sku, &opts)
+        .await
+        .unwrap();
+    let took = started.elapsed();
+    lock.rollback().await.unwrap();
+    assert_eq!(r.flush.consumers, 1, "{:?}", r.flush);
+    assert_eq!(r.flush.unanswered, ["stalled"], "{:?}", r.flush);
+    assert!(took >= opts.quiesce, "no pause: {took:?}");
+    healthy.stop().await;
+    stalled.stop().await;
+}
