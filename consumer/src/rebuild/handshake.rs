@@ -188,27 +188,33 @@ async fn forget_silent(pool: &MySqlPool, t: Duration) {
 
 /// Consumers seen reading any claims stream within [`crate::flush::STALE_AFTER`] (XINFO
 /// CONSUMERS of each shard's groups) that have no row in `registered` (beat within
-/// [`MAYBE_ALIVE`]): they cannot answer. An older
-/// release (a rolling upgrade to this one) reads without a row; so does a process whose
-/// heartbeat stalled. Calling the handshake complete without them would drop the pause that
-/// covered them before it. Every shard is looked at, not only the SKU's: those are fenced
-/// and, after a loss, empty, while such a consumer keeps reading the others (a cluster
-/// that lost one master). Not seen: readers of streams that stayed empty since the loss
-/// (Redis 7.0 lists a consumer once a read delivered it something), so a single Redis that
-/// lost everything shows none. A consumer stopped cleanly a moment ago is named too (its
-/// row is gone, its reads are recent): that costs only the pause.
+/// [`MAYBE_ALIVE`]): they cannot answer. An older release (a rolling upgrade to this one)
+/// reads without a row. Calling the handshake complete without them would drop the pause
+/// that covered them before it. Every shard is looked at, not only the SKU's: those are
+/// fenced and, after a loss, empty, while such a consumer keeps reading the others (a
+/// cluster that lost one master). Not seen: readers of streams that stayed empty since the
+/// loss (Redis 7.0 lists a consumer once a read delivered it something), so a single Redis
+/// that lost everything shows none. A consumer stopped cleanly a moment ago is named too
+/// (its row is gone, its reads are recent): that costs only the pause. The shards are
+/// asked concurrently, so a master that does not answer costs one timeout, not one per
+/// shard it holds.
 async fn unregistered_readers(
     client: &StockClient,
     registered: &HashSet<String>,
 ) -> BTreeSet<String> {
-    let mut out = BTreeSet::new();
-    for shard in 0..client.placement().shard_count() {
+    let asks = (0..client.placement().shard_count()).map(|shard| async move {
         // Any group: the rebuild does not know the deployment's group name.
         let stream = ShardStream::new(client, shard, "");
-        match stream
-            .recent_readers(client, crate::flush::STALE_AFTER)
-            .await
-        {
+        (
+            shard,
+            stream
+                .recent_readers(client, crate::flush::STALE_AFTER)
+                .await,
+        )
+    });
+    let mut out = BTreeSet::new();
+    for (shard, found) in futures::future::join_all(asks).await {
+        match found {
             Ok(names) => out.extend(names.into_iter().filter(|n| {
                 // The row keeps the first 128 characters of the name (`flush.rs`).
                 !registered.contains(&n.chars().take(128).collect::<String>())
