@@ -63,9 +63,8 @@ impl Heartbeat {
         }
     }
 
-    /// The first beat, before anything is read: every request so far is honoured. If it
-    /// fails, the first beat that gets through counts the requests raised by then as new
-    /// (and waits for what was read meanwhile).
+    /// The first beat, before anything is read: every request so far is honoured. The
+    /// service retries it until it succeeds before it starts reading (`service.rs`).
     pub async fn register(&mut self) -> Result<(), ConsumerError> {
         let seq = self.latest().await?;
         self.seen = seq;

@@ -82,8 +82,14 @@ pub async fn run(
         inflight.clone(),
         cfg.db_timeout,
     );
-    if let Err(e) = beat.register().await {
-        tracing::warn!(error = %e, "consumer not registered yet; the heartbeat retries");
+    // Nothing is read before the row exists: a rebuild neither waits for nor names a
+    // consumer it cannot see, so what such a one read could commit late unnoticed.
+    let mut backoff = Backoff::new(cfg.backoff_min, cfg.backoff_max);
+    while let Err(e) = beat.register().await {
+        tracing::warn!(error = %e, "consumer not registered yet; retrying before any read");
+        if !backoff.sleep(&mut sd).await {
+            return Ok(());
+        }
     }
     let (stop_beat, beat_stopped) = watch::channel(false);
     let mut heartbeat = JoinSet::new();

@@ -210,3 +210,35 @@ async fn a_consumer_whose_heartbeat_stalled_keeps_the_pause() {
     healthy.stop().await;
     stalled.stop().await;
 }
+
+/// A consumer that cannot register (MySQL fails its first beat; here the request counter is
+/// renamed away for a moment) must not read: no rebuild would wait for what it reads, nor
+/// name it. It reads once registered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_reads_nothing_before_it_is_registered() {
+    let s = Stack::start().await;
+    let c = campaign(&s, 12_114, 3, 1, 1, 3600).await;
+    let rename = |from: &str, to: &str| format!("RENAME TABLE {from} TO {to}");
+    sqlx::query(&rename("flush_requests", "flush_requests_away"))
+        .execute(&s.pool)
+        .await
+        .unwrap();
+    let consumer = start_consumer(s.cfg.clone());
+    assert!(matches!(
+        claim(&s, &c, "alice").await,
+        ClaimOutcome::Claimed { .. }
+    ));
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        stream_depth(&s).await,
+        (1, 0),
+        "alice was read by a consumer no rebuild knows of"
+    );
+    sqlx::query(&rename("flush_requests_away", "flush_requests"))
+        .execute(&s.pool)
+        .await
+        .unwrap();
+    assert!(until(Duration::from_secs(10), || async { live(&s).await == 1 }).await);
+    wait_rows(&s.pool, c.sku, 1, Duration::from_secs(10)).await;
+    consumer.stop().await;
+}
