@@ -35,10 +35,12 @@
 //!    before it until its block ends: the answer takes about `read_block` while the fence
 //!    keeps the streams idle.) A consumer that does not confirm within the bound (dead,
 //!    partitioned, stuck) is logged, counted in
-//!    `flashgate_consumer_rebuild_flush_unanswered_total` and named in the [`Report`], and
-//!    so is a stream reader with no live row (an older release, a stalled heartbeat; seen
-//!    only once a read delivered it something, see `rebuild/handshake.rs`); the rebuild then pauses `Options::quiesce` as before the handshake
-//!    (also when no consumer is registered) and goes on: what such a consumer commits
+//!    `flashgate_consumer_rebuild_flush_unanswered_total` and named in the [`Report`];
+//!    so, without a wait, is a consumer whose heartbeat went stale within the last minute
+//!    (it may be alive with a stalled beat) and a stream reader with no row (an older
+//!    release; seen only once a read delivered it something, `rebuild/handshake.rs`). The
+//!    rebuild then pauses `Options::quiesce` as before the handshake (also when no
+//!    consumer is registered) and goes on: what such a consumer commits
 //!    later is a late claim (`rebuild/late.rs`), recorded, not prevented. Also outside
 //!    the handshake: records read from a master the shard has already left (a consumer
 //!    still reading a partitioned old master after a failover), and `consumer redrive`

@@ -32,9 +32,10 @@ pub struct Flush {
     /// Consumers with a recent heartbeat when it was raised: the ones waited for.
     pub consumers: usize,
     /// Of those, the names of the ones that did not answer within the bound (dead,
-    /// partitioned, stuck), and the consumers seen reading the SKU's streams with no live
-    /// row (an older release during a rolling upgrade, a heartbeat that stalled): what
-    /// they commit later goes through `rebuild/late.rs`.
+    /// partitioned, stuck); with them, not waited for, a consumer whose heartbeat went
+    /// stale within [`MAYBE_ALIVE`] without answering, and one seen reading a claims
+    /// stream with no row (an older release during a rolling upgrade): what they commit
+    /// later goes through `rebuild/late.rs`.
     pub unanswered: Vec<String>,
     pub waited_ms: u64,
 }
