@@ -242,3 +242,66 @@ async fn a_consumer_reads_nothing_before_it_is_registered() {
     wait_rows(&s.pool, c.sku, 1, Duration::from_secs(10)).await;
     consumer.stop().await;
 }
+
+/// On a Redis Cluster the rebuild asks every master for its streams' readers: a registered
+/// consumer that answered is neither unknown nor unregistered, so the handshake is
+/// complete and no pause is taken; a reader with no row is named there too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_the_readers_are_listed_from_every_master() {
+    let s = ClusterStack::start(0).await;
+    let c = open_campaign(&s.pool, &s.client, 12_115, 4, 1, 1, 3600).await;
+    let consumer = start_consumer(s.cfg.clone());
+    let registered = || async {
+        sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM consumers")
+            .fetch_one(&s.pool)
+            .await
+            .unwrap()
+            == 1
+    };
+    assert!(until(Duration::from_secs(10), registered).await);
+
+    let mut opts = rebuild_opts();
+    opts.quiesce = Duration::from_millis(1500);
+    let r = consumer::rebuild::rebuild(&s.pool, &s.client, c.sku, &opts)
+        .await
+        .unwrap();
+    assert!(r.flush.complete(), "{:?}", r.flush);
+
+    // An older release holds a record read from one of the SKU's shards.
+    let shard = s.client.placement().shards_of(c.sku, c.width)[0];
+    let old = ShardStream::new(&s.client, shard, &s.cfg.group);
+    consumer.stop().await;
+    let req = shard_router::ClaimRequest {
+        sku: c.sku,
+        user: "alice".into(),
+        qty: 1,
+        request_id: None,
+    };
+    let home = s.client.placement().home_shard(c.sku, c.width, "alice");
+    assert_eq!(home, shard, "width 1: one shard");
+    assert!(matches!(
+        shard_router::protocol::claim(
+            &s.client,
+            &c.meta(),
+            &req,
+            &shard_router::protocol::LocalEmptyShards::default(),
+            shard_router::now_ms(),
+        )
+        .await
+        .unwrap(),
+        ClaimOutcome::Claimed { .. }
+    ));
+    let held = old
+        .read_new(&s.client, "old-release-2", 10, Duration::from_millis(10))
+        .await
+        .unwrap();
+    assert_eq!(held.len(), 1);
+    let r = consumer::rebuild::rebuild(&s.pool, &s.client, c.sku, &opts)
+        .await
+        .unwrap();
+    assert!(
+        r.flush.unanswered.iter().any(|n| n == "old-release-2"),
+        "{:?}",
+        r.flush
+    );
+}
