@@ -215,9 +215,9 @@ pub async fn list(pool: &MySqlPool, t: Duration) -> Result<Vec<u64>, ConsumerErr
 /// loss while a consumer still holds the campaign's first batch in memory; nothing tells
 /// the two apart. The rebuild path writes the split fenced, under the campaign row, with
 /// generation 1, so records claimed before it (generation 0) that commit later are counted
-/// as late claims. No quiesce then: with generation 0 no preheat of this version ran
-/// before, so no consumer holds records (a campaign preheated by an older version aside,
-/// whose records are still caught as late).
+/// as late claims. No flush handshake and no quiesce then: with generation 0 no preheat
+/// of this version ran before, so no consumer holds records (a campaign preheated by an
+/// older version aside, whose records are still caught as late).
 pub async fn preheat(
     pool: &MySqlPool,
     client: &StockClient,
@@ -257,6 +257,7 @@ pub async fn preheat_with(
     let first = !crate::rebuild::ledger_has_claims(pool, sku, t).await?;
     if first {
         opts.quiesce = Duration::ZERO;
+        opts.flush_wait = Duration::ZERO;
     }
     let r = crate::rebuild::rebuild(pool, client, sku, &opts).await?;
     Ok(r.slices

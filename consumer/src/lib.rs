@@ -16,7 +16,8 @@
 //! - [`reconcile`]: invariant `books-close` (docs/DESIGN.md) per SKU, exact under load; excess removal; stale holds.
 //! - [`wave`]: stock waves; [`closeout`]: closing report and Redis cleanup; [`times`]:
 //!   human times on the command line; [`series`]: closed SKUs' series left out of /metrics.
-//! - [`rebuild`]: Redis written back from the ledger after a loss (preheat, CLI, watch).
+//! - [`rebuild`]: Redis written back from the ledger after a loss (preheat, CLI, watch);
+//!   [`flush`]: the consumer's heartbeat and its half of the rebuild's flush handshake.
 //! - [`startup`]: waiting out a Redis that is still coming up.
 //! - [`admin`]: `/healthz`, `/metrics`, the token-protected admin API; [`health`]: the
 //!   MySQL and Redis probes behind `/healthz`.
@@ -31,6 +32,7 @@ pub mod config;
 pub mod db;
 mod error;
 pub mod final_answers;
+pub mod flush;
 pub mod health;
 pub mod housekeeping;
 pub mod inflight;

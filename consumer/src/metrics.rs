@@ -31,6 +31,9 @@ pub const STALE_HOLDS: &str = "flashgate_consumer_stale_holds_resolved_total";
 pub const CLOCK_SKEW_SECONDS: &str = "flashgate_consumer_clock_skew_seconds";
 /// Rebuilds of a SKU's Redis state from the ledger (`rebuild.rs`).
 pub const REBUILDS: &str = "flashgate_consumer_rebuilds_total";
+/// Counter: consumers that did not confirm a rebuild's flush request within its bound
+/// (`rebuild/handshake.rs`).
+pub const REBUILD_FLUSH_UNANSWERED: &str = "flashgate_consumer_rebuild_flush_unanswered_total";
 pub const REPLICA_UNCONFIRMED: &str = "flashgate_consumer_replica_unconfirmed_total";
 /// Histogram: how long entries waited for a replica before they could be committed.
 pub const REPLICA_WAIT_SECONDS: &str = "flashgate_consumer_replica_wait_seconds";
@@ -71,6 +74,7 @@ pub const DESCRIPTIONS: &[(&str, &str)] = &[
     (CLOCK_SKEW_SECONDS, "This consumer's clock minus Redis's TIME in seconds; holds and payment timeouts are decided by Redis's clock."),
     (REPLICA_WAIT_SECONDS, "How long read records waited for a replica to confirm them before they could be committed, in seconds."),
     (REBUILDS, "Rebuilds of a SKU's Redis state from the ledger (after Redis lost data, or by preheat/rebuild)."),
+    (REBUILD_FLUSH_UNANSWERED, "Consumers that did not confirm a rebuild's flush request: waited for up to the bound (dead, partitioned, stuck), or named without a wait (a heartbeat stale within the last minute, a stream reader with no heartbeat row such as an older release); the rebuild then pauses, and what they commit later is a late claim, counted after the rebuild."),
     (REPLICA_MASTER_CHANGED, "Read batches dropped (to be read again) because the shard's master changed before a replica confirmed them."),
 ];
 

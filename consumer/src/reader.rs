@@ -3,7 +3,7 @@
 //! channel. A slow ledger fills the channel and this loop waits on `send`: reading stalls
 //! at that bound instead of piling entries up in memory.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use shard_router::StockClient;
 use tokio::sync::{mpsc, watch};
@@ -38,7 +38,10 @@ pub async fn run(
     while !*shutdown.borrow() {
         // Not raced against shutdown: entries Redis hands over must reach the writer, or
         // they would wait for another consumer's XAUTOCLAIM. The block bounds the wait.
-        let asked = Instant::now();
+        // Registered before the read is sent and kept until its entries are in flight, so a
+        // flush cut taken meanwhile waits for them (`inflight.rs`, `flush.rs`).
+        let reading = inflight.begin();
+        let asked = reading.asked;
         let read = stream
             .read_new_under(&client, &cfg.consumer_name, cfg.read_count, cfg.read_block)
             .await;
@@ -48,6 +51,8 @@ pub async fn run(
                 e
             }
             Err(e) => {
+                // Nothing delivered: a flush cut must not wait out the backoff below.
+                drop(reading);
                 tracing::warn!(shard = stream.shard, error = %e, "xreadgroup failed; backing off");
                 if e.is_no_group() {
                     let _ = stream.ensure_group(&client).await;
@@ -80,8 +85,9 @@ pub async fn run(
         inflight.add(
             stream.shard,
             batch.iter().map(|d| d.entry_id.as_str()),
-            asked,
+            &reading,
         );
+        drop(reading);
         if must_wait {
             match replica
                 .confirm(&client, &read_under, &mut backoff, &mut shutdown)

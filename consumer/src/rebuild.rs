@@ -12,10 +12,39 @@
 //!    All shards are fenced before anything is read, so no second chance can take from a
 //!    shard whose records were already read. The lease is renewed while the rebuild runs
 //!    (`rebuild/lease.rs`).
-//! 2. **Quiesce** a moment, so a consumer that read entries just before a loss (they are
-//!    in its memory only) usually commits them before the read below. Not needed for
-//!    correctness (step 3 and `rebuild/late.rs` count whatever commits later), but a claim
-//!    committed later is counted only from then on, so the pause keeps that window rare.
+//! 2. **Flush** (`rebuild/handshake.rs`, `flush.rs`). A consumer that read entries before
+//!    the loss holds them in memory only; Redis forgot them, so step 3 cannot see them. The
+//!    rebuild raises a flush request in MySQL and waits, up to `Options::flush_wait`, until
+//!    every consumer whose heartbeat is recent confirms it: it confirms request N once
+//!    everything it read from any stream before it saw N is committed to the ledger (so
+//!    step 3 reads it), or dropped without a commit (a read batch whose master changed
+//!    before a replica confirmed it, `reader.rs`: never in the ledger, so never late; it
+//!    is read again from the new master if that has it, else lost as without a rebuild,
+//!    and its units went with the master that lost it). Entries a consumer reads after
+//!    seeing N were read after the fence, so after the loss: they are still in their
+//!    stream when step 3 reads it, because nothing removes an entry before its record is
+//!    committed (`lua/claim.lua` and `lua/take.lua` add without MAXLEN; `lua/stream_ack.lua`
+//!    acknowledges, XTRIMs below a floor every group has acknowledged and XDELs only ids
+//!    the writer committed; XAUTOCLAIM in `recovery.rs` moves pending entries between
+//!    consumers without removing them; a dead-lettered entry is copied before its removal
+//!    and step 3 reads the dead letters too). A batch committing those races step 3 on
+//!    the campaign row: before it, its rows are read; after it, its entries were in the
+//!    stream and the rebuild inserted them, so the batch finds them there. So when every
+//!    live consumer confirms, no claim the rebuild misses can commit after it, and no
+//!    fixed pause is taken. (A read blocked in XREADGROUP when N is seen counts as read
+//!    before it until its block ends: the answer takes about `read_block` while the fence
+//!    keeps the streams idle.) A consumer that does not confirm within the bound (dead,
+//!    partitioned, stuck) is logged, counted in
+//!    `flashgate_consumer_rebuild_flush_unanswered_total` and named in the [`Report`];
+//!    so, without a wait, is a consumer whose heartbeat went stale within the last minute
+//!    (it may be alive with a stalled beat) and a stream reader with no row (an older
+//!    release; seen only once a read delivered it something, `rebuild/handshake.rs`). The
+//!    rebuild then pauses `Options::quiesce` as before the handshake (also when no
+//!    consumer is registered) and goes on: what such a consumer commits
+//!    later is a late claim (`rebuild/late.rs`), recorded, not prevented. Also outside
+//!    the handshake: records read from a master the shard has already left (a consumer
+//!    still reading a partitioned old master after a failover), and `consumer redrive`
+//!    running during the rebuild (it holds dead letters in memory the same way).
 //! 3. **Read under the campaign row, in one transaction:** `SELECT … FOR UPDATE` on the
 //!    campaign row (every batch takes it shared first, `ledger.rs`), then the streams and
 //!    dead letters; the claims found there are inserted into the ledger (`ledger::store`,
@@ -50,6 +79,7 @@
 //! fenced (claims answer "not preheated", nothing oversells) until a rebuild runs again;
 //! every step is idempotent, so running it again is the repair.
 
+pub mod handshake;
 mod image;
 pub mod late;
 mod lease;
@@ -84,7 +114,10 @@ pub struct Options {
     /// How long the fence holds a shard against other rebuilds; a crashed rebuild blocks
     /// the next one this long. Renewed every third of it while the rebuild runs.
     pub lease: Duration,
-    /// Pause between fence and read (see step 2 above).
+    /// Longest wait for the consumers' flush confirmations (step 2 above); zero skips the
+    /// handshake.
+    pub flush_wait: Duration,
+    /// Pause between fence and read when the handshake did not complete (step 2 above).
     pub quiesce: Duration,
     /// Bound on each MySQL statement (also on the wait for the campaign row).
     pub db_timeout: Duration,
@@ -98,10 +131,12 @@ pub struct Options {
 impl Options {
     pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
     pub const DEFAULT_QUIESCE: Duration = Duration::from_secs(1);
+    pub const DEFAULT_FLUSH_WAIT: Duration = Duration::from_secs(5);
 
     pub fn new(db_timeout: Duration) -> Self {
         Self {
             lease: Self::DEFAULT_LEASE,
+            flush_wait: Self::DEFAULT_FLUSH_WAIT,
             quiesce: Self::DEFAULT_QUIESCE,
             db_timeout,
             ledger_page: sources::LEDGER_PAGE,
@@ -131,6 +166,8 @@ pub struct Report {
     pub users: usize,
     pub released: usize,
     pub answers: usize,
+    /// The flush handshake (step 2): consumers waited for, and those that did not answer.
+    pub flush: handshake::Flush,
 }
 
 /// Rebuilds every shard of `sku` from the ledger. See the module comment for the steps.
@@ -178,7 +215,10 @@ pub async fn rebuild(
         opts.lease,
     );
     tracing::info!(sku, %token, shards = shards.len(), "rebuild: shards fenced");
-    tokio::time::sleep(opts.quiesce).await;
+    let flush = handshake::flush(pool, client, sku, opts.flush_wait, t).await?;
+    if !flush.complete() {
+        tokio::time::sleep(opts.quiesce).await;
+    }
 
     let mut tx = bounded("begin", t, pool.begin()).await?;
     // Batches of this SKU wait from here to the commit (they take the row shared first).
@@ -306,6 +346,7 @@ pub async fn rebuild(
         users: img.shards.iter().map(|s| s.users.len()).sum(),
         released: img.shards.iter().map(|s| s.released_stock.len()).sum(),
         answers: img.answers.len(),
+        flush,
     };
     let detail = serde_json::to_string(&report).unwrap_or_default();
     if report.oversold > 0 {

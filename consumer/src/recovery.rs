@@ -129,7 +129,8 @@ impl Recovery {
             }
             c => c,
         };
-        let asked = Instant::now();
+        // Registered before XAUTOCLAIM is sent (see `inflight.rs`); dropped on every return.
+        let reading = self.inflight.begin();
         let reply = s
             .autoclaim(
                 &self.client,
@@ -194,7 +195,7 @@ impl Recovery {
                 "took over idle entries"
             );
             self.inflight
-                .add(s.shard, take.iter().map(|d| d.entry_id.as_str()), asked);
+                .add(s.shard, take.iter().map(|d| d.entry_id.as_str()), &reading);
         }
         Ok(take)
     }

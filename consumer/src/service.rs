@@ -1,7 +1,8 @@
 //! Wiring of the consumer service: one reader and one recovery loop per shard, one batch
 //! writer, the release sweep, periodic reconciliation and the admin listener, all stopped
-//! by one shutdown signal. Drain order: readers stop → the writer flushes the open batch
-//! and acknowledges what committed → background loops end.
+//! by one shutdown signal, and the heartbeat of the rebuild's flush handshake (`flush.rs`).
+//! Drain order: readers stop → the writer flushes the open batch and acknowledges what
+//! committed → the heartbeat deregisters → background loops end.
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
@@ -18,6 +19,7 @@ use crate::admin::{self, Admin};
 use crate::backoff::Backoff;
 use crate::config::Config;
 use crate::error::ConsumerError;
+use crate::flush::Heartbeat;
 use crate::health::{self, Health};
 use crate::inflight::InFlight;
 use crate::recovery::Recovery;
@@ -72,6 +74,26 @@ pub async fn run(
     tracing::info!(consumer = %cfg.consumer_name, shards = cfg.shards, "consumer started");
 
     let inflight = InFlight::default();
+    // Registered before the first read, so a rebuild waits for whatever this process reads
+    // (`flush.rs`); it beats until the writer drained, then deregisters.
+    let mut beat = Heartbeat::new(
+        pool.clone(),
+        &cfg.consumer_name,
+        inflight.clone(),
+        cfg.db_timeout,
+    );
+    // Nothing is read before the row exists: a rebuild neither waits for nor names a
+    // consumer it cannot see, so what such a one read could commit late unnoticed.
+    let mut backoff = Backoff::new(cfg.backoff_min, cfg.backoff_max);
+    while let Err(e) = beat.register().await {
+        tracing::warn!(error = %e, "consumer not registered yet; retrying before any read");
+        if !backoff.sleep(&mut sd).await {
+            return Ok(());
+        }
+    }
+    let (stop_beat, beat_stopped) = watch::channel(false);
+    let mut heartbeat = JoinSet::new();
+    heartbeat.spawn(beat.run(beat_stopped));
     let db_healthy = Arc::new(AtomicBool::new(true));
     let (tx, rx) = mpsc::channel(cfg.channel_capacity);
 
@@ -180,6 +202,9 @@ pub async fn run(
     }
     feeders.abort_all();
     let bg_grace = Duration::from_secs(2);
+    let _ = stop_beat.send(true);
+    let _ = tokio::time::timeout(bg_grace + cfg.db_timeout, heartbeat.join_next()).await;
+    heartbeat.abort_all();
     let _ = tokio::time::timeout(bg_grace, async {
         while background.join_next().await.is_some() {}
     })

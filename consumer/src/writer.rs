@@ -45,6 +45,9 @@ struct Source {
     open: bool,
     /// Batches drawn so far: the next batch's place in the settling order.
     drawn: u64,
+    /// Flush cuts (`inflight.rs`): a rebuild waits for what this process holds, so an open
+    /// batch is closed at once instead of after `batch_max_wait`.
+    cuts: watch::Receiver<u64>,
 }
 
 impl Source {
@@ -65,11 +68,18 @@ impl Source {
             }
         }
         let deadline = tokio::time::Instant::now() + max_wait;
+        // A cut not seen yet closes this batch at once, also one taken while the queue was
+        // empty: an entry that arrived since may come from a read sent before it (a reply
+        // on its way, a replica wait), and the flush waits for it. At worst one batch
+        // closes early.
         while self.open && self.queue.len() < max_rows {
-            match tokio::time::timeout_at(deadline, self.rx.recv()).await {
-                Ok(Some(v)) => self.queue.extend(v),
-                Ok(None) => self.open = false,
-                Err(_) => break,
+            tokio::select! {
+                r = tokio::time::timeout_at(deadline, self.rx.recv()) => match r {
+                    Ok(Some(v)) => self.queue.extend(v),
+                    Ok(None) => self.open = false,
+                    Err(_) => break,
+                },
+                Ok(()) = self.cuts.changed() => break,
             }
         }
         let n = self.queue.len().min(max_rows);
@@ -89,6 +99,7 @@ impl Writer {
             queue: VecDeque::new(),
             open: true,
             drawn: 0,
+            cuts: me.inflight.cuts(),
         }));
         let turns = Arc::new(watch::channel(0u64).0);
         let (stop_sweep, sweeping) = tokio::sync::watch::channel(false);
@@ -197,6 +208,10 @@ impl Writer {
         started: Instant,
         turn: Turn,
     ) {
+        // Committed: no flush waits for these any more (the late apply and XACK below
+        // may take a while; a rebuild reads them from the ledger).
+        self.inflight
+            .committed(batch.iter().map(|d| (d.shard, d.entry_id.as_str())));
         if !outcome.late.is_empty() {
             // First, so the rebuilt slices stop offering these units as soon as possible;
             // a failure here is repaired by the sweep (`late_claims` has them).

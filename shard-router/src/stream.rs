@@ -250,6 +250,54 @@ impl ShardStream {
         Ok(pruned)
     }
 
+    /// Names of the consumers, in any group of this stream, whose idle time (XINFO
+    /// CONSUMERS) is under `within`: the processes reading it now. Redis 7.0 lists a
+    /// consumer only once a read delivered it something, so readers of a stream that
+    /// stayed empty are not seen. A stream that does not exist has none.
+    pub async fn recent_readers(
+        &self,
+        client: &StockClient,
+        within: Duration,
+    ) -> Result<Vec<String>, StockError> {
+        let mut conn = client.conn();
+        let groups: Result<redis::streams::StreamInfoGroupsReply, StockError> = client
+            .bounded(
+                "xinfo groups",
+                redis::cmd("XINFO")
+                    .arg("GROUPS")
+                    .arg(&self.key)
+                    .query_async(&mut conn),
+            )
+            .await;
+        let groups = match groups {
+            Ok(g) => g.groups,
+            Err(StockError::Redis { source, .. }) if source.to_string().contains("no such key") => {
+                return Ok(Vec::new())
+            }
+            Err(e) => return Err(e),
+        };
+        let mut out = Vec::new();
+        for g in groups {
+            let info: redis::streams::StreamInfoConsumersReply = client
+                .bounded(
+                    "xinfo consumers",
+                    redis::cmd("XINFO")
+                        .arg("CONSUMERS")
+                        .arg(&self.key)
+                        .arg(&g.name)
+                        .query_async(&mut conn),
+                )
+                .await?;
+            out.extend(
+                info.consumers
+                    .into_iter()
+                    .filter(|c| (c.idle as u128) < within.as_millis())
+                    .map(|c| c.name),
+            );
+        }
+        Ok(out)
+    }
+
     /// Stream length, the group's pending count, and when the oldest pending entry was
     /// added (ms, from its id).
     pub async fn depth(&self, client: &StockClient) -> Result<Depth, StockError> {

@@ -1,8 +1,9 @@
 //! Late claims: acknowledged before a rebuild from the ledger, committed only after it.
 //!
 //! A consumer that read entries just before Redis lost its data holds them in memory only;
-//! when its batch commits after a rebuild read the ledger (slow MySQL, a stalled consumer),
-//! the rebuilt shards count those units nowhere. Three rules make that decidable and
+//! when its batch commits after a rebuild read the ledger (a consumer that did not answer
+//! the rebuild's flush request in time, `rebuild/handshake.rs`: dead, partitioned,
+//! stalled), the rebuilt shards count those units nowhere. Three rules make that decidable and
 //! repaired (docs/DESIGN.md, "Rebuild from the ledger"):
 //! 1. The rebuild holds the campaign row (`FOR UPDATE`) while it reads the streams and the
 //!    ledger, inserts every in-flight claim it found into the ledger and bumps

@@ -14,6 +14,8 @@ mod ledger;
 mod lifecycle;
 mod rebuild;
 mod rebuild_debt;
+mod rebuild_flush;
+mod rebuild_flush_review;
 mod rebuild_late;
 mod rebuild_lease;
 mod rebuild_review;

@@ -55,7 +55,7 @@ async fn own_entries_stay_fresh_while_taken_over_work_waits_for_the_writer() {
     assert_eq!((dead.len(), mine.len()), (1, 1));
     let mine = mine[0].id.clone();
     let inflight = InFlight::default();
-    inflight.add(st.shard, [mine.as_str()], Instant::now());
+    inflight.add(st.shard, [mine.as_str()], &inflight.begin());
     // The writer is stuck (a slow ledger): its channel is full and nobody takes from it.
     let (tx, _rx) = mpsc::channel(1);
     tx.send(Vec::new()).await.unwrap();

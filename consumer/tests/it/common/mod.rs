@@ -101,6 +101,11 @@ impl Running {
         self.task.is_finished()
     }
 
+    /// Ends it at once, as a crash would: nothing drains, nothing deregisters.
+    pub(crate) fn kill(self) {
+        self.task.abort();
+    }
+
     pub(crate) async fn stop(self) {
         let _ = self.stop.send(true);
         tokio::time::timeout(Duration::from_secs(20), self.task)

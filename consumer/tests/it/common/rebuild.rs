@@ -119,3 +119,29 @@ pub(crate) async fn schedule_wave_now(s: &Stack, sku: u64, id: &str, units: u64)
     consumer::wave::schedule(&s.pool, &w, T).await.unwrap();
     now
 }
+
+/// Polls until `cond` holds (or `limit`, stretched by `test_support::slack`, passes);
+/// returns whether it did.
+pub(crate) async fn until<F, Fut>(limit: Duration, mut cond: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = std::time::Instant::now() + test_support::slack(limit);
+    while std::time::Instant::now() < deadline {
+        if cond().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    false
+}
+
+/// Consumers registered with a recent heartbeat (`consumer/src/flush.rs`).
+pub(crate) async fn live(s: &Stack) -> i64 {
+    s.count(
+        "SELECT COUNT(*) FROM consumers \
+         WHERE beat_at >= CURRENT_TIMESTAMP(3) - INTERVAL 3 SECOND",
+    )
+    .await
+}
