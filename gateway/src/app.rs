@@ -27,5 +27,7 @@ pub(crate) struct App {
     /// Ablation switches (`--no-sold-out-cache`, `--no-second-chance`).
     pub(crate) sold_out_cache: bool,
     pub(crate) second_chance: bool,
+    /// `--replay-filter-max-users` (0: off).
+    pub(crate) replay_filter_max_users: u64,
     pub(crate) metrics: PrometheusHandle,
 }

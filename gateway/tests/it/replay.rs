@@ -63,7 +63,8 @@ async fn replay_after_sell_out_on_both_gateways() {
     assert_eq!(there.status, StatusCode::OK, "{}", there.body);
     assert_eq!(claim_fields(&there.body), claim_fields(&first.body));
 
-    // New requests are sold out: with a request_id after one replay read...
+    // New requests are sold out: with a request_id after a replay read (or from the
+    // replay filter once it is read, tests/it/replay_filter.rs)...
     let new = gw
         .claim(json!({"sku": meta.sku, "user": "bob", "request_id": "r2"}))
         .await;

@@ -1,0 +1,133 @@
+//! "This user never won here": once a SKU is cached sold out on every shard, the users that
+//! may have a stored answer are read from Redis once (`shard-router/src/replay_users.rs`),
+//! and a request id of any other user is answered 410 from memory instead of with a replay
+//! read (invariant `replay`, docs/DESIGN.md "Replay after sell-out").
+//!
+//! The set belongs to one [`crate::cache::SkuState`] and goes with it: dropped on every
+//! event about the SKU (`empty`, `restock`, `live`, `replay`), on a resync (the subscriber
+//! reconnected: events may have been missed), when the state is served stale, and with the
+//! cache entry when it expires. It is consulted only while the subscriber is connected.
+//! A read that an event overtook is discarded (the epoch below), so a set is only ever
+//! installed over the state it was read for.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use shard_router::{ReplayUsers, StockClient};
+
+use crate::cache::SkuState;
+use crate::metrics::CACHE_EVENTS;
+
+/// How long a read that found the SKU moving (a slice not empty, a shard changing under
+/// it) or failed is not tried again.
+const RETRY_AFTER: Duration = Duration::from_secs(1);
+
+#[derive(Debug, Default)]
+enum Known {
+    #[default]
+    Unread,
+    Reading,
+    Users(HashSet<String>),
+    /// Not usable until the instant (`None`: until dropped, e.g. too many users).
+    Unusable(Option<Instant>),
+}
+
+/// The per-SKU filter. `epoch` counts drops, so a read started before one is discarded.
+#[derive(Debug, Default)]
+pub(crate) struct ReplayFilter {
+    known: RwLock<Known>,
+    epoch: AtomicU64,
+}
+
+impl ReplayFilter {
+    /// Forgets what was read (an event about the SKU, a resync, a stale state).
+    pub(crate) fn drop_users(&self) {
+        let mut known = self.known.write().unwrap_or_else(|e| e.into_inner());
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+        if !matches!(*known, Known::Unread) {
+            event("replay_filter_dropped");
+        }
+        *known = Known::Unread;
+    }
+
+    /// True only when the set is read and `user` is not in it: no stored answer can exist
+    /// for any request id of `user`. Starts a read when none is there yet.
+    pub(crate) fn never_won(
+        &self,
+        state: &Arc<SkuState>,
+        client: &StockClient,
+        cap: u64,
+        user: &str,
+    ) -> bool {
+        {
+            let known = self.known.read().unwrap_or_else(|e| e.into_inner());
+            match &*known {
+                Known::Users(users) => return !users.contains(user),
+                Known::Reading => return false,
+                Known::Unusable(None) => return false,
+                Known::Unusable(Some(until)) if Instant::now() < *until => return false,
+                Known::Unusable(Some(_)) | Known::Unread => {}
+            }
+        }
+        self.start_read(state, client, cap);
+        false
+    }
+
+    fn start_read(&self, state: &Arc<SkuState>, client: &StockClient, cap: u64) {
+        let mut known = self.known.write().unwrap_or_else(|e| e.into_inner());
+        let retry = match &*known {
+            Known::Unread => true,
+            Known::Unusable(Some(until)) => Instant::now() >= *until,
+            _ => false,
+        };
+        // Checked under the lock an event's drop takes: a `restock` applied before this is
+        // seen here, one applied after bumps the epoch the read is installed against.
+        if !retry || !state.all_empty() {
+            return;
+        }
+        *known = Known::Reading;
+        let epoch = self.epoch.load(Ordering::Acquire);
+        let (state, client) = (state.clone(), client.clone());
+        event("replay_filter_read");
+        tokio::spawn(async move {
+            let meta = &state.meta;
+            let read = client.replay_users(meta.sku, meta.width, cap).await;
+            let f = &state.replay;
+            let mut known = f.known.write().unwrap_or_else(|e| e.into_inner());
+            if f.epoch.load(Ordering::Acquire) != epoch || !state.all_empty() {
+                return;
+            }
+            *known = match read {
+                Ok(ReplayUsers::Users(users)) => {
+                    event("replay_filter_loaded");
+                    Known::Users(users)
+                }
+                Ok(ReplayUsers::TooMany(n)) => {
+                    tracing::info!(
+                        sku = meta.sku,
+                        users = n,
+                        cap,
+                        "replay filter not loaded: too many users"
+                    );
+                    event("replay_filter_too_many");
+                    Known::Unusable(None)
+                }
+                Ok(ReplayUsers::Moving) => {
+                    event("replay_filter_moving");
+                    Known::Unusable(Some(Instant::now() + RETRY_AFTER))
+                }
+                Err(e) => {
+                    tracing::debug!(sku = meta.sku, error = %e, "replay filter read failed");
+                    event("replay_filter_error");
+                    Known::Unusable(Some(Instant::now() + RETRY_AFTER))
+                }
+            };
+        });
+    }
+}
+
+fn event(kind: &'static str) {
+    metrics::counter!(CACHE_EVENTS, "event" => kind).increment(1);
+}

@@ -1,0 +1,241 @@
+//! The replay filter (`gateway/src/replay_filter.rs`, docs/DESIGN.md "Replay after
+//! sell-out"): once a SKU is sold out on every shard, a request id of a user that never won
+//! it is answered 410 from memory, no Redis call; a user that won still gets the first
+//! answer, on any gateway, after a reroute, after a restock and sell-out again, and after
+//! Redis lost everything and was rebuilt from the ledger.
+
+use std::time::{Duration, Instant};
+
+use crate::common::ledger::*;
+use crate::common::*;
+use consumer::campaign::{self, Campaign};
+use hyper::StatusCode;
+use serde_json::{json, Value};
+use shard_router::{keys, now_ms, SkuMeta};
+use test_support::RedisServer;
+
+/// The claim answer fields a replay must repeat.
+fn claim_fields(v: &Value) -> Value {
+    json!([v["status"], v["claim_id"], v["sku"], v["shard"], v["qty"]])
+}
+
+/// Every command a claim, a replay read or a filter read could issue.
+fn calls(redis: &RedisServer) -> u64 {
+    command_calls(
+        redis,
+        &[
+            "evalsha", "eval", "hmget", "get", "fcall", "hlen", "hget", "hscan",
+        ],
+    )
+}
+
+/// Sends request ids of users that never claimed until one is answered 410 without a Redis
+/// call: the gateway's filter is read. Every answer on the way must be 410.
+async fn wait_filter(gw: &Gateway, redis: &RedisServer, sku: u64, tag: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for n in 0.. {
+        let before = calls(redis);
+        let user = format!("probe-{tag}-{n}");
+        let a = gw
+            .claim(json!({"sku": sku, "user": user, "request_id": "p"}))
+            .await;
+        assert_eq!(a.status, StatusCode::GONE, "{}", a.body);
+        if calls(redis) == before {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{tag}: the filter was never read"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// `n` new request ids of users that never claimed: all 410, no Redis call.
+async fn new_ids_cost_nothing(gw: &Gateway, redis: &RedisServer, sku: u64, tag: &str) {
+    let before = calls(redis);
+    for i in 0..20 {
+        let a = gw
+            .claim(json!({"sku": sku, "user": format!("new-{tag}-{i}"), "request_id": "n"}))
+            .await;
+        assert_eq!(a.status, StatusCode::GONE, "{tag}: {}", a.body);
+    }
+    assert_eq!(calls(redis), before, "{tag}: new request ids reached Redis");
+}
+
+/// A retry of `first` (user, request id) on `gw`: 200 with the first answer.
+async fn replays(gw: &Gateway, sku: u64, user: &str, rid: &str, first: &Value, what: &str) {
+    let a = gw
+        .claim(json!({"sku": sku, "user": user, "request_id": rid}))
+        .await;
+    assert_eq!(a.status, StatusCode::OK, "{what}: {}", a.body);
+    assert_eq!(claim_fields(&a.body), claim_fields(first), "{what}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_request_ids_after_sell_out_cost_no_redis_call_and_winners_still_replay() {
+    let redis = RedisServer::start();
+    let stock = stock_client(&redis.url(), false).await;
+    let meta = preheat(&stock, 8301, 1, 1, 1).await;
+    let gw = Gateway::start(config(&redis.url(), false)).await;
+    let first = gw
+        .claim(json!({"sku": meta.sku, "user": "alice", "request_id": "r1"}))
+        .await;
+    assert_eq!(first.status, StatusCode::CREATED, "{}", first.body);
+    wait_sold_out(gw.api, meta.sku, true, "the sell-out event").await;
+
+    // A second gateway that never saw the answer.
+    let other = Gateway::start(config(&redis.url(), false)).await;
+    wait_sold_out(other.api, meta.sku, true, "the second gateway's load").await;
+    for (g, tag) in [(&gw, "first"), (&other, "second")] {
+        wait_filter(g, &redis, meta.sku, tag).await;
+        new_ids_cost_nothing(g, &redis, meta.sku, tag).await;
+        replays(g, meta.sku, "alice", "r1", &first.body, tag).await;
+        // The winner's other request ids still read Redis, and are sold out.
+        let a = g
+            .claim(json!({"sku": meta.sku, "user": "alice", "request_id": "r2"}))
+            .await;
+        assert_eq!(a.status, StatusCode::GONE, "{tag}: {}", a.body);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rerouted_success_replays_on_a_gateway_that_read_the_filter_after_sell_out() {
+    let redis = RedisServer::start();
+    let stock = stock_client(&redis.url(), false).await;
+    let meta = preheat(&stock, 8302, 2, 2, 1).await;
+    let shards = stock.placement().shards_of(meta.sku, meta.width);
+    let homed = |prefix: &str| {
+        (0..)
+            .map(|n| format!("{prefix}{n}"))
+            .find(|u| stock.placement().home_shard(meta.sku, meta.width, u) == shards[0])
+            .unwrap()
+    };
+    let gw = Gateway::start(config(&redis.url(), false)).await;
+    // Empty the home shard with a claim that stores no answer.
+    let drain = gw
+        .claim(json!({"sku": meta.sku, "user": homed("drain")}))
+        .await;
+    assert_eq!(drain.status, StatusCode::CREATED, "{}", drain.body);
+    // Hold on the empty home, take on the other shard, answer stored on the home.
+    let user = homed("u");
+    let first = gw
+        .claim(json!({"sku": meta.sku, "user": user, "request_id": "r1"}))
+        .await;
+    assert_eq!(first.status, StatusCode::CREATED, "{}", first.body);
+    assert_eq!(
+        first.body["shard"],
+        json!(shards[1]),
+        "rerouted: {}",
+        first.body
+    );
+    wait_sold_out(gw.api, meta.sku, true, "the sell-out").await;
+
+    let other = Gateway::start(config(&redis.url(), false)).await;
+    wait_sold_out(other.api, meta.sku, true, "the second gateway's load").await;
+    wait_filter(&other, &redis, meta.sku, "second").await;
+    new_ids_cost_nothing(&other, &redis, meta.sku, "second").await;
+    replays(
+        &other,
+        meta.sku,
+        &user,
+        "r1",
+        &first.body,
+        "rerouted, second gateway",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restock_drops_the_filter() {
+    let redis = RedisServer::start();
+    let stock = stock_client(&redis.url(), false).await;
+    let meta: SkuMeta = preheat(&stock, 8303, 1, 1, 1).await;
+    let gw = Gateway::start(config(&redis.url(), false)).await;
+    let other = Gateway::start(config(&redis.url(), false)).await;
+    let first = gw
+        .claim(json!({"sku": meta.sku, "user": "alice", "request_id": "r1"}))
+        .await;
+    assert_eq!(first.status, StatusCode::CREATED, "{}", first.body);
+    for g in [&gw, &other] {
+        wait_sold_out(g.api, meta.sku, true, "the sell-out").await;
+    }
+    wait_filter(&other, &redis, meta.sku, "before the restock").await;
+
+    // A unit comes back (as a release or a wave does: slice up, `restock` published).
+    restock_silently(&redis, &stock, &meta);
+    let shard = stock.placement().shards_of(meta.sku, meta.width)[0];
+    redis::cmd("PUBLISH")
+        .arg(keys::EVENTS_CHANNEL)
+        .arg(format!("restock {} {shard}", meta.sku))
+        .query::<i64>(&mut redis.connection())
+        .unwrap();
+    for g in [&gw, &other] {
+        wait_sold_out(g.api, meta.sku, false, "the restock").await;
+    }
+    // Carol wins it on the first gateway; the SKU is sold out again.
+    let carol = gw
+        .claim(json!({"sku": meta.sku, "user": "carol", "request_id": "r3"}))
+        .await;
+    assert_eq!(carol.status, StatusCode::CREATED, "{}", carol.body);
+    wait_sold_out(other.api, meta.sku, true, "the second sell-out").await;
+    // The second gateway read its filter before carol won: it must not answer from it.
+    replays(
+        &other,
+        meta.sku,
+        "carol",
+        "r3",
+        &carol.body,
+        "after the restock",
+    )
+    .await;
+    wait_filter(&other, &redis, meta.sku, "after the restock").await;
+    replays(&other, meta.sku, "carol", "r3", &carol.body, "read again").await;
+    replays(&other, meta.sku, "alice", "r1", &first.body, "read again").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_success_replays_after_redis_lost_everything_and_a_rebuild() {
+    let redis = RedisServer::start();
+    let l = ledger(&redis).await;
+    let now = now_ms();
+    let c = Campaign {
+        sku: 8304,
+        name: "replay-filter-rebuild".into(),
+        stock: 1,
+        width: 1,
+        limit: 1,
+        start_ms: now - 1000,
+        end_ms: now + 600_000,
+        payment_timeout_s: 600,
+    };
+    campaign::put(&l.pool, &c, SHARDS, T).await.unwrap();
+    campaign::preheat(&l.pool, &l.client, c.sku, T)
+        .await
+        .unwrap();
+    let gw = Gateway::start(config(&redis.url(), false)).await;
+    let first = gw
+        .claim(json!({"sku": c.sku, "user": "alice", "request_id": "r1"}))
+        .await;
+    assert_eq!(first.status, StatusCode::CREATED, "{}", first.body);
+    ingest_and_confirm(&l, c.sku, 1).await;
+    wait_sold_out(gw.api, c.sku, true, "the sell-out").await;
+    wait_filter(&gw, &redis, c.sku, "before the loss").await;
+
+    // Redis loses everything; the campaign is rebuilt from the ledger.
+    redis::cmd("FLUSHALL")
+        .query::<()>(&mut redis.connection())
+        .unwrap();
+    campaign::preheat(&l.pool, &l.client, c.sku, T)
+        .await
+        .unwrap();
+
+    // A gateway whose filter is read after the rebuild, and the one that read it before.
+    let fresh = Gateway::start(config(&redis.url(), false)).await;
+    wait_sold_out(fresh.api, c.sku, true, "the fresh gateway's load").await;
+    for (g, tag) in [(&fresh, "fresh"), (&gw, "running")] {
+        wait_filter(g, &redis, c.sku, tag).await;
+        new_ids_cost_nothing(g, &redis, c.sku, tag).await;
+        replays(g, c.sku, "alice", "r1", &first.body, tag).await;
+    }
+}
