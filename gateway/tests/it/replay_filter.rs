@@ -239,3 +239,55 @@ async fn a_success_replays_after_redis_lost_everything_and_a_rebuild() {
         replays(g, c.sku, "alice", "r1", &first.body, tag).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_event_drops_the_filter() {
+    let redis = RedisServer::start();
+    let stock = stock_client(&redis.url(), false).await;
+    let meta = preheat(&stock, 8305, 1, 1, 1).await;
+    let gw = Gateway::start(config(&redis.url(), false)).await;
+    let first = gw
+        .claim(json!({"sku": meta.sku, "user": "alice", "request_id": "r1"}))
+        .await;
+    assert_eq!(first.status, StatusCode::CREATED, "{}", first.body);
+    wait_sold_out(gw.api, meta.sku, true, "the sell-out").await;
+    wait_filter(&gw, &redis, meta.sku, "before").await;
+
+    // What lua/rebuild_late.lua writes for a late claim on the user's home (its `useq`
+    // field and its answer, in one step), and the event it publishes.
+    let home = stock.placement().home_shard(meta.sku, meta.width, "dave");
+    let k = keys::ShardKeys::new(stock.placement(), home, meta.sku);
+    let answer = format!("{home}-1-0|{home}|1");
+    let mut c = redis.connection();
+    redis::pipe()
+        .cmd("HSET")
+        .arg(k.user_seq())
+        .arg("dave")
+        .arg(1)
+        .ignore()
+        .cmd("SET")
+        .arg(k.request("dave", Some("r4")))
+        .arg(&answer)
+        .ignore()
+        .cmd("PUBLISH")
+        .arg(keys::EVENTS_CHANNEL)
+        .arg(format!("replay {}", meta.sku))
+        .ignore()
+        .query::<()>(&mut c)
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let a = gw
+            .claim(json!({"sku": meta.sku, "user": "dave", "request_id": "r4"}))
+            .await;
+        if a.status == StatusCode::OK {
+            assert_eq!(a.body["claim_id"], json!(format!("{home}-1-0")), "{}", a.body);
+            break;
+        }
+        assert_eq!(a.status, StatusCode::GONE, "{}", a.body);
+        assert!(Instant::now() < deadline, "the late claim's answer never replayed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    wait_filter(&gw, &redis, meta.sku, "after").await;
+    replays(&gw, meta.sku, "alice", "r1", &first.body, "after").await;
+}
