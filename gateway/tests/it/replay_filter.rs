@@ -281,11 +281,19 @@ async fn a_replay_event_drops_the_filter() {
             .claim(json!({"sku": meta.sku, "user": "dave", "request_id": "r4"}))
             .await;
         if a.status == StatusCode::OK {
-            assert_eq!(a.body["claim_id"], json!(format!("{home}-1-0")), "{}", a.body);
+            assert_eq!(
+                a.body["claim_id"],
+                json!(format!("{home}-1-0")),
+                "{}",
+                a.body
+            );
             break;
         }
         assert_eq!(a.status, StatusCode::GONE, "{}", a.body);
-        assert!(Instant::now() < deadline, "the late claim's answer never replayed");
+        assert!(
+            Instant::now() < deadline,
+            "the late claim's answer never replayed"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     wait_filter(&gw, &redis, meta.sku, "after").await;
