@@ -2,7 +2,7 @@
 //! sell-out"): once a SKU is sold out on every shard, a request id of a user that never won
 //! it is answered 410 from memory, no Redis call; a user that won still gets the first
 //! answer, on any gateway, after a reroute, after a restock and sell-out again, and after
-//! Redis lost everything and was rebuilt from the ledger.
+//! Redis lost everything and was rebuilt from the ledger; on a single Redis and a cluster.
 
 use std::time::{Duration, Instant};
 
@@ -12,26 +12,46 @@ use consumer::campaign::{self, Campaign};
 use hyper::StatusCode;
 use serde_json::{json, Value};
 use shard_router::{keys, now_ms, SkuMeta};
-use test_support::RedisServer;
+use test_support::{RedisCluster, RedisServer};
 
 /// The claim answer fields a replay must repeat.
 fn claim_fields(v: &Value) -> Value {
     json!([v["status"], v["claim_id"], v["sku"], v["shard"], v["qty"]])
 }
 
-/// Every command a claim, a replay read or a filter read could issue.
-fn calls(redis: &RedisServer) -> u64 {
-    command_calls(
-        redis,
-        &[
-            "evalsha", "eval", "hmget", "get", "fcall", "hlen", "hget", "hscan",
-        ],
-    )
+/// Every command a claim, a replay read or a filter read could issue, summed over the
+/// Redis servers at `urls`.
+fn calls(urls: &[String]) -> u64 {
+    const COMMANDS: [&str; 8] = [
+        "evalsha", "eval", "hmget", "get", "fcall", "hlen", "hget", "hscan",
+    ];
+    urls.iter()
+        .map(|url| {
+            let mut c = redis::Client::open(url.as_str())
+                .and_then(|c| c.get_connection())
+                .expect("redis");
+            let info: String = redis::cmd("INFO")
+                .arg("commandstats")
+                .query(&mut c)
+                .unwrap();
+            info.lines()
+                .filter_map(|l| {
+                    let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
+                    COMMANDS.contains(&name).then_some(())?;
+                    rest.strip_prefix("calls=")?
+                        .split(',')
+                        .next()?
+                        .parse::<u64>()
+                        .ok()
+                })
+                .sum::<u64>()
+        })
+        .sum()
 }
 
 /// Sends request ids of users that never claimed until one is answered 410 without a Redis
 /// call: the gateway's filter is read. Every answer on the way must be 410.
-async fn wait_filter(gw: &Gateway, redis: &RedisServer, sku: u64, tag: &str) {
+async fn wait_filter(gw: &Gateway, redis: &[String], sku: u64, tag: &str) {
     let deadline = Instant::now() + Duration::from_secs(10);
     for n in 0.. {
         let before = calls(redis);
@@ -52,7 +72,7 @@ async fn wait_filter(gw: &Gateway, redis: &RedisServer, sku: u64, tag: &str) {
 }
 
 /// `n` new request ids of users that never claimed: all 410, no Redis call.
-async fn new_ids_cost_nothing(gw: &Gateway, redis: &RedisServer, sku: u64, tag: &str) {
+async fn new_ids_cost_nothing(gw: &Gateway, redis: &[String], sku: u64, tag: &str) {
     let before = calls(redis);
     for i in 0..20 {
         let a = gw
@@ -75,9 +95,21 @@ async fn replays(gw: &Gateway, sku: u64, user: &str, rid: &str, first: &Value, w
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn new_request_ids_after_sell_out_cost_no_redis_call_and_winners_still_replay() {
     let redis = RedisServer::start();
-    let stock = stock_client(&redis.url(), false).await;
+    sell_out_then_filter(&redis.url(), false, &[redis.url()]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_too() {
+    let cluster = RedisCluster::start(3, 0);
+    let seeds = cluster.urls().join(",");
+    sell_out_then_filter(&seeds, true, &cluster.urls()).await;
+    rerouted_then_filter(&seeds, true, &cluster.urls()).await;
+}
+
+async fn sell_out_then_filter(url: &str, cluster: bool, at: &[String]) {
+    let stock = stock_client(url, cluster).await;
     let meta = preheat(&stock, 8301, 1, 1, 1).await;
-    let gw = Gateway::start(config(&redis.url(), false)).await;
+    let gw = Gateway::start(config(url, cluster)).await;
     let first = gw
         .claim(json!({"sku": meta.sku, "user": "alice", "request_id": "r1"}))
         .await;
@@ -85,11 +117,11 @@ async fn new_request_ids_after_sell_out_cost_no_redis_call_and_winners_still_rep
     wait_sold_out(gw.api, meta.sku, true, "the sell-out event").await;
 
     // A second gateway that never saw the answer.
-    let other = Gateway::start(config(&redis.url(), false)).await;
+    let other = Gateway::start(config(url, cluster)).await;
     wait_sold_out(other.api, meta.sku, true, "the second gateway's load").await;
     for (g, tag) in [(&gw, "first"), (&other, "second")] {
-        wait_filter(g, &redis, meta.sku, tag).await;
-        new_ids_cost_nothing(g, &redis, meta.sku, tag).await;
+        wait_filter(g, at, meta.sku, tag).await;
+        new_ids_cost_nothing(g, at, meta.sku, tag).await;
         replays(g, meta.sku, "alice", "r1", &first.body, tag).await;
         // The winner's other request ids still read Redis, and are sold out.
         let a = g
@@ -102,7 +134,11 @@ async fn new_request_ids_after_sell_out_cost_no_redis_call_and_winners_still_rep
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rerouted_success_replays_on_a_gateway_that_read_the_filter_after_sell_out() {
     let redis = RedisServer::start();
-    let stock = stock_client(&redis.url(), false).await;
+    rerouted_then_filter(&redis.url(), false, &[redis.url()]).await;
+}
+
+async fn rerouted_then_filter(url: &str, cluster: bool, at: &[String]) {
+    let stock = stock_client(url, cluster).await;
     let meta = preheat(&stock, 8302, 2, 2, 1).await;
     let shards = stock.placement().shards_of(meta.sku, meta.width);
     let homed = |prefix: &str| {
@@ -111,7 +147,7 @@ async fn a_rerouted_success_replays_on_a_gateway_that_read_the_filter_after_sell
             .find(|u| stock.placement().home_shard(meta.sku, meta.width, u) == shards[0])
             .unwrap()
     };
-    let gw = Gateway::start(config(&redis.url(), false)).await;
+    let gw = Gateway::start(config(url, cluster)).await;
     // Empty the home shard with a claim that stores no answer.
     let drain = gw
         .claim(json!({"sku": meta.sku, "user": homed("drain")}))
@@ -131,10 +167,10 @@ async fn a_rerouted_success_replays_on_a_gateway_that_read_the_filter_after_sell
     );
     wait_sold_out(gw.api, meta.sku, true, "the sell-out").await;
 
-    let other = Gateway::start(config(&redis.url(), false)).await;
+    let other = Gateway::start(config(url, cluster)).await;
     wait_sold_out(other.api, meta.sku, true, "the second gateway's load").await;
-    wait_filter(&other, &redis, meta.sku, "second").await;
-    new_ids_cost_nothing(&other, &redis, meta.sku, "second").await;
+    wait_filter(&other, at, meta.sku, "second").await;
+    new_ids_cost_nothing(&other, at, meta.sku, "second").await;
     replays(
         &other,
         meta.sku,
@@ -149,6 +185,7 @@ async fn a_rerouted_success_replays_on_a_gateway_that_read_the_filter_after_sell
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restock_drops_the_filter() {
     let redis = RedisServer::start();
+    let at = [redis.url()];
     let stock = stock_client(&redis.url(), false).await;
     let meta: SkuMeta = preheat(&stock, 8303, 1, 1, 1).await;
     let gw = Gateway::start(config(&redis.url(), false)).await;
@@ -160,7 +197,7 @@ async fn a_restock_drops_the_filter() {
     for g in [&gw, &other] {
         wait_sold_out(g.api, meta.sku, true, "the sell-out").await;
     }
-    wait_filter(&other, &redis, meta.sku, "before the restock").await;
+    wait_filter(&other, &at, meta.sku, "before the restock").await;
 
     // A unit comes back (as a release or a wave does: slice up, `restock` published).
     restock_silently(&redis, &stock, &meta);
@@ -189,7 +226,7 @@ async fn a_restock_drops_the_filter() {
         "after the restock",
     )
     .await;
-    wait_filter(&other, &redis, meta.sku, "after the restock").await;
+    wait_filter(&other, &at, meta.sku, "after the restock").await;
     replays(&other, meta.sku, "carol", "r3", &carol.body, "read again").await;
     replays(&other, meta.sku, "alice", "r1", &first.body, "read again").await;
 }
@@ -197,6 +234,7 @@ async fn a_restock_drops_the_filter() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_success_replays_after_redis_lost_everything_and_a_rebuild() {
     let redis = RedisServer::start();
+    let at = [redis.url()];
     let l = ledger(&redis).await;
     let now = now_ms();
     let c = Campaign {
@@ -220,7 +258,7 @@ async fn a_success_replays_after_redis_lost_everything_and_a_rebuild() {
     assert_eq!(first.status, StatusCode::CREATED, "{}", first.body);
     ingest_and_confirm(&l, c.sku, 1).await;
     wait_sold_out(gw.api, c.sku, true, "the sell-out").await;
-    wait_filter(&gw, &redis, c.sku, "before the loss").await;
+    wait_filter(&gw, &at, c.sku, "before the loss").await;
 
     // Redis loses everything; the campaign is rebuilt from the ledger.
     redis::cmd("FLUSHALL")
@@ -234,8 +272,8 @@ async fn a_success_replays_after_redis_lost_everything_and_a_rebuild() {
     let fresh = Gateway::start(config(&redis.url(), false)).await;
     wait_sold_out(fresh.api, c.sku, true, "the fresh gateway's load").await;
     for (g, tag) in [(&fresh, "fresh"), (&gw, "running")] {
-        wait_filter(g, &redis, c.sku, tag).await;
-        new_ids_cost_nothing(g, &redis, c.sku, tag).await;
+        wait_filter(g, &at, c.sku, tag).await;
+        new_ids_cost_nothing(g, &at, c.sku, tag).await;
         replays(g, c.sku, "alice", "r1", &first.body, tag).await;
     }
 }
@@ -243,6 +281,7 @@ async fn a_success_replays_after_redis_lost_everything_and_a_rebuild() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replay_event_drops_the_filter() {
     let redis = RedisServer::start();
+    let at = [redis.url()];
     let stock = stock_client(&redis.url(), false).await;
     let meta = preheat(&stock, 8305, 1, 1, 1).await;
     let gw = Gateway::start(config(&redis.url(), false)).await;
@@ -251,7 +290,7 @@ async fn a_replay_event_drops_the_filter() {
         .await;
     assert_eq!(first.status, StatusCode::CREATED, "{}", first.body);
     wait_sold_out(gw.api, meta.sku, true, "the sell-out").await;
-    wait_filter(&gw, &redis, meta.sku, "before").await;
+    wait_filter(&gw, &at, meta.sku, "before").await;
 
     // What lua/rebuild_late.lua writes for a late claim on the user's home (its `useq`
     // field and its answer, in one step), and the event it publishes.
@@ -296,6 +335,6 @@ async fn a_replay_event_drops_the_filter() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    wait_filter(&gw, &redis, meta.sku, "after").await;
+    wait_filter(&gw, &at, meta.sku, "after").await;
     replays(&gw, meta.sku, "alice", "r1", &first.body, "after").await;
 }
