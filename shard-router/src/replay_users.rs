@@ -16,9 +16,12 @@
 //! - `rebuild_late.lua` raises `useq` in the step that stores the late claim's answer, and
 //!   publishes `replay <sku>` so gateways drop what they read before.
 //!
-//! Nothing removes a `useq` field while a campaign lives (close-out deletes the hash with
-//! the slices, and a shard without a slice is never read as sold out), so the hash only
-//! grows and an `HSCAN` returns every field present from its start to its end.
+//! Nothing removes a `useq` field while a campaign lives, so the hash only grows and an
+//! `HSCAN` returns every field present from its start to its end. Close-out deletes it, but
+//! only after its fence removed the shard meta, and deletes the slice last, one key at a
+//! time (`client/retire.rs`): a shard is read as sold out only with its meta (`limit`)
+//! present, so a close-out stopped between `useq` and the slice is never read as "nobody
+//! won here" while the stored answers it keeps are still there.
 
 use crate::client::StockClient;
 use crate::error::StockError;
@@ -38,16 +41,18 @@ pub enum ReplayUsers {
     Moving,
 }
 
-/// Per shard: slice, number of users, rebuild generation.
-type Mark = (Option<i64>, u64, Option<String>);
+/// Per shard: slice, number of users, (limit, rebuild generation) from the shard meta.
+type Mark = (Option<i64>, u64, (Option<String>, Option<String>));
 
 impl StockClient {
     /// The users that may have a stored answer on `sku` (width `width`), read from every
     /// shard's `useq`, or why not. `cap` bounds how many are read at all.
     ///
-    /// Each shard is marked (slice, `HLEN`, `gen`) before its scan and again after all
-    /// scans. A field added during a scan changes the count (the hash only grows), and a
-    /// rebuild in between changes `gen`: both answer [`ReplayUsers::Moving`]. So the set
+    /// Each shard is marked (slice, `HLEN`, meta `limit` and `gen`) before its scan and again
+    /// after all scans. A field added during a scan changes the count (the hash only grows),
+    /// and a rebuild in between changes `gen`: both answer [`ReplayUsers::Moving`], as does a
+    /// shard without its meta (close-out's fence, then its key removal, `useq` before the
+    /// slice: the hash may be gone while the slice still reads 0). So the set
     /// is exact as of the second marks, all taken with every slice at most 0; from then on
     /// a new success needs units back on a slice, which publishes `restock` (or `empty`
     /// from a rebuild, `replay` from a late claim), and the gateway drops the set on it.
@@ -90,8 +95,9 @@ impl StockClient {
             .arg(k.stock())
             .cmd("HLEN")
             .arg(k.user_seq())
-            .cmd("HGET")
+            .cmd("HMGET")
             .arg(k.meta())
+            .arg("limit")
             .arg("gen");
         let mut conn = self.conn();
         self.bounded("replay users", pipe.query_async(&mut conn))
@@ -123,6 +129,7 @@ impl StockClient {
     }
 }
 
+/// Live (its meta there: not fenced by close-out) and no unit left on the slice.
 fn sold_out(mark: &Mark) -> bool {
-    matches!(mark.0, Some(v) if v <= 0)
+    matches!(mark.0, Some(v) if v <= 0) && mark.2 .0.is_some()
 }

@@ -338,3 +338,57 @@ async fn a_replay_event_drops_the_filter() {
     wait_filter(&gw, &at, meta.sku, "after").await;
     replays(&gw, meta.sku, "alice", "r1", &first.body, "after").await;
 }
+
+/// Close-out removes a shard's keys one at a time, `useq` before the slice
+/// (`shard_router::StockClient::remove_campaign_keys`), and keeps the stored answers. A
+/// close-out that stopped in between (a crash, a Redis timeout: the next round finishes it)
+/// leaves a shard with its slice at 0 and no `useq`. A filter read then must not take the
+/// shard for "sold out, nobody won here": the winner's retry still gets its first answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_close_out_stopped_after_useq_went_keeps_the_winners_replay() {
+    let redis = RedisServer::start();
+    let stock = stock_client(&redis.url(), false).await;
+    let meta = preheat(&stock, 8306, 1, 1, 1).await;
+    let gw = Gateway::start(config(&redis.url(), false)).await;
+    let first = gw
+        .claim(json!({"sku": meta.sku, "user": "alice", "request_id": "r1"}))
+        .await;
+    assert_eq!(first.status, StatusCode::CREATED, "{}", first.body);
+    wait_sold_out(gw.api, meta.sku, true, "the sell-out").await;
+
+    // Close-out's fence, then its removal up to `useq` (meta, users, useq), then nothing.
+    stock.stop_sales(meta.sku, meta.width).await.unwrap();
+    let shard = stock.placement().shards_of(meta.sku, meta.width)[0];
+    let k = keys::ShardKeys::new(stock.placement(), shard, meta.sku);
+    for key in [k.meta(), k.users(), k.user_seq()] {
+        redis::cmd("DEL")
+            .arg(key)
+            .query::<i64>(&mut redis.connection())
+            .unwrap();
+    }
+
+    // A gateway that loads the SKU now: slice 0, so sold out, and any filter read would see
+    // an empty `useq`. Alice's retry must get her answer every time, well past a read.
+    let fresh = Gateway::start(config(&redis.url(), false)).await;
+    wait_sold_out(fresh.api, meta.sku, true, "the fresh gateway's load").await;
+    let until = Instant::now() + Duration::from_millis(1500);
+    let mut n = 0;
+    while Instant::now() < until {
+        replays(
+            &fresh,
+            meta.sku,
+            "alice",
+            "r1",
+            &first.body,
+            &format!("close-out stopped midway, retry {n}"),
+        )
+        .await;
+        // New request ids of other users keep the filter's read going.
+        let a = fresh
+            .claim(json!({"sku": meta.sku, "user": format!("x{n}"), "request_id": "x"}))
+            .await;
+        assert_eq!(a.status, StatusCode::GONE, "{}", a.body);
+        n += 1;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
