@@ -9,13 +9,20 @@
 //! cache entry when it expires. It is consulted only while the subscriber is connected.
 //! A read that an event overtook is discarded (the epoch below), so a set is only ever
 //! installed over the state it was read for.
+//!
+//! Events alone do not bound how long a set may be wrong: units can come back with none
+//! reaching this gateway (a failover whose promoted replica lacks the last sales, a
+//! `restock` lost on a cluster bus link, a half-open subscriber until its ping fails). So a
+//! set is used for [`REVALIDATE_EVERY`] after Redis last confirmed it
+//! (`StockClient::replay_users_unchanged`: one pipeline per shard, no scan); past that the
+//! requests take the replay read until the check is back.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use shard_router::{ReplayUsers, StockClient};
+use shard_router::{ReplayMarks, ReplayUsers, StockClient};
 
 use crate::cache::SkuState;
 use crate::metrics::CACHE_EVENTS;
@@ -24,12 +31,21 @@ use crate::metrics::CACHE_EVENTS;
 /// it) or failed is not tried again.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
 
+/// How long a set is used after Redis last confirmed it (see the module doc).
+pub(crate) const REVALIDATE_EVERY: Duration = Duration::from_millis(500);
+
 #[derive(Debug, Default)]
 enum Known {
     #[default]
     Unread,
     Reading,
-    Users(HashSet<String>),
+    Users {
+        users: HashSet<String>,
+        marks: ReplayMarks,
+        /// Used until then; past it, checked again (`checking`) before it is used.
+        fresh_until: Instant,
+        checking: bool,
+    },
     /// Not usable until the instant (`None`: until dropped, e.g. too many users).
     Unusable(Option<Instant>),
 }
@@ -61,18 +77,82 @@ impl ReplayFilter {
         cap: u64,
         user: &str,
     ) -> bool {
-        {
+        let check = {
             let known = self.known.read().unwrap_or_else(|e| e.into_inner());
             match &*known {
-                Known::Users(users) => return !users.contains(user),
+                Known::Users {
+                    users, fresh_until, ..
+                } if Instant::now() < *fresh_until => return !users.contains(user),
+                Known::Users { checking: true, .. } => return false,
+                Known::Users { .. } => true,
                 Known::Reading => return false,
                 Known::Unusable(None) => return false,
                 Known::Unusable(Some(until)) if Instant::now() < *until => return false,
-                Known::Unusable(Some(_)) | Known::Unread => {}
+                Known::Unusable(Some(_)) | Known::Unread => false,
             }
+        };
+        if check {
+            self.start_check(state, client);
+        } else {
+            self.start_read(state, client, cap);
         }
-        self.start_read(state, client, cap);
         false
+    }
+
+    /// Checks a set past [`REVALIDATE_EVERY`] against Redis; kept only if nothing moved.
+    fn start_check(&self, state: &Arc<SkuState>, client: &StockClient) {
+        let mut known = self.known.write().unwrap_or_else(|e| e.into_inner());
+        let Known::Users {
+            marks,
+            fresh_until,
+            checking,
+            ..
+        } = &mut *known
+        else {
+            return;
+        };
+        if *checking || Instant::now() < *fresh_until {
+            return;
+        }
+        *checking = true;
+        let marks = marks.clone();
+        let epoch = self.epoch.load(Ordering::Acquire);
+        let (state, client) = (state.clone(), client.clone());
+        tokio::spawn(async move {
+            let checked = Instant::now();
+            let meta = &state.meta;
+            let still = client
+                .replay_users_unchanged(meta.sku, meta.width, &marks)
+                .await;
+            let f = &state.replay;
+            let mut known = f.known.write().unwrap_or_else(|e| e.into_inner());
+            if f.epoch.load(Ordering::Acquire) != epoch {
+                return;
+            }
+            match still {
+                Ok(true) if state.all_empty() => {
+                    if let Known::Users {
+                        fresh_until,
+                        checking,
+                        ..
+                    } = &mut *known
+                    {
+                        // From when the check started: what it confirmed is that old.
+                        *fresh_until = checked + REVALIDATE_EVERY;
+                        *checking = false;
+                    }
+                }
+                Ok(_) => {
+                    event("replay_filter_stale");
+                    *known = Known::Unusable(Some(Instant::now() + RETRY_AFTER));
+                }
+                Err(e) => {
+                    tracing::debug!(sku = meta.sku, error = %e, "replay filter check failed");
+                    event("replay_filter_error");
+                    *known = Known::Unusable(Some(Instant::now() + RETRY_AFTER));
+                }
+            }
+        });
     }
 
     fn start_read(&self, state: &Arc<SkuState>, client: &StockClient, cap: u64) {
@@ -92,6 +172,7 @@ impl ReplayFilter {
         let (state, client) = (state.clone(), client.clone());
         event("replay_filter_read");
         tokio::spawn(async move {
+            let started = Instant::now();
             let meta = &state.meta;
             let read = client.replay_users(meta.sku, meta.width, cap).await;
             let f = &state.replay;
@@ -100,9 +181,14 @@ impl ReplayFilter {
                 return;
             }
             *known = match read {
-                Ok(ReplayUsers::Users(users)) => {
+                Ok(ReplayUsers::Users { users, marks }) => {
                     event("replay_filter_loaded");
-                    Known::Users(users)
+                    Known::Users {
+                        users,
+                        marks,
+                        fresh_until: started + REVALIDATE_EVERY,
+                        checking: false,
+                    }
                 }
                 Ok(ReplayUsers::TooMany(n)) => {
                     tracing::info!(

@@ -57,7 +57,7 @@ pub use outcome::*;
 pub use placement::{Placement, ShardId};
 pub use record::ClaimRecord;
 pub use replay::StoredAnswer;
-pub use replay_users::ReplayUsers;
+pub use replay_users::{ReplayMarks, ReplayUsers};
 pub use replication::{Fence, ReplicationInfo};
 pub use status::ApiStatus;
 

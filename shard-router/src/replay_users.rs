@@ -32,8 +32,12 @@ use crate::placement::ShardId;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ReplayUsers {
     /// Every user of the SKU that may have a stored answer, as of the last read of each
-    /// shard, when every slice was present and at most 0 then.
-    Users(std::collections::HashSet<String>),
+    /// shard, when every slice was present and at most 0 then; `marks` are those reads, for
+    /// [`StockClient::replay_users_unchanged`].
+    Users {
+        users: std::collections::HashSet<String>,
+        marks: ReplayMarks,
+    },
     /// More than the cap: not read.
     TooMany(u64),
     /// A slice was missing or above 0, or a shard changed (a new user, a rebuild) while it
@@ -43,6 +47,10 @@ pub enum ReplayUsers {
 
 /// Per shard: slice, number of users, (limit, rebuild generation) from the shard meta.
 type Mark = (Option<i64>, u64, (Option<String>, Option<String>));
+
+/// What a read of [`ReplayUsers::Users`] saw of each shard (in the SKU's shard order).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplayMarks(Vec<Mark>);
 
 impl StockClient {
     /// The users that may have a stored answer on `sku` (width `width`), read from every
@@ -79,13 +87,36 @@ impl StockClient {
         for &shard in &shards {
             self.scan_users(shard, sku, &mut users).await?;
         }
-        for (&shard, was) in shards.iter().zip(&before) {
+        let marks = ReplayMarks(before);
+        if !self.replay_users_unchanged(sku, width, &marks).await? {
+            return Ok(ReplayUsers::Moving);
+        }
+        Ok(ReplayUsers::Users { users, marks })
+    }
+
+    /// Whether the users read with `marks` are still every user that may have a stored
+    /// answer: every slice present and at most 0 now, every meta there, and no shard's
+    /// count or generation changed (no field was added, the hash only grows). Units that
+    /// came back and went again in between (a release and a claim of a user already there)
+    /// leave the set exact; a new user's success adds a field. One pipeline per shard, so a
+    /// gateway can check a set it keeps without waiting for an event that may never come.
+    pub async fn replay_users_unchanged(
+        &self,
+        sku: u64,
+        width: u16,
+        marks: &ReplayMarks,
+    ) -> Result<bool, StockError> {
+        let shards = self.placement().shards_of(sku, width);
+        if shards.len() != marks.0.len() {
+            return Ok(false);
+        }
+        for (&shard, was) in shards.iter().zip(&marks.0) {
             let now = self.replay_mark(shard, sku).await?;
             if !sold_out(&now) || now.1 != was.1 || now.2 != was.2 {
-                return Ok(ReplayUsers::Moving);
+                return Ok(false);
             }
         }
-        Ok(ReplayUsers::Users(users))
+        Ok(true)
     }
 
     async fn replay_mark(&self, shard: ShardId, sku: u64) -> Result<Mark, StockError> {
