@@ -27,7 +27,7 @@ pub(crate) struct App {
     /// Ablation switches (`--no-sold-out-cache`, `--no-second-chance`).
     pub(crate) sold_out_cache: bool,
     pub(crate) second_chance: bool,
-    /// `--replay-filter-max-users` (0: off).
-    pub(crate) replay_filter_max_users: u64,
+    /// `--replay-filter-max-users` (0: off) and `--replay-filter-total-users`.
+    pub(crate) replay_limits: std::sync::Arc<crate::replay_filter::ReplayLimits>,
     pub(crate) metrics: PrometheusHandle,
 }

@@ -175,6 +175,15 @@ pub struct Config {
         default_value_t = 100_000
     )]
     pub replay_filter_max_users: u64,
+    /// Users held by the replay filters of every SKU together at most (memory: a set costs
+    /// about 100 bytes a user). A SKU's set that does not fit is not read; its request ids
+    /// keep the replay read until room comes free.
+    #[arg(
+        long,
+        env = "FLASHGATE_REPLAY_FILTER_TOTAL_USERS",
+        default_value_t = 1_000_000
+    )]
+    pub replay_filter_total_users: u64,
     /// Runtime worker threads; 0 = one per core. On a box shared with Redis, fewer threads
     /// than cores cost less switching (see README "Benchmarks").
     #[arg(long, env = "FLASHGATE_WORKER_THREADS", default_value_t = 0)]

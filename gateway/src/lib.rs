@@ -106,7 +106,10 @@ pub async fn run(
         body_timeout: settings.body_timeout,
         sold_out_cache: !cfg.no_sold_out_cache,
         second_chance: !cfg.no_second_chance,
-        replay_filter_max_users: cfg.replay_filter_max_users,
+        replay_limits: replay_filter::ReplayLimits::new(
+            cfg.replay_filter_max_users,
+            cfg.replay_filter_total_users,
+        ),
         metrics: handle.clone(),
     });
 

@@ -16,6 +16,10 @@
 //! set is used for [`REVALIDATE_EVERY`] after Redis last confirmed it
 //! (`StockClient::replay_users_unchanged`: one pipeline per shard, no scan); past that the
 //! requests take the replay read until the check is back.
+//!
+//! Memory: at most `--replay-filter-max-users` per SKU and `--replay-filter-total-users`
+//! over every SKU of this gateway ([`ReplayLimits`]); a set that would not fit is not read
+//! (its requests keep the replay read) and is tried again once room may have come free.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -34,6 +38,56 @@ const RETRY_AFTER: Duration = Duration::from_secs(1);
 /// How long a set is used after Redis last confirmed it (see the module doc).
 pub(crate) const REVALIDATE_EVERY: Duration = Duration::from_millis(500);
 
+/// The bounds on what the filters of this gateway hold, and what they hold now.
+#[derive(Debug)]
+pub(crate) struct ReplayLimits {
+    /// `--replay-filter-max-users` (0: the filter is off).
+    pub(crate) per_sku: u64,
+    /// `--replay-filter-total-users`.
+    total: u64,
+    used: AtomicU64,
+}
+
+impl ReplayLimits {
+    pub(crate) fn new(per_sku: u64, total: u64) -> Arc<Self> {
+        Arc::new(Self {
+            per_sku,
+            total,
+            used: AtomicU64::new(0),
+        })
+    }
+
+    fn room(&self) -> u64 {
+        self.total.saturating_sub(self.used.load(Ordering::Acquire))
+    }
+
+    /// Takes room for `n` users, given back when the set holding them goes.
+    fn reserve(self: &Arc<Self>, n: u64) -> Option<Reserved> {
+        self.used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                used.checked_add(n).filter(|&u| u <= self.total)
+            })
+            .ok()?;
+        Some(Reserved {
+            limits: self.clone(),
+            n,
+        })
+    }
+}
+
+/// Room taken in [`ReplayLimits`] by one installed set.
+#[derive(Debug)]
+struct Reserved {
+    limits: Arc<ReplayLimits>,
+    n: u64,
+}
+
+impl Drop for Reserved {
+    fn drop(&mut self) {
+        self.limits.used.fetch_sub(self.n, Ordering::AcqRel);
+    }
+}
+
 #[derive(Debug, Default)]
 enum Known {
     #[default]
@@ -45,6 +99,7 @@ enum Known {
         /// Used until then; past it, checked again (`checking`) before it is used.
         fresh_until: Instant,
         checking: bool,
+        _room: Reserved,
     },
     /// Not usable until the instant (`None`: until dropped, e.g. too many users).
     Unusable(Option<Instant>),
@@ -74,7 +129,7 @@ impl ReplayFilter {
         &self,
         state: &Arc<SkuState>,
         client: &StockClient,
-        cap: u64,
+        limits: &Arc<ReplayLimits>,
         user: &str,
     ) -> bool {
         let check = {
@@ -94,7 +149,7 @@ impl ReplayFilter {
         if check {
             self.start_check(state, client);
         } else {
-            self.start_read(state, client, cap);
+            self.start_read(state, client, limits);
         }
         false
     }
@@ -155,7 +210,7 @@ impl ReplayFilter {
         });
     }
 
-    fn start_read(&self, state: &Arc<SkuState>, client: &StockClient, cap: u64) {
+    fn start_read(&self, state: &Arc<SkuState>, client: &StockClient, limits: &Arc<ReplayLimits>) {
         let mut known = self.known.write().unwrap_or_else(|e| e.into_inner());
         let retry = match &*known {
             Known::Unread => true,
@@ -169,11 +224,12 @@ impl ReplayFilter {
         }
         *known = Known::Reading;
         let epoch = self.epoch.load(Ordering::Acquire);
-        let (state, client) = (state.clone(), client.clone());
+        let (state, client, limits) = (state.clone(), client.clone(), limits.clone());
         event("replay_filter_read");
         tokio::spawn(async move {
             let started = Instant::now();
             let meta = &state.meta;
+            let cap = limits.per_sku.min(limits.room());
             let read = client.replay_users(meta.sku, meta.width, cap).await;
             let f = &state.replay;
             let mut known = f.known.write().unwrap_or_else(|e| e.into_inner());
@@ -182,14 +238,22 @@ impl ReplayFilter {
             }
             *known = match read {
                 Ok(ReplayUsers::Users { users, marks }) => {
-                    event("replay_filter_loaded");
-                    Known::Users {
-                        users,
-                        marks,
-                        fresh_until: started + REVALIDATE_EVERY,
-                        checking: false,
+                    match limits.reserve(users.len() as u64) {
+                        Some(room) => {
+                            event("replay_filter_loaded");
+                            Known::Users {
+                                users,
+                                marks,
+                                fresh_until: started + REVALIDATE_EVERY,
+                                checking: false,
+                                _room: room,
+                            }
+                        }
+                        None => full(),
                     }
                 }
+                // Within this SKU's cap but not within what the other SKUs' sets leave.
+                Ok(ReplayUsers::TooMany(n)) if n <= limits.per_sku => full(),
                 Ok(ReplayUsers::TooMany(n)) => {
                     tracing::info!(
                         sku = meta.sku,
@@ -212,6 +276,13 @@ impl ReplayFilter {
             };
         });
     }
+}
+
+/// No room left under `--replay-filter-total-users`: tried again later, when other SKUs'
+/// sets may have gone.
+fn full() -> Known {
+    event("replay_filter_full");
+    Known::Unusable(Some(Instant::now() + RETRY_AFTER))
 }
 
 fn event(kind: &'static str) {

@@ -93,12 +93,12 @@ async fn claim(app: &App, peer: SocketAddr, req: Request<Incoming>) -> Result<Cl
         // Sold out on every shard: a user the replay filter read and did not find has no
         // stored answer under any request id, so memory answers (`replay_filter.rs`).
         if app.sold_out_cache
-            && app.replay_filter_max_users > 0
+            && app.replay_limits.per_sku > 0
             && state.all_empty()
             && app.cache.subscribed()
             && state
                 .replay
-                .never_won(&state, client, app.replay_filter_max_users, &req.user)
+                .never_won(&state, client, &app.replay_limits, &req.user)
         {
             return Err(answer);
         }

@@ -461,3 +461,54 @@ async fn units_back_without_an_event_stop_the_filter_within_a_second() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// Memory: the sets of every SKU together hold at most `--replay-filter-total-users`. A
+/// SKU whose set does not fit is not read (its request ids keep the replay read, and its
+/// winners still replay); once another SKU's set goes, it is read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sets_of_all_skus_together_stay_within_the_total() {
+    let redis = RedisServer::start();
+    let at = [redis.url()];
+    let stock = stock_client(&redis.url(), false).await;
+    let a = preheat(&stock, 8308, 1, 1, 1).await;
+    let b = preheat(&stock, 8309, 1, 1, 1).await;
+    let mut cfg = config(&redis.url(), false);
+    cfg.replay_filter_total_users = 1;
+    let gw = Gateway::start(cfg).await;
+    let mut won = Vec::new();
+    for (meta, user) in [(&a, "alice"), (&b, "bob")] {
+        let w = gw
+            .claim(json!({"sku": meta.sku, "user": user, "request_id": "r1"}))
+            .await;
+        assert_eq!(w.status, StatusCode::CREATED, "{}", w.body);
+        wait_sold_out(gw.api, meta.sku, true, "the sell-out").await;
+        won.push(w.body);
+    }
+    wait_filter(&gw, &at, a.sku, "a").await;
+
+    // B's one user does not fit beside A's: its new request ids keep reaching Redis.
+    let until = Instant::now() + Duration::from_millis(1500);
+    let mut n = 0;
+    while Instant::now() < until {
+        let before = calls(&at);
+        let r = gw
+            .claim(json!({"sku": b.sku, "user": format!("nb{n}"), "request_id": "x"}))
+            .await;
+        assert_eq!(r.status, StatusCode::GONE, "{}", r.body);
+        assert!(calls(&at) > before, "b's set was read beyond the total");
+        n += 1;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    replays(&gw, b.sku, "bob", "r1", &won[1], "b, not read").await;
+
+    // A's set goes (a unit back on A); B's is read now.
+    let shard = stock.placement().shards_of(a.sku, a.width)[0];
+    redis::cmd("PUBLISH")
+        .arg(keys::EVENTS_CHANNEL)
+        .arg(format!("restock {} {shard}", a.sku))
+        .query::<i64>(&mut redis.connection())
+        .unwrap();
+    wait_sold_out(gw.api, a.sku, false, "the restock of a").await;
+    wait_filter(&gw, &at, b.sku, "b").await;
+    replays(&gw, b.sku, "bob", "r1", &won[1], "b, read").await;
+}
