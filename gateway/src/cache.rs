@@ -128,6 +128,15 @@ impl SoldOutCache {
             entries: Cache::builder()
                 .max_capacity(capacity)
                 .time_to_live(ttl)
+                // The state stays in `last_loaded` past its entry (served if a reload
+                // fails, which drops its replay filter anyway): its replay filter goes with
+                // the entry, so a SKU nobody asks about gives its memory and its room in
+                // --replay-filter-total-users back.
+                .eviction_listener(|_sku, slot: Arc<Slot>, _cause| {
+                    if let Some(Some(state)) = slot.state.get() {
+                        state.replay.drop_users();
+                    }
+                })
                 .build(),
             last_loaded: Cache::new(capacity),
             unknown_ttl,

@@ -512,3 +512,29 @@ async fn the_sets_of_all_skus_together_stay_within_the_total() {
     wait_filter(&gw, &at, b.sku, "b").await;
     replays(&gw, b.sku, "bob", "r1", &won[1], "b, read").await;
 }
+
+/// A set goes with its cache entry: a SKU nobody asks about any more (its entry expired)
+/// gives its room in `--replay-filter-total-users` back, so another SKU's set is read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_entry_gives_its_room_back() {
+    let redis = RedisServer::start();
+    let at = [redis.url()];
+    let stock = stock_client(&redis.url(), false).await;
+    let a = preheat(&stock, 8310, 1, 1, 1).await;
+    let b = preheat(&stock, 8311, 1, 1, 1).await;
+    let mut cfg = config(&redis.url(), false);
+    cfg.replay_filter_total_users = 1;
+    cfg.cache_ttl_ms = 300;
+    let gw = Gateway::start(cfg).await;
+    for (meta, user) in [(&a, "alice"), (&b, "bob")] {
+        let w = gw
+            .claim(json!({"sku": meta.sku, "user": user, "request_id": "r1"}))
+            .await;
+        assert_eq!(w.status, StatusCode::CREATED, "{}", w.body);
+    }
+    wait_sold_out(gw.api, a.sku, true, "a sold out").await;
+    wait_filter(&gw, &at, a.sku, "a").await;
+    // Nobody asks about A any more; B's set must be read once A's entry is gone.
+    wait_sold_out(gw.api, b.sku, true, "b sold out").await;
+    wait_filter(&gw, &at, b.sku, "b, after a's entry expired").await;
+}
