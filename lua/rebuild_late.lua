@@ -116,6 +116,9 @@ if user ~= '' and not ours then
   if ARGV[7] ~= '' then
     -- NX: a newer answer (or an in-progress marker) under this request id stays.
     redis.call('SET', KEYS[6], ARGV[7], 'EX', ARGV[8], 'NX')
+    -- A user gateways may have read as "no answer" (their sold-out filter,
+    -- shard-router/src/replay_users.rs) has one now: they drop what they read.
+    redis.call('PUBLISH', ARGV[9], 'replay ' .. ARGV[10])
   end
 end
 return {70, short}

@@ -27,5 +27,7 @@ pub(crate) struct App {
     /// Ablation switches (`--no-sold-out-cache`, `--no-second-chance`).
     pub(crate) sold_out_cache: bool,
     pub(crate) second_chance: bool,
+    /// `--replay-filter-max-users` (0: off) and `--replay-filter-total-users`.
+    pub(crate) replay_limits: std::sync::Arc<crate::replay_filter::ReplayLimits>,
     pub(crate) metrics: PrometheusHandle,
 }

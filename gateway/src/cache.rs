@@ -20,6 +20,7 @@ use tokio::sync::OnceCell;
 
 use crate::live::LiveSkus;
 use crate::metrics::CACHE_EVENTS;
+use crate::replay_filter::ReplayFilter;
 
 /// What this gateway knows about one preheated SKU.
 #[derive(Debug)]
@@ -28,6 +29,8 @@ pub(crate) struct SkuState {
     shards: Vec<ShardId>,
     /// Parallel to `shards`.
     empty: Vec<AtomicBool>,
+    /// Who may have a stored answer, once every shard is empty (`replay_filter.rs`).
+    pub(crate) replay: ReplayFilter,
 }
 
 impl SkuState {
@@ -37,6 +40,7 @@ impl SkuState {
             meta,
             shards,
             empty,
+            replay: ReplayFilter::default(),
         }
     }
 
@@ -45,10 +49,13 @@ impl SkuState {
         self.empty.get(i)
     }
 
-    /// Marks a shard empty or not; shards outside the SKU are ignored.
+    /// Marks a shard empty or not; shards outside the SKU are ignored. A shard found with
+    /// units again drops the replay filter.
     pub(crate) fn set(&self, shard: ShardId, empty: bool) {
         if let Some(flag) = self.slot(shard) {
-            flag.store(empty, Ordering::Relaxed);
+            if flag.swap(empty, Ordering::Relaxed) && !empty {
+                self.replay.drop_users();
+            }
         }
     }
 
@@ -76,6 +83,7 @@ impl SkuState {
         for (shard, slice) in slices {
             self.set(*shard, matches!(slice, Some(v) if *v <= 0));
         }
+        self.replay.drop_users();
     }
 }
 
@@ -109,6 +117,9 @@ pub(crate) struct SoldOutCache {
     last_loaded: Cache<u64, Arc<SkuState>>,
     unknown_ttl: Duration,
     live: Arc<LiveSkus>,
+    /// The Pub/Sub subscriber is connected and resynced: only then can events drop a
+    /// replay filter, so only then is one consulted.
+    subscribed: Arc<AtomicBool>,
 }
 
 impl SoldOutCache {
@@ -117,10 +128,20 @@ impl SoldOutCache {
             entries: Cache::builder()
                 .max_capacity(capacity)
                 .time_to_live(ttl)
+                // The state stays in `last_loaded` past its entry (served if a reload
+                // fails, which drops its replay filter anyway): its replay filter goes with
+                // the entry, so a SKU nobody asks about gives its memory and its room in
+                // --replay-filter-total-users back.
+                .eviction_listener(|_sku, slot: Arc<Slot>, _cause| {
+                    if let Some(Some(state)) = slot.state.get() {
+                        state.replay.drop_users();
+                    }
+                })
                 .build(),
             last_loaded: Cache::new(capacity),
             unknown_ttl,
             live: Arc::default(),
+            subscribed: Arc::default(),
         }
     }
 
@@ -166,6 +187,7 @@ impl SoldOutCache {
                         // Served from the slot until it expires, so a dead master costs one
                         // failed load per TTL, not one per request.
                         event("stale");
+                        stale.replay.drop_users();
                         let _ = slot.state.set(Some(stale.clone()));
                         Ok(Some(stale))
                     }
@@ -187,12 +209,32 @@ impl SoldOutCache {
         self.last_loaded.invalidate(&sku);
     }
 
-    /// Applies an `empty` / `restock` event.
+    /// Applies an `empty` / `restock` event. Either drops the SKU's replay filter: an
+    /// `empty` of a shard already empty comes from a rebuild or a late claim's apply.
     pub(crate) fn apply(&self, sku: u64, shard: ShardId, empty: bool) {
         if let Some(state) = self.peek(sku) {
             event(if empty { "empty" } else { "restock" });
             state.set(shard, empty);
+            state.replay.drop_users();
         }
+    }
+
+    /// A `replay <sku>` event: a stored answer appeared outside a claim (a late claim's
+    /// apply, `lua/rebuild_late.lua`), so the SKU's replay filter is read again.
+    pub(crate) fn drop_replay_users(&self, sku: u64) {
+        event("replay");
+        if let Some(state) = self.peek(sku) {
+            state.replay.drop_users();
+        }
+    }
+
+    /// Whether the subscriber is connected and resynced (see `subscribed`).
+    pub(crate) fn set_subscribed(&self, on: bool) {
+        self.subscribed.store(on, Ordering::Release);
+    }
+
+    pub(crate) fn subscribed(&self) -> bool {
+        self.subscribed.load(Ordering::Acquire)
     }
 
     /// A SKU was preheated (`live <sku>` event). A "no such SKU" remembered for it is
@@ -200,6 +242,9 @@ impl SoldOutCache {
     pub(crate) fn mark_live(&self, sku: u64) {
         event("live");
         self.live.add(sku);
+        if let Some(state) = self.peek(sku) {
+            state.replay.drop_users();
+        }
         if self
             .entries
             .get(&sku)

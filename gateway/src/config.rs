@@ -166,6 +166,24 @@ pub struct Config {
     /// measuring what rerouting buys; users hashed to an empty shard lose).
     #[arg(long, env = "FLASHGATE_NO_SECOND_CHANCE")]
     pub no_second_chance: bool,
+    /// Users of a sold-out SKU read into the replay filter at most: with fewer, a request
+    /// id of a user that never won is answered 410 from memory; with more, each one costs a
+    /// replay read (`gateway/src/replay_filter.rs`). 0 turns the filter off.
+    #[arg(
+        long,
+        env = "FLASHGATE_REPLAY_FILTER_MAX_USERS",
+        default_value_t = 100_000
+    )]
+    pub replay_filter_max_users: u64,
+    /// Users held by the replay filters of every SKU together at most (memory: a set costs
+    /// about 100 bytes a user). A SKU's set that does not fit is not read; its request ids
+    /// keep the replay read until room comes free.
+    #[arg(
+        long,
+        env = "FLASHGATE_REPLAY_FILTER_TOTAL_USERS",
+        default_value_t = 1_000_000
+    )]
+    pub replay_filter_total_users: u64,
     /// Runtime worker threads; 0 = one per core. On a box shared with Redis, fewer threads
     /// than cores cost less switching (see README "Benchmarks").
     #[arg(long, env = "FLASHGATE_WORKER_THREADS", default_value_t = 0)]

@@ -34,6 +34,8 @@ pub(crate) enum Event {
     },
     /// A SKU was preheated.
     Live { sku: u64 },
+    /// A stored answer appeared outside a claim (`lua/rebuild_late.lua`).
+    Replay { sku: u64 },
 }
 
 impl Event {
@@ -45,6 +47,10 @@ impl Event {
             "live" => {
                 let sku = parts.next()?.parse().ok()?;
                 return parts.next().is_none().then_some(Self::Live { sku });
+            }
+            "replay" => {
+                let sku = parts.next()?.parse().ok()?;
+                return parts.next().is_none().then_some(Self::Replay { sku });
             }
             _ => return None,
         };
@@ -74,6 +80,8 @@ pub(crate) async fn subscribe(
     let mut attempt: usize = 0;
     let mut connected_before = false;
     while !*shutdown.borrow() {
+        // No connection (first pass, or the last one was lost): events may be missed.
+        cache.set_subscribed(false);
         let node = nodes.pick(attempt);
         attempt += 1;
         let (mut sink, mut stream) = match connect(node, timeout).await {
@@ -92,6 +100,7 @@ pub(crate) async fn subscribe(
         connected_before = true;
         backoff.reset();
         cache.resync(&client).await;
+        cache.set_subscribed(true);
         tracing::info!(node = %node, "pubsub subscribed; cache resynced");
 
         let mut ping = tokio::time::interval(PING_EVERY);
@@ -112,6 +121,7 @@ pub(crate) async fn subscribe(
                     match Event::parse(&text) {
                         Some(Event::Shard { sku, shard, empty }) => cache.apply(sku, shard, empty),
                         Some(Event::Live { sku }) => cache.mark_live(sku),
+                        Some(Event::Replay { sku }) => cache.drop_replay_users(sku),
                         None => tracing::debug!(payload = %text, "ignoring unknown event"),
                     }
                 }
@@ -154,6 +164,7 @@ mod tests {
         assert_eq!(Event::parse("empty 42 3"), ev(42, 3, true));
         assert_eq!(Event::parse("restock 42 15"), ev(42, 15, false));
         assert_eq!(Event::parse("live 42"), Some(Event::Live { sku: 42 }));
+        assert_eq!(Event::parse("replay 42"), Some(Event::Replay { sku: 42 }));
         for bad in [
             "",
             "empty",
@@ -165,6 +176,8 @@ mod tests {
             "live",
             "live x",
             "live 1 2",
+            "replay",
+            "replay 1 2",
         ] {
             assert_eq!(Event::parse(bad), None, "{bad:?}");
         }

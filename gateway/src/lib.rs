@@ -36,6 +36,7 @@ mod link;
 mod live;
 pub mod metrics;
 mod redis_runtime;
+mod replay_filter;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -105,6 +106,10 @@ pub async fn run(
         body_timeout: settings.body_timeout,
         sold_out_cache: !cfg.no_sold_out_cache,
         second_chance: !cfg.no_second_chance,
+        replay_limits: replay_filter::ReplayLimits::new(
+            cfg.replay_filter_max_users,
+            cfg.replay_filter_total_users,
+        ),
         metrics: handle.clone(),
     });
 

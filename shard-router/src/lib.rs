@@ -9,6 +9,7 @@
 //! - [`protocol`]: the whole claim (home shard, hold, second chance, settle).
 //! - [`record`]: the claim record codec shared with the consumer.
 //! - `replay`: the stored answer of a request id, read without a script.
+//! - `replay_users`: who may have a stored answer on a sold-out SKU (the gateway's filter).
 //! - `clock`: Redis's clock (`TIME`) and a process's skew from it.
 //! - [`args`]: the `--redis`, `--redis-cluster` and `--shards` flags every binary takes.
 //! - [`conn`]: one connection type for single Redis and Redis Cluster.
@@ -38,6 +39,7 @@ pub mod protocol;
 pub mod rebuild;
 pub mod record;
 mod replay;
+mod replay_users;
 pub mod replication;
 mod reply;
 mod scripts;
@@ -55,6 +57,7 @@ pub use outcome::*;
 pub use placement::{Placement, ShardId};
 pub use record::ClaimRecord;
 pub use replay::StoredAnswer;
+pub use replay_users::{ReplayMarks, ReplayUsers};
 pub use replication::{Fence, ReplicationInfo};
 pub use status::ApiStatus;
 

@@ -23,6 +23,34 @@ async fn wait_count(s: &Stack, c: &Campaign, user: &str, n: u32, limit: Duration
     }
 }
 
+/// Subscribes to the events channel now; the receiver gets `true` once `message` is
+/// published (within 10 s).
+fn first_event(s: &Stack, message: &str) -> std::sync::mpsc::Receiver<bool> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let mut conn = s.redis.connection();
+    let message = message.to_owned();
+    std::thread::spawn(move || {
+        let mut ps = conn.as_pubsub();
+        ps.subscribe(shard_router::keys::EVENTS_CHANNEL).unwrap();
+        ps.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        let _ = ready_tx.send(());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(msg) = ps.get_message() {
+                if msg.get_payload::<String>().ok().as_deref() == Some(message.as_str()) {
+                    let _ = tx.send(true);
+                    return;
+                }
+            }
+        }
+        let _ = tx.send(false);
+    });
+    ready_rx.recv().unwrap();
+    rx
+}
+
 /// The review finding: alice's claim is read by a consumer, Redis loses everything, the
 /// rebuild reads streams and ledger (alice in neither), then the consumer's batch commits.
 /// Before the fix the rebuilt slice sold alice's unit again (4 active units on a stock of
@@ -39,6 +67,7 @@ async fn a_batch_committed_after_the_rebuild_read_is_counted() {
         .await
         .unwrap();
     assert_eq!(r.slices.iter().map(|x| x.1).sum::<i64>(), 3, "alice unseen");
+    let replay_event = first_event(&s, &format!("replay {}", c.sku));
     // The stalled consumer commits now; the running service counts its late claim.
     consumer::ledger::write_batch(&s.pool, &held, T)
         .await
@@ -48,6 +77,14 @@ async fn a_batch_committed_after_the_rebuild_read_is_counted() {
         wait_count(&s, &c, "alice", 1, Duration::from_secs(5)).await,
         1,
         "alice's late claim counted in Redis"
+    );
+    // Her answer is back outside any claim: gateways that read the SKU's replay filter
+    // before are told to drop it (gateway/src/replay_filter.rs).
+    assert!(
+        replay_event
+            .recv_timeout(Duration::from_secs(5))
+            .unwrap_or(false),
+        "no `replay` event for the late claim's answer"
     );
     // Her original request id replays her claim; a new one meets her limit.
     let ClaimOutcome::Replay(first) = claim(&s, &c, "alice").await else {

@@ -5,7 +5,8 @@
 //! outside the window, sold out) come before the per-user rate limit, and the rate limit
 //! before any Redis call. A sold-out SKU therefore costs no Redis call and no limiter entry
 //! when the request has no request_id; with one, the replay check (one read) runs first,
-//! so a retried success is never told it lost.
+//! so a retried success is never told it lost, unless the SKU's replay filter shows the
+//! user has no stored answer at all (`crate::replay_filter`).
 
 use std::net::SocketAddr;
 use std::time::Instant;
@@ -89,6 +90,18 @@ async fn claim(app: &App, peer: SocketAddr, req: Request<Incoming>) -> Result<Cl
         let Some(rid) = req.request_id.as_deref() else {
             return Err(answer);
         };
+        // Sold out on every shard: a user the replay filter read and did not find has no
+        // stored answer under any request id, so memory answers (`replay_filter.rs`).
+        if app.sold_out_cache
+            && app.replay_limits.per_sku > 0
+            && state.all_empty()
+            && app.cache.subscribed()
+            && state
+                .replay
+                .never_won(&state, client, &app.replay_limits, &req.user)
+        {
+            return Err(answer);
+        }
         // Replay checks cost a Redis read, so they count against the user's rate.
         app.admission
             .check_user(&req.user)

@@ -17,6 +17,7 @@ mod input;
 mod lifecycle;
 mod redis_runtime;
 mod replay;
+mod replay_filter;
 mod replay_reroute;
 mod replica_count;
 mod startup;

@@ -1,6 +1,7 @@
 //! Shared test plumbing: a real gateway on `127.0.0.1:0` in this process, a small HTTP
 //! client, preheating through shard-router, and reading the metrics page.
 
+pub(crate) mod ledger;
 pub(crate) mod raw;
 
 use std::net::SocketAddr;

@@ -1,0 +1,290 @@
+//! "This user never won here": once a SKU is cached sold out on every shard, the users that
+//! may have a stored answer are read from Redis once (`shard-router/src/replay_users.rs`),
+//! and a request id of any other user is answered 410 from memory instead of with a replay
+//! read (invariant `replay`, docs/DESIGN.md "Replay after sell-out").
+//!
+//! The set belongs to one [`crate::cache::SkuState`] and goes with it: dropped on every
+//! event about the SKU (`empty`, `restock`, `live`, `replay`), on a resync (the subscriber
+//! reconnected: events may have been missed), when the state is served stale, and with the
+//! cache entry when it expires. It is consulted only while the subscriber is connected.
+//! A read that an event overtook is discarded (the epoch below), so a set is only ever
+//! installed over the state it was read for.
+//!
+//! Events alone do not bound how long a set may be wrong: units can come back with none
+//! reaching this gateway (a failover whose promoted replica lacks the last sales, a
+//! `restock` lost on a cluster bus link, a half-open subscriber until its ping fails). So a
+//! set is used for [`REVALIDATE_EVERY`] after Redis last confirmed it
+//! (`StockClient::replay_users_unchanged`: one pipeline per shard, no scan); past that the
+//! requests take the replay read until the check is back.
+//!
+//! Memory: at most `--replay-filter-max-users` per SKU and `--replay-filter-total-users`
+//! over every SKU of this gateway ([`ReplayLimits`]); a set that would not fit is not read
+//! (its requests keep the replay read) and is tried again once room may have come free.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use shard_router::{ReplayMarks, ReplayUsers, StockClient};
+
+use crate::cache::SkuState;
+use crate::metrics::CACHE_EVENTS;
+
+/// How long a read that found the SKU moving (a slice not empty, a shard changing under
+/// it) or failed is not tried again.
+const RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// How long a set is used after Redis last confirmed it (see the module doc).
+pub(crate) const REVALIDATE_EVERY: Duration = Duration::from_millis(500);
+
+/// The bounds on what the filters of this gateway hold, and what they hold now.
+#[derive(Debug)]
+pub(crate) struct ReplayLimits {
+    /// `--replay-filter-max-users` (0: the filter is off).
+    pub(crate) per_sku: u64,
+    /// `--replay-filter-total-users`.
+    total: u64,
+    used: AtomicU64,
+}
+
+impl ReplayLimits {
+    pub(crate) fn new(per_sku: u64, total: u64) -> Arc<Self> {
+        Arc::new(Self {
+            per_sku,
+            total,
+            used: AtomicU64::new(0),
+        })
+    }
+
+    fn room(&self) -> u64 {
+        self.total.saturating_sub(self.used.load(Ordering::Acquire))
+    }
+
+    /// Takes room for `n` users, given back when the set holding them goes.
+    fn reserve(self: &Arc<Self>, n: u64) -> Option<Reserved> {
+        self.used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                used.checked_add(n).filter(|&u| u <= self.total)
+            })
+            .ok()?;
+        Some(Reserved {
+            limits: self.clone(),
+            n,
+        })
+    }
+}
+
+/// Room taken in [`ReplayLimits`] by one installed set.
+#[derive(Debug)]
+struct Reserved {
+    limits: Arc<ReplayLimits>,
+    n: u64,
+}
+
+impl Drop for Reserved {
+    fn drop(&mut self) {
+        self.limits.used.fetch_sub(self.n, Ordering::AcqRel);
+    }
+}
+
+#[derive(Debug, Default)]
+enum Known {
+    #[default]
+    Unread,
+    Reading,
+    Users {
+        users: HashSet<String>,
+        marks: ReplayMarks,
+        /// Used until then; past it, checked again (`checking`) before it is used.
+        fresh_until: Instant,
+        checking: bool,
+        _room: Reserved,
+    },
+    /// Not usable until the instant (`None`: until dropped, e.g. too many users).
+    Unusable(Option<Instant>),
+}
+
+/// The per-SKU filter. `epoch` counts drops, so a read started before one is discarded.
+#[derive(Debug, Default)]
+pub(crate) struct ReplayFilter {
+    known: RwLock<Known>,
+    epoch: AtomicU64,
+}
+
+impl ReplayFilter {
+    /// Forgets what was read (an event about the SKU, a resync, a stale state).
+    pub(crate) fn drop_users(&self) {
+        let mut known = self.known.write().unwrap_or_else(|e| e.into_inner());
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+        if !matches!(*known, Known::Unread) {
+            event("replay_filter_dropped");
+        }
+        *known = Known::Unread;
+    }
+
+    /// True only when the set is read and `user` is not in it: no stored answer can exist
+    /// for any request id of `user`. Starts a read when none is there yet.
+    pub(crate) fn never_won(
+        &self,
+        state: &Arc<SkuState>,
+        client: &StockClient,
+        limits: &Arc<ReplayLimits>,
+        user: &str,
+    ) -> bool {
+        let check = {
+            let known = self.known.read().unwrap_or_else(|e| e.into_inner());
+            match &*known {
+                Known::Users {
+                    users, fresh_until, ..
+                } if Instant::now() < *fresh_until => return !users.contains(user),
+                Known::Users { checking: true, .. } => return false,
+                Known::Users { .. } => true,
+                Known::Reading => return false,
+                Known::Unusable(None) => return false,
+                Known::Unusable(Some(until)) if Instant::now() < *until => return false,
+                Known::Unusable(Some(_)) | Known::Unread => false,
+            }
+        };
+        if check {
+            self.start_check(state, client);
+        } else {
+            self.start_read(state, client, limits);
+        }
+        false
+    }
+
+    /// Checks a set past [`REVALIDATE_EVERY`] against Redis; kept only if nothing moved.
+    fn start_check(&self, state: &Arc<SkuState>, client: &StockClient) {
+        let mut known = self.known.write().unwrap_or_else(|e| e.into_inner());
+        let Known::Users {
+            marks,
+            fresh_until,
+            checking,
+            ..
+        } = &mut *known
+        else {
+            return;
+        };
+        if *checking || Instant::now() < *fresh_until {
+            return;
+        }
+        *checking = true;
+        let marks = marks.clone();
+        let epoch = self.epoch.load(Ordering::Acquire);
+        let (state, client) = (state.clone(), client.clone());
+        tokio::spawn(async move {
+            let checked = Instant::now();
+            let meta = &state.meta;
+            let still = client
+                .replay_users_unchanged(meta.sku, meta.width, &marks)
+                .await;
+            let f = &state.replay;
+            let mut known = f.known.write().unwrap_or_else(|e| e.into_inner());
+            if f.epoch.load(Ordering::Acquire) != epoch {
+                return;
+            }
+            match still {
+                Ok(true) if state.all_empty() => {
+                    if let Known::Users {
+                        fresh_until,
+                        checking,
+                        ..
+                    } = &mut *known
+                    {
+                        // From when the check started: what it confirmed is that old.
+                        *fresh_until = checked + REVALIDATE_EVERY;
+                        *checking = false;
+                    }
+                }
+                Ok(_) => {
+                    event("replay_filter_stale");
+                    *known = Known::Unusable(Some(Instant::now() + RETRY_AFTER));
+                }
+                Err(e) => {
+                    tracing::debug!(sku = meta.sku, error = %e, "replay filter check failed");
+                    event("replay_filter_error");
+                    *known = Known::Unusable(Some(Instant::now() + RETRY_AFTER));
+                }
+            }
+        });
+    }
+
+    fn start_read(&self, state: &Arc<SkuState>, client: &StockClient, limits: &Arc<ReplayLimits>) {
+        let mut known = self.known.write().unwrap_or_else(|e| e.into_inner());
+        let retry = match &*known {
+            Known::Unread => true,
+            Known::Unusable(Some(until)) => Instant::now() >= *until,
+            _ => false,
+        };
+        // Checked under the lock an event's drop takes: a `restock` applied before this is
+        // seen here, one applied after bumps the epoch the read is installed against.
+        if !retry || !state.all_empty() {
+            return;
+        }
+        *known = Known::Reading;
+        let epoch = self.epoch.load(Ordering::Acquire);
+        let (state, client, limits) = (state.clone(), client.clone(), limits.clone());
+        event("replay_filter_read");
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let meta = &state.meta;
+            let cap = limits.per_sku.min(limits.room());
+            let read = client.replay_users(meta.sku, meta.width, cap).await;
+            let f = &state.replay;
+            let mut known = f.known.write().unwrap_or_else(|e| e.into_inner());
+            if f.epoch.load(Ordering::Acquire) != epoch || !state.all_empty() {
+                return;
+            }
+            *known = match read {
+                Ok(ReplayUsers::Users { users, marks }) => {
+                    match limits.reserve(users.len() as u64) {
+                        Some(room) => {
+                            event("replay_filter_loaded");
+                            Known::Users {
+                                users,
+                                marks,
+                                fresh_until: started + REVALIDATE_EVERY,
+                                checking: false,
+                                _room: room,
+                            }
+                        }
+                        None => full(),
+                    }
+                }
+                // Within this SKU's cap but not within what the other SKUs' sets leave.
+                Ok(ReplayUsers::TooMany(n)) if n <= limits.per_sku => full(),
+                Ok(ReplayUsers::TooMany(n)) => {
+                    tracing::info!(
+                        sku = meta.sku,
+                        users = n,
+                        cap,
+                        "replay filter not loaded: too many users"
+                    );
+                    event("replay_filter_too_many");
+                    Known::Unusable(None)
+                }
+                Ok(ReplayUsers::Moving) => {
+                    event("replay_filter_moving");
+                    Known::Unusable(Some(Instant::now() + RETRY_AFTER))
+                }
+                Err(e) => {
+                    tracing::debug!(sku = meta.sku, error = %e, "replay filter read failed");
+                    event("replay_filter_error");
+                    Known::Unusable(Some(Instant::now() + RETRY_AFTER))
+                }
+            };
+        });
+    }
+}
+
+/// No room left under `--replay-filter-total-users`: tried again later, when other SKUs'
+/// sets may have gone.
+fn full() -> Known {
+    event("replay_filter_full");
+    Known::Unusable(Some(Instant::now() + RETRY_AFTER))
+}
+
+fn event(kind: &'static str) {
+    metrics::counter!(CACHE_EVENTS, "event" => kind).increment(1);
+}

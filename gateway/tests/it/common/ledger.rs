@@ -1,0 +1,68 @@
+//! A MariaDB ledger and the consumer's own service beside a test's Redis, for tests that
+//! need the ledger's side of a campaign (close-out, rebuild from the ledger).
+
+use std::time::{Duration, Instant};
+
+use shard_router::{RedisTarget, StockClient};
+use sqlx::MySqlPool;
+use test_support::mariadb::TestDatabase;
+use test_support::RedisServer;
+
+pub(crate) const T: Duration = Duration::from_secs(10);
+/// The gateway's default shard count (`Config::for_redis`).
+pub(crate) const SHARDS: u16 = 16;
+
+pub(crate) struct Ledger {
+    _db: TestDatabase,
+    pub(crate) cfg: consumer::Config,
+    pub(crate) pool: MySqlPool,
+    pub(crate) client: StockClient,
+}
+
+pub(crate) async fn ledger(redis: &RedisServer) -> Ledger {
+    let db = TestDatabase::create();
+    let mut cfg = consumer::Config::new(RedisTarget::Single(redis.url()), SHARDS, db.url());
+    cfg.read_block = Duration::from_millis(200);
+    cfg.reconcile_interval = Duration::from_secs(3600);
+    cfg.db_timeout = Duration::from_secs(3);
+    let client = StockClient::connect(cfg.stock()).await.expect("redis");
+    let pool = consumer::db::connect(&cfg.mysql_url, T)
+        .await
+        .expect("mysql");
+    consumer::db::migrate(&pool).await.expect("migrate");
+    Ledger {
+        _db: db,
+        cfg,
+        pool,
+        client,
+    }
+}
+
+/// Runs the consumer until the ledger holds `n` claims of `sku`, then confirms them all, so
+/// close-out finds nothing pending.
+pub(crate) async fn ingest_and_confirm(l: &Ledger, sku: u64, n: i64) {
+    let (stop, rx) = consumer::signal::channel();
+    let task = tokio::spawn(consumer::service::run(l.cfg.clone(), None, rx));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let ids: Vec<String> = loop {
+        let ids: Vec<String> = sqlx::query_scalar("SELECT claim_id FROM claims WHERE sku = ?")
+            .bind(sku)
+            .fetch_all(&l.pool)
+            .await
+            .unwrap();
+        if ids.len() as i64 == n {
+            break ids;
+        }
+        assert!(Instant::now() < deadline, "ledger has {} of {n}", ids.len());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    for id in &ids {
+        consumer::release::confirm(&l.pool, id, T).await.unwrap();
+    }
+    let _ = stop.send(true);
+    tokio::time::timeout(Duration::from_secs(20), task)
+        .await
+        .expect("consumer drains")
+        .unwrap()
+        .unwrap();
+}

@@ -1,0 +1,166 @@
+//! Who may have a stored answer on a sold-out SKU: the users of the SKU's `useq` hashes,
+//! read so a gateway can answer every other user's request id 410 from memory
+//! (`gateway/src/replay_filter.rs`, docs/DESIGN.md "Replay after sell-out").
+//!
+//! Why `useq` and no set of its own (no write added to the claim path): every script that
+//! stores an answer under `{T}:req:<sku>:<len>:<user>:<rid>` on the user's home shard has
+//! that user in the same shard's `{T}:useq:<sku>` first, in the same atomic step or an
+//! earlier one:
+//! - `claim.lua` bumps `useq` before it stores a success or the `P` of a hold;
+//! - `settle.lua` stores an answer only over a standing hold (placed by `claim.lua`, so
+//!   after its bump; a rebuild keeps holds and raises `useq` for them), and `final` only
+//!   over an answer already there;
+//! - `rebuild.lua` raises `useq` for every user the ledger holds a claim of (released ones
+//!   included), a superset of the answers `store_answers` restores; those are written while
+//!   the shard is fenced (slice missing), so no read below accepts the shard in between;
+//! - `rebuild_late.lua` raises `useq` in the step that stores the late claim's answer, and
+//!   publishes `replay <sku>` so gateways drop what they read before.
+//!
+//! Nothing removes a `useq` field while a campaign lives, so the hash only grows and an
+//! `HSCAN` returns every field present from its start to its end. Close-out deletes it, but
+//! only after its fence removed the shard meta, and deletes the slice last, one key at a
+//! time (`client/retire.rs`): a shard is read as sold out only with its meta (`limit`)
+//! present, so a close-out stopped between `useq` and the slice is never read as "nobody
+//! won here" while the stored answers it keeps are still there.
+
+use crate::client::StockClient;
+use crate::error::StockError;
+use crate::keys::ShardKeys;
+use crate::placement::ShardId;
+
+/// What [`StockClient::replay_users`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReplayUsers {
+    /// Every user of the SKU that may have a stored answer, as of the last read of each
+    /// shard, when every slice was present and at most 0 then; `marks` are those reads, for
+    /// [`StockClient::replay_users_unchanged`].
+    Users {
+        users: std::collections::HashSet<String>,
+        marks: ReplayMarks,
+    },
+    /// More than the cap: not read.
+    TooMany(u64),
+    /// A slice was missing or above 0, or a shard changed (a new user, a rebuild) while it
+    /// was read: nothing to rely on now.
+    Moving,
+}
+
+/// Per shard: slice, number of users, (limit, rebuild generation) from the shard meta.
+type Mark = (Option<i64>, u64, (Option<String>, Option<String>));
+
+/// What a read of [`ReplayUsers::Users`] saw of each shard (in the SKU's shard order).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplayMarks(Vec<Mark>);
+
+impl StockClient {
+    /// The users that may have a stored answer on `sku` (width `width`), read from every
+    /// shard's `useq`, or why not. `cap` bounds how many are read at all.
+    ///
+    /// Each shard is marked (slice, `HLEN`, meta `limit` and `gen`) before its scan and again
+    /// after all scans. A field added during a scan changes the count (the hash only grows),
+    /// and a rebuild in between changes `gen`: both answer [`ReplayUsers::Moving`], as does a
+    /// shard without its meta (close-out's fence, then its key removal, `useq` before the
+    /// slice: the hash may be gone while the slice still reads 0). So the set
+    /// is exact as of the second marks, all taken with every slice at most 0; from then on
+    /// a new success needs units back on a slice, which publishes `restock` (or `empty`
+    /// from a rebuild, `replay` from a late claim), and the gateway drops the set on it.
+    pub async fn replay_users(
+        &self,
+        sku: u64,
+        width: u16,
+        cap: u64,
+    ) -> Result<ReplayUsers, StockError> {
+        let shards = self.placement().shards_of(sku, width);
+        let mut before = Vec::with_capacity(shards.len());
+        for &shard in &shards {
+            let mark = self.replay_mark(shard, sku).await?;
+            if !sold_out(&mark) {
+                return Ok(ReplayUsers::Moving);
+            }
+            before.push(mark);
+        }
+        let total: u64 = before.iter().map(|m| m.1).sum();
+        if total > cap {
+            return Ok(ReplayUsers::TooMany(total));
+        }
+        let mut users = std::collections::HashSet::with_capacity(total as usize);
+        for &shard in &shards {
+            self.scan_users(shard, sku, &mut users).await?;
+        }
+        let marks = ReplayMarks(before);
+        if !self.replay_users_unchanged(sku, width, &marks).await? {
+            return Ok(ReplayUsers::Moving);
+        }
+        Ok(ReplayUsers::Users { users, marks })
+    }
+
+    /// Whether the users read with `marks` are still every user that may have a stored
+    /// answer: every slice present and at most 0 now, every meta there, and no shard's
+    /// count or generation changed (no field was added, the hash only grows). Units that
+    /// came back and went again in between (a release and a claim of a user already there)
+    /// leave the set exact; a new user's success adds a field. One pipeline per shard, so a
+    /// gateway can check a set it keeps without waiting for an event that may never come.
+    pub async fn replay_users_unchanged(
+        &self,
+        sku: u64,
+        width: u16,
+        marks: &ReplayMarks,
+    ) -> Result<bool, StockError> {
+        let shards = self.placement().shards_of(sku, width);
+        if shards.len() != marks.0.len() {
+            return Ok(false);
+        }
+        for (&shard, was) in shards.iter().zip(&marks.0) {
+            let now = self.replay_mark(shard, sku).await?;
+            if !sold_out(&now) || now.1 != was.1 || now.2 != was.2 {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    async fn replay_mark(&self, shard: ShardId, sku: u64) -> Result<Mark, StockError> {
+        let k = ShardKeys::new(self.placement(), shard, sku);
+        let mut pipe = redis::pipe();
+        pipe.cmd("GET")
+            .arg(k.stock())
+            .cmd("HLEN")
+            .arg(k.user_seq())
+            .cmd("HMGET")
+            .arg(k.meta())
+            .arg("limit")
+            .arg("gen");
+        let mut conn = self.conn();
+        self.bounded("replay users", pipe.query_async(&mut conn))
+            .await
+    }
+
+    async fn scan_users(
+        &self,
+        shard: ShardId,
+        sku: u64,
+        into: &mut std::collections::HashSet<String>,
+    ) -> Result<(), StockError> {
+        let key = ShardKeys::new(self.placement(), shard, sku).user_seq();
+        let mut cursor = 0u64;
+        loop {
+            let mut cmd = redis::cmd("HSCAN");
+            cmd.arg(&key).arg(cursor).arg("COUNT").arg(1000);
+            let mut conn = self.conn();
+            let (next, page): (u64, Vec<String>) = self
+                .bounded("replay users", cmd.query_async(&mut conn))
+                .await?;
+            // Fields and values alternate; only the fields (users) are kept.
+            into.extend(page.into_iter().step_by(2));
+            if next == 0 {
+                return Ok(());
+            }
+            cursor = next;
+        }
+    }
+}
+
+/// Live (its meta there: not fenced by close-out) and no unit left on the slice.
+fn sold_out(mark: &Mark) -> bool {
+    matches!(mark.0, Some(v) if v <= 0) && mark.2 .0.is_some()
+}
