@@ -101,6 +101,19 @@ async fn drill(loss: Loss) -> verdict::Figures {
 
     let (stop, rx) = consumer::signal::channel();
     let service = tokio::spawn(service::run(cfg.clone(), None, rx));
+    // The consumer reads only once registered for the rebuild's flush handshake; a load
+    // started before that can sell its whole share before any claim reaches the ledger,
+    // and the loss below would come after the sale instead of in its middle.
+    let registered = Instant::now();
+    while sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM consumers")
+        .fetch_one(&pool)
+        .await
+        .expect("consumers")
+        == 0
+    {
+        assert!(registered.elapsed() < T, "the consumer never registered");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 
     let load = {
         let (client, meta) = (client.clone(), meta.clone());
