@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use crate::error::has_code;
-use crate::{keys, ClaimRecord, ReplicationInfo, ShardId, StockClient, StockError};
+use crate::{keys, ClaimRecord, RedisConn, ReplicationInfo, ShardId, StockClient, StockError};
 use redis::streams::{StreamAutoClaimReply, StreamId, StreamRangeReply, StreamReadReply};
 use redis::Value;
 
@@ -220,16 +220,7 @@ impl ShardStream {
         idle: Duration,
     ) -> Result<usize, StockError> {
         let mut conn = client.conn();
-        let info: redis::streams::StreamInfoConsumersReply = client
-            .bounded(
-                "xinfo consumers",
-                redis::cmd("XINFO")
-                    .arg("CONSUMERS")
-                    .arg(&self.key)
-                    .arg(&self.group)
-                    .query_async(&mut conn),
-            )
-            .await?;
+        let info = self.consumers(client, &mut conn, &self.group).await?;
         let mut pruned = 0;
         for c in info.consumers {
             if c.name != me && c.pending == 0 && c.idle as u128 >= idle.as_millis() {
@@ -248,6 +239,25 @@ impl ShardStream {
             }
         }
         Ok(pruned)
+    }
+
+    /// XINFO CONSUMERS of `group` on this stream.
+    async fn consumers(
+        &self,
+        client: &StockClient,
+        conn: &mut RedisConn,
+        group: &str,
+    ) -> Result<redis::streams::StreamInfoConsumersReply, StockError> {
+        client
+            .bounded(
+                "xinfo consumers",
+                redis::cmd("XINFO")
+                    .arg("CONSUMERS")
+                    .arg(&self.key)
+                    .arg(group)
+                    .query_async(conn),
+            )
+            .await
     }
 
     /// Names of the consumers, in any group of this stream, whose idle time (XINFO
@@ -278,16 +288,7 @@ impl ShardStream {
         };
         let mut out = Vec::new();
         for g in groups {
-            let info: redis::streams::StreamInfoConsumersReply = client
-                .bounded(
-                    "xinfo consumers",
-                    redis::cmd("XINFO")
-                        .arg("CONSUMERS")
-                        .arg(&self.key)
-                        .arg(&g.name)
-                        .query_async(&mut conn),
-                )
-                .await?;
+            let info = self.consumers(client, &mut conn, &g.name).await?;
             out.extend(
                 info.consumers
                     .into_iter()

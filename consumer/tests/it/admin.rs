@@ -130,9 +130,7 @@ async fn admin_api_needs_the_token_and_manages_campaigns() {
 /// never had a replica.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn preheat_waits_for_replicas_as_configured() {
-    let master = test_support::RedisServer::start();
-    let replica = test_support::RedisServer::start_replica_of(&master);
-    let s = Stack::start_on(master).await;
+    let (s, replica) = crate::common::failover::stack_with_replica().await;
     replica.signal("STOP");
     let mut cfg = s.cfg.clone();
     cfg.admin_token = Some(TOKEN.into());

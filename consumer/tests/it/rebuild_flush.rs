@@ -17,20 +17,8 @@ use shard_router::ClaimOutcome;
 async fn a_batch_held_by_a_live_consumer_is_counted_by_the_rebuild() {
     let s = Stack::start().await;
     let c = campaign(&s, 12_101, 3, 1, 1, 3600).await;
-    let mut cfg = s.cfg.clone();
-    cfg.batch_max_wait = Duration::from_secs(6);
-    let consumer = start_consumer(cfg);
-    assert!(matches!(
-        claim(&s, &c, "alice").await,
-        ClaimOutcome::Claimed { .. }
-    ));
-    assert!(
-        until(Duration::from_secs(5), || async {
-            stream_depth(&s).await.1 == 1
-        })
-        .await,
-        "the consumer read alice's record"
-    );
+    let consumer = start_slow_writer(&s);
+    held_in_an_open_batch(&s, &c, "alice").await;
 
     flushall(&s);
     // The watch sees the missing slice and rebuilds.
@@ -65,16 +53,12 @@ async fn a_consumer_that_never_answers_holds_the_rebuild_only_up_to_the_bound() 
     let s = Stack::start().await;
     let c = campaign(&s, 12_102, 4, 2, 1, 3600).await;
     let consumer = start_consumer(s.cfg.clone());
-    assert!(until(Duration::from_secs(5), || async { live(&s).await == 1 }).await);
+    wait_live(&s, 1, Duration::from_secs(5)).await;
     consumer.kill();
 
     let mut opts = rebuild_opts();
     opts.flush_wait = Duration::from_secs(1);
-    let started = Instant::now();
-    let r = consumer::rebuild::rebuild(&s.pool, &s.client, c.sku, &opts)
-        .await
-        .unwrap();
-    let took = started.elapsed();
+    let (r, took) = rebuild_timed(&s, c.sku, &opts).await;
     assert_eq!(r.flush.consumers, 1, "{:?}", r.flush);
     assert_eq!(
         r.flush.unanswered,
@@ -109,7 +93,7 @@ async fn a_live_consumer_answers_and_a_stopped_one_deregisters() {
     let s = Stack::start().await;
     let c = campaign(&s, 12_103, 4, 2, 1, 3600).await;
     let consumer = start_consumer(s.cfg.clone());
-    assert!(until(Duration::from_secs(5), || async { live(&s).await == 1 }).await);
+    wait_live(&s, 1, Duration::from_secs(5)).await;
 
     let mut opts = rebuild_opts();
     opts.quiesce = Duration::from_secs(3);
@@ -145,20 +129,9 @@ async fn a_live_consumer_answers_and_a_stopped_one_deregisters() {
 async fn the_rebuild_command_waits_for_the_running_consumers() {
     let s = Stack::start().await;
     let c = campaign(&s, 12_104, 3, 1, 1, 3600).await;
-    let mut cfg = s.cfg.clone();
-    cfg.batch_max_wait = Duration::from_secs(6);
-    let consumer = start_consumer(cfg);
-    assert!(until(Duration::from_secs(5), || async { live(&s).await == 1 }).await);
-    assert!(matches!(
-        claim(&s, &c, "alice").await,
-        ClaimOutcome::Claimed { .. }
-    ));
-    assert!(
-        until(Duration::from_secs(5), || async {
-            stream_depth(&s).await.1 == 1
-        })
-        .await
-    );
+    let consumer = start_slow_writer(&s);
+    wait_live(&s, 1, Duration::from_secs(5)).await;
+    held_in_an_open_batch(&s, &c, "alice").await;
 
     let args = [
         "--redis".to_owned(),

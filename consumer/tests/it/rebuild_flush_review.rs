@@ -32,6 +32,22 @@ async fn raise(s: &Stack) -> i64 {
         .await
 }
 
+/// A rebuild of `sku` with a 1.5 s pause, while one registered consumer answers and
+/// `unanswered` does not: it names that one and keeps the whole pause.
+async fn rebuild_keeps_its_pause(
+    s: &Stack,
+    sku: u64,
+    unanswered: &str,
+) -> consumer::rebuild::Report {
+    let mut opts = rebuild_opts();
+    opts.quiesce = Duration::from_millis(1500);
+    let (r, took) = rebuild_timed(s, sku, &opts).await;
+    assert_eq!(r.flush.consumers, 1, "{:?}", r.flush);
+    assert_eq!(r.flush.unanswered, [unanswered], "{:?}", r.flush);
+    assert!(took >= opts.quiesce, "no pause: {took:?}");
+    r
+}
+
 /// Redis lost its streams (a restart without persistence): every reader's next
 /// XREADGROUP fails (no group) and it backs off, here 8 s, longer than a rebuild waits for
 /// an answer. A failed read delivered nothing, so it must not hold the flush back while
@@ -43,7 +59,7 @@ async fn a_reader_backing_off_after_a_failed_read_does_not_hold_the_flush() {
     cfg.backoff_min = Duration::from_secs(8);
     cfg.backoff_max = Duration::from_secs(8);
     let consumer = start_consumer(cfg);
-    assert!(until(Duration::from_secs(5), || async { live(&s).await == 1 }).await);
+    wait_live(&s, 1, Duration::from_secs(5)).await;
 
     flushall(&s);
     // Every reader's blocked read (200 ms) ended and the next one failed.
@@ -88,10 +104,7 @@ async fn an_entry_read_before_the_cut_and_handed_on_after_it_is_committed_at_onc
     let (tx, rx) = tokio::sync::mpsc::channel(8);
     let writer = tokio::spawn(writer.run(rx));
 
-    assert!(matches!(
-        claim(&s, &c, "alice").await,
-        ClaimOutcome::Claimed { .. }
-    ));
+    assert_claimed(&s, &c, "alice").await;
     // The read is registered, then the heartbeat sees a request and cuts.
     let reading = inflight.begin();
     let cut = inflight.cut();
@@ -139,29 +152,17 @@ async fn a_stream_reader_without_a_heartbeat_keeps_the_pause() {
     let shard = s.client.placement().shards_of(c.sku, c.width)[0];
     let old = ShardStream::new(&s.client, shard, &s.cfg.group);
     old.ensure_group(&s.client).await.unwrap();
-    assert!(matches!(
-        claim(&s, &c, "alice").await,
-        ClaimOutcome::Claimed { .. }
-    ));
+    assert_claimed(&s, &c, "alice").await;
     let held = old
         .read_new(&s.client, "old-release-1", 10, Duration::from_millis(10))
         .await
         .unwrap();
     assert_eq!(held.len(), 1, "the older consumer holds alice's record");
     let consumer = start_consumer(s.cfg.clone());
-    assert!(until(Duration::from_secs(5), || async { live(&s).await == 1 }).await);
+    wait_live(&s, 1, Duration::from_secs(5)).await;
 
-    let mut opts = rebuild_opts();
-    opts.quiesce = Duration::from_millis(1500);
-    let started = Instant::now();
-    let r = consumer::rebuild::rebuild(&s.pool, &s.client, c.sku, &opts)
-        .await
-        .unwrap();
-    let took = started.elapsed();
-    assert_eq!(r.flush.consumers, 1, "{:?}", r.flush);
-    assert_eq!(r.flush.unanswered, ["old-release-1"], "{:?}", r.flush);
+    let r = rebuild_keeps_its_pause(&s, c.sku, "old-release-1").await;
     assert!(!r.flush.complete());
-    assert!(took >= opts.quiesce, "no pause: {took:?}");
     consumer.stop().await;
 }
 
@@ -180,7 +181,7 @@ async fn a_consumer_whose_heartbeat_stalled_keeps_the_pause() {
     healthy.consumer_name = "healthy".into();
     let stalled = start_consumer(stalled);
     let healthy = start_consumer(healthy);
-    assert!(until(Duration::from_secs(5), || async { live(&s).await == 2 }).await);
+    wait_live(&s, 2, Duration::from_secs(5)).await;
 
     let instance: String =
         sqlx::query_scalar("SELECT instance FROM consumers WHERE name = 'stalled'")
@@ -194,19 +195,10 @@ async fn a_consumer_whose_heartbeat_stalled_keeps_the_pause() {
         .fetch_all(&mut *lock)
         .await
         .unwrap();
-    assert!(until(Duration::from_secs(6), || async { live(&s).await == 1 }).await);
+    wait_live(&s, 1, Duration::from_secs(6)).await;
 
-    let mut opts = rebuild_opts();
-    opts.quiesce = Duration::from_millis(1500);
-    let started = Instant::now();
-    let r = consumer::rebuild::rebuild(&s.pool, &s.client, c.sku, &opts)
-        .await
-        .unwrap();
-    let took = started.elapsed();
+    rebuild_keeps_its_pause(&s, c.sku, "stalled").await;
     lock.rollback().await.unwrap();
-    assert_eq!(r.flush.consumers, 1, "{:?}", r.flush);
-    assert_eq!(r.flush.unanswered, ["stalled"], "{:?}", r.flush);
-    assert!(took >= opts.quiesce, "no pause: {took:?}");
     healthy.stop().await;
     stalled.stop().await;
 }
@@ -224,10 +216,7 @@ async fn a_consumer_reads_nothing_before_it_is_registered() {
         .await
         .unwrap();
     let consumer = start_consumer(s.cfg.clone());
-    assert!(matches!(
-        claim(&s, &c, "alice").await,
-        ClaimOutcome::Claimed { .. }
-    ));
+    assert_claimed(&s, &c, "alice").await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(
         stream_depth(&s).await,
@@ -238,7 +227,7 @@ async fn a_consumer_reads_nothing_before_it_is_registered() {
         .execute(&s.pool)
         .await
         .unwrap();
-    assert!(until(Duration::from_secs(10), || async { live(&s).await == 1 }).await);
+    wait_live(&s, 1, Duration::from_secs(10)).await;
     wait_rows(&s.pool, c.sku, 1, Duration::from_secs(10)).await;
     consumer.stop().await;
 }
@@ -271,24 +260,10 @@ async fn on_a_cluster_the_readers_are_listed_from_every_master() {
     let shard = s.client.placement().shards_of(c.sku, c.width)[0];
     let old = ShardStream::new(&s.client, shard, &s.cfg.group);
     consumer.stop().await;
-    let req = shard_router::ClaimRequest {
-        sku: c.sku,
-        user: "alice".into(),
-        qty: 1,
-        request_id: None,
-    };
     let home = s.client.placement().home_shard(c.sku, c.width, "alice");
     assert_eq!(home, shard, "width 1: one shard");
     assert!(matches!(
-        shard_router::protocol::claim(
-            &s.client,
-            &c.meta(),
-            &req,
-            &shard_router::protocol::LocalEmptyShards::default(),
-            shard_router::now_ms(),
-        )
-        .await
-        .unwrap(),
+        claim_on(&s.client, &c, "alice", None).await,
         ClaimOutcome::Claimed { .. }
     ));
     let held = old

@@ -3,10 +3,12 @@
 //! writer does (`consumer/src/final_answers.rs`); a tentative one would answer every retry
 //! of that request 503 for good.
 
+use crate::common::failover::*;
+use crate::common::rebuild::claim_on;
 use crate::common::*;
 use consumer::campaign::Campaign;
 use shard_router::keys::ShardKeys;
-use shard_router::{ClaimOutcome, ClaimRequest};
+use shard_router::ClaimOutcome;
 
 async fn answer(s: &Stack, c: &Campaign, user: &str, rid: &str) -> Option<String> {
     let home = s.client.placement().home_shard(c.sku, c.width, user);
@@ -30,21 +32,7 @@ async fn a_redriven_reroute_gets_a_final_answer() {
         .find(|u| p.home_shard(c.sku, c.width, u) == home)
         .unwrap();
     claim_all(&s.client, &c, vec![drainer], 1).await;
-    let req = ClaimRequest {
-        sku: c.sku,
-        user: "late".into(),
-        qty: 1,
-        request_id: Some("late-r".into()),
-    };
-    let out = shard_router::protocol::claim(
-        &s.client,
-        &c.meta(),
-        &req,
-        &shard_router::protocol::LocalEmptyShards::default(),
-        shard_router::now_ms(),
-    )
-    .await
-    .unwrap();
+    let out = claim_on(&s.client, &c, "late", Some("late-r")).await;
     let ClaimOutcome::Claimed { claim, .. } = out else {
         panic!("{out:?}")
     };
@@ -75,9 +63,7 @@ async fn a_redriven_reroute_gets_a_final_answer() {
 /// holds it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_letter_no_replica_holds_is_not_redriven() {
-    let master = test_support::RedisServer::start();
-    let replica = test_support::RedisServer::start_replica_of(&master);
-    let mut s = Stack::start_on(master).await;
+    let (mut s, replica) = stack_with_replica().await;
     let c = campaign(&s, 13_102, 2, 1, 1, 3600).await;
     // With the replica attached, a letter is redriven.
     assert_eq!(claim_all(&s.client, &c, users("b", 1), 1).await.len(), 1);
@@ -99,8 +85,7 @@ async fn a_dead_letter_no_replica_holds_is_not_redriven() {
         "the letter stays: {r:?}"
     );
 
-    s.redis.kill();
-    let promoted = client_on(&replica, &s).await;
+    let promoted = fail_over(&mut s, &replica).await;
     assert_eq!(
         promoted.slices(c.sku, 1).await.unwrap()[0].1,
         Some(1),

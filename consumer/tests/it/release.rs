@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use crate::common::failover::*;
 use crate::common::*;
 use consumer::release::{self, Outcome, Reason};
 use consumer::replica::ReplicaWait;
@@ -155,9 +156,7 @@ async fn payment_timeout_releases_once_even_when_swept_twice() {
 /// promoted replica.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_no_replica_confirmed_stays_releasing_until_one_does() {
-    let master = test_support::RedisServer::start();
-    let replica = test_support::RedisServer::start_replica_of(&master);
-    let mut s = Stack::start_on(master).await;
+    let (mut s, replica) = stack_with_replica().await;
     let c = campaign(&s, 8_004, 2, 1, 1, 3600).await;
     let consumer = start_consumer(s.cfg.clone());
     assert_eq!(
@@ -182,18 +181,15 @@ async fn a_release_no_replica_confirmed_stays_releasing_until_one_does() {
         "not released before a replica holds it"
     );
 
-    s.redis.kill();
-    let promoted = client_on(&replica, &s).await;
+    let promoted = fail_over(&mut s, &replica).await;
     let slice = || async { promoted.slices(c.sku, 1).await.unwrap()[0].1 };
     assert_eq!(slice().await, Some(1), "the release rolled back");
     let _second = test_support::RedisServer::start_replica_of(&replica);
-    for _ in 0..50 {
+    retry(async || {
         let _ = release::sweep(&s.pool, &promoted, shard_router::now_ms(), T).await;
-        if s.count(status).await == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        s.count(status).await == 0
+    })
+    .await;
     assert_eq!(
         s.count("SELECT COUNT(*) FROM claims WHERE status = 'released'")
             .await,
@@ -278,13 +274,11 @@ async fn a_stalled_replica_holds_back_only_the_releases_of_its_own_master() {
     );
 
     s.cluster.nodes()[replica].signal("CONT");
-    for _ in 0..50 {
+    retry(async || {
         let _ = release::sweep_with(&s.pool, &s.client, later, wait, T).await;
-        if released(a.sku).await == 520 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        released(a.sku).await == 520
+    })
+    .await;
     assert_eq!(
         released(a.sku).await,
         520,

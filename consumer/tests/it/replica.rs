@@ -6,6 +6,12 @@ use std::time::Duration;
 use crate::common::*;
 use consumer::replica::ReplicaWait;
 
+/// Waits 2 s, then the ledger must still hold no claim: `why`.
+async fn nothing_committed_for_2s(s: &Stack, why: &str) {
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(s.count("SELECT COUNT(*) FROM claims").await, 0, "{why}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_replica_nothing_reaches_the_ledger() {
     let s = Stack::start().await;
@@ -15,12 +21,7 @@ async fn without_a_replica_nothing_reaches_the_ledger() {
     let consumer = start_consumer(cfg);
     let ids = claim_all(&s.client, &c, users("r", 50), 8).await;
     assert_eq!(ids.len(), 50);
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(
-        s.count("SELECT COUNT(*) FROM claims").await,
-        0,
-        "unreplicated entries must not be committed"
-    );
+    nothing_committed_for_2s(&s, "unreplicated entries must not be committed").await;
     let (_, pending) = stream_depth(&s).await;
     assert!(pending > 0, "read, held back, still pending");
     // Shutdown is not blocked by the wait; the entries stay pending for recovery.
@@ -117,12 +118,7 @@ async fn auto_waits_for_a_replica_that_left_before_any_fence() {
     replica.kill();
     let consumer = start_consumer(cfg);
     claim_all(&s.client, &c, users("b", 2), 2).await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(
-        s.count("SELECT COUNT(*) FROM claims").await,
-        0,
-        "nothing committed while the master's replica is away"
-    );
+    nothing_committed_for_2s(&s, "nothing committed while the master's replica is away").await;
     replica.restart();
     wait_rows(&s.pool, c.sku, 2, Duration::from_secs(30)).await;
     consumer.stop().await;
@@ -142,12 +138,11 @@ async fn every_connected_replica_confirms_a_commit() {
     b.signal("STOP");
     let consumer = start_consumer(auto(&s));
     claim_all(&s.client, &c, users("b", 2), 2).await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(
-        s.count("SELECT COUNT(*) FROM claims").await,
-        0,
-        "committed while a connected replica had not acknowledged"
-    );
+    nothing_committed_for_2s(
+        &s,
+        "committed while a connected replica had not acknowledged",
+    )
+    .await;
     // The master drops the replica that died: the other one confirms alone.
     b.kill();
     wait_rows(&s.pool, c.sku, 2, Duration::from_secs(30)).await;

@@ -6,17 +6,29 @@
 //! the old master takes the write, then dies; the clients move to the promoted replica.
 //! (A replica stopped with SIGSTOP would still get the write from its socket buffer.)
 
-use std::time::Duration;
-
+use crate::common::failover::*;
 use crate::common::rebuild::*;
 use crate::common::*;
 use consumer::rebuild::{self, late};
 use shard_router::keys::{self, ShardKeys};
-use shard_router::{ClaimOutcome, ClaimRecord, StockClient};
+use shard_router::{ClaimRecord, StockClient};
 use test_support::RedisServer;
 
 async fn slice(client: &StockClient, sku: u64) -> Option<i64> {
     client.slices(sku, 1).await.unwrap()[0].1
+}
+
+/// Late claims the ledger does not count as applied yet.
+const UNAPPLIED: &str = "SELECT COUNT(*) FROM late_claims WHERE applied_ms IS NULL";
+
+/// Sweeps the late claims on `promoted` until none waits, as the writer's loop would (a
+/// confirmed apply after a rollback finds no mark and applies in full); then alice's one
+/// unit is counted there once.
+async fn alice_applied_again_on(s: &Stack, promoted: &StockClient, sku: u64) {
+    let applied = retry(async || late::sweep(&s.pool, promoted, None, T).await.unwrap() == 0).await;
+    assert!(applied, "applied on the promoted replica");
+    assert_eq!(slice(promoted, sku).await, Some(2));
+    assert_eq!(promoted.user_count(sku, 1, "alice").await.unwrap(), 1);
 }
 
 /// Before the fix the apply was marked done in the ledger as soon as the master ran it:
@@ -24,28 +36,11 @@ async fn slice(client: &StockClient, sku: u64) -> Option<i64> {
 /// with her claim in the ledger) and let her claim past her limit, and no sweep repaired it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_apply_no_replica_confirmed_is_applied_again_after_a_failover() {
-    let master = RedisServer::start();
-    let replica = RedisServer::start_replica_of(&master);
-    let mut s = Stack::start_on(master).await;
+    let (mut s, replica) = stack_with_replica().await;
     let c = campaign(&s, 12_101, 3, 1, 1, 3600).await;
     let shard = s.client.placement().shards_of(c.sku, 1)[0];
-    assert!(matches!(
-        claim_one(&s, &c, "alice", Some("r-alice")).await,
-        ClaimOutcome::Claimed { .. }
-    ));
-    let held = read_like_a_consumer(&s, &c).await;
-    flushall(&s);
-    rebuild::rebuild(&s.pool, &s.client, c.sku, &rebuild_opts())
-        .await
-        .unwrap();
-    assert_eq!(
-        s.client
-            .wait_replicas(shard, 1, Duration::from_secs(5))
-            .await
-            .unwrap(),
-        1,
-        "the rebuild is on the replica"
-    );
+    let held = held_through_a_loss(&s, &c, "alice").await;
+    assert_on_the_replica(&s.client, shard, "the rebuild is on the replica").await;
     let out = consumer::ledger::write_batch(&s.pool, &held, T)
         .await
         .unwrap();
@@ -55,14 +50,12 @@ async fn a_late_apply_no_replica_confirmed_is_applied_again_after_a_failover() {
     late::apply(&s.pool, &s.client, &out.late, T).await.unwrap();
     assert_eq!(slice(&s.client, c.sku).await, Some(2), "the master has it");
     assert_eq!(
-        s.count("SELECT COUNT(*) FROM late_claims WHERE applied_ms IS NULL")
-            .await,
+        s.count(UNAPPLIED).await,
         1,
         "no replica confirmed the apply: the ledger must not call it applied"
     );
 
-    s.redis.kill();
-    let promoted = client_on(&replica, &s).await;
+    let promoted = fail_over(&mut s, &replica).await;
     assert_eq!(
         slice(&promoted, c.sku).await,
         Some(3),
@@ -70,26 +63,11 @@ async fn a_late_apply_no_replica_confirmed_is_applied_again_after_a_failover() {
     );
     assert_eq!(promoted.user_count(c.sku, 1, "alice").await.unwrap(), 0);
 
-    // The sweep applies it again on the new master once its own replica confirms.
+    // The sweep applies it again on the new master once its own replica confirms (swept
+    // again while the new link is still slow to acknowledge).
     let _second = RedisServer::start_replica_of(&replica);
-    // (Swept again while the new link is still slow to acknowledge, as the writer's loop
-    // would; a confirmed apply after a rollback finds no mark and applies in full.)
-    let mut waiting = 1;
-    for _ in 0..50 {
-        waiting = late::sweep(&s.pool, &promoted, None, T).await.unwrap();
-        if waiting == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(waiting, 0, "applied on the promoted replica");
-    assert_eq!(slice(&promoted, c.sku).await, Some(2));
-    assert_eq!(promoted.user_count(c.sku, 1, "alice").await.unwrap(), 1);
-    assert_eq!(
-        s.count("SELECT COUNT(*) FROM late_claims WHERE applied_ms IS NULL")
-            .await,
-        0
-    );
+    alice_applied_again_on(&s, &promoted, c.sku).await;
+    assert_eq!(s.count(UNAPPLIED).await, 0);
     assert_eq!(s.count("SELECT COUNT(*) FROM anomalies").await, 0);
 }
 
@@ -187,13 +165,11 @@ async fn a_hold_is_kept_on_a_take_only_once_a_replica_of_its_shard_holds_it() {
     s.cluster.nodes()[replica].signal("CONT");
     // The resumed replica catches up; until its fence confirms, the hold keeps waiting.
     let mut kept = 0;
-    for _ in 0..50 {
+    retry(async || {
         kept = reconcile().await.stale_holds;
-        if kept > 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        kept > 0
+    })
+    .await;
     assert_eq!(kept, 1, "confirmed now: kept");
     let answer: Option<String> = redis::cmd("GET")
         .arg(&answer_key)
@@ -213,9 +189,7 @@ async fn a_hold_is_kept_on_a_take_only_once_a_replica_of_its_shard_holds_it() {
 /// reported a resolution the promoted replica never saw.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stale_hold_resolution_counts_only_once_a_replica_holds_it() {
-    let master = RedisServer::start();
-    let replica = RedisServer::start_replica_of(&master);
-    let mut s = Stack::start_on(master).await;
+    let (mut s, replica) = stack_with_replica().await;
     let c = campaign(&s, 12_102, 4, 1, 1, 3600).await;
     let p = s.client.placement().clone();
     let home = p.home_shard(c.sku, c.width, "bob");
@@ -224,13 +198,7 @@ async fn a_stale_hold_resolution_counts_only_once_a_replica_holds_it() {
     let _: () = dead_hold(&mut redis::pipe(), &hk, "bob", "", shard_router::now_ms())
         .query(&mut s.redis.connection())
         .unwrap();
-    assert_eq!(
-        s.client
-            .wait_replicas(home, 1, Duration::from_secs(5))
-            .await
-            .unwrap(),
-        1
-    );
+    assert_on_the_replica(&s.client, home, "the hold is on the replica").await;
 
     promote(&replica);
     let r = s.reconcile(c.sku).await;
@@ -240,23 +208,16 @@ async fn a_stale_hold_resolution_counts_only_once_a_replica_holds_it() {
     );
     assert_eq!(s.client.user_count(c.sku, 1, "bob").await.unwrap(), 0);
 
-    s.redis.kill();
-    let promoted = client_on(&replica, &s).await;
+    let promoted = fail_over(&mut s, &replica).await;
     assert_eq!(
         promoted.user_count(c.sku, 1, "bob").await.unwrap(),
         1,
         "rolled back"
     );
     let _second = RedisServer::start_replica_of(&replica);
-    assert_eq!(
-        promoted
-            .wait_replicas(home, 1, Duration::from_secs(5))
-            .await
-            .unwrap(),
-        1
-    );
+    assert_on_the_replica(&promoted, home, "the promoted replica has a replica").await;
     let mut resolved = 0;
-    for _ in 0..50 {
+    retry(async || {
         resolved = consumer::reconcile::run(
             &s.pool,
             &promoted,
@@ -268,11 +229,9 @@ async fn a_stale_hold_resolution_counts_only_once_a_replica_holds_it() {
         .await
         .unwrap()
         .stale_holds;
-        if resolved > 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        resolved > 0
+    })
+    .await;
     assert_eq!(resolved, 1, "resolved again on the promoted replica");
     assert_eq!(promoted.user_count(c.sku, 1, "bob").await.unwrap(), 0);
 }
@@ -284,9 +243,7 @@ async fn a_stale_hold_resolution_counts_only_once_a_replica_holds_it() {
 /// sale) while the ledger said her late claim was counted, so no sweep ever took it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rebuild_no_replica_confirmed_leaves_its_late_claims_to_count() {
-    let master = RedisServer::start();
-    let replica = RedisServer::start_replica_of(&master);
-    let mut s = Stack::start_on(master).await;
+    let (mut s, replica) = stack_with_replica().await;
     let c = campaign(&s, 12_104, 3, 1, 1, 3600).await;
     let shard = s.client.placement().shards_of(c.sku, 1)[0];
     let held = held_through_a_loss(&s, &c, "alice").await;
@@ -294,28 +251,19 @@ async fn a_rebuild_no_replica_confirmed_leaves_its_late_claims_to_count() {
         .await
         .unwrap();
     assert_eq!(out.late.len(), 1, "alice's claim is late (never applied)");
-    assert_eq!(
-        s.client
-            .wait_replicas(shard, 1, Duration::from_secs(5))
-            .await
-            .unwrap(),
-        1,
-        "the first rebuild is on the replica"
-    );
+    assert_on_the_replica(&s.client, shard, "the first rebuild is on the replica").await;
 
     promote(&replica);
     let r = rebuild::rebuild(&s.pool, &s.client, c.sku, &rebuild_opts()).await;
     assert!(r.is_err(), "no replica confirmed the rebuild: {r:?}");
     assert_eq!(slice(&s.client, c.sku).await, Some(2), "the master has it");
     assert_eq!(
-        s.count("SELECT COUNT(*) FROM late_claims WHERE applied_ms IS NULL")
-            .await,
+        s.count(UNAPPLIED).await,
         1,
         "the late claim is not counted until a replica holds the rebuild"
     );
 
-    s.redis.kill();
-    let promoted = client_on(&replica, &s).await;
+    let promoted = fail_over(&mut s, &replica).await;
     assert_eq!(
         slice(&promoted, c.sku).await,
         Some(3),
@@ -323,17 +271,7 @@ async fn a_rebuild_no_replica_confirmed_leaves_its_late_claims_to_count() {
     );
     // The sweep counts it on the promoted replica once its own replica confirms.
     let _second = RedisServer::start_replica_of(&replica);
-    let mut waiting = 1;
-    for _ in 0..50 {
-        waiting = late::sweep(&s.pool, &promoted, None, T).await.unwrap();
-        if waiting == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(waiting, 0, "applied on the promoted replica");
-    assert_eq!(slice(&promoted, c.sku).await, Some(2));
-    assert_eq!(promoted.user_count(c.sku, 1, "alice").await.unwrap(), 1);
+    alice_applied_again_on(&s, &promoted, c.sku).await;
 }
 
 /// A stock wave's Redis step (units onto the slices, its id in the wave hash) is on a
@@ -344,9 +282,7 @@ async fn a_rebuild_no_replica_confirmed_leaves_its_late_claims_to_count() {
 /// confirms, and its next round pushes it on the promoted replica.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wave_no_replica_confirmed_stays_pending_until_one_does() {
-    let master = RedisServer::start();
-    let replica = RedisServer::start_replica_of(&master);
-    let mut s = Stack::start_on(master).await;
+    let (mut s, replica) = stack_with_replica().await;
     let c = campaign(&s, 12_105, 2, 1, 1, 3600).await;
     let w = consumer::wave::Wave {
         sku: c.sku,
@@ -355,18 +291,8 @@ async fn a_wave_no_replica_confirmed_stays_pending_until_one_does() {
         due_ms: shard_router::now_ms(),
     };
     consumer::wave::schedule(&s.pool, &w, T).await.unwrap();
-    assert_eq!(
-        s.client
-            .wait_replicas(
-                s.client.placement().shards_of(c.sku, 1)[0],
-                1,
-                Duration::from_secs(5)
-            )
-            .await
-            .unwrap(),
-        1,
-        "the preheat is on the replica"
-    );
+    let shard = s.client.placement().shards_of(c.sku, 1)[0];
+    assert_on_the_replica(&s.client, shard, "the preheat is on the replica").await;
 
     promote(&replica);
     let now = shard_router::now_ms();
@@ -380,21 +306,18 @@ async fn a_wave_no_replica_confirmed_stays_pending_until_one_does() {
         "not applied before a replica holds it"
     );
 
-    s.redis.kill();
-    let promoted = client_on(&replica, &s).await;
+    let promoted = fail_over(&mut s, &replica).await;
     assert_eq!(
         slice(&promoted, c.sku).await,
         Some(2),
         "the wave rolled back"
     );
     let _second = RedisServer::start_replica_of(&replica);
-    for _ in 0..50 {
+    retry(async || {
         let _ = consumer::wave::apply_due(&s.pool, &promoted, shard_router::now_ms(), T).await;
-        if s.count(pending).await == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        s.count(pending).await == 0
+    })
+    .await;
     assert_eq!(s.count(pending).await, 0, "applied on the promoted replica");
     assert_eq!(
         slice(&promoted, c.sku).await,

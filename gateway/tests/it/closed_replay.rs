@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::common::ledger::*;
 use crate::common::*;
-use consumer::campaign::{self, Campaign};
+use consumer::campaign::Campaign;
 use consumer::closeout;
 use hyper::StatusCode;
 use serde_json::json;
@@ -38,10 +38,7 @@ async fn a_retried_success_is_replayed_after_close_out_and_new_claims_are_ended(
         end_ms: now + 1500,
         payment_timeout_s: 1,
     };
-    campaign::put(&l.pool, &c, SHARDS, T).await.unwrap();
-    campaign::preheat(&l.pool, &l.client, c.sku, T)
-        .await
-        .unwrap();
+    l.open(&c).await;
     let mut cfg = config(&redis.url(), false);
     // Short, so this gateway rereads the metadata and the live set after close-out.
     cfg.cache_ttl_ms = 300;
@@ -143,10 +140,7 @@ async fn a_slow_clock_gateway_replays_and_refuses_a_closed_campaign() {
         // that the claim is confirmed, not released, before close-out.
         payment_timeout_s: 10,
     };
-    campaign::put(&l.pool, &c, SHARDS, T).await.unwrap();
-    campaign::preheat(&l.pool, &l.client, c.sku, T)
-        .await
-        .unwrap();
+    l.open(&c).await;
     let mut cfg = config(&redis.url(), false);
     cfg.max_clock_skew_ms = 10_000;
     cfg.clock_offset_ms = -5_000;

@@ -11,7 +11,7 @@ use crate::common::*;
 use consumer::campaign::{self, Campaign};
 use hyper::StatusCode;
 use serde_json::{json, Value};
-use shard_router::{keys, now_ms, SkuMeta};
+use shard_router::{keys, now_ms, SkuMeta, StockClient};
 use test_support::{RedisCluster, RedisServer};
 
 /// The claim answer fields a replay must repeat.
@@ -92,6 +92,36 @@ async fn new_ids_cost_nothing(gw: &Gateway, redis: &[String], sku: u64, tag: &st
     panic!("{tag}: new request ids reached Redis: {cost:?} calls per batch of 20");
 }
 
+/// `user` claims a unit of `sku` on `gw` under `rid`, and wins it: returns the answer.
+async fn wins(gw: &Gateway, sku: u64, user: &str, rid: &str) -> Answer {
+    let a = gw
+        .claim(json!({"sku": sku, "user": user, "request_id": rid}))
+        .await;
+    assert_eq!(a.status, StatusCode::CREATED, "{}", a.body);
+    a
+}
+
+/// Publishes the `restock` event a release or a wave publishes for `meta`'s first shard.
+fn publish_restock(redis: &RedisServer, stock: &StockClient, meta: &SkuMeta) {
+    let shard = stock.placement().shards_of(meta.sku, meta.width)[0];
+    redis::cmd("PUBLISH")
+        .arg(keys::EVENTS_CHANNEL)
+        .arg(format!("restock {} {shard}", meta.sku))
+        .query::<i64>(&mut redis.connection())
+        .unwrap();
+}
+
+/// Runs `round` (given its number) every 50 ms for 1.5 s, well past a filter read.
+async fn for_a_while(mut round: impl AsyncFnMut(u32)) {
+    let until = Instant::now() + Duration::from_millis(1500);
+    let mut n = 0;
+    while Instant::now() < until {
+        round(n).await;
+        n += 1;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// A retry of `first` (user, request id) on `gw`: 200 with the first answer.
 async fn replays(gw: &Gateway, sku: u64, user: &str, rid: &str, first: &Value, what: &str) {
     let a = gw
@@ -119,10 +149,7 @@ async fn sell_out_then_filter(url: &str, cluster: bool, at: &[String]) {
     let stock = stock_client(url, cluster).await;
     let meta = preheat(&stock, 8301, 1, 1, 1).await;
     let gw = Gateway::start(config(url, cluster)).await;
-    let first = gw
-        .claim(json!({"sku": meta.sku, "user": "alice", "request_id": "r1"}))
-        .await;
-    assert_eq!(first.status, StatusCode::CREATED, "{}", first.body);
+    let first = wins(&gw, meta.sku, "alice", "r1").await;
     wait_sold_out(gw.api, meta.sku, true, "the sell-out event").await;
 
     // A second gateway that never saw the answer.
@@ -164,10 +191,7 @@ async fn rerouted_then_filter(url: &str, cluster: bool, at: &[String]) {
     assert_eq!(drain.status, StatusCode::CREATED, "{}", drain.body);
     // Hold on the empty home, take on the other shard, answer stored on the home.
     let user = homed("u");
-    let first = gw
-        .claim(json!({"sku": meta.sku, "user": user, "request_id": "r1"}))
-        .await;
-    assert_eq!(first.status, StatusCode::CREATED, "{}", first.body);
+    let first = wins(&gw, meta.sku, &user, "r1").await;
     assert_eq!(
         first.body["shard"],
         json!(shards[1]),
@@ -199,10 +223,7 @@ async fn a_restock_drops_the_filter() {
     let meta: SkuMeta = preheat(&stock, 8303, 1, 1, 1).await;
     let gw = Gateway::start(config(&redis.url(), false)).await;
     let other = Gateway::start(config(&redis.url(), false)).await;
-    let first = gw
-        .claim(json!({"sku": meta.sku, "user": "alice", "request_id": "r1"}))
-        .await;
-    assert_eq!(first.status, StatusCode::CREATED, "{}", first.body);
+    let first = wins(&gw, meta.sku, "alice", "r1").await;
     for g in [&gw, &other] {
         wait_sold_out(g.api, meta.sku, true, "the sell-out").await;
     }
@@ -210,20 +231,12 @@ async fn a_restock_drops_the_filter() {
 
     // A unit comes back (as a release or a wave does: slice up, `restock` published).
     restock_silently(&redis, &stock, &meta);
-    let shard = stock.placement().shards_of(meta.sku, meta.width)[0];
-    redis::cmd("PUBLISH")
-        .arg(keys::EVENTS_CHANNEL)
-        .arg(format!("restock {} {shard}", meta.sku))
-        .query::<i64>(&mut redis.connection())
-        .unwrap();
+    publish_restock(&redis, &stock, &meta);
     for g in [&gw, &other] {
         wait_sold_out(g.api, meta.sku, false, "the restock").await;
     }
     // Carol wins it on the first gateway; the SKU is sold out again.
-    let carol = gw
-        .claim(json!({"sku": meta.sku, "user": "carol", "request_id": "r3"}))
-        .await;
-    assert_eq!(carol.status, StatusCode::CREATED, "{}", carol.body);
+    let carol = wins(&gw, meta.sku, "carol", "r3").await;
     wait_sold_out(other.api, meta.sku, true, "the second sell-out").await;
     // The second gateway read its filter before carol won: it must not answer from it.
     replays(
@@ -256,15 +269,9 @@ async fn a_success_replays_after_redis_lost_everything_and_a_rebuild() {
         end_ms: now + 600_000,
         payment_timeout_s: 600,
     };
-    campaign::put(&l.pool, &c, SHARDS, T).await.unwrap();
-    campaign::preheat(&l.pool, &l.client, c.sku, T)
-        .await
-        .unwrap();
+    l.open(&c).await;
     let gw = Gateway::start(config(&redis.url(), false)).await;
-    let first = gw
-        .claim(json!({"sku": c.sku, "user": "alice", "request_id": "r1"}))
-        .await;
-    assert_eq!(first.status, StatusCode::CREATED, "{}", first.body);
+    let first = wins(&gw, c.sku, "alice", "r1").await;
     ingest_and_confirm(&l, c.sku, 1).await;
     wait_sold_out(gw.api, c.sku, true, "the sell-out").await;
     wait_filter(&gw, &at, c.sku, "before the loss").await;
@@ -294,10 +301,7 @@ async fn a_replay_event_drops_the_filter() {
     let stock = stock_client(&redis.url(), false).await;
     let meta = preheat(&stock, 8305, 1, 1, 1).await;
     let gw = Gateway::start(config(&redis.url(), false)).await;
-    let first = gw
-        .claim(json!({"sku": meta.sku, "user": "alice", "request_id": "r1"}))
-        .await;
-    assert_eq!(first.status, StatusCode::CREATED, "{}", first.body);
+    let first = wins(&gw, meta.sku, "alice", "r1").await;
     wait_sold_out(gw.api, meta.sku, true, "the sell-out").await;
     wait_filter(&gw, &at, meta.sku, "before").await;
 
@@ -359,10 +363,7 @@ async fn a_close_out_stopped_after_useq_went_keeps_the_winners_replay() {
     let stock = stock_client(&redis.url(), false).await;
     let meta = preheat(&stock, 8306, 1, 1, 1).await;
     let gw = Gateway::start(config(&redis.url(), false)).await;
-    let first = gw
-        .claim(json!({"sku": meta.sku, "user": "alice", "request_id": "r1"}))
-        .await;
-    assert_eq!(first.status, StatusCode::CREATED, "{}", first.body);
+    let first = wins(&gw, meta.sku, "alice", "r1").await;
     wait_sold_out(gw.api, meta.sku, true, "the sell-out").await;
 
     // Close-out's fence, then its removal up to `useq` (meta, users, useq), then nothing.
@@ -380,9 +381,7 @@ async fn a_close_out_stopped_after_useq_went_keeps_the_winners_replay() {
     // an empty `useq`. Alice's retry must get her answer every time, well past a read.
     let fresh = Gateway::start(config(&redis.url(), false)).await;
     wait_sold_out(fresh.api, meta.sku, true, "the fresh gateway's load").await;
-    let until = Instant::now() + Duration::from_millis(1500);
-    let mut n = 0;
-    while Instant::now() < until {
+    for_a_while(async |n| {
         replays(
             &fresh,
             meta.sku,
@@ -397,9 +396,8 @@ async fn a_close_out_stopped_after_useq_went_keeps_the_winners_replay() {
             .claim(json!({"sku": meta.sku, "user": format!("x{n}"), "request_id": "x"}))
             .await;
         assert_eq!(a.status, StatusCode::GONE, "{}", a.body);
-        n += 1;
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    })
+    .await;
 }
 
 /// Units can come back with no event reaching this gateway: a failover whose promoted
@@ -417,10 +415,7 @@ async fn units_back_without_an_event_stop_the_filter_within_a_second() {
     // Far beyond the bound checked below: the filter's own check must do it.
     cfg.cache_ttl_ms = 60_000;
     let gw = Gateway::start(cfg).await;
-    let first = gw
-        .claim(json!({"sku": meta.sku, "user": "alice", "request_id": "r1"}))
-        .await;
-    assert_eq!(first.status, StatusCode::CREATED, "{}", first.body);
+    wins(&gw, meta.sku, "alice", "r1").await;
     wait_sold_out(gw.api, meta.sku, true, "the sell-out").await;
     wait_filter(&gw, &at, meta.sku, "before").await;
 
@@ -436,10 +431,7 @@ async fn units_back_without_an_event_stop_the_filter_within_a_second() {
     // `empty` is published either.
     let other = Gateway::start(config(&redis.url(), false)).await;
     wait_sold_out(other.api, meta.sku, false, "the other gateway's load").await;
-    let erin = other
-        .claim(json!({"sku": meta.sku, "user": "erin", "request_id": "r5"}))
-        .await;
-    assert_eq!(erin.status, StatusCode::CREATED, "{}", erin.body);
+    let erin = wins(&other, meta.sku, "erin", "r5").await;
     let won = Instant::now();
 
     // Her retry on the first gateway, which still believes the SKU sold out.
@@ -477,37 +469,26 @@ async fn the_sets_of_all_skus_together_stay_within_the_total() {
     let gw = Gateway::start(cfg).await;
     let mut won = Vec::new();
     for (meta, user) in [(&a, "alice"), (&b, "bob")] {
-        let w = gw
-            .claim(json!({"sku": meta.sku, "user": user, "request_id": "r1"}))
-            .await;
-        assert_eq!(w.status, StatusCode::CREATED, "{}", w.body);
+        let w = wins(&gw, meta.sku, user, "r1").await;
         wait_sold_out(gw.api, meta.sku, true, "the sell-out").await;
         won.push(w.body);
     }
     wait_filter(&gw, &at, a.sku, "a").await;
 
     // B's one user does not fit beside A's: its new request ids keep reaching Redis.
-    let until = Instant::now() + Duration::from_millis(1500);
-    let mut n = 0;
-    while Instant::now() < until {
+    for_a_while(async |n| {
         let before = calls(&at);
         let r = gw
             .claim(json!({"sku": b.sku, "user": format!("nb{n}"), "request_id": "x"}))
             .await;
         assert_eq!(r.status, StatusCode::GONE, "{}", r.body);
         assert!(calls(&at) > before, "b's set was read beyond the total");
-        n += 1;
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    })
+    .await;
     replays(&gw, b.sku, "bob", "r1", &won[1], "b, not read").await;
 
     // A's set goes (a unit back on A); B's is read now.
-    let shard = stock.placement().shards_of(a.sku, a.width)[0];
-    redis::cmd("PUBLISH")
-        .arg(keys::EVENTS_CHANNEL)
-        .arg(format!("restock {} {shard}", a.sku))
-        .query::<i64>(&mut redis.connection())
-        .unwrap();
+    publish_restock(&redis, &stock, &a);
     wait_sold_out(gw.api, a.sku, false, "the restock of a").await;
     wait_filter(&gw, &at, b.sku, "b").await;
     replays(&gw, b.sku, "bob", "r1", &won[1], "b, read").await;
@@ -527,10 +508,7 @@ async fn an_expired_entry_gives_its_room_back() {
     cfg.cache_ttl_ms = 300;
     let gw = Gateway::start(cfg).await;
     for (meta, user) in [(&a, "alice"), (&b, "bob")] {
-        let w = gw
-            .claim(json!({"sku": meta.sku, "user": user, "request_id": "r1"}))
-            .await;
-        assert_eq!(w.status, StatusCode::CREATED, "{}", w.body);
+        wins(&gw, meta.sku, user, "r1").await;
     }
     wait_sold_out(gw.api, a.sku, true, "a sold out").await;
     wait_filter(&gw, &at, a.sku, "a").await;

@@ -7,13 +7,23 @@ use consumer::campaign::Campaign;
 use consumer::rebuild::Options;
 use consumer::stream::{self, ShardStream};
 use shard_router::protocol::{self, LocalEmptyShards};
-use shard_router::{ClaimOutcome, ClaimRecord, ClaimRequest};
+use shard_router::{ClaimOutcome, ClaimRecord, ClaimRequest, StockClient};
 
-use super::{Stack, T};
+use super::{start_consumer, stream_depth, Running, Stack, T};
 
 /// One unit of `c` for `user`, through the whole claim protocol (second chance included).
 pub(crate) async fn claim_one(
     s: &Stack,
+    c: &Campaign,
+    user: &str,
+    rid: Option<&str>,
+) -> ClaimOutcome {
+    claim_on(&s.client, c, user, rid).await
+}
+
+/// [`claim_one`] through `client` (a cluster's, say).
+pub(crate) async fn claim_on(
+    client: &StockClient,
     c: &Campaign,
     user: &str,
     rid: Option<&str>,
@@ -25,7 +35,7 @@ pub(crate) async fn claim_one(
         request_id: rid.map(str::to_owned),
     };
     protocol::claim(
-        &s.client,
+        client,
         &c.meta(),
         &req,
         &LocalEmptyShards::default(),
@@ -75,6 +85,14 @@ pub(crate) async fn claim(s: &Stack, c: &Campaign, user: &str) -> ClaimOutcome {
     claim_one(s, c, user, Some(&format!("r-{user}"))).await
 }
 
+/// [`claim`], which must win a unit.
+pub(crate) async fn assert_claimed(s: &Stack, c: &Campaign, user: &str) {
+    assert!(matches!(
+        claim(s, c, user).await,
+        ClaimOutcome::Claimed { .. }
+    ));
+}
+
 /// Sum of the slices Redis has (missing ones count 0).
 pub(crate) async fn slice_sum(s: &Stack, c: &Campaign) -> i64 {
     s.client
@@ -89,10 +107,7 @@ pub(crate) async fn slice_sum(s: &Stack, c: &Campaign) -> i64 {
 /// `user` claims (request id `r-<user>`) and a consumer reads the record and holds it (not
 /// committed yet): returns what it holds.
 pub(crate) async fn held_by_a_consumer(s: &Stack, c: &Campaign, user: &str) -> Vec<ClaimRecord> {
-    assert!(matches!(
-        claim(s, c, user).await,
-        ClaimOutcome::Claimed { .. }
-    ));
+    assert_claimed(s, c, user).await;
     read_like_a_consumer(s, c).await
 }
 
@@ -144,4 +159,43 @@ pub(crate) async fn live(s: &Stack) -> i64 {
          WHERE beat_at >= CURRENT_TIMESTAMP(3) - INTERVAL 3 SECOND",
     )
     .await
+}
+
+/// Asserts that `n` consumers are live within `limit` (stretched as [`until`] does).
+pub(crate) async fn wait_live(s: &Stack, n: i64, limit: Duration) {
+    assert!(until(limit, || async { live(s).await == n }).await);
+}
+
+/// A rebuild of `sku` under `opts`; returns its report and how long it took.
+pub(crate) async fn rebuild_timed(
+    s: &Stack,
+    sku: u64,
+    opts: &Options,
+) -> (consumer::rebuild::Report, Duration) {
+    let started = std::time::Instant::now();
+    let r = consumer::rebuild::rebuild(&s.pool, &s.client, sku, opts)
+        .await
+        .unwrap();
+    (r, started.elapsed())
+}
+
+/// A consumer on `s` whose batches stay open 6 s (a slow writer; longer than a rebuild
+/// waits).
+pub(crate) fn start_slow_writer(s: &Stack) -> Running {
+    let mut cfg = s.cfg.clone();
+    cfg.batch_max_wait = Duration::from_secs(6);
+    start_consumer(cfg)
+}
+
+/// `user` claims a unit of `c` and a running consumer reads the record (it holds it
+/// unacknowledged, in an open batch under [`start_slow_writer`]).
+pub(crate) async fn held_in_an_open_batch(s: &Stack, c: &Campaign, user: &str) {
+    assert_claimed(s, c, user).await;
+    assert!(
+        until(Duration::from_secs(5), || async {
+            stream_depth(s).await.1 == 1
+        })
+        .await,
+        "the consumer read {user}'s record"
+    );
 }

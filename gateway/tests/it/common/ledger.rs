@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 
+use consumer::campaign::{self, Campaign};
 use shard_router::{RedisTarget, StockClient};
 use sqlx::MySqlPool;
 use test_support::mariadb::TestDatabase;
@@ -35,6 +36,16 @@ pub(crate) async fn ledger(redis: &RedisServer) -> Ledger {
         cfg,
         pool,
         client,
+    }
+}
+
+impl Ledger {
+    /// Stores `c` in the ledger and preheats it onto Redis, as an operator does.
+    pub(crate) async fn open(&self, c: &Campaign) {
+        campaign::put(&self.pool, c, SHARDS, T).await.unwrap();
+        campaign::preheat(&self.pool, &self.client, c.sku, T)
+            .await
+            .unwrap();
     }
 }
 
