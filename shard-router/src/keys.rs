@@ -32,7 +32,7 @@ impl ShardKeys {
 
     /// Stock slice (integer). Missing means "not preheated".
     pub fn stock(&self) -> String {
-        format!("{{{}}}:stock:{}", self.tag, self.sku)
+        tagged(&self.tag, "stock", self.sku)
     }
     /// Units sold beyond this slice (integer, absent = 0): a late claim that found its units
     /// sold again after a rebuild (`lua/rebuild_late.lua`), or what a rebuild counted sold
@@ -40,40 +40,40 @@ impl ShardKeys {
     /// first (`lua/release_stock.lua`, `lua/wave.lua`), so a unit sold twice is not offered
     /// a third time; while it is above 0 the slice is 0.
     pub fn debt(&self) -> String {
-        format!("{{{}}}:debt:{}", self.tag, self.sku)
+        tagged(&self.tag, "debt", self.sku)
     }
     /// Per-shard copy of limit and window, so scripts never trust a gateway's cache.
     pub fn meta(&self) -> String {
-        format!("{{{}}}:meta:{}", self.tag, self.sku)
+        tagged(&self.tag, "meta", self.sku)
     }
     /// user → units held (holds included); lives on the user's home shard only.
     pub fn users(&self) -> String {
-        format!("{{{}}}:users:{}", self.tag, self.sku)
+        tagged(&self.tag, "users", self.sku)
     }
     /// user → last user_seq handed out; never decreases, so ledger keys stay unique.
     pub fn user_seq(&self) -> String {
-        format!("{{{}}}:useq:{}", self.tag, self.sku)
+        tagged(&self.tag, "useq", self.sku)
     }
     /// `user|seq` → `qty|expires_ms` for holds placed while a second chance runs.
     pub fn holds(&self) -> String {
-        format!("{{{}}}:holds:{}", self.tag, self.sku)
+        tagged(&self.tag, "holds", self.sku)
     }
     /// Claim ids whose units went back to this slice (release idempotency, stock side).
     pub fn released_stock(&self) -> String {
-        format!("{{{}}}:relstock:{}", self.tag, self.sku)
+        tagged(&self.tag, "relstock", self.sku)
     }
     /// Claim ids whose units went back to the user's count (release idempotency, user side).
     pub fn released_user(&self) -> String {
-        format!("{{{}}}:reluser:{}", self.tag, self.sku)
+        tagged(&self.tag, "reluser", self.sku)
     }
     /// wave id → units this shard's slice got from that stock wave (wave idempotency).
     pub fn waves(&self) -> String {
-        format!("{{{}}}:waves:{}", self.tag, self.sku)
+        tagged(&self.tag, "waves", self.sku)
     }
     /// Counter bumped by every excess removal: a removal measured before another one ran
     /// is refused (see `lua/reconcile_fix.lua`).
     pub fn fix_epoch(&self) -> String {
-        format!("{{{}}}:epoch:{}", self.tag, self.sku)
+        tagged(&self.tag, "epoch", self.sku)
     }
     /// Every key of the campaign on this shard but its stored answers (they expire by their
     /// TTL): what close-out removes. A key added above belongs here too.
@@ -99,14 +99,17 @@ impl ShardKeys {
     /// scripts never touch (Cluster needs every script key in the shard's slot).
     pub fn request(&self, user: &str, request_id: Option<&str>) -> String {
         match request_id {
-            Some(rid) => format!(
-                "{{{}}}:req:{}:{}:{}:{}",
-                self.tag,
-                self.sku,
-                user.len(),
-                user,
-                rid
-            ),
+            Some(rid) => {
+                let mut key = tagged(&self.tag, "req", self.sku);
+                key.reserve(user.len() + rid.len() + 24);
+                key.push(':');
+                push_u64(&mut key, user.len() as u64);
+                key.push(':');
+                key.push_str(user);
+                key.push(':');
+                key.push_str(rid);
+                key
+            }
             None => format!("{{{}}}:req:-", self.tag),
         }
     }
@@ -127,4 +130,68 @@ pub fn dead_letter_stream(placement: &Placement, shard: ShardId) -> String {
 /// `replication.rs`).
 pub fn fence(placement: &Placement, shard: ShardId) -> String {
     format!("{{{}}}:fence", placement.tag(shard))
+}
+
+/// `{tag}:kind:sku`, appended into one allocation. A claim names eight keys, and `format!`
+/// built each at several times this cost (the claim path's largest user-space cost after
+/// the bearer token check, README "Benchmarks").
+fn tagged(tag: &str, kind: &str, sku: u64) -> String {
+    let mut key = String::with_capacity(tag.len() + kind.len() + 24);
+    key.push('{');
+    key.push_str(tag);
+    key.push_str("}:");
+    key.push_str(kind);
+    key.push(':');
+    push_u64(&mut key, sku);
+    key
+}
+
+/// `v` in decimal, as `Display` writes it.
+fn push_u64(out: &mut String, mut v: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    out.extend(digits[at..].iter().map(|&d| char::from(d)));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The appended keys are the bytes `format!` wrote before (Lua scripts, the consumer
+    /// and stored data name the same keys).
+    #[test]
+    fn keys_are_the_formatted_names() {
+        for sku in [0, 7, 10, 4_000_000, u64::MAX] {
+            let k = ShardKeys {
+                tag: "fg:3".into(),
+                sku,
+            };
+            let f = |kind: &str| format!("{{fg:3}}:{kind}:{sku}");
+            assert_eq!(k.stock(), f("stock"));
+            assert_eq!(k.debt(), f("debt"));
+            assert_eq!(k.meta(), f("meta"));
+            assert_eq!(k.users(), f("users"));
+            assert_eq!(k.user_seq(), f("useq"));
+            assert_eq!(k.holds(), f("holds"));
+            assert_eq!(k.released_stock(), f("relstock"));
+            assert_eq!(k.released_user(), f("reluser"));
+            assert_eq!(k.waves(), f("waves"));
+            assert_eq!(k.fix_epoch(), f("epoch"));
+            for user in ["", "u", "ü-名"] {
+                assert_eq!(
+                    k.request(user, Some("r-1")),
+                    format!("{{fg:3}}:req:{sku}:{}:{user}:r-1", user.len())
+                );
+            }
+            assert_eq!(k.request("u", None), "{fg:3}:req:-");
+        }
+    }
 }

@@ -306,7 +306,7 @@ pub(crate) async fn run(o: &RunOpts) -> anyhow::Result<Report> {
         let mut b = baseline(&s, !o.quiet).await?;
         if o.external {
             let d = std::time::Duration::from_secs_f64(b.measured_s.max(1.0));
-            b.external = Some(external::drive_baseline(o, &s, d).await?);
+            b.external = Some(external::drive_baseline(o, &sys, &s, d).await?);
         }
         Some(b)
     } else {

@@ -2,6 +2,7 @@
 //! of the scenario's SKUs, so our load generator's figures stand beside an external
 //! client's from the same run.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use bench::load::token::Tokens;
@@ -38,28 +39,7 @@ pub(super) async fn drive(
         run_s
     };
     let tag = run_tag("w");
-    // The gateways verify a token per claim: mint the external client's users' tokens
-    // before it starts (off its clock and its CPU), one line per user.
-    let tokens_file = match &sys.token_secret_file {
-        Some(secret) => {
-            let users = EXTERNAL_USERS;
-            let tokens = Tokens::load(secret, users)?;
-            let mut lines = String::with_capacity(users as usize * 200);
-            for i in 0..users {
-                let name = format!("{tag}x{i}");
-                let auth = tokens.authorization(i, || name.clone());
-                lines.push_str(&name);
-                lines.push(' ');
-                lines.push_str(auth.to_str().unwrap_or_default());
-                lines.push('\n');
-            }
-            let path =
-                std::env::temp_dir().join(format!("flashgate-wrk-tokens-{}", std::process::id()));
-            std::fs::write(&path, lines)?;
-            Some(path)
-        }
-        None => None,
-    };
+    let tokens_file = tokens_file(sys, &tag)?;
     let spec = bench::stack::external::WrkSpec {
         bin: o.wrk_bin.clone(),
         url: format!("{}{CLAIM_PATH}", sys.targets[0]),
@@ -85,14 +65,44 @@ pub(super) async fn drive(
     Ok(r?)
 }
 
+/// The gateways verify a token per claim: mint the external client's users' tokens before
+/// it starts (off its clock and its CPU), one `user token` line per user. `None` when the
+/// gateways verify none.
+fn tokens_file(sys: &SystemArgs, tag: &str) -> anyhow::Result<Option<PathBuf>> {
+    let Some(secret) = &sys.token_secret_file else {
+        return Ok(None);
+    };
+    let users = EXTERNAL_USERS;
+    let tokens = Tokens::load(secret, users)?;
+    let mut lines = String::with_capacity(users as usize * 200);
+    for i in 0..users {
+        let name = format!("{tag}x{i}");
+        let auth = tokens.authorization(i, || name.clone());
+        lines.push_str(&name);
+        lines.push(' ');
+        lines.push_str(auth.to_str().unwrap_or_default());
+        lines.push('\n');
+    }
+    let path =
+        std::env::temp_dir().join(format!("flashgate-wrk-tokens-{}-{tag}", std::process::id()));
+    std::fs::write(&path, lines)?;
+    Ok(Some(path))
+}
+
 /// Drives the bare baseline server with wrk for `duration`: the external client's figure of
 /// the machine's HTTP ceiling in the same run (README "Benchmarks": the sold-out path
-/// against bare hyper, both under wrk).
+/// against bare hyper, both under wrk). wrk sends it the very requests it sends the gateway,
+/// bearer tokens included (the server ignores them): building a request with a token costs
+/// wrk's Lua about twice the CPU of one without, and on a shared 2-core machine a client
+/// that is cheaper against one server than the other skews the throughput ratio.
 pub(super) async fn drive_baseline(
     o: &RunOpts,
+    sys: &SystemArgs,
     s: &Scenario,
     duration: Duration,
 ) -> anyhow::Result<bench::report::ExternalReport> {
+    let tag = run_tag("wb");
+    let tokens_file = tokens_file(sys, &tag)?;
     let server = tokio::task::spawn_blocking(BaselineProc::start).await??;
     let spec = bench::stack::external::WrkSpec {
         bin: o.wrk_bin.clone(),
@@ -101,9 +111,9 @@ pub(super) async fn drive_baseline(
         connections: s.load.connections,
         duration: duration.max(Duration::from_secs(1)),
         timeout: Duration::from_millis(s.load.timeout_ms),
-        tag: run_tag("wb"),
+        tag,
         skus: s.skus.iter().map(|k| k.id).collect(),
-        tokens_file: None,
+        tokens_file: tokens_file.clone(),
     };
     eprintln!(
         "external: wrk -t{} -c{} for {:.0} s against the bare hyper server ...",
@@ -118,5 +128,8 @@ pub(super) async fn drive_baseline(
     )];
     let r = bench::stack::external::run_wrk(&spec, watched).await;
     drop(server);
+    if let Some(p) = tokens_file {
+        let _ = std::fs::remove_file(p);
+    }
     Ok(r?)
 }

@@ -185,6 +185,14 @@ impl Refusal {
     }
 }
 
+/// The sold-out answer's body, fields in the order every other answer has (sorted).
+#[derive(serde::Serialize)]
+struct SoldOutBody {
+    error: String,
+    sku: u64,
+    status: &'static str,
+}
+
 impl From<Refusal> for Reply {
     fn from(r: Refusal) -> Self {
         match r {
@@ -214,12 +222,17 @@ impl From<Refusal> for Reply {
                 };
                 Reply::error(StatusCode::FORBIDDEN, kind, msg).with("sku", sku)
             }
-            Refusal::SoldOut { sku, .. } => Reply::error(
+            // The answer to nearly every request once a sale is over: rendered from a
+            // struct (the same bytes as `Reply::error(..).with("sku", ..)`, whose keys
+            // serialize sorted) rather than through a JSON map and its allocations.
+            Refusal::SoldOut { sku, .. } => Reply::rendered(
                 StatusCode::GONE,
-                ApiStatus::SoldOut,
-                format!("sku {sku} is sold out"),
-            )
-            .with("sku", sku),
+                &SoldOutBody {
+                    error: format!("sku {sku} is sold out"),
+                    sku,
+                    status: ApiStatus::SoldOut.as_str(),
+                },
+            ),
             Refusal::RateLimited(wait) => {
                 Reply::rate_limited("too many claims from this user; retry later", wait)
             }

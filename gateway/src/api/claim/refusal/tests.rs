@@ -255,3 +255,33 @@ fn an_unconfirmed_claim_is_refused_not_acknowledged() {
         "{refused:?}"
     );
 }
+
+/// The sold-out answer is rendered from a struct; its bytes are those the generic error
+/// shape gives (clients and README.md "HTTP API" see no change).
+#[test]
+fn sold_out_renders_the_bytes_of_the_generic_error_shape() {
+    let bytes = |reply: Reply| {
+        reply
+            .into_response()
+            .into_body()
+            .collect()
+            .now_or_never()
+            .expect("a full body is ready")
+            .unwrap()
+            .to_bytes()
+    };
+    for sku in [0, 7, u64::MAX] {
+        let generic = Reply::error(
+            StatusCode::GONE,
+            ApiStatus::SoldOut,
+            format!("sku {sku} is sold out"),
+        )
+        .with("sku", sku);
+        let rendered = Reply::from(Refusal::SoldOut {
+            sku,
+            from_cache: true,
+        });
+        assert_eq!(rendered.status, StatusCode::GONE);
+        assert_eq!(bytes(rendered), bytes(generic), "sku {sku}");
+    }
+}
