@@ -16,9 +16,13 @@
 //! The WAIT asks for every replica the shard's master counted online (past its sync) at
 //! the last health probe (`health.rs`, at least one), and a batch fewer of them
 //! acknowledged is unconfirmed: a claim resting on one replica of two is lost when the other is promoted.
-//! The count is at most one probe interval old: a replica that came online since is not
-//! waited for until the next probe, and one the master dropped since makes the batches wait
-//! in vain until then. A replica still in its sync is not counted: it acknowledges nothing
+//! That count is at most one probe interval old, so the pipeline ends with `INFO
+//! replication` after its WAIT: a replica online by then that the WAIT did not ask for
+//! makes the batch unconfirmed (it may hold nothing of it, and a failover may promote it),
+//! and the count it read replaces the probe's for the next batches (so the first batch
+//! after a replica came online answers 503 unconfirmed; a retry with its request id is
+//! replayed under a fence). One the master dropped since the count was taken makes one
+//! batch wait in vain. A replica still in its sync is not counted: it acknowledges nothing
 //! before it holds the master's data, and a failover does not prefer it.
 
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -30,6 +34,7 @@ use tokio::sync::oneshot;
 
 use crate::conn::RedisConn;
 use crate::placement::ShardId;
+use crate::replication::ReplicationInfo;
 
 /// Most scripts in one pipeline, which bounds one batch's reply and the wait of its last
 /// claim behind the others.
@@ -201,8 +206,9 @@ impl Batcher {
             if let Some(wait) = self.wait {
                 // No key, so on a cluster the pipeline still goes to the scripts' node.
                 pipe.cmd("WAIT").arg(need).arg(wait.as_millis() as u64);
+                pipe.cmd("INFO").arg("replication");
             }
-            let expected = replies.len() + usize::from(self.wait.is_some());
+            let expected = replies.len() + 2 * usize::from(self.wait.is_some());
             let answer = tokio::time::timeout(
                 self.timeout,
                 pipe.query_async::<Vec<RedisResult<Value>>>(&mut conn),
@@ -211,10 +217,21 @@ impl Batcher {
             match answer {
                 Ok(Ok(mut values)) if values.len() == expected => {
                     let acked = self.wait.map(|_| {
-                        match values.pop() {
-                            // Fewer than asked confirms nothing (see the module doc).
+                        let online = match values.pop() {
+                            Some(Ok(v)) => redis::from_redis_value::<String>(v)
+                                .ok()
+                                .map(|info| ReplicationInfo::parse(&info)),
+                            _ => None,
+                        };
+                        let waited = values.pop();
+                        // Unreadable: nobody knows how many replicas had to answer.
+                        let Some(online) = online else { return 0 };
+                        self.set_replicas(shard, online.online_replicas);
+                        let all = need.max(online.replicas_to_wait());
+                        match waited {
+                            // Fewer than every online one confirms nothing (module doc).
                             Some(Ok(Value::Int(n))) => {
-                                Some(crate::replication::replica_count(n)).filter(|&n| n >= need)
+                                Some(crate::replication::replica_count(n)).filter(|&n| n >= all)
                             }
                             // An error reply (or anything else) confirms nothing.
                             _ => None,

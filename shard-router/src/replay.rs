@@ -89,6 +89,9 @@ impl StockClient {
         let StoredAnswer::Claimed(claim) = answer else {
             return Ok(Some((StoredAnswer::InProgress, Confirmation::NotAsked)));
         };
+        // The fence's own INFO (after its WAIT) counts the replicas online now; the probe's
+        // count may predate one (`batch.rs`).
+        let need = need.max(fence.info.replicas_to_wait());
         let confirmation = if fence.acked < need || !fence.info.is_master {
             Confirmation::Unconfirmed
         } else if tentative && claim.shard != home {
@@ -161,7 +164,7 @@ impl StockClient {
             .await;
         let held = match read {
             Ok((entries, fence)) => {
-                fence.acked >= need
+                fence.acked >= need.max(fence.info.replicas_to_wait())
                     && fence.info.is_master
                     && entries
                         .iter()
