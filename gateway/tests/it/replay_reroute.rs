@@ -14,7 +14,7 @@ use hyper::StatusCode;
 use serde_json::{json, Value};
 use shard_router::placement::slot_of_tag;
 use shard_router::{now_ms, ClaimRequest, RedisTarget, SkuMeta, StockClient, StockConfig};
-use test_support::RedisCluster;
+use test_support::{slack, RedisCluster};
 
 /// A SKU of width 2 whose two shards live on different masters.
 fn split_sku(stock: &StockClient, cluster: &RedisCluster, from: u64) -> u64 {
@@ -99,7 +99,9 @@ async fn replay_of_a_reroute_is_confirmed_on_the_shard_that_took_it() {
 
     let mut cfg = config(&seeds, true);
     cfg.durability = Durability::Replica;
-    cfg.wait_ms = 100;
+    // Room for a replica's acknowledgement on a loaded machine: the control claim below
+    // must be confirmed (it failed once in a full run with 100 ms).
+    cfg.wait_ms = slack(Duration::from_millis(300)).as_millis() as u64;
     let gw = Gateway::start(cfg).await;
 
     // Control: a reroute whose take a replica confirmed is acknowledged and replays.
