@@ -135,6 +135,23 @@ async fn every_connected_replica_confirms_a_commit() {
     let _a = test_support::RedisServer::start_replica_of(&s.redis);
     let mut b = test_support::RedisServer::start_replica_of(&s.redis);
     let c = campaign(&s, 12006, 20, 1, 1, 3600).await;
+    // The replica's link is up before its master counts it online (its first ACK): stop
+    // it only once the master counts both, or the master never waits for it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query(&mut s.redis.connection())
+            .unwrap();
+        if info.matches("state=online").count() == 2 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "replicas never online: {info}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     b.signal("STOP");
     let consumer = start_consumer(auto(&s));
     claim_all(&s.client, &c, users("b", 2), 2).await;
