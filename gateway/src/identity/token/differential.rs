@@ -1,0 +1,444 @@
+//! The HS256 path (`hs256.rs`) against `jsonwebtoken::decode` with the `Validation` the
+//! gateway used before it: for every token below both must accept with the same subject,
+//! or both refuse, except the cases marked [`Stricter`](Expect::Stricter), which
+//! jsonwebtoken takes and the gateway refuses on purpose (listed in `stricter_cases`).
+
+use std::time::Instant;
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use hmac::{Hmac, Mac};
+use jsonwebtoken::{encode, EncodingKey, Header};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use sha2::Sha256;
+
+use super::*;
+
+const SECRET: &[u8] = b"0123456789abcdef0123456789abcdef-diff";
+const AUD: &str = "flashgate";
+const ISS: &str = "https://issuer.test";
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Expect {
+    /// Both accept with the same subject, or both refuse.
+    Same,
+    /// jsonwebtoken accepts, the gateway refuses (by design).
+    Stricter,
+}
+use Expect::{Same, Stricter};
+
+fn b64(bytes: impl AsRef<[u8]>) -> String {
+    URL_SAFE_NO_PAD.encode(bytes)
+}
+
+fn sign_with(secret: &[u8], signed: &str) -> String {
+    let mut mac = Hmac::<Sha256>::new_from_slice(secret).unwrap();
+    mac.update(signed.as_bytes());
+    b64(mac.finalize().into_bytes())
+}
+
+/// A token over raw header and claims bytes (so that anything can be put in them).
+fn raw(header: impl AsRef<[u8]>, claims: impl AsRef<[u8]>) -> String {
+    let signed = format!("{}.{}", b64(header), b64(claims));
+    let sig = sign_with(SECRET, &signed);
+    format!("{signed}.{sig}")
+}
+
+const HS: &str = r#"{"typ":"JWT","alg":"HS256"}"#;
+
+fn valid(now: u64) -> String {
+    raw(
+        HS,
+        format!(r#"{{"sub":"u1","aud":"{AUD}","exp":{}}}"#, now + 300),
+    )
+}
+
+/// Both verifiers over the same secret and settings.
+struct Pair {
+    ours: TokenVerifier,
+    key: DecodingKey,
+    validation: Validation,
+}
+
+impl Pair {
+    fn new(issuer: Option<&str>) -> Self {
+        let file = std::env::temp_dir().join(format!(
+            "fg-diff-secret-{}-{}",
+            std::process::id(),
+            issuer.is_some()
+        ));
+        std::fs::write(&file, SECRET).unwrap();
+        let ours = TokenVerifier::load(KeyFile::Secret(&file), AUD, issuer).unwrap();
+        assert!(matches!(ours.keys[0].check, Check::Hs256(_)));
+        Self {
+            ours,
+            key: DecodingKey::from_secret(SECRET),
+            validation: validation(Algorithm::HS256, AUD, issuer),
+        }
+    }
+
+    /// Both answers for the token `make` builds for a clock reading, at the same second.
+    fn both(&self, make: &dyn Fn(u64) -> String) -> (String, Option<String>, Option<String>) {
+        loop {
+            let t0 = now();
+            let token = make(t0);
+            let theirs = jsonwebtoken::decode::<Claims>(&token, &self.key, &self.validation)
+                .ok()
+                .map(|d| d.claims.sub);
+            let ours = self.ours.verify_at(&token, t0).ok();
+            if now() == t0 {
+                return (token, theirs, ours);
+            }
+        }
+    }
+
+    /// Checks one case: whether jsonwebtoken accepted it, or what is wrong.
+    fn check(
+        &self,
+        label: &str,
+        expect: Expect,
+        make: &dyn Fn(u64) -> String,
+    ) -> Result<bool, String> {
+        let (token, theirs, ours) = self.both(make);
+        let ok = match expect {
+            Same => theirs == ours,
+            Stricter => theirs.is_some() && ours.is_none(),
+        };
+        if !ok {
+            return Err(format!(
+                "{label} ({expect:?}): jsonwebtoken {theirs:?}, ours {ours:?}: {token}"
+            ));
+        }
+        Ok(theirs.is_some())
+    }
+}
+
+mod cases;
+
+use cases::{claims, headers, issuer_claims, with};
+
+type Case = (&'static str, Expect, Box<dyn Fn(u64) -> String>);
+
+fn claims_case(label: &'static str, expect: Expect, claims: fn(u64) -> String) -> Case {
+    (label, expect, Box::new(move |now| raw(HS, claims(now))))
+}
+
+fn header_case(label: &'static str, expect: Expect, header: &'static str) -> Case {
+    (
+        label,
+        expect,
+        Box::new(move |now| {
+            raw(
+                header,
+                format!(r#"{{"sub":"h","aud":"{AUD}","exp":{}}}"#, now + 300),
+            )
+        }),
+    )
+}
+
+/// Whole-token mutations of a valid token.
+fn tokens() -> Vec<Case> {
+    let edit = |label, f: fn(String) -> String| -> Case {
+        (label, Same, Box::new(move |now| f(valid(now))))
+    };
+    vec![
+        edit("as minted", |t| t),
+        edit("extra dot at the end", |t| t + "."),
+        edit("extra part", |t| t + ".e30"),
+        edit("extra dot at the start", |t| format!(".{t}")),
+        edit("doubled dot", |t| t.replacen('.', "..", 1)),
+        edit("two parts", |t| t[..t.rfind('.').unwrap()].to_owned()),
+        edit("one part", |t| t[..t.find('.').unwrap()].to_owned()),
+        edit("empty signature", |t| {
+            t[..=t.rfind('.').unwrap()].to_owned()
+        }),
+        edit("empty header", |t| t[t.find('.').unwrap()..].to_owned()),
+        edit("only dots", |_| "..".to_owned()),
+        edit("empty", |_| String::new()),
+        edit("signature truncated", |t| t[..t.len() - 1].to_owned()),
+        edit("signature longer", |t| t + "AAAA"),
+        edit("signature padded", |t| t + "="),
+        edit("header padded", |t| t.replacen('.', "=.", 1)),
+        edit("payload padded", |t| {
+            let i = t.rfind('.').unwrap();
+            format!("{}=={}", &t[..i], &t[i..])
+        }),
+        edit("space inside", |t| t.replacen('.', ". ", 1)),
+        edit("trailing newline", |t| t + "\n"),
+        edit("standard alphabet", |t| {
+            t.replace('-', "+").replace('_', "/")
+        }),
+        edit("signature last bit", |t| {
+            // The last of 43 characters carries 4 bits and 2 bits of zero padding.
+            let mut b = t.into_bytes();
+            let last = b.len() - 1;
+            b[last] ^= 1;
+            String::from_utf8(b).unwrap()
+        }),
+        (
+            "payload with trailing bits set",
+            Same,
+            Box::new(|now| {
+                // 4 bytes of JSON end in a 2-character group whose low bits must be zero.
+                let claims = format!(r#"{{"sub":"u1","aud":"{AUD}","exp":{}, "x":0}}"#, now + 300);
+                let p = b64(&claims);
+                let last = p.chars().last().unwrap();
+                let alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+                let i = alphabet.find(last).unwrap();
+                let bumped = &alphabet[(i | 1)..=(i | 1)];
+                let signed = format!("{}.{}{bumped}", b64(HS), &p[..p.len() - 1]);
+                let sig = sign_with(SECRET, &signed);
+                format!("{signed}.{sig}")
+            }),
+        ),
+        (
+            "other secret",
+            Same,
+            Box::new(|now| {
+                let signed = format!("{}.{}", b64(HS), b64(with(now, "")));
+                let sig = sign_with(b"another secret of at least 32 bytes!!", &signed);
+                format!("{signed}.{sig}")
+            }),
+        ),
+        (
+            "header swapped after signing",
+            Same,
+            Box::new(|now| {
+                let t = valid(now);
+                format!(
+                    "{}{}",
+                    b64(r#"{"alg":"HS256"}"#),
+                    &t[t.find('.').unwrap()..]
+                )
+            }),
+        ),
+        (
+            "alg none, no signature",
+            Same,
+            Box::new(|now| format!("{}.{}.", b64(r#"{"alg":"none"}"#), b64(with(now, "")))),
+        ),
+        (
+            "HS384 signed with the secret",
+            Same,
+            Box::new(|now| {
+                let claims: serde_json::Value = serde_json::from_str(&with(now, "")).unwrap();
+                let key = EncodingKey::from_secret(SECRET);
+                encode(&Header::new(Algorithm::HS384), &claims, &key).unwrap()
+            }),
+        ),
+        (
+            "RS256 signed with a real key",
+            Same,
+            Box::new(|now| {
+                let claims: serde_json::Value = serde_json::from_str(&with(now, "")).unwrap();
+                let pem = std::fs::read(
+                    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/keys/rsa.pem"),
+                )
+                .unwrap();
+                let key = EncodingKey::from_rsa_pem(&pem).unwrap();
+                encode(&Header::new(Algorithm::RS256), &claims, &key).unwrap()
+            }),
+        ),
+        (
+            "HS256 minted by jsonwebtoken",
+            Same,
+            Box::new(|now| {
+                let claims: serde_json::Value = serde_json::from_str(&with(now, "")).unwrap();
+                encode(
+                    &Header::default(),
+                    &claims,
+                    &EncodingKey::from_secret(SECRET),
+                )
+                .unwrap()
+            }),
+        ),
+        (
+            "invalid UTF-8 in the subject",
+            Same,
+            Box::new(|now| {
+                raw(
+                    HS,
+                    [
+                        &b"{\"sub\":\"u\xff\",\"aud\":\"flashgate\",\"exp\":"[..],
+                        (now + 300).to_string().as_bytes(),
+                        b"}",
+                    ]
+                    .concat(),
+                )
+            }),
+        ),
+        (
+            "invalid UTF-8 in an unknown member",
+            Same,
+            Box::new(|now| {
+                raw(
+                    HS,
+                    [
+                        &b"{\"x\":\"\xff\",\"sub\":\"u\",\"aud\":\"flashgate\",\"exp\":"[..],
+                        (now + 300).to_string().as_bytes(),
+                        b"}",
+                    ]
+                    .concat(),
+                )
+            }),
+        ),
+        (
+            "invalid UTF-8 in the header",
+            Same,
+            Box::new(|now| raw(&b"{\"alg\":\"HS256\",\"x\":\"\xff\"}"[..], with(now, ""))),
+        ),
+    ]
+}
+
+#[test]
+fn hs256_agrees_with_jsonwebtoken() {
+    let plain = Pair::new(None);
+    let with_issuer = Pair::new(Some(ISS));
+    let mut accepted = 0;
+    let mut total = 0;
+    let mut wrong = Vec::new();
+    for (pair, cases) in [
+        (&plain, headers()),
+        (&plain, claims()),
+        (&plain, tokens()),
+        (&with_issuer, issuer_claims()),
+    ] {
+        for (label, expect, make) in &cases {
+            match pair.check(label, *expect, make) {
+                Ok(took) => accepted += usize::from(took),
+                Err(e) => wrong.push(e),
+            }
+            total += 1;
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} of {total} cases:\n{}",
+        wrong.len(),
+        wrong.join("\n")
+    );
+    assert!(
+        accepted > 40,
+        "only {accepted} of {total} cases were valid tokens"
+    );
+}
+
+/// Random edits of valid tokens (a character replaced, dropped or added anywhere) and
+/// random valid-looking claims around the time edges.
+#[test]
+fn hs256_agrees_with_jsonwebtoken_on_random_tokens() {
+    let pair = Pair::new(None);
+    let mut rng = StdRng::seed_from_u64(0x5eed_f1a5);
+    const CHARS: &[char] = &[
+        'A', 'Z', 'a', 'z', '0', '9', '-', '_', '.', '=', '+', '/', ' ', '"', '{', '}', ':', ',',
+    ];
+    let (mut accepted, mut refused) = (0, 0);
+    for i in 0..3000u32 {
+        let seed: u64 = rng.random();
+        let make = move |now: u64| {
+            let mut rng = StdRng::seed_from_u64(seed);
+            if i % 2 == 0 {
+                let mut t: Vec<char> = valid(now).chars().collect();
+                for _ in 0..rng.random_range(1..=2) {
+                    let at = rng.random_range(0..t.len());
+                    let c = CHARS[rng.random_range(0..CHARS.len())];
+                    match rng.random_range(0..3) {
+                        0 => t[at] = c,
+                        1 => {
+                            t.remove(at);
+                        }
+                        _ => t.insert(at, c),
+                    }
+                }
+                t.into_iter().collect()
+            } else {
+                let sub: String = (0..rng.random_range(0..12))
+                    .map(|_| CHARS[rng.random_range(0..4)])
+                    .collect();
+                let exp = (now + 60).wrapping_sub(rng.random_range(0..120));
+                let nbf = match rng.random_range(0..3) {
+                    0 => String::new(),
+                    1 => format!(r#","nbf":{}"#, now + rng.random_range(0..60)),
+                    _ => format!(r#","nbf":{}.{}"#, now + 29, rng.random_range(0..10)),
+                };
+                let aud = match rng.random_range(0..4) {
+                    0 => format!(r#""{AUD}""#),
+                    1 => format!(r#"["x","{AUD}"]"#),
+                    2 => r#""x""#.to_owned(),
+                    _ => "[]".to_owned(),
+                };
+                raw(
+                    HS,
+                    format!(r#"{{"sub":"{sub}","aud":{aud},"exp":{exp}{nbf}}}"#),
+                )
+            }
+        };
+        let (token, theirs, ours) = pair.both(&make);
+        let sub_empty = theirs.as_deref() == Some("");
+        if sub_empty {
+            assert_eq!(ours, None, "empty sub: {token}");
+        } else {
+            assert_eq!(theirs, ours, "case {i}: {token}");
+        }
+        if ours.is_some() {
+            accepted += 1;
+        } else {
+            refused += 1;
+        }
+    }
+    assert!(
+        accepted > 300 && refused > 300,
+        "{accepted} accepted, {refused} refused"
+    );
+}
+
+/// User-space instructions for one HS256 token of the bench's shape, `jsonwebtoken`
+/// against ours, counted with callgrind (`N` tokens each, inclusive cost of the two loops
+/// divided by `N`; the commands are in the README's "measured floor" paragraph):
+/// `cargo test --release -p gateway --lib verify_instructions --no-run`, then
+/// `valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.verify <test binary>
+/// verify_instructions --ignored` and
+/// `callgrind_annotate --inclusive=yes /tmp/cg.verify | grep -E 'loop_(jsonwebtoken|ours)'`.
+#[test]
+#[ignore]
+fn verify_instructions() {
+    const N: u32 = 10_000;
+    let pair = Pair::new(None);
+    let claims = format!(
+        r#"{{"sub":"w1764612345-u0-12345","aud":"{AUD}","exp":{}}}"#,
+        now() + 3600
+    );
+    let token = raw(HS, claims);
+    let t = Instant::now();
+    loop_jsonwebtoken(&pair, &token, N);
+    let theirs = t.elapsed();
+    let t = Instant::now();
+    loop_ours(&pair, &token, N);
+    let ours = t.elapsed();
+    println!(
+        "per token: jsonwebtoken {:.2} µs, ours {:.2} µs (wall clock; count with callgrind)",
+        theirs.as_secs_f64() * 1e6 / f64::from(N),
+        ours.as_secs_f64() * 1e6 / f64::from(N)
+    );
+}
+
+#[inline(never)]
+fn loop_jsonwebtoken(pair: &Pair, token: &str, n: u32) {
+    for _ in 0..n {
+        let data = jsonwebtoken::decode::<Claims>(
+            std::hint::black_box(token),
+            &pair.key,
+            &pair.validation,
+        );
+        assert_eq!(data.unwrap().claims.sub, "w1764612345-u0-12345");
+    }
+}
+
+#[inline(never)]
+fn loop_ours(pair: &Pair, token: &str, n: u32) {
+    for _ in 0..n {
+        let sub = pair.ours.verify(std::hint::black_box(token));
+        assert_eq!(sub.unwrap(), "w1764612345-u0-12345");
+    }
+}
