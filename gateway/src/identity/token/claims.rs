@@ -91,7 +91,6 @@ fn numeric_date<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error
         fn visit_u64<E: de::Error>(self, v: u64) -> Result<u64, E> {
             Ok(v)
         }
-        #[allow(clippy::cast_precision_loss, clippy::cast_possible_truncation)]
         fn visit_f64<E: de::Error>(self, v: f64) -> Result<u64, E> {
             if v.is_finite() && v >= 0.0 && v < u64::MAX as f64 {
                 Ok(v.round() as u64)

@@ -393,6 +393,44 @@ fn hs256_agrees_with_jsonwebtoken_on_random_tokens() {
     );
 }
 
+/// `oct` keys of a JWKS take the same path, picked by `kid` as before.
+#[test]
+fn jwks_oct_keys_take_the_hs256_path() {
+    let other = b"another secret of at least 32 bytes!!";
+    let load = |keys: serde_json::Value| {
+        let file = std::env::temp_dir().join(format!("fg-diff-jwks-{}", std::process::id()));
+        std::fs::write(&file, serde_json::json!({ "keys": keys }).to_string()).unwrap();
+        TokenVerifier::load(KeyFile::Jwks(&file), AUD, None).unwrap()
+    };
+    let two = load(serde_json::json!([
+        {"kty": "oct", "k": b64(SECRET), "kid": "hs-1", "alg": "HS256"},
+        {"kty": "oct", "k": b64(other), "kid": "hs-2"},
+    ]));
+    assert!(two.keys.iter().all(|k| matches!(k.check, Check::Hs256(_))));
+    let t = now();
+    let kid = |kid: &str| raw(format!(r#"{{"alg":"HS256","kid":"{kid}"}}"#), with(t, ""));
+    assert_eq!(two.verify_at(&kid("hs-1"), t).unwrap(), "u1");
+    assert!(matches!(
+        two.verify_at(&kid("hs-2"), t),
+        Err(TokenError::Refused(Reason::Signature))
+    ));
+    assert!(matches!(
+        two.verify_at(&kid("hs-3"), t),
+        Err(TokenError::UnknownKey)
+    ));
+    assert!(matches!(
+        two.verify_at(&valid(t), t),
+        Err(TokenError::UnknownKey)
+    ));
+    // One key with a kid: a token without one gets it, a token naming another does not.
+    let one = load(serde_json::json!([{"kty": "oct", "k": b64(SECRET), "kid": "hs-1"}]));
+    assert_eq!(one.verify_at(&valid(t), t).unwrap(), "u1");
+    assert!(matches!(
+        one.verify_at(&kid("hs-2"), t),
+        Err(TokenError::UnknownKey)
+    ));
+}
+
 /// User-space instructions for one HS256 token of the bench's shape, `jsonwebtoken`
 /// against ours, counted with callgrind (`N` tokens each, inclusive cost of the two loops
 /// divided by `N`; the commands are in the README's "measured floor" paragraph):
