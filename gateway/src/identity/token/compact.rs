@@ -4,7 +4,8 @@
 //! The header is the only attacker JSON read before a signature is checked, so it is read
 //! into nothing but an algorithm flag and the key id. Its other members are held to what
 //! `jsonwebtoken`'s `Header` accepts (named members a string or null, each at most once;
-//! unknown members strings), except `crit`, `jwk` and `x5c`, which are refused outright:
+//! unknown members strings; `alg` a string, where jsonwebtoken also takes serde's map form
+//! `{"HS256":null}`), except `crit`, `jwk` and `x5c`, which are refused outright:
 //! no header extension is understood here (RFC 7515 §4.1.11 says to reject the token
 //! then), and keys or certificates carried by the token itself are never used.
 

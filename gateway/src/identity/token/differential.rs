@@ -1,7 +1,9 @@
 //! The HS256 path (`hs256.rs`) against `jsonwebtoken::decode` with the `Validation` the
 //! gateway used before it: for every token below both must accept with the same subject,
 //! or both refuse, except the cases marked [`Stricter`](Expect::Stricter), which
-//! jsonwebtoken takes and the gateway refuses on purpose (listed in `stricter_cases`).
+//! jsonwebtoken takes and the gateway refuses on purpose: an empty `sub`, a header with
+//! `crit`, `jwk` or `x5c` (even null), and `alg` written as the map `{"HS256":null}`
+//! (serde's other form of an enum).
 
 use std::time::Instant;
 
