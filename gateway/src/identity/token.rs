@@ -23,6 +23,8 @@ mod compact;
 #[cfg(test)]
 mod differential;
 mod hs256;
+#[cfg(test)]
+mod review;
 
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -110,6 +112,8 @@ pub(crate) enum Reason {
     Audience,
     #[error("empty subject")]
     EmptySubject,
+    #[error("the gateway's clock is before 1970")]
+    Clock,
 }
 
 #[derive(Deserialize)]
@@ -132,10 +136,13 @@ fn validation(alg: Algorithm, audience: &str, issuer: Option<&str>) -> Validatio
     v
 }
 
-fn now() -> u64 {
-    SystemTime::now()
+/// Seconds since the epoch on `clock`; a clock before 1970 is an error, not 0 (which
+/// would pass every `exp`).
+fn seconds(clock: SystemTime) -> Result<u64, Reason> {
+    clock
         .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
+        .map(|d| d.as_secs())
+        .map_err(|_| Reason::Clock)
 }
 
 impl TokenVerifier {
@@ -217,7 +224,13 @@ impl TokenVerifier {
 
     /// The verified subject of `token` (the part after `Bearer `).
     pub(crate) fn verify(&self, token: &str) -> Result<String, TokenError> {
-        self.verify_at(token, now())
+        self.verify_at_clock(token, SystemTime::now())
+    }
+
+    /// [`verify`](Self::verify) with the clock reading `clock`: one before the epoch refuses
+    /// every token (for every algorithm: jsonwebtoken would panic on it).
+    fn verify_at_clock(&self, token: &str, clock: SystemTime) -> Result<String, TokenError> {
+        self.verify_at(token, seconds(clock)?)
     }
 
     /// [`verify`](Self::verify) at `now` (seconds since the epoch) for our own checks;

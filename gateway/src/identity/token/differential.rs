@@ -5,7 +5,7 @@
 //! `crit`, `jwk` or `x5c` (even null), and `alg` written as the map `{"HS256":null}`
 //! (serde's other form of an enum).
 
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
@@ -44,6 +44,10 @@ fn raw(header: impl AsRef<[u8]>, claims: impl AsRef<[u8]>) -> String {
     let signed = format!("{}.{}", b64(header), b64(claims));
     let sig = sign_with(SECRET, &signed);
     format!("{signed}.{sig}")
+}
+
+fn now() -> u64 {
+    seconds(SystemTime::now()).unwrap()
 }
 
 const HS: &str = r#"{"typ":"JWT","alg":"HS256"}"#;
