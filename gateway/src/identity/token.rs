@@ -39,6 +39,11 @@ use hs256::Hs256;
 
 /// Shortest HS256 secret accepted: the hash's own size (RFC 7518 §3.2).
 pub(crate) const MIN_SECRET_BYTES: usize = 32;
+/// Longest token read, in bytes: checked before the token is cut, decoded or hashed, so a
+/// client without a key cannot make each request cost a pass over hyper's whole header
+/// buffer (about 400 KiB on HTTP/1). The subject is at most 64 bytes; 8 KiB leaves room
+/// for many more claims, and is the common proxy limit for one header line.
+pub(crate) const MAX_TOKEN_BYTES: usize = 8192;
 /// Clock skew allowed on `exp` / `nbf`, seconds.
 const LEEWAY_S: u64 = 30;
 
@@ -112,6 +117,8 @@ pub(crate) enum Reason {
     Audience,
     #[error("empty subject")]
     EmptySubject,
+    #[error("longer than {MAX_TOKEN_BYTES} bytes")]
+    TooLong,
     #[error("the gateway's clock is before 1970")]
     Clock,
 }
@@ -236,6 +243,9 @@ impl TokenVerifier {
     /// [`verify`](Self::verify) at `now` (seconds since the epoch) for our own checks;
     /// `jsonwebtoken` reads its clock itself.
     fn verify_at(&self, token: &str, now: u64) -> Result<String, TokenError> {
+        if token.len() > MAX_TOKEN_BYTES {
+            return Err(Reason::TooLong.into());
+        }
         let parts = Compact::parse(token)?;
         let key = match &self.keys[..] {
             [only] if only.kid.is_none() => only,

@@ -242,3 +242,34 @@ fn odd_subjects_stop_at_the_claim_checks() {
         .unwrap();
     assert!(crate::api::input::parse_claim(br#"{"sku":1}"#, Some(&user)).is_err());
 }
+
+/// The token is bounded before it is cut or hashed: an unauthenticated client cannot
+/// make the gateway decode and HMAC hundreds of kilobytes (hyper's HTTP/1 header buffer).
+#[test]
+fn huge_tokens_are_refused_before_any_work() {
+    let v = secret_verifier();
+    let pad = "a".repeat(MAX_TOKEN_BYTES);
+    let big = token_with(
+        SECRET,
+        r#"{"alg":"HS256"}"#,
+        &format!(
+            r#"{{"sub":"u1","aud":"{AUD}","exp":{},"x":"{pad}"}}"#,
+            NOW + 300
+        ),
+    );
+    assert!(matches!(
+        v.verify_at(&big, NOW),
+        Err(TokenError::Refused(Reason::TooLong))
+    ));
+    // A token of ordinary size with a long but legal claim still passes.
+    let ok = token_with(
+        SECRET,
+        r#"{"alg":"HS256"}"#,
+        &format!(
+            r#"{{"sub":"u1","aud":"{AUD}","exp":{},"x":"{}"}}"#,
+            NOW + 300,
+            "a".repeat(2000)
+        ),
+    );
+    assert_eq!(v.verify_at(&ok, NOW).unwrap(), "u1");
+}
