@@ -204,6 +204,18 @@ impl TokenVerifier {
                     })?;
                     let key = DecodingKey::from_jwk(jwk)
                         .map_err(|e| format!("{}: key {name:?}: {e}", p.display()))?;
+                    // The secret file's rule holds for an `oct` key too (an empty `k`
+                    // would let anyone sign).
+                    if key
+                        .try_get_hmac_secret()
+                        .is_ok_and(|k| k.len() < MIN_SECRET_BYTES)
+                    {
+                        return Err(format!(
+                            "{}: key {name:?}: an HS256 secret needs at least \
+                             {MIN_SECRET_BYTES} bytes",
+                            p.display()
+                        ));
+                    }
                     let check = match (alg, key.try_get_hmac_secret()) {
                         (Algorithm::HS256, Ok(secret)) => Check::Hs256(
                             Hs256::new(secret)

@@ -273,3 +273,23 @@ fn huge_tokens_are_refused_before_any_work() {
     );
     assert_eq!(v.verify_at(&ok, NOW).unwrap(), "u1");
 }
+
+/// The secret-file rule (at least the hash's size) holds for `oct` keys of a JWKS too: an
+/// empty `k` would let anyone mint tokens.
+#[test]
+fn short_oct_keys_of_a_jwks_are_refused_at_load() {
+    for k in [&b""[..], b"x", &SECRET[..MIN_SECRET_BYTES - 1]] {
+        let err = jwks(
+            "short",
+            serde_json::json!([{"kty": "oct", "k": b64(k), "kid": "a"}]),
+        )
+        .err()
+        .unwrap_or_else(|| panic!("a {}-byte oct key was loaded", k.len()));
+        assert!(err.contains("at least 32 bytes"), "{err}");
+    }
+    assert!(jwks(
+        "long",
+        serde_json::json!([{"kty": "oct", "k": b64(&SECRET[..MIN_SECRET_BYTES]), "kid": "a"}])
+    )
+    .is_ok());
+}
