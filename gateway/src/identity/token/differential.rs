@@ -68,8 +68,12 @@ struct Pair {
 
 impl Pair {
     fn new(issuer: Option<&str>) -> Self {
+        // One file per pair: two tests build a pair at once, and a file rewritten while
+        // the other reads it can be read empty.
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let file = std::env::temp_dir().join(format!(
-            "fg-diff-secret-{}-{}",
+            "fg-diff-secret-{}-{}-{n}",
             std::process::id(),
             issuer.is_some()
         ));

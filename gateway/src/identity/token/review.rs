@@ -32,7 +32,11 @@ fn claims_at(now: u64) -> String {
 }
 
 fn temp(name: &str, contents: &[u8]) -> std::path::PathBuf {
-    let p = std::env::temp_dir().join(format!("fg-review-{name}-{}", std::process::id()));
+    // One file per call: tests run in parallel, and a file rewritten while another test
+    // reads it can be read empty.
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let p = std::env::temp_dir().join(format!("fg-review-{name}-{}-{n}", std::process::id()));
     std::fs::write(&p, contents).unwrap();
     p
 }
