@@ -297,3 +297,46 @@ fn short_oct_keys_of_a_jwks_are_refused_at_load() {
     )
     .is_ok());
 }
+
+/// Claims whose meaning is ambiguous (a member twice, one spelled with escapes) or that are
+/// not plain JSON (BOM, NUL, trailing bytes): refused here, and by jsonwebtoken.
+#[test]
+fn ambiguous_claims_are_refused_by_both() {
+    let v = secret_verifier();
+    let key = DecodingKey::from_secret(SECRET);
+    let rules = validation(Algorithm::HS256, AUD, None);
+    let far = 4_000_000_000u64;
+    for c in [
+        format!(r#"{{"sub":"a","\u0073ub":"b","aud":"{AUD}","exp":{far}}}"#),
+        format!(r#"{{"sub":"a","aud":"{AUD}","exp":1,"\u0065xp":{far}}}"#),
+        format!(r#"{{"sub":"a","aud":"x","\u0061ud":"{AUD}","exp":{far}}}"#),
+        format!(r#"{{"sub":"a","aud":"{AUD}","exp":{far},"nbf":0,"nb\u0066":{far}}}"#),
+        format!("\u{feff}{{\"sub\":\"a\",\"aud\":\"{AUD}\",\"exp\":{far}}}"),
+        format!("{{\"sub\":\"a\",\"aud\":\"{AUD}\",\"exp\":{far}}}\0"),
+        format!("{{\"sub\":\"a\",\"aud\":\"{AUD}\",\"exp\":{far}}}x"),
+        format!("{{\"sub\":\"a\",\"aud\":\"{AUD}\",\"exp\":{far}}},{{\"sub\":\"b\"}}"),
+        format!(r#"{{"sub":"a","aud":"{AUD}","exp":NaN}}"#),
+        format!(r#"{{"sub":"a","aud":"{AUD}","exp":Infinity}}"#),
+        format!(r#"{{"sub":"a","aud":"{AUD}","exp":"{far}"}}"#),
+        format!(r#"{{"sub":"a","aud":[["{AUD}"]],"exp":{far}}}"#),
+        format!(r#"{{"sub":"a","aud":[],"exp":{far}}}"#),
+    ] {
+        let t = token_with(SECRET, r#"{"alg":"HS256"}"#, &c);
+        assert!(v.verify(&t).is_err(), "ours took {c:?}");
+        assert!(
+            jsonwebtoken::decode::<Claims>(&t, &key, &rules).is_err(),
+            "jsonwebtoken took {c:?}"
+        );
+    }
+    for h in ["\u{feff}{\"alg\":\"HS256\"}", "{\"alg\":\"HS256\"}\0"] {
+        let t = token_with(SECRET, h, &claims_at(far - 300));
+        assert!(v.verify(&t).is_err(), "ours took header {h:?}");
+    }
+    // The audience among others, and nbf within the leeway, are taken.
+    let c = format!(r#"{{"sub":"a","aud":["x","{AUD}"],"exp":{far},"nbf":0}}"#);
+    assert_eq!(
+        v.verify(&token_with(SECRET, r#"{"alg":"HS256"}"#, &c))
+            .unwrap(),
+        "a"
+    );
+}
