@@ -91,7 +91,7 @@ impl Identity {
                 return match tokens.verify(token.trim()) {
                     Ok(user) => Ok(Who::Verified(user)),
                     Err(TokenError::UnknownKey) => Err(unauthorized("token key id not known")),
-                    Err(TokenError::Invalid(e)) => Err(unauthorized(format!("invalid token: {e}"))),
+                    Err(e) => Err(unauthorized(format!("invalid token: {e}"))),
                 };
             }
         }
