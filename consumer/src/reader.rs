@@ -12,7 +12,7 @@ use crate::backoff::Backoff;
 use crate::config::Config;
 use crate::inflight::InFlight;
 use crate::replica::{Replicated, ShardReplica};
-use crate::stream::{self, Delivered, ShardStream};
+use crate::stream::{Delivered, ShardStream};
 
 /// Shortest time from one read of a shard to the next, unless a read comes back full (or
 /// `batch_max_wait` is shorter). Without it a reader under load asks again as soon as its
@@ -43,7 +43,7 @@ pub async fn run(
         let reading = inflight.begin();
         let asked = reading.asked;
         let read = stream
-            .read_new_under(&client, &cfg.consumer_name, cfg.read_count, cfg.read_block)
+            .read_decoded_under(&client, &cfg.consumer_name, cfg.read_count, cfg.read_block)
             .await;
         let (entries, read_under) = match read {
             Ok(e) => {
@@ -69,9 +69,10 @@ pub async fn run(
         if entries.is_empty() {
             continue;
         }
-        let mut batch = Vec::with_capacity(entries.len());
-        for entry in &entries {
-            match stream::decode(stream.shard, entry) {
+        let read_len = entries.len();
+        let mut batch = Vec::with_capacity(read_len);
+        for entry in entries {
+            match entry {
                 Ok(d) => batch.push(d),
                 // Left pending: redelivered by recovery until it reaches the delivery
                 // limit, then dead-lettered (a newer consumer may still read it).
@@ -107,7 +108,7 @@ pub async fn run(
             break;
         }
         // A read that was not full took what had arrived: let the next one gather.
-        if entries.len() < cfg.read_count {
+        if read_len < cfg.read_count {
             let until = tokio::time::Instant::from_std(asked + linger);
             tokio::select! {
                 _ = tokio::time::sleep_until(until) => {}

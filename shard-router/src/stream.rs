@@ -91,6 +91,44 @@ impl ShardStream {
         block: Duration,
     ) -> Result<(Vec<StreamId>, ReplicationInfo), StockError> {
         let mut conn = client.conn();
+        let (reply, info): (Option<StreamReadReply>, String) = client
+            .bounded(
+                "xreadgroup",
+                self.read_pipe(consumer, count, block)
+                    .query_async(&mut conn),
+            )
+            .await?;
+        let entries = reply
+            .map(|r| r.keys.into_iter().flat_map(|k| k.ids).collect())
+            .unwrap_or_default();
+        Ok((entries, ReplicationInfo::parse(&info)))
+    }
+
+    /// [`Self::read_new_under`] with the entries decoded as they come off the reply
+    /// (`stream/read.rs`), poison ones named: what the consumer's readers use.
+    pub async fn read_decoded_under(
+        &self,
+        client: &StockClient,
+        consumer: &str,
+        count: usize,
+        block: Duration,
+    ) -> Result<(Vec<Result<Delivered, Poison>>, ReplicationInfo), StockError> {
+        let mut conn = client.conn();
+        let (reply, info): (Value, String) = client
+            .bounded(
+                "xreadgroup",
+                self.read_pipe(consumer, count, block)
+                    .query_async(&mut conn),
+            )
+            .await?;
+        Ok((
+            read::decode_reply(self.shard, reply),
+            ReplicationInfo::parse(&info),
+        ))
+    }
+
+    /// XREADGROUP of new entries and `INFO replication`, in one pipeline.
+    fn read_pipe(&self, consumer: &str, count: usize, block: Duration) -> redis::Pipeline {
         let mut pipe = redis::pipe();
         pipe.cmd("XREADGROUP")
             .arg("GROUP")
@@ -104,13 +142,7 @@ impl ShardStream {
             .arg(&self.key)
             .arg(">");
         pipe.cmd("INFO").arg("replication");
-        let (reply, info): (Option<StreamReadReply>, String) = client
-            .bounded("xreadgroup", pipe.query_async(&mut conn))
-            .await?;
-        let entries = reply
-            .map(|r| r.keys.into_iter().flat_map(|k| k.ids).collect())
-            .unwrap_or_default();
-        Ok((entries, ReplicationInfo::parse(&info)))
+        pipe
     }
 
     /// Resets the idle time of entries this process still works on (JUSTID does not count
@@ -393,6 +425,7 @@ async fn range_page(
 
 mod dead;
 mod depth;
+mod read;
 mod settle;
 use depth::pending_summary;
 pub use depth::Depth;
