@@ -54,11 +54,19 @@ impl ClaimRecord {
             entry_id: entry_id.to_owned(),
             reason,
         };
-        let mut vals: [Option<&str>; 9] = [None; 9];
+        // A name given twice keeps its last value (as a map of the fields would), and only
+        // that value must be UTF-8.
+        let mut raw: [Option<&[u8]>; 9] = [None; 9];
         for (name, value) in fields {
             if let Some(i) = Self::FIELDS.iter().position(|f| *f == name) {
+                raw[i] = Some(value);
+            }
+        }
+        let mut vals: [Option<&str>; 9] = [None; 9];
+        for (i, value) in raw.iter().enumerate() {
+            if let Some(value) = value {
                 let text = std::str::from_utf8(value)
-                    .map_err(|_| err(format!("field {name} is not UTF-8")))?;
+                    .map_err(|_| err(format!("field {} is not UTF-8", Self::FIELDS[i])))?;
                 vals[i] = Some(text);
             }
         }

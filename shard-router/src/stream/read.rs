@@ -180,6 +180,34 @@ mod tests {
         assert!(decode_reply(3, Value::Nil).is_empty());
     }
 
+    /// A field name given twice: the old path's `HashMap<String, Value>` kept the last
+    /// value only, so an earlier value that is not UTF-8 did not poison the entry.
+    #[test]
+    fn a_repeated_field_takes_its_last_value_like_the_stream_id_decoder() {
+        let fields = record(2).encode();
+        let mut flat: Vec<Value> = vec![bulk("sku"), Value::BulkString(b"\xff".to_vec())];
+        flat.extend(fields.iter().flat_map(|(k, v)| [bulk(k), bulk(v)]));
+        let mut map = std::collections::HashMap::new();
+        for kv in flat.chunks_exact(2) {
+            let Value::BulkString(k) = &kv[0] else {
+                unreachable!()
+            };
+            map.insert(String::from_utf8(k.clone()).unwrap(), kv[1].clone());
+        }
+        let id = redis::streams::StreamId {
+            id: "9-1".into(),
+            map,
+            ..Default::default()
+        };
+        let want = super::super::decode(2, &id).unwrap();
+        let reply = Value::Array(vec![Value::Array(vec![
+            bulk("{2}:claims"),
+            Value::Array(vec![Value::Array(vec![bulk("9-1"), Value::Array(flat)])]),
+        ])]);
+        let got = decode_reply(2, reply).remove(0).unwrap();
+        assert_eq!((got.entry_id, got.record), (want.entry_id, want.record));
+    }
+
     #[test]
     fn agrees_with_the_stream_id_decoder() {
         let fields = record(2).encode();
