@@ -102,6 +102,9 @@ async fn replay_of_a_reroute_is_confirmed_on_the_shard_that_took_it() {
     // Room for a replica's acknowledgement on a loaded machine: the control claim below
     // must be confirmed (it failed once in a full run with 100 ms).
     cfg.wait_ms = slack(Duration::from_millis(300)).as_millis() as u64;
+    // The WAIT must fit in a Redis call's timeout (the config refuses it otherwise), also
+    // when FG_TIME_FACTOR widens it.
+    cfg.redis_timeout_ms = cfg.redis_timeout_ms.max(cfg.wait_ms * 2);
     let gw = Gateway::start(cfg).await;
 
     // Control: a reroute whose take a replica confirmed is acknowledged and replays.
