@@ -67,6 +67,7 @@ async fn concurrent_claims_never_oversell_single_node() {
 
     // Replay: same request id, same body, 200, nothing taken.
     let meta2 = preheat(&stock, 1002, 5, 2, 3).await;
+    wait_live(gw.api, meta2.sku).await;
     let body = json!({"sku": meta2.sku, "user": "replayer", "qty": 2, "request_id": "once"});
     let first = gw.claim(body.clone()).await;
     assert_eq!(first.status, StatusCode::CREATED, "{}", first.body);

@@ -18,6 +18,7 @@ async fn every_series_on_metrics_has_help() {
     let gw = Gateway::start(config(&redis.url(), false)).await;
     let stock = stock_client(&redis.url(), false).await;
     preheat(&stock, 71, 1, 1, 1).await;
+    wait_live(gw.api, 71).await;
     // Traffic through every kind of answer: claimed, sold out, unknown SKU, 404, probes.
     for user in ["a", "b", "c"] {
         gw.claim(json!({"sku": 71, "user": user})).await;

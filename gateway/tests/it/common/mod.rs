@@ -303,6 +303,17 @@ pub(crate) async fn wait_sold_out(api: SocketAddr, sku: u64, want: bool, what: &
     }
 }
 
+/// Polls the view until the gateway knows `sku` (5 s at most). A preheat's `live` event
+/// reaches a running gateway's subscriber a moment after PUBLISH returns, and until then
+/// the SKU is `404 unknown_sku` from memory.
+pub(crate) async fn wait_live(api: SocketAddr, sku: u64) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while get(api, &format!("/v1/skus/{sku}")).await.unwrap().0 == StatusCode::NOT_FOUND {
+        assert!(Instant::now() < deadline, "sku {sku} never became live");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// Calls Redis has served of `commands`, from `INFO commandstats`.
 pub(crate) fn command_calls(redis: &test_support::RedisServer, commands: &[&str]) -> u64 {
     let info: String = redis::cmd("INFO")
