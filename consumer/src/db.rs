@@ -16,6 +16,9 @@ pub async fn connect(url: &str, timeout: Duration) -> Result<MySqlPool, Consumer
     let opts: MySqlConnectOptions = url
         .parse()
         .map_err(|e| ConsumerError::Invalid(format!("mysql url: {e}")))?;
+    // Room for every fixed statement and the ledger INSERT's padded shapes
+    // (`row_buckets.rs`) at once, so the hot INSERT is never evicted (sqlx's default: 100).
+    let opts = opts.statement_cache_capacity(256);
     Ok(MySqlPoolOptions::new()
         .max_connections(8)
         .min_connections(0)

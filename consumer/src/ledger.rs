@@ -107,6 +107,7 @@ pub(crate) async fn store(
     if records.is_empty() {
         return Ok(BatchOutcome::default());
     }
+    debug_assert!(records.len() <= crate::config::MAX_BATCH_ROWS);
     debug_assert!(records.len() * CLAIM_COLUMNS <= 65_535);
     let batch_id = next_batch_id();
 
@@ -114,7 +115,11 @@ pub(crate) async fn store(
         "INSERT IGNORE INTO claims \
          (claim_id, sku, user_id, user_seq, qty, shard, home, request_id, claimed_ms, batch_id) ",
     );
-    insert.push_values(records, |mut b, r| {
+    // Padded with copies of the last record, which the INSERT IGNORE skips, so that the
+    // statement is one sqlx has prepared before (`row_buckets.rs`).
+    let rows = crate::row_buckets::padded_rows(records.len(), crate::config::MAX_BATCH_ROWS);
+    let padding = std::iter::repeat_n(records[records.len() - 1], rows - records.len());
+    insert.push_values(records.iter().copied().chain(padding), |mut b, r| {
         b.push_bind(&r.claim_id)
             .push_bind(r.sku)
             .push_bind(&r.user)

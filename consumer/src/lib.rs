@@ -7,6 +7,7 @@
 //! - [`stream`] (shard-router's): the stream operations on one shard (group, read,
 //!   ack+delete, XAUTOCLAIM, dead letters); [`reader`]: XREADGROUP loop per shard into the bounded channel.
 //! - [`writer`]: batches (max rows / max wait) → [`ledger`]: one transaction per batch.
+//!   `row_buckets`: the few row counts its INSERT is padded to, so it stays prepared.
 //!   [`final_answers`]: rerouted claims' replay answers made final before the delete.
 //! - [`redrive`]: `consumer redrive`, dead letters back into the ledger, idempotently.
 //! - [`replica`]: wait for a replica before committing (default wherever there is one).
@@ -46,6 +47,7 @@ pub mod recovery;
 pub mod redrive;
 pub mod release;
 pub mod replica;
+mod row_buckets;
 pub mod series;
 pub mod service;
 pub mod startup;

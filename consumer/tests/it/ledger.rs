@@ -108,6 +108,44 @@ async fn same_entries_delivered_twice_give_no_duplicate_rows() {
     );
 }
 
+/// The ledger INSERT is padded with copies of a batch's last record up to one of a few row
+/// counts (`consumer/src/row_buckets.rs`): the copies must never count as rows, units or
+/// redeliveries, whether the record they copy is new or already in the ledger.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn padded_batches_count_only_their_own_records() {
+    let s = Stack::start().await;
+    let c = campaign(&s, 7003, 300, SHARDS, 1, 3600).await;
+    claim_all(&s.client, &c, users("p", 300), 16).await;
+    let records = stream_records(&s).await;
+    assert_eq!(records.len(), 300);
+
+    let write = |batch: Vec<ClaimRecord>| {
+        let pool = s.pool.clone();
+        async move {
+            let out = ledger::write_batch(&pool, &batch, T).await.unwrap();
+            assert!(out.collisions.is_empty());
+            (out.inserted, out.redelivered, out.inserted_units)
+        }
+    };
+    // 150 rows are sent as 160, 159 as 160 (its last record new), 51 as 56 (its last record
+    // already stored), 9 as 10 (all stored).
+    assert_eq!(write(records[..150].to_vec()).await, (150, 0, 150));
+    assert_eq!(write(records[100..259].to_vec()).await, (109, 50, 109));
+    let mut tail = records[259..].to_vec();
+    tail.extend(records[..10].iter().cloned());
+    assert_eq!(write(tail).await, (41, 10, 41));
+    assert_eq!(write(records[..9].to_vec()).await, (0, 9, 0));
+
+    assert_eq!(s.count("SELECT COUNT(*) FROM claims").await, 300);
+    assert_eq!(
+        s.count("SELECT available FROM sku_stock WHERE sku = 7003")
+            .await,
+        0,
+        "every unit taken once"
+    );
+    assert_eq!(s.count("SELECT COUNT(*) FROM anomalies").await, 0);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn consumer_killed_after_commit_before_xack_is_taken_over_once() {
     let s = Stack::start().await;
