@@ -23,6 +23,7 @@ use crate::config::CLAIM_COLUMNS;
 use crate::db::bounded;
 use crate::error::ConsumerError;
 use crate::rebuild::late::{self, LateClaim};
+use crate::row_buckets;
 
 /// What a committed batch did.
 #[derive(Debug, Default, Clone)]
@@ -117,7 +118,7 @@ pub(crate) async fn store(
     );
     // Padded with copies of the last record, which the INSERT IGNORE skips, so that the
     // statement is one sqlx has prepared before (`row_buckets.rs`).
-    let rows = crate::row_buckets::padded_rows(records.len(), crate::config::MAX_BATCH_ROWS);
+    let rows = row_buckets::padded_rows(records.len(), row_buckets::cap_for(records.len()));
     let padding = std::iter::repeat_n(records[records.len() - 1], rows - records.len());
     insert.push_values(records.iter().copied().chain(padding), |mut b, r| {
         b.push_bind(&r.claim_id)
