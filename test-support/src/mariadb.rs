@@ -45,8 +45,18 @@ impl Server {
         Self { opts }
     }
 
+    /// The URL of `db`, without the `statement-cache-capacity` that `to_url_lossy` writes
+    /// out (sqlx's default, not a choice): the consumer sizes its cache itself unless a URL
+    /// names one (`consumer/src/db.rs`), and tests run with what production runs with.
     fn url(&self, db: &str) -> String {
-        self.opts.clone().database(db).to_url_lossy().to_string()
+        let mut url = self.opts.clone().database(db).to_url_lossy();
+        let pairs: Vec<(String, String)> = url
+            .query_pairs()
+            .filter(|(k, _)| k != "statement-cache-capacity")
+            .map(|(k, v)| (k.into_owned(), v.into_owned()))
+            .collect();
+        url.query_pairs_mut().clear().extend_pairs(pairs);
+        url.to_string()
     }
 
     /// Runs one statement outside any database; the error as text.

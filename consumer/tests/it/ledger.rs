@@ -146,6 +146,54 @@ async fn padded_batches_count_only_their_own_records() {
     assert_eq!(s.count("SELECT COUNT(*) FROM anomalies").await, 0);
 }
 
+/// Statements one connection of `url`'s pool prepares for three runs of one query.
+async fn prepares_for_three_runs(url: &str) -> i64 {
+    let pool = consumer::db::connect(url, T).await.expect("pool");
+    let mut conn = pool.acquire().await.expect("connection");
+    // The text protocol: reading the counter prepares nothing itself.
+    let prepared = |row: sqlx::mysql::MySqlRow| -> i64 {
+        use sqlx::Row;
+        row.get::<String, _>(1).parse().expect("a count")
+    };
+    let status = "SHOW SESSION STATUS LIKE 'Com_stmt_prepare'";
+    let before = prepared(sqlx::raw_sql(status).fetch_one(&mut *conn).await.unwrap());
+    for i in 0..3i64 {
+        let one: i64 = sqlx::query_scalar("SELECT ? + 0")
+            .bind(i)
+            .fetch_one(&mut *conn)
+            .await
+            .unwrap();
+        assert_eq!(one, i);
+    }
+    let after = prepared(sqlx::raw_sql(status).fetch_one(&mut *conn).await.unwrap());
+    after - before
+}
+
+/// `url` with `pair` added to its query.
+fn with_query(url: &str, pair: &str) -> String {
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}{pair}")
+}
+
+/// `db::connect` raises sqlx's statement cache for the padded INSERT's shapes
+/// (`consumer/src/row_buckets.rs`), but a `statement-cache-capacity` the operator wrote in
+/// the URL is theirs: 0 (nothing left prepared on the server, e.g. behind a pooling proxy or
+/// near `max_prepared_stmt_count`) must stay 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_statement_cache_capacity_in_the_url_is_kept() {
+    let db = test_support::mariadb::TestDatabase::create();
+    assert_eq!(
+        prepares_for_three_runs(&db.url()).await,
+        1,
+        "by default a statement is prepared once per connection"
+    );
+    assert_eq!(
+        prepares_for_three_runs(&with_query(&db.url(), "statement-cache-capacity=0")).await,
+        3,
+        "statement-cache-capacity=0 in the URL: every run prepares (and closes) its statement"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn consumer_killed_after_commit_before_xack_is_taken_over_once() {
     let s = Stack::start().await;
