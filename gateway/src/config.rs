@@ -73,6 +73,11 @@ pub struct Config {
     /// Open client connections at most; more wait in the kernel backlog.
     #[arg(long, env = "FLASHGATE_MAX_CONNECTIONS", default_value_t = 10_000)]
     pub max_connections: usize,
+    /// Connections the kernel queues for accept on `--listen` (Linux caps it at
+    /// `net.core.somaxconn`). A rush of new connections past it is dropped and retried by
+    /// TCP 200 ms to 1 s later (`plumbing/src/listen.rs`).
+    #[arg(long, env = "FLASHGATE_LISTEN_BACKLOG", default_value_t = plumbing::listen::DEFAULT_BACKLOG)]
+    pub listen_backlog: u32,
     /// Requests being served at most; past it claims are shed with 503 `overloaded`.
     #[arg(long, env = "FLASHGATE_MAX_IN_FLIGHT", default_value_t = 2_048)]
     pub max_in_flight: usize,
@@ -239,8 +244,9 @@ impl Config {
             return Err(bad("--admin-listen", "must differ from --listen"));
         }
         self.access.validate(self.listen)?;
-        let positive: [(&'static str, u64); 10] = [
+        let positive: [(&'static str, u64); 11] = [
             ("--max-connections", self.max_connections as u64),
+            ("--listen-backlog", u64::from(self.listen_backlog)),
             ("--max-in-flight", self.max_in_flight as u64),
             ("--header-timeout-ms", self.header_timeout_ms),
             ("--body-timeout-ms", self.body_timeout_ms),

@@ -59,8 +59,7 @@ fn main() -> ExitCode {
 }
 
 async fn serve(cfg: Config) -> anyhow::Result<()> {
-    let api = TcpListener::bind(cfg.listen)
-        .await
+    let api = plumbing::listen::bind(cfg.listen, cfg.listen_backlog)
         .with_context(|| format!("cannot bind --listen {}", cfg.listen))?;
     let admin = TcpListener::bind(cfg.admin_listen)
         .await

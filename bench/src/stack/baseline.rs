@@ -16,7 +16,6 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
-use tokio::net::TcpListener;
 
 use crate::stack::servers::{free_port, wait_until, ServerError};
 
@@ -28,7 +27,8 @@ const MAX_BODY: usize = 4096;
 
 /// Serves until the process is killed.
 pub async fn serve(listen: SocketAddr) -> std::io::Result<()> {
-    let listener = TcpListener::bind(listen).await?;
+    // The gateway's backlog, so a rush of connections meets the same accept queue.
+    let listener = plumbing::listen::bind(listen, plumbing::listen::DEFAULT_BACKLOG)?;
     loop {
         let (stream, _) = listener.accept().await?;
         let _ = stream.set_nodelay(true);
