@@ -8,3 +8,4 @@ mod scenarios;
 mod stock_cluster;
 mod stock_single;
 mod stream_ack;
+mod walk;
