@@ -99,6 +99,32 @@ impl EmptyShards for SkuState {
     }
 }
 
+/// What one claim's run of the protocol knows about empty shards (its [`EmptyShards`]).
+///
+/// Marks are read from the SKU's entry as the cache holds it at the moment of asking, not
+/// from the state the claim started with. The second chance asks again as its walk reaches
+/// each shard (`shard_router::protocol`), and a walk can outlive its state's entry (the
+/// TTL, an invalidation): from then on that state gets no event, so a shard marked empty
+/// in it would stay marked through the `restock` that refilled it, and the walk would
+/// skip the units and answer sold out. With no entry loaded, no shard is known empty (the
+/// take finds out). Outcomes are still noted on the claim's state, as before.
+pub(crate) struct ClaimView<'a> {
+    cache: &'a SoldOutCache,
+    state: &'a SkuState,
+}
+
+impl EmptyShards for ClaimView<'_> {
+    fn is_empty(&self, sku: u64, shard: ShardId) -> bool {
+        self.cache
+            .peek(sku)
+            .is_some_and(|now| now.is_empty(sku, shard))
+    }
+
+    fn set_empty(&self, sku: u64, shard: ShardId, empty: bool) {
+        self.state.set_empty(sku, shard, empty);
+    }
+}
+
 /// One cache entry. The cell lets concurrent first requests for a SKU share one load.
 #[derive(Debug)]
 struct Slot {
@@ -195,6 +221,11 @@ impl SoldOutCache {
                 }
             }
         }
+    }
+
+    /// The view a claim of `state` runs the protocol with.
+    pub(crate) fn claim_view<'a>(&'a self, state: &'a SkuState) -> ClaimView<'a> {
+        ClaimView { cache: self, state }
     }
 
     /// The state if it is loaded; never touches Redis (for Pub/Sub events).
@@ -346,5 +377,108 @@ mod tests {
         assert!(!s.is_empty(7, 3), "a missing slice is not read as empty");
         s.set(9, true); // not a shard of the SKU
         assert!(!s.all_empty());
+    }
+
+    /// A view over a real cache whose entry, while one walk is under way, goes through
+    /// what a rush can do to it when the walk reaches `shard`: a concurrent claim of the
+    /// same state saw the shard's last unit go (a mark), the entry expired (the TTL), and a
+    /// release refilled the shard and published `restock`, which found no entry.
+    struct EntryExpiresMidWalk<'a> {
+        view: ClaimView<'a>,
+        cache: &'a SoldOutCache,
+        state: &'a SkuState,
+        shard: ShardId,
+        ttl: Duration,
+        asked: std::sync::Mutex<u32>,
+    }
+
+    impl EmptyShards for EntryExpiresMidWalk<'_> {
+        fn is_empty(&self, sku: u64, shard: ShardId) -> bool {
+            if shard == self.shard {
+                let mut asked = self.asked.lock().unwrap();
+                *asked += 1;
+                // The first ask plans the walk, the second is the walk reaching the shard.
+                if *asked == 2 {
+                    self.state.set_empty(sku, shard, true);
+                    std::thread::sleep(self.ttl * 3);
+                    assert!(self.cache.peek(sku).is_none(), "the entry expired");
+                    self.cache.apply(sku, shard, false);
+                }
+            }
+            self.view.is_empty(sku, shard)
+        }
+
+        fn set_empty(&self, sku: u64, shard: ShardId, empty: bool) {
+            self.view.set_empty(sku, shard, empty);
+        }
+    }
+
+    /// A walk can outlive its SKU's cache entry (each take is a round trip; a rush made
+    /// walks last 100-250 ms, a slow shard up to the Redis timeout per take), and from
+    /// then on the state it started with gets no event: a shard marked empty in it stays
+    /// marked through the `restock` that refilled it. The walk must not skip that shard,
+    /// or the claim is answered sold out with the refilled units on the shard it skipped.
+    #[tokio::test]
+    async fn a_walk_past_its_entry_skips_no_shard_on_a_mark_events_no_longer_reach() {
+        use shard_router::test_util::{claim_once, preheat_open, req, stock_client};
+        use shard_router::{ClaimOutcome, RedisTarget};
+
+        let redis = test_support::RedisServer::start();
+        let client = stock_client(RedisTarget::Single(redis.url()), 16).await;
+        // 6 units over 3 shards, 2 each.
+        let meta = preheat_open(&client, 4101, 6, 3, 1).await;
+        let walker = "walker";
+        let placement = client.placement();
+        let home = placement.home_shard(meta.sku, meta.width, walker);
+        let order = placement.second_chances(meta.sku, meta.width, walker, |_| false);
+        let (refilled, drained) = (order[0], order[1]);
+        // The walker's home and one other shard sold out before the gateway loads the SKU,
+        // so the walk is planned over the refilled shard alone.
+        for shard in [home, drained] {
+            let users = (0..)
+                .map(|n| format!("u{shard}-{n}"))
+                .filter(|u| placement.home_shard(meta.sku, meta.width, u) == shard)
+                .take(2);
+            for u in users {
+                let out = claim_once(&client, &meta, &req(meta.sku, &u, None)).await;
+                assert!(matches!(out, ClaimOutcome::Claimed { .. }), "{out:?}");
+            }
+        }
+
+        let ttl = Duration::from_millis(200);
+        let cache = SoldOutCache::new(16, ttl, ttl);
+        let state = cache.get(&client, meta.sku).await.unwrap().expect("loaded");
+        assert_eq!(state.empty_shards().len(), 2, "home and one other empty");
+        let view = EntryExpiresMidWalk {
+            view: cache.claim_view(&state),
+            cache: &cache,
+            state: &state,
+            shard: refilled,
+            ttl,
+            asked: Default::default(),
+        };
+        let out = shard_router::protocol::claim(
+            &client,
+            &meta,
+            &req(meta.sku, walker, Some("w1")),
+            &view,
+            shard_router::now_ms(),
+        )
+        .await
+        .expect("claim");
+        let left = client.slices(meta.sku, meta.width).await.expect("slices");
+        let ClaimOutcome::Claimed { claim, rerouted } = out else {
+            panic!("answered {out:?} with the slices at {left:?}")
+        };
+        assert!(rerouted);
+        assert_eq!(claim.shard, refilled);
+        assert_eq!(
+            client
+                .user_count(meta.sku, meta.width, walker)
+                .await
+                .expect("count"),
+            1,
+            "the hold settled into the claim"
+        );
     }
 }

@@ -236,9 +236,11 @@ async fn run_detached(
 ) -> Result<(ClaimOutcome, Confirmation), StockError> {
     let (client, state, req) = (client.clone(), state.clone(), req.clone());
     let (cache_on, second_chance) = (app.sold_out_cache, app.second_chance);
+    let cache = app.cache.clone();
     let task = tokio::spawn(async move {
         let blind = protocol::LocalEmptyShards::default();
-        let empties: &dyn EmptyShards = if cache_on { &*state } else { &blind };
+        let cached = cache.claim_view(&state);
+        let empties: &dyn EmptyShards = if cache_on { &cached } else { &blind };
         let opts = protocol::ClaimOptions::new(empties, now).second_chance(second_chance);
         protocol::claim_confirmed(&client, &state.meta, &req, opts).await
     });
