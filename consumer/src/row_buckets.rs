@@ -13,7 +13,8 @@
 
 /// Rows an INSERT of `n` rows is sent with: `n` itself up to 4, else the smallest m·2^e
 /// (m in 4..=7) that is at least `n`, or `cap` (at least `n`) when that would pass it. With
-/// `cap` the writer's batch size, a full batch, the common one under load, wastes nothing.
+/// `cap` the default batch size ([`cap_for`]), a full batch, the common one under load,
+/// wastes nothing.
 pub(crate) fn padded_rows(n: usize, cap: usize) -> usize {
     debug_assert!(n <= cap);
     if n <= 4 {
