@@ -101,13 +101,13 @@ impl EmptyShards for SkuState {
 
 /// What one claim's run of the protocol knows about empty shards (its [`EmptyShards`]).
 ///
-/// Marks are read from the SKU's entry as the cache holds it at the moment of asking, not
-/// from the state the claim started with. The second chance asks again as its walk reaches
-/// each shard (`shard_router::protocol`), and a walk can outlive its state's entry (the
-/// TTL, an invalidation): from then on that state gets no event, so a shard marked empty
-/// in it would stay marked through the `restock` that refilled it, and the walk would
-/// skip the units and answer sold out. With no entry loaded, no shard is known empty (the
-/// take finds out). Outcomes are still noted on the claim's state, as before.
+/// The walk is planned from the claim's own state, looked up in the cache just before. As
+/// the walk reaches each shard (`shard_router::protocol`), marks are read from the SKU's
+/// entry as the cache holds it then: a walk can outlive its state's entry (the TTL, an
+/// invalidation), from then on that state gets no event, so a shard marked empty in it
+/// would stay marked through the `restock` that refilled it, and the walk would skip the
+/// units and answer sold out. With no entry loaded, no shard is known empty (the take
+/// finds out). Outcomes are noted on the claim's state.
 pub(crate) struct ClaimView<'a> {
     cache: &'a SoldOutCache,
     state: &'a SkuState,
@@ -115,13 +115,17 @@ pub(crate) struct ClaimView<'a> {
 
 impl EmptyShards for ClaimView<'_> {
     fn is_empty(&self, sku: u64, shard: ShardId) -> bool {
-        self.cache
-            .peek(sku)
-            .is_some_and(|now| now.is_empty(sku, shard))
+        self.state.is_empty(sku, shard)
     }
 
     fn set_empty(&self, sku: u64, shard: ShardId, empty: bool) {
         self.state.set_empty(sku, shard, empty);
+    }
+
+    fn still_empty(&self, sku: u64, shard: ShardId) -> bool {
+        self.cache
+            .peek(sku)
+            .is_some_and(|now| now.is_empty(sku, shard))
     }
 }
 

@@ -14,8 +14,17 @@ use crate::placement::ShardId;
 /// What a caller knows about empty slices. The gateway backs this with its moka cache;
 /// [`LocalEmptyShards`] is a plain in-process set.
 pub trait EmptyShards: Send + Sync {
+    /// Whether `shard` is known empty, when a claim plans its walk (every claim, right
+    /// after the caller looked the SKU up).
     fn is_empty(&self, sku: u64, shard: ShardId) -> bool;
     fn set_empty(&self, sku: u64, shard: ShardId, empty: bool);
+
+    /// Whether `shard` is known empty now, as the walk reaches it (a claim that holds, a
+    /// Redis round trip or more after it planned): a view whose knowledge can go stale in
+    /// between answers from where it is kept fresh.
+    fn still_empty(&self, sku: u64, shard: ShardId) -> bool {
+        self.is_empty(sku, shard)
+    }
 }
 
 /// An in-process set of empty `(sku, shard)` pairs.
@@ -299,7 +308,7 @@ async fn take_elsewhere(
     } = *hold;
     let mut end = ClaimOutcome::SoldOut;
     for shard in others {
-        if opts.empties.is_empty(meta.sku, shard) {
+        if opts.empties.still_empty(meta.sku, shard) {
             continue;
         }
         let taken = client

@@ -44,8 +44,8 @@ struct EntryExpiresMidWalk<'a> {
     asked: std::sync::Mutex<u32>,
 }
 
-impl EmptyShards for EntryExpiresMidWalk<'_> {
-    fn is_empty(&self, sku: u64, shard: ShardId) -> bool {
+impl EntryExpiresMidWalk<'_> {
+    fn ask(&self, sku: u64, shard: ShardId) {
         if shard == self.shard {
             let mut asked = self.asked.lock().unwrap();
             *asked += 1;
@@ -57,11 +57,22 @@ impl EmptyShards for EntryExpiresMidWalk<'_> {
                 self.cache.apply(sku, shard, false);
             }
         }
+    }
+}
+
+impl EmptyShards for EntryExpiresMidWalk<'_> {
+    fn is_empty(&self, sku: u64, shard: ShardId) -> bool {
+        self.ask(sku, shard);
         self.view.is_empty(sku, shard)
     }
 
     fn set_empty(&self, sku: u64, shard: ShardId, empty: bool) {
         self.view.set_empty(sku, shard, empty);
+    }
+
+    fn still_empty(&self, sku: u64, shard: ShardId) -> bool {
+        self.ask(sku, shard);
+        self.view.still_empty(sku, shard)
     }
 }
 
