@@ -1,5 +1,6 @@
 //! Fixtures the workspace's tests share (feature `test-util`, enabled by the crates' dev
-//! dependencies only): a stock client, a campaign open now, one claim, the slices' sum.
+//! dependencies only): a stock client, a campaign open now, one claim, the slices' sum,
+//! users whose home is a given shard.
 
 use crate::protocol::{self, LocalEmptyShards};
 use crate::{now_ms, ClaimOutcome, ClaimRequest, RedisTarget, SkuMeta, StockClient, StockConfig};
@@ -65,4 +66,19 @@ pub async fn slices_total(client: &StockClient, meta: &SkuMeta) -> i64 {
         .into_iter()
         .map(|(s, v)| v.unwrap_or_else(|| panic!("slice of shard {s} missing")))
         .sum()
+}
+
+/// Users whose home shard for `meta` is `home`, named `<prefix><n>`.
+pub fn users_with_home(
+    client: &StockClient,
+    meta: &SkuMeta,
+    home: crate::ShardId,
+    prefix: &str,
+    count: usize,
+) -> Vec<String> {
+    (0..)
+        .map(|n| format!("{prefix}{n}"))
+        .filter(|u| client.placement().home_shard(meta.sku, meta.width, u) == home)
+        .take(count)
+        .collect()
 }

@@ -83,7 +83,7 @@ impl EmptyShards for EntryExpiresMidWalk<'_> {
 /// or the claim is answered sold out with the refilled units on the shard it skipped.
 #[tokio::test]
 async fn a_walk_past_its_entry_skips_no_shard_on_a_mark_events_no_longer_reach() {
-    use shard_router::test_util::{claim_once, preheat_open, req, stock_client};
+    use shard_router::test_util::{claim_once, preheat_open, req, stock_client, users_with_home};
     use shard_router::{ClaimOutcome, RedisTarget};
 
     let redis = test_support::RedisServer::start();
@@ -98,11 +98,7 @@ async fn a_walk_past_its_entry_skips_no_shard_on_a_mark_events_no_longer_reach()
     // The walker's home and one other shard sold out before the gateway loads the SKU,
     // so the walk is planned over the refilled shard alone.
     for shard in [home, drained] {
-        let users = (0..)
-            .map(|n| format!("u{shard}-{n}"))
-            .filter(|u| placement.home_shard(meta.sku, meta.width, u) == shard)
-            .take(2);
-        for u in users {
+        for u in users_with_home(&client, &meta, shard, &format!("u{shard}-"), 2) {
             let out = claim_once(&client, &meta, &req(meta.sku, &u, None)).await;
             assert!(matches!(out, ClaimOutcome::Claimed { .. }), "{out:?}");
         }

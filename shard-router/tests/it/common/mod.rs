@@ -1,7 +1,9 @@
 //! Shared set-up for the stock-core tests: the same scenario runs on a private single
 //! Redis and on a private 3-master Redis Cluster.
 
-pub(crate) use shard_router::test_util::{claim_once, open_meta, req, slices_total};
+pub(crate) use shard_router::test_util::{
+    claim_once, open_meta, req, slices_total, users_with_home,
+};
 use shard_router::{RedisTarget, SkuMeta, StockClient, StockConfig};
 use test_support::{RedisCluster, RedisServer};
 
@@ -67,21 +69,6 @@ pub(crate) async fn stream_records(
         );
     }
     out
-}
-
-/// Users whose home shard for `meta` is `home`, named `<prefix><n>`.
-pub(crate) fn users_with_home(
-    client: &StockClient,
-    meta: &SkuMeta,
-    home: u16,
-    prefix: &str,
-    count: usize,
-) -> Vec<String> {
-    (0..)
-        .map(|n| format!("{prefix}{n}"))
-        .filter(|u| client.placement().home_shard(meta.sku, meta.width, u) == home)
-        .take(count)
-        .collect()
 }
 
 /// A shard of the SKU other than `not` (the SKU must be at least 2 wide).
