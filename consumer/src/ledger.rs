@@ -108,7 +108,6 @@ pub(crate) async fn store(
     if records.is_empty() {
         return Ok(BatchOutcome::default());
     }
-    debug_assert!(records.len() <= crate::config::MAX_BATCH_ROWS);
     debug_assert!(records.len() * CLAIM_COLUMNS <= 65_535);
     let batch_id = next_batch_id();
 
