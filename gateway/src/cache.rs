@@ -54,7 +54,7 @@ impl SkuState {
     pub(crate) fn set(&self, shard: ShardId, empty: bool) {
         if let Some(flag) = self.slot(shard) {
             if flag.swap(empty, Ordering::Relaxed) && !empty {
-                self.replay.drop_users();
+                self.replay.units_back();
             }
         }
     }

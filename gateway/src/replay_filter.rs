@@ -22,7 +22,7 @@
 //! (its requests keep the replay read) and is tried again once room may have come free.
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
@@ -31,9 +31,28 @@ use shard_router::{ReplayMarks, ReplayUsers, StockClient};
 use crate::cache::SkuState;
 use crate::metrics::CACHE_EVENTS;
 
-/// How long a read that found the SKU moving (a slice not empty, a shard changing under
-/// it) or failed is not tried again.
+/// How long a read that failed, or found no room, is not tried again; also the longest
+/// wait after reads that found the SKU moving.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// The wait after a first read that found the SKU moving (a slice not empty, a shard
+/// changing under it), doubled for each such read in a row up to [`RETRY_AFTER`]. At a
+/// sell-out the first read usually meets the claims still in flight, whose holds add
+/// users for a few milliseconds more; a whole second of replay reads after that was most
+/// of a rush's sold-out answers (README "Where the rush time goes").
+const MOVING_RETRY: Duration = Duration::from_millis(25);
+
+/// How long to wait after the `streak`-th read in a row that found the SKU moving, when
+/// that read took `took`. At least a few reads' time, so that a big `useq` (one HSCAN
+/// page per 1 000 users) is not scanned back to back; and a random part, so that the
+/// gateways, which all see the same sell-out within milliseconds, spread their reads.
+fn moving_retry(streak: u32, took: Duration) -> Duration {
+    let base = MOVING_RETRY
+        .saturating_mul(1u32 << streak.saturating_sub(1).min(16))
+        .max(took.saturating_mul(4));
+    base.mul_f64(1.0 + rand::random::<f64>() / 2.0)
+        .min(RETRY_AFTER)
+}
 
 /// How long a set is used after Redis last confirmed it (see the module doc).
 pub(crate) const REVALIDATE_EVERY: Duration = Duration::from_millis(500);
@@ -110,6 +129,8 @@ enum Known {
 pub(crate) struct ReplayFilter {
     known: RwLock<Known>,
     epoch: AtomicU64,
+    /// Reads in a row that found the SKU moving (reset by a read that loads a set).
+    moving: AtomicU32,
 }
 
 impl ReplayFilter {
@@ -121,6 +142,13 @@ impl ReplayFilter {
             event("replay_filter_dropped");
         }
         *known = Known::Unread;
+    }
+
+    /// [`Self::drop_users`] because units came back on a shard: the SKU's next sell-out
+    /// starts its moving reads from the shortest wait again.
+    pub(crate) fn units_back(&self) {
+        self.moving.store(0, Ordering::Relaxed);
+        self.drop_users();
     }
 
     /// True only when the set is read and `user` is not in it: no stored answer can exist
@@ -238,6 +266,7 @@ impl ReplayFilter {
             }
             *known = match read {
                 Ok(ReplayUsers::Users { users, marks }) => {
+                    f.moving.store(0, Ordering::Relaxed);
                     match limits.reserve(users.len() as u64) {
                         Some(room) => {
                             event("replay_filter_loaded");
@@ -266,7 +295,9 @@ impl ReplayFilter {
                 }
                 Ok(ReplayUsers::Moving) => {
                     event("replay_filter_moving");
-                    Known::Unusable(Some(Instant::now() + RETRY_AFTER))
+                    let streak = f.moving.fetch_add(1, Ordering::Relaxed) + 1;
+                    let wait = moving_retry(streak, started.elapsed());
+                    Known::Unusable(Some(Instant::now() + wait))
                 }
                 Err(e) => {
                     tracing::debug!(sku = meta.sku, error = %e, "replay filter read failed");
@@ -287,4 +318,25 @@ fn full() -> Known {
 
 fn event(kind: &'static str) {
     metrics::counter!(CACHE_EVENTS, "event" => kind).increment(1);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn moving_reads_back_off_from_milliseconds_to_the_second() {
+        let ms = Duration::from_millis;
+        for _ in 0..100 {
+            let first = moving_retry(1, ms(1));
+            assert!(first >= ms(25) && first <= ms(38), "{first:?}");
+            let fourth = moving_retry(4, ms(1));
+            assert!(fourth >= ms(200) && fourth <= ms(300), "{fourth:?}");
+            assert!(moving_retry(40, ms(1)) == RETRY_AFTER);
+            // A slow read (a big useq) waits a few of its own durations.
+            let slow = moving_retry(1, ms(50));
+            assert!(slow >= ms(200) && slow <= ms(300), "{slow:?}");
+            assert!(moving_retry(1, Duration::from_secs(5)) == RETRY_AFTER);
+        }
+    }
 }

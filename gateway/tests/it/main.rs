@@ -18,6 +18,7 @@ mod lifecycle;
 mod redis_runtime;
 mod replay;
 mod replay_filter;
+mod replay_filter_moving;
 mod replay_reroute;
 mod replica_count;
 mod startup;
