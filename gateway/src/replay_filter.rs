@@ -42,14 +42,18 @@ const RETRY_AFTER: Duration = Duration::from_secs(1);
 /// of a rush's sold-out answers (README "Where the rush time goes").
 const MOVING_RETRY: Duration = Duration::from_millis(25);
 
+/// The least wait per user a moving read scanned, so that a big `useq` (one HSCAN page
+/// per 1 000 users) is not scanned back to back: 100 000 users wait the full second.
+const PAUSE_PER_USER: Duration = Duration::from_micros(10);
+
 /// How long to wait after the `streak`-th read in a row that found the SKU moving, when
-/// that read took `took`. At least a few reads' time, so that a big `useq` (one HSCAN
-/// page per 1 000 users) is not scanned back to back; and a random part, so that the
-/// gateways, which all see the same sell-out within milliseconds, spread their reads.
-fn moving_retry(streak: u32, took: Duration) -> Duration {
+/// that read scanned `scanned` users; with a random part, so that the gateways, which
+/// all see the same sell-out within milliseconds, spread their reads.
+fn moving_retry(streak: u32, scanned: u64) -> Duration {
+    let scanned = u32::try_from(scanned).unwrap_or(u32::MAX);
     let base = MOVING_RETRY
         .saturating_mul(1u32 << streak.saturating_sub(1).min(16))
-        .max(took.saturating_mul(4));
+        .max(PAUSE_PER_USER.saturating_mul(scanned));
     base.mul_f64(1.0 + rand::random::<f64>() / 2.0)
         .min(RETRY_AFTER)
 }
@@ -293,10 +297,10 @@ impl ReplayFilter {
                     event("replay_filter_too_many");
                     Known::Unusable(None)
                 }
-                Ok(ReplayUsers::Moving) => {
+                Ok(ReplayUsers::Moving { scanned }) => {
                     event("replay_filter_moving");
                     let streak = f.moving.fetch_add(1, Ordering::Relaxed) + 1;
-                    let wait = moving_retry(streak, started.elapsed());
+                    let wait = moving_retry(streak, scanned);
                     Known::Unusable(Some(Instant::now() + wait))
                 }
                 Err(e) => {
@@ -328,15 +332,16 @@ mod tests {
     fn moving_reads_back_off_from_milliseconds_to_the_second() {
         let ms = Duration::from_millis;
         for _ in 0..100 {
-            let first = moving_retry(1, ms(1));
+            let first = moving_retry(1, 0);
             assert!(first >= ms(25) && first <= ms(38), "{first:?}");
-            let fourth = moving_retry(4, ms(1));
+            let fourth = moving_retry(4, 1_000);
             assert!(fourth >= ms(200) && fourth <= ms(300), "{fourth:?}");
-            assert!(moving_retry(40, ms(1)) == RETRY_AFTER);
-            // A slow read (a big useq) waits a few of its own durations.
-            let slow = moving_retry(1, ms(50));
-            assert!(slow >= ms(200) && slow <= ms(300), "{slow:?}");
-            assert!(moving_retry(1, Duration::from_secs(5)) == RETRY_AFTER);
+            assert!(moving_retry(40, 0) == RETRY_AFTER);
+            // A read that scanned many users waits in proportion.
+            let big = moving_retry(1, 20_000);
+            assert!(big >= ms(200) && big <= ms(300), "{big:?}");
+            assert!(moving_retry(1, 100_000) == RETRY_AFTER);
+            assert!(moving_retry(1, u64::MAX) == RETRY_AFTER);
         }
     }
 }

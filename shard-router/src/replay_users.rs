@@ -43,8 +43,9 @@ pub enum ReplayUsers {
     /// More than the cap: not read.
     TooMany(u64),
     /// A slice was missing or above 0, or a shard changed (a new user, a rebuild) while it
-    /// was read: nothing to rely on now.
-    Moving,
+    /// was read: nothing to rely on now. `scanned`: the users the read scanned before it
+    /// found out (0 when the marks alone showed it), what another read may cost again.
+    Moving { scanned: u64 },
 }
 
 /// Per shard: slice, number of users, (limit, rebuild generation) from the shard meta.
@@ -78,7 +79,7 @@ impl StockClient {
         // made of 3 x width of them outlasted the rush (README "Where the rush time goes").
         let before = try_join_all(shards.iter().map(|&s| self.replay_mark(s, sku))).await?;
         if !before.iter().all(sold_out) {
-            return Ok(ReplayUsers::Moving);
+            return Ok(ReplayUsers::Moving { scanned: 0 });
         }
         let total: u64 = before.iter().map(|m| m.1).sum();
         if total > cap {
@@ -89,7 +90,7 @@ impl StockClient {
         users.extend(pages.into_iter().flatten());
         let marks = ReplayMarks(before);
         if !self.replay_users_unchanged(sku, width, &marks).await? {
-            return Ok(ReplayUsers::Moving);
+            return Ok(ReplayUsers::Moving { scanned: total });
         }
         Ok(ReplayUsers::Users { users, marks })
     }
