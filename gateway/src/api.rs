@@ -27,7 +27,7 @@ pub(crate) async fn api(app: Arc<App>, peer: SocketAddr, req: Request<Incoming>)
     // Boxed once here: the route's future is ~3.6 KB, and each layer that holds it by value
     // (the task-local scope, `around`, this future, hyper's slot for it) copied it whole
     // when it was moved in; unboxed, those copies were the gateway's largest user-space
-    // cost per sold-out answer (README "Benchmarks").
+    // cost per sold-out answer (docs/BENCHMARKS.md).
     let serve = Box::pin(route(app, peer, req, started));
     access.access.around(method, trace_id, started, serve).await
 }

@@ -190,7 +190,7 @@ pub struct Config {
     )]
     pub replay_filter_total_users: u64,
     /// Runtime worker threads; 0 = one per core. On a box shared with Redis, fewer threads
-    /// than cores cost less switching (see README "Benchmarks").
+    /// than cores cost less switching (see docs/BENCHMARKS.md).
     #[arg(long, env = "FLASHGATE_WORKER_THREADS", default_value_t = 0)]
     pub worker_threads: usize,
     /// Log line format: `text` for terminals, `json` (one object per line) for a log

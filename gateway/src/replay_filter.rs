@@ -39,7 +39,7 @@ const RETRY_AFTER: Duration = Duration::from_secs(1);
 /// changing under it), doubled for each such read in a row up to [`RETRY_AFTER`]. At a
 /// sell-out the first read usually meets the claims still in flight, whose holds add
 /// users for a few milliseconds more; a whole second of replay reads after that was most
-/// of a rush's sold-out answers (README "Where the rush time goes").
+/// of a rush's sold-out answers (docs/BENCHMARKS.md "Where the rush time goes").
 const MOVING_RETRY: Duration = Duration::from_millis(25);
 
 /// The least wait per user a moving read scanned, so that a big `useq` (one HSCAN page

@@ -134,7 +134,7 @@ pub fn fence(placement: &Placement, shard: ShardId) -> String {
 
 /// `{tag}:kind:sku`, appended into one allocation. A claim names eight keys, and `format!`
 /// built each at several times this cost (the claim path's largest user-space cost after
-/// the bearer token check, README "Benchmarks").
+/// the bearer token check, docs/BENCHMARKS.md).
 fn tagged(tag: &str, kind: &str, sku: u64) -> String {
     let mut key = String::with_capacity(tag.len() + kind.len() + 24);
     key.push('{');

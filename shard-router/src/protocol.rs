@@ -292,7 +292,7 @@ impl Hold<'_> {
 /// shard the view learnt was empty since this walk began (another claim's miss, an `empty`
 /// event) is skipped by the same rule that chose the walk's shards. In a rush many claims
 /// walk at once, and each take is a Redis round trip behind every other runnable task:
-/// walking 7 shards one by one took 100-250 ms (README "Where the rush time goes").
+/// walking 7 shards one by one took 100-250 ms (docs/BENCHMARKS.md "Where the rush time goes").
 async fn take_elsewhere(
     hold: &Hold<'_>,
     others: Vec<ShardId>,

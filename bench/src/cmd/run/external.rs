@@ -90,7 +90,7 @@ fn tokens_file(sys: &SystemArgs, tag: &str) -> anyhow::Result<Option<PathBuf>> {
 }
 
 /// Drives the bare baseline server with wrk for `duration`: the external client's figure of
-/// the machine's HTTP ceiling in the same run (README "Benchmarks": the sold-out path
+/// the machine's HTTP ceiling in the same run (docs/BENCHMARKS.md: the sold-out path
 /// against bare hyper, both under wrk). wrk sends it the very requests it sends the gateway,
 /// bearer tokens included (the server ignores them): building a request with a token costs
 /// wrk's Lua about twice the CPU of one without, and on a shared 2-core machine a client

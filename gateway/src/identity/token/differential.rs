@@ -290,7 +290,7 @@ fn jwks_oct_keys_take_the_hs256_path() {
 
 /// User-space instructions for one HS256 token of the bench's shape, `jsonwebtoken`
 /// against ours, counted with callgrind (`N` tokens each, inclusive cost of the two loops
-/// divided by `N`; the commands are in README "Where the CPU goes"):
+/// divided by `N`; the commands are in docs/BENCHMARKS.md "Where the CPU goes"):
 /// `cargo test --release -p gateway --lib verify_instructions --no-run`, then
 /// `valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.verify <test binary>
 /// verify_instructions --ignored` and
