@@ -8,8 +8,9 @@ use consumer::{campaign, closeout, rebuild, reconcile, release, service, wave};
 use shard_router::StockClient;
 
 // glibc malloc (with its consolidation and free-chunk unlinking) was ~14% of the
-// consumer's CPU samples under a steady sale (`perf record`, docs/BENCHMARKS.md "Where the CPU goes"):
-// stream replies and ledger batches are many small, short-lived allocations.
+// consumer's CPU samples under a steady sale (`perf record`, docs/BENCHMARKS.md "Where
+// the CPU goes"): stream replies and ledger batches are many small, short-lived
+// allocations.
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -76,7 +76,8 @@ impl StockClient {
         let shards = self.placement().shards_of(sku, width);
         // Every shard at once, phase by phase: each phase is one round trip, not one per
         // shard. In a rush each round trip waits behind the whole run queue, and a read
-        // made of 3 x width of them outlasted the rush (docs/BENCHMARKS.md "Where the rush time goes").
+        // made of 3 x width of them outlasted the rush (docs/BENCHMARKS.md "Where the
+        // rush time goes").
         let before = try_join_all(shards.iter().map(|&s| self.replay_mark(s, sku))).await?;
         if !before.iter().all(sold_out) {
             return Ok(ReplayUsers::Moving { scanned: 0 });
