@@ -13,7 +13,7 @@ use gateway::{Config, Listeners};
 use http_body_util::{BodyExt, Full};
 use hyper::{HeaderMap, Method, Request, StatusCode};
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
-use hyper_util::rt::TokioExecutor;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use serde_json::Value;
 use shard_router::test_util;
 /// Tests classify answers by their `status` field with the gateway's own enum.
@@ -195,10 +195,16 @@ impl Answer {
     }
 }
 
+/// The pooled test client. It drops an idle connection after 2 s, before the gateway
+/// closes it at its header timeout (5 s): a request sent on a pooled connection just as
+/// the gateway closed it failed as `SendRequest` (a test that idled through a failover).
 fn client() -> Client<HttpConnector, Full<Bytes>> {
     thread_local! {
         static CLIENT: Client<HttpConnector, Full<Bytes>> =
-            Client::builder(TokioExecutor::new()).build_http();
+            Client::builder(TokioExecutor::new())
+                .pool_timer(TokioTimer::new())
+                .pool_idle_timeout(Duration::from_secs(2))
+                .build_http();
     }
     CLIENT.with(Clone::clone)
 }
