@@ -36,10 +36,17 @@ impl Reply {
     /// An answer rendered from `body`, which must serialize to a JSON object with a
     /// `status` field.
     pub(crate) fn rendered(status: StatusCode, body: &impl serde::Serialize) -> Self {
-        let bytes = serde_json::to_vec(body).unwrap_or_else(|_| b"{}".to_vec());
+        Self::raw(
+            status,
+            serde_json::to_vec(body).unwrap_or_else(|_| b"{}".to_vec()),
+        )
+    }
+
+    /// An answer whose JSON object (with its `status` field) is already written.
+    pub(crate) fn raw(status: StatusCode, body: Vec<u8>) -> Self {
         Self {
             status,
-            body: Content::Rendered(bytes),
+            body: Content::Rendered(body),
             retry_after: None,
             allow: None,
             challenge: false,
