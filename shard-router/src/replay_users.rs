@@ -78,7 +78,7 @@ impl StockClient {
         // shard. In a rush each round trip waits behind the whole run queue, and a read
         // made of 3 x width of them outlasted the rush (docs/BENCHMARKS.md "Where the
         // rush time goes").
-        let before = try_join_all(shards.iter().map(|&s| self.replay_mark(s, sku))).await?;
+        let before = self.replay_marks(&shards, sku).await?;
         if !before.iter().all(sold_out) {
             return Ok(ReplayUsers::Moving { scanned: 0 });
         }
@@ -112,11 +112,16 @@ impl StockClient {
         if shards.len() != marks.0.len() {
             return Ok(false);
         }
-        let now = try_join_all(shards.iter().map(|&s| self.replay_mark(s, sku))).await?;
+        let now = self.replay_marks(&shards, sku).await?;
         Ok(now
             .iter()
             .zip(&marks.0)
             .all(|(now, was)| sold_out(now) && now.1 == was.1 && now.2 == was.2))
+    }
+
+    /// Every shard's mark, the shards asked at once (in `shards`' order).
+    async fn replay_marks(&self, shards: &[ShardId], sku: u64) -> Result<Vec<Mark>, StockError> {
+        try_join_all(shards.iter().map(|&s| self.replay_mark(s, sku))).await
     }
 
     async fn replay_mark(&self, shard: ShardId, sku: u64) -> Result<Mark, StockError> {
