@@ -3,6 +3,7 @@
 
 mod common;
 mod record_fuzz;
+mod replay_read;
 mod replica_ack;
 mod scenarios;
 mod stock_cluster;
