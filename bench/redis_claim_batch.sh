@@ -15,12 +15,16 @@
 #                      # the same count however loaded the machine is (use CLAIMS=4000)
 #   EMPTY=1 ...        # scripts that only return: the fixed cost of an EVALSHA with a
 #                      # claim's 16 arguments, the most a batch script could save
+#   FLOOR=1 ...        # the least any claim script could do (take the unit, count the
+#                      # user, one-field record, remember the request id; no checks): the
+#                      # floor under Redis's CPU per claim (docs/BENCHMARKS.md, "Floors")
 #
 # Prints per run and mode: process CPU µs per claim (utime + stime of redis-server over the
 # run; with CALLGRIND=1 thousands of instructions instead) and EVALSHA µs per claim from
 # INFO commandstats; then the medians. SINGLE / BATCH override the two scripts.
 #
-# Result: see README "Redis CPU per claim with the consumer running" (batch script).
+# Results: docs/BENCHMARKS.md, "Redis CPU per claim with the consumer running" (batch
+# script) and "Floors".
 set -euo pipefail
 
 root=${FG_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
@@ -30,6 +34,7 @@ CLAIMS=${CLAIMS:-200000}
 REPLICA=${REPLICA:-0}
 CALLGRIND=${CALLGRIND:-0}
 EMPTY=${EMPTY:-0}
+FLOOR=${FLOOR:-0}
 work=$(mktemp -d /tmp/fg-claim-batch.XXXXXX)
 
 if [[ $EMPTY == 1 ]]; then
@@ -38,15 +43,28 @@ if [[ $EMPTY == 1 ]]; then
   echo 'return {1}' >"$SINGLE"
   printf '%s\n' 'local out = {}' 'for i = 1, #KEYS / 7 do out[i] = {1} end' 'return out' >"$BATCH"
 fi
+if [[ $FLOOR == 1 ]]; then
+  # Four commands, the writes every claim needs; the window, limit and replay checks and
+  # the user's sequence are left out, so no real claim script can cost less than this.
+  SINGLE=$work/floor.lua
+  cat >"$SINGLE" <<'LUA'
+local left = redis.call('DECRBY', KEYS[1], ARGV[3])
+local held = redis.call('HINCRBY', KEYS[3], ARGV[2], ARGV[3])
+local id = redis.call('XADD', KEYS[6], '*', 'c',
+  ARGV[1] .. '|' .. ARGV[2] .. '|' .. ARGV[3] .. '|' .. ARGV[5] .. '|' .. ARGV[4])
+redis.call('SET', KEYS[7], id, 'EX', ARGV[8])
+return {1, id, held, left}
+LUA
+fi
 SINGLE=${SINGLE:-$root/lua/claim.lua}
 if [[ -z ${BATCH:-} ]]; then
-  # The prototype: claim.lua's body unchanged, as a function whose parameters shadow the
-  # globals KEYS and ARGV, run once per claim under pcall. Redis does not roll back a
-  # script's writes when it raises, as with one script per claim.
+  # The prototype: the single script's body (claim.lua's) unchanged, as a function whose
+  # parameters shadow the globals KEYS and ARGV, run once per claim under pcall. Redis
+  # does not roll back a script's writes when it raises, as with one script per claim.
   BATCH=$work/batch.lua
   {
     echo 'local function claim(KEYS, ARGV)'
-    cat "$root/lua/claim.lua"
+    cat "$SINGLE"
     cat <<'EOF'
 end
 local out = {}

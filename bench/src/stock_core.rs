@@ -3,6 +3,11 @@
 //! cluster started in the same run, so the two figures share the machine's state and their
 //! ratio means something. Repetitions alternate single / cluster, so drift in the machine's
 //! load (other engineers build here) hits both sides alike.
+//!
+//! Each repetition also reads the CPU time of this process (the claim protocol's client
+//! side: redis-rs, group commit, placement) and of the Redis processes, per claim. Beside
+//! the gateway's CPU per sold-out answer (HTTP and the token, no Redis), the client figure
+//! is the rest of what a claim costs the gateway (docs/BENCHMARKS.md, "Floors").
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -14,6 +19,7 @@ use shard_router::protocol::{self, LocalEmptyShards};
 use shard_router::{ClaimOutcome, ClaimRequest, SkuMeta, StockClient, StockConfig};
 
 use crate::load::latency::{self, Percentiles};
+use crate::stack::cpu::{Role, Sampler, Watched};
 use crate::stack::servers::LocalRedis;
 
 /// The fixed workload. Defaults are the figure the lead asked for.
@@ -58,6 +64,10 @@ pub struct CoreSample {
     pub latency: Percentiles,
     /// Σ slices after the run == stock − claimed.
     pub slices_consistent: bool,
+    /// CPU µs per claim of this process: the client side of the claim protocol.
+    pub client_cpu_us_per_claim: Option<f64>,
+    /// CPU µs per claim of the Redis processes, summed over the masters.
+    pub redis_cpu_us_per_claim: Option<f64>,
 }
 
 /// The whole `bench core` result.
@@ -68,6 +78,9 @@ pub struct CoreReport {
     pub cluster_median_claims_per_s: f64,
     /// cluster / single.
     pub cluster_vs_single: f64,
+    /// Medians of the repetitions' CPU µs per claim: (client, Redis), single then cluster.
+    pub single_cpu_us_per_claim: (Option<f64>, Option<f64>),
+    pub cluster_cpu_us_per_claim: (Option<f64>, Option<f64>),
     pub workload: String,
 }
 
@@ -98,14 +111,14 @@ pub async fn run(opts: &CoreOpts) -> Result<CoreReport, CoreError> {
     for (name, redis) in targets {
         let client = StockClient::connect(StockConfig::new(redis.target(), opts.shards)).await?;
         client.load_scripts().await?;
-        clients.push((name, client));
+        clients.push((name, client, redis.watched()));
     }
     let mut samples = Vec::new();
     for rep in 0..opts.reps {
-        for (name, client) in &clients {
+        for (name, client, redis) in &clients {
             // A fresh SKU per repetition: each one starts from full slices.
             let sku = 1000 + rep as u64;
-            let s = one_rep(client, name, rep, sku, opts).await?;
+            let s = one_rep(client, redis, name, rep, sku, opts).await?;
             eprintln!(
                 "  {name:<7} rep {rep}: {:>9.0} claims/s  p50 {}  p99 {}",
                 s.claims_per_s,
@@ -125,10 +138,22 @@ pub async fn run(opts: &CoreOpts) -> Result<CoreReport, CoreError> {
         )
     };
     let (s, c) = (med("single"), med("cluster"));
+    let cpu = |t: &str| {
+        let of = |f: fn(&CoreSample) -> Option<f64>| {
+            let v: Vec<f64> = samples.iter().filter(|s| s.target == t).filter_map(f).collect();
+            (!v.is_empty()).then(|| median(v))
+        };
+        (
+            of(|s| s.client_cpu_us_per_claim),
+            of(|s| s.redis_cpu_us_per_claim),
+        )
+    };
     let report = CoreReport {
         single_median_claims_per_s: s,
         cluster_median_claims_per_s: c,
         cluster_vs_single: if s > 0.0 { c / s } else { 0.0 },
+        single_cpu_us_per_claim: cpu("single"),
+        cluster_cpu_us_per_claim: cpu("cluster"),
         workload: format!(
             "{} claims/rep, distinct users, qty 1, width {}, S={}, {} tasks, {} reps, request ids {}",
             opts.claims,
@@ -146,6 +171,7 @@ pub async fn run(opts: &CoreOpts) -> Result<CoreReport, CoreError> {
 
 async fn one_rep(
     client: &StockClient,
+    redis: &[Watched],
     target: &'static str,
     rep: usize,
     sku: u64,
@@ -166,6 +192,9 @@ async fn one_rep(
     client.preheat(&meta).await?;
     let next = Arc::new(AtomicU64::new(0));
     let empties = Arc::new(LocalEmptyShards::default());
+    let mut procs = vec![Watched::load_generator()];
+    procs.extend(redis.iter().cloned());
+    let cpu = Sampler::start(procs);
     let started = Instant::now();
     let mut tasks = Vec::with_capacity(opts.concurrency);
     for _ in 0..opts.concurrency {
@@ -208,6 +237,15 @@ async fn one_rep(
         errors += e;
     }
     let elapsed = started.elapsed();
+    let cpu = cpu.finish(opts.claims);
+    let per_claim = |role: Role| {
+        let of: Vec<f64> = cpu
+            .iter()
+            .filter(|c| c.role == role)
+            .map(|c| c.us_per_answer)
+            .collect();
+        (!of.is_empty()).then(|| of.iter().sum())
+    };
     let left: i64 = client
         .slices(sku, opts.width)
         .await?
@@ -224,6 +262,8 @@ async fn one_rep(
         claims_per_s: opts.claims as f64 / elapsed.max(Duration::from_micros(1)).as_secs_f64(),
         latency: Percentiles::of(&h),
         slices_consistent: left == stock as i64 - claimed as i64,
+        client_cpu_us_per_claim: per_claim(Role::LoadGenerator),
+        redis_cpu_us_per_claim: per_claim(Role::RedisMaster),
     })
 }
 
@@ -265,6 +305,21 @@ pub fn render(r: &CoreReport) -> String {
     out.push_str(&format!(
         "\n| median | single | cluster (3 masters) | cluster / single |\n| --- | ---: | ---: | ---: |\n| claims/s | {:.0} | {:.0} | {:.2} |\n",
         r.single_median_claims_per_s, r.cluster_median_claims_per_s, r.cluster_vs_single
+    ));
+    let us = |v: Option<f64>| v.map_or("—".to_owned(), |v| format!("{v:.1}"));
+    let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+        (Some(a), Some(b)) if a > 0.0 => format!("{:.2}", b / a),
+        _ => "—".to_owned(),
+    };
+    let (s, c) = (r.single_cpu_us_per_claim, r.cluster_cpu_us_per_claim);
+    out.push_str(&format!(
+        "| client CPU µs per claim | {} | {} | {} |\n| Redis CPU µs per claim | {} | {} | {} |\n",
+        us(s.0),
+        us(c.0),
+        ratio(s.0, c.0),
+        us(s.1),
+        us(c.1),
+        ratio(s.1, c.1)
     ));
     out
 }

@@ -20,9 +20,16 @@ async fn core_bench_runs_on_single_and_cluster() {
     for s in &r.samples {
         assert_eq!((s.claimed, s.errors), (500, 0), "{s:?}");
         assert!(s.slices_consistent, "{s:?}");
+        // 500 claims cost this process and Redis some CPU; a reading that failed or was
+        // taken from the wrong process would be missing or zero.
+        for cpu in [s.client_cpu_us_per_claim, s.redis_cpu_us_per_claim] {
+            assert!(cpu.is_some_and(|us| us > 0.0), "{s:?}");
+        }
     }
     assert!(r.single_median_claims_per_s > 0.0 && r.cluster_median_claims_per_s > 0.0);
-    assert!(stock_core::render(&r).contains("| median | single | cluster (3 masters) |"));
+    let table = stock_core::render(&r);
+    assert!(table.contains("| median | single | cluster (3 masters) |"));
+    assert!(table.contains("| Redis CPU µs per claim |"), "{table}");
     assert_eq!(stock_core::median(vec![3.0, 1.0, 2.0]), 2.0);
     assert_eq!(stock_core::median(vec![4.0, 1.0, 2.0, 3.0]), 2.5);
 }
