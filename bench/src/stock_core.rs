@@ -140,7 +140,11 @@ pub async fn run(opts: &CoreOpts) -> Result<CoreReport, CoreError> {
     let (s, c) = (med("single"), med("cluster"));
     let cpu = |t: &str| {
         let of = |f: fn(&CoreSample) -> Option<f64>| {
-            let v: Vec<f64> = samples.iter().filter(|s| s.target == t).filter_map(f).collect();
+            let v: Vec<f64> = samples
+                .iter()
+                .filter(|s| s.target == t)
+                .filter_map(f)
+                .collect();
             (!v.is_empty()).then(|| median(v))
         };
         (
