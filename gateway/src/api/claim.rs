@@ -22,6 +22,7 @@ use crate::access;
 use crate::app::App;
 use crate::metrics::hot;
 
+mod finish;
 mod refusal;
 
 use refusal::{Claimed, How, Refusal, Window};
@@ -224,9 +225,11 @@ async fn rerouted_replay(
     }
 }
 
-/// Runs the claim protocol in its own task: hyper drops a handler whose client went away,
-/// and a protocol dropped between hold and settle would leave the user's count held until
-/// the consumer resolves it. The task always runs to the end (each step is bounded).
+/// Runs the claim protocol to its end even if hyper drops this handler (its client went
+/// away): a protocol dropped between hold and settle would leave the user's count held
+/// until the consumer resolves it. It runs in the handler's task and moves to a task of
+/// its own only if the handler is dropped first (`finish::FinishOnDrop`); each step is
+/// bounded.
 async fn run_detached(
     app: &App,
     client: &shard_router::StockClient,
@@ -237,17 +240,17 @@ async fn run_detached(
     let (client, state, req) = (client.clone(), state.clone(), req.clone());
     let (cache_on, second_chance) = (app.sold_out_cache, app.second_chance);
     let cache = app.cache.clone();
-    let task = tokio::spawn(async move {
+    let run = finish::FinishOnDrop::new(async move {
         let blind = protocol::LocalEmptyShards::default();
         let cached = cache.claim_view(&state);
         let empties: &dyn EmptyShards = if cache_on { &cached } else { &blind };
         let opts = protocol::ClaimOptions::new(empties, now).second_chance(second_chance);
         protocol::claim_confirmed(&client, &state.meta, &req, opts).await
     });
-    task.await.unwrap_or_else(|e| {
+    run.await.unwrap_or_else(|_panic| {
         Err(StockError::Protocol {
             op: "claim",
-            detail: format!("claim task failed: {e}"),
+            detail: "claim task failed: it panicked".to_owned(),
         })
     })
 }
