@@ -11,6 +11,7 @@ mod drill_master_failover;
 mod drill_pubsub;
 mod drill_sigstop;
 mod fuzz_input;
+mod hangup;
 mod hostile;
 mod identity;
 mod input;

@@ -111,6 +111,26 @@ mod tests {
         assert_eq!(got.expect("the rest ran within 5 s").expect("sent"), 7);
     }
 
+    /// A panic elsewhere in the handler's task, while the protocol waits: unwinding drops
+    /// the handler, and the rest still runs.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_panic_beside_it_leaves_the_rest_running() {
+        let (go_tx, go) = oneshot::channel();
+        let (done, done_rx) = oneshot::channel();
+        let handler = tokio::spawn(async move {
+            let mut run = FinishOnDrop::new(step(go, done));
+            assert!(futures::poll!(&mut run).is_pending());
+            if std::hint::black_box(true) {
+                panic!("a bug outside the protocol");
+            }
+            run.await.ok()
+        });
+        assert!(handler.await.unwrap_err().is_panic());
+        go_tx.send(()).expect("the rest still listens");
+        let got = tokio::time::timeout(Duration::from_secs(5), done_rx).await;
+        assert_eq!(got.expect("the rest ran within 5 s").expect("sent"), 7);
+    }
+
     #[tokio::test]
     async fn a_caller_that_waits_gets_the_output_in_place() {
         let (go_tx, go) = oneshot::channel();
