@@ -1,8 +1,8 @@
 //! The claims stream of one shard, as typed operations: consumer group (its consumers in
 //! `stream/consumers.rs`), reads, settling (ack + removal, `stream/settle.rs`), XAUTOCLAIM,
 //! dead letters, paging, depth. Every command names keys of that one shard only (they
-//! share the hash tag), so it runs on a cluster. The consumer, the rebuild and reconciliation use these instead of raw commands
-//! on shard-router's keys.
+//! share the hash tag), so it runs on a cluster. The consumer, the rebuild and
+//! reconciliation use these instead of raw commands on shard-router's keys.
 
 use std::collections::HashMap;
 use std::time::Duration;
