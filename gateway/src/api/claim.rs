@@ -114,7 +114,7 @@ async fn claim(app: &App, peer: SocketAddr, req: Request<Incoming>) -> Result<Cl
         .map_err(Refusal::RateLimited)?;
 
     let started = Instant::now();
-    let result = run_detached(app, client, &state, &req, now).await;
+    let result = run_to_end(app, client, &state, &req, now).await;
     hot()
         .redis_claim_seconds
         .record(started.elapsed().as_secs_f64());
@@ -230,7 +230,7 @@ async fn rerouted_replay(
 /// until the consumer resolves it. It runs in the handler's task and moves to a task of
 /// its own only if the handler is dropped first (`finish::FinishOnDrop`); each step is
 /// bounded.
-async fn run_detached(
+async fn run_to_end(
     app: &App,
     client: &shard_router::StockClient,
     state: &std::sync::Arc<crate::cache::SkuState>,
