@@ -3,6 +3,7 @@
 
 pub(crate) mod ledger;
 pub(crate) mod raw;
+pub(crate) mod reroute;
 
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
