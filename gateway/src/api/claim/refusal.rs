@@ -234,9 +234,8 @@ impl From<Refusal> for Reply {
                 };
                 Reply::error(StatusCode::FORBIDDEN, kind, msg).with("sku", sku)
             }
-            // The answer to nearly every request once a sale is over: rendered from a
-            // struct (the same bytes as `Reply::error(..).with("sku", ..)`, whose keys
-            // serialize sorted) rather than through a JSON map and its allocations.
+            // The answer to nearly every request once a sale is over: written directly
+            // (`sold_out_body`), the same bytes as `Reply::error(..).with("sku", ..)`.
             Refusal::SoldOut { sku, .. } => Reply::raw(StatusCode::GONE, sold_out_body(sku)),
             Refusal::RateLimited(wait) => {
                 Reply::rate_limited("too many claims from this user; retry later", wait)
