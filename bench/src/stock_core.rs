@@ -19,7 +19,7 @@ use shard_router::protocol::{self, LocalEmptyShards};
 use shard_router::{ClaimOutcome, ClaimRequest, SkuMeta, StockClient, StockConfig};
 
 use crate::load::latency::{self, Percentiles};
-use crate::stack::cpu::{Role, Sampler, Watched};
+use crate::stack::cpu::{us_per_answer_of, Role, Sampler, Watched};
 use crate::stack::servers::LocalRedis;
 
 /// The fixed workload. Defaults are the figure the lead asked for.
@@ -242,13 +242,11 @@ async fn one_rep(
     }
     let elapsed = started.elapsed();
     let cpu = cpu.finish(opts.claims);
+    // None when no process of the role could be read at both ends.
     let per_claim = |role: Role| {
-        let of: Vec<f64> = cpu
-            .iter()
-            .filter(|c| c.role == role)
-            .map(|c| c.us_per_answer)
-            .collect();
-        (!of.is_empty()).then(|| of.iter().sum())
+        cpu.iter()
+            .any(|c| c.role == role)
+            .then(|| us_per_answer_of(&cpu, role))
     };
     let left: i64 = client
         .slices(sku, opts.width)
