@@ -63,9 +63,29 @@ pub struct CpuUse {
     pub us_per_answer: f64,
 }
 
-/// CPU seconds used so far by `pid` (this process when `None`); `None` when unreadable
-/// (not Linux, process gone).
+/// CPU seconds used so far by `pid` (this process when `None`), all threads, those that
+/// exited included; `None` when unreadable (process gone).
+///
+/// Read from the process's CPU-time clock (`clock_getcpuclockid(3)`), which the kernel
+/// keeps in nanoseconds: `/proc/<pid>/stat` counts 10 ms ticks, so a rush of 5 000
+/// answers in 0.1 s read from it moves in steps of 2 µs per answer. The ticks remain the
+/// fallback where the clock cannot be had.
 pub fn cpu_seconds(pid: Option<u32>) -> Option<f64> {
+    clock_seconds(pid).or_else(|| stat_seconds(pid))
+}
+
+fn clock_seconds(pid: Option<u32>) -> Option<f64> {
+    use nix::time::{clock_getcpuclockid, ClockId};
+    use nix::unistd::Pid;
+    let clock = match pid {
+        Some(p) => clock_getcpuclockid(Pid::from_raw(i32::try_from(p).ok()?)).ok()?,
+        None => ClockId::CLOCK_PROCESS_CPUTIME_ID,
+    };
+    let t = clock.now().ok()?;
+    Some(t.tv_sec() as f64 + t.tv_nsec() as f64 / 1e9)
+}
+
+fn stat_seconds(pid: Option<u32>) -> Option<f64> {
     let path = match pid {
         Some(p) => format!("/proc/{p}/stat"),
         None => "/proc/self/stat".to_owned(),
@@ -145,6 +165,28 @@ mod tests {
             "4242 (a (weird) name) S 1 4242 4242 0 -1 4194304 100 0 0 0 250 150 0 0 20 0 3 0";
         assert_eq!(parse_stat(line), Some(4.0));
         assert_eq!(parse_stat("garbage"), None);
+    }
+
+    #[test]
+    fn the_clock_agrees_with_the_ticks_and_is_finer() {
+        // Another process's clock (this test's parent is as good as any live process).
+        let pid = std::os::unix::process::parent_id();
+        let (clock, ticks) = (clock_seconds(Some(pid)), stat_seconds(Some(pid)));
+        let (clock, ticks) = (clock.expect("cpu clock"), ticks.expect("/proc stat"));
+        // The same quantity: ticks are the clock scaled and truncated, and the two reads
+        // are not simultaneous.
+        assert!(
+            (clock - ticks).abs() <= 0.05_f64.max(ticks * 0.05),
+            "clock {clock} vs ticks {ticks}"
+        );
+        // Ten readings of this busy thread: the clock moves between them, the ticks
+        // (10 ms each) could not.
+        let mut seen = std::collections::BTreeSet::new();
+        for _ in 0..10 {
+            std::hint::black_box((0..20_000u64).sum::<u64>());
+            seen.insert((clock_seconds(None).expect("own clock") * 1e9) as u64);
+        }
+        assert!(seen.len() >= 5, "{seen:?}");
     }
 
     #[test]

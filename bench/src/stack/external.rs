@@ -152,7 +152,8 @@ pub async fn run_wrk(
             0.0
         }
     };
-    // wrk's own CPU from /proc; the script's os.clock() (process CPU time) if unreadable.
+    // wrk's own CPU from its CPU clock; the script's os.clock() (process CPU time) if
+    // unreadable.
     let wrk_s = wrk_cpu.unwrap_or(s.cpu_s);
     let mut cpu = vec![CpuUse {
         process: "wrk (external client)".into(),
