@@ -18,6 +18,10 @@ use crate::placement::{Placement, ShardId};
 use crate::reply::Reply;
 use crate::scripts;
 
+/// Room reserved for one batched script call: arguments, and bytes of their data.
+const CALL_ARGS: usize = 24;
+const CALL_BYTES: usize = 640;
+
 /// Settings of a [`StockClient`].
 #[derive(Debug, Clone)]
 pub struct StockConfig {
@@ -148,8 +152,10 @@ impl StockClient {
         args: impl Fn(&mut redis::Cmd),
     ) -> Result<(Reply, Option<u32>), StockError> {
         let call = || {
-            let mut cmd = redis::cmd("EVALSHA");
-            cmd.arg(script.get_hash());
+            // Sized for the claim, the largest call (19 arguments, ~450 bytes with ids of
+            // 64 bytes): growing from empty was 7 reallocations per claim.
+            let mut cmd = redis::Cmd::with_capacity(CALL_ARGS, CALL_BYTES);
+            cmd.arg("EVALSHA").arg(script.get_hash());
             args(&mut cmd);
             self.batched(op, shard, cmd)
         };

@@ -80,17 +80,21 @@ impl Placement {
 
     /// `shards(sku) = [(h(sku) + i) mod S for i in 0..w]`.
     pub fn shards_of(&self, sku: u64, width: u16) -> Vec<ShardId> {
+        let shards = self.shards_fn(sku);
+        (0..usize::from(width)).map(shards).collect()
+    }
+
+    /// `i ↦ shards(sku)[i]`, without building the list: every claim asks for its home and
+    /// its second chances, and the two lists were two allocations per claim.
+    fn shards_fn(&self, sku: u64) -> impl Fn(usize) -> ShardId {
         let s = u64::from(self.shard_count());
         let base = XxHash64::oneshot(SEED_SKU, &sku.to_le_bytes()) % s;
-        (0..u64::from(width))
-            .map(|i| ((base + i) % s) as ShardId)
-            .collect()
+        move |i| ((base + i as u64) % s) as ShardId
     }
 
     /// The user's home shard for a SKU: `shards(sku)[h(user) mod w]`.
     pub fn home_shard(&self, sku: u64, width: u16, user: &str) -> ShardId {
-        let shards = self.shards_of(sku, width);
-        shards[home_index(user, width)]
+        self.shards_fn(sku)(home_index(user, width))
     }
 
     /// The order in which a user's second chance visits the SKU's other shards: starts at
@@ -103,13 +107,16 @@ impl Placement {
         user: &str,
         is_empty: impl Fn(ShardId) -> bool,
     ) -> Vec<ShardId> {
-        let shards = self.shards_of(sku, width);
-        let home = shards[home_index(user, width)];
+        let (w, shards) = (usize::from(width), self.shards_fn(sku));
+        let home = shards(home_index(user, width));
         let start = (XxHash64::oneshot(SEED_SECOND, user.as_bytes()) % u64::from(width)) as usize;
-        (0..shards.len())
-            .map(|i| shards[(start + i) % shards.len()])
-            .filter(|&s| s != home && !is_empty(s))
-            .collect()
+        let mut order = Vec::with_capacity(w.saturating_sub(1));
+        order.extend(
+            (0..w)
+                .map(|i| shards((start + i) % w))
+                .filter(|&s| s != home && !is_empty(s)),
+        );
+        order
     }
 }
 
