@@ -32,7 +32,7 @@ impl ShardKeys {
 
     /// Stock slice (integer). Missing means "not preheated".
     pub fn stock(&self) -> String {
-        tagged(&self.tag, "stock", self.sku)
+        tagged(&self.tag, "stock", self.sku, 0)
     }
     /// Units sold beyond this slice (integer, absent = 0): a late claim that found its units
     /// sold again after a rebuild (`lua/rebuild_late.lua`), or what a rebuild counted sold
@@ -40,40 +40,40 @@ impl ShardKeys {
     /// first (`lua/release_stock.lua`, `lua/wave.lua`), so a unit sold twice is not offered
     /// a third time; while it is above 0 the slice is 0.
     pub fn debt(&self) -> String {
-        tagged(&self.tag, "debt", self.sku)
+        tagged(&self.tag, "debt", self.sku, 0)
     }
     /// Per-shard copy of limit and window, so scripts never trust a gateway's cache.
     pub fn meta(&self) -> String {
-        tagged(&self.tag, "meta", self.sku)
+        tagged(&self.tag, "meta", self.sku, 0)
     }
     /// user → units held (holds included); lives on the user's home shard only.
     pub fn users(&self) -> String {
-        tagged(&self.tag, "users", self.sku)
+        tagged(&self.tag, "users", self.sku, 0)
     }
     /// user → last user_seq handed out; never decreases, so ledger keys stay unique.
     pub fn user_seq(&self) -> String {
-        tagged(&self.tag, "useq", self.sku)
+        tagged(&self.tag, "useq", self.sku, 0)
     }
     /// `user|seq` → `qty|expires_ms` for holds placed while a second chance runs.
     pub fn holds(&self) -> String {
-        tagged(&self.tag, "holds", self.sku)
+        tagged(&self.tag, "holds", self.sku, 0)
     }
     /// Claim ids whose units went back to this slice (release idempotency, stock side).
     pub fn released_stock(&self) -> String {
-        tagged(&self.tag, "relstock", self.sku)
+        tagged(&self.tag, "relstock", self.sku, 0)
     }
     /// Claim ids whose units went back to the user's count (release idempotency, user side).
     pub fn released_user(&self) -> String {
-        tagged(&self.tag, "reluser", self.sku)
+        tagged(&self.tag, "reluser", self.sku, 0)
     }
     /// wave id → units this shard's slice got from that stock wave (wave idempotency).
     pub fn waves(&self) -> String {
-        tagged(&self.tag, "waves", self.sku)
+        tagged(&self.tag, "waves", self.sku, 0)
     }
     /// Counter bumped by every excess removal: a removal measured before another one ran
     /// is refused (see `lua/reconcile_fix.lua`).
     pub fn fix_epoch(&self) -> String {
-        tagged(&self.tag, "epoch", self.sku)
+        tagged(&self.tag, "epoch", self.sku, 0)
     }
     /// Every key of the campaign on this shard but its stored answers (they expire by their
     /// TTL): what close-out removes. A key added above belongs here too.
@@ -100,8 +100,7 @@ impl ShardKeys {
     pub fn request(&self, user: &str, request_id: Option<&str>) -> String {
         match request_id {
             Some(rid) => {
-                let mut key = tagged(&self.tag, "req", self.sku);
-                key.reserve(user.len() + rid.len() + 24);
+                let mut key = tagged(&self.tag, "req", self.sku, user.len() + rid.len() + 24);
                 key.push(':');
                 push_u64(&mut key, user.len() as u64);
                 key.push(':');
@@ -115,9 +114,14 @@ impl ShardKeys {
     }
 }
 
-/// The claims stream of a shard.
+/// The claims stream of a shard (one of a claim's keys, so appended like [`tagged`]).
 pub fn claims_stream(placement: &Placement, shard: ShardId) -> String {
-    format!("{{{}}}:claims", placement.tag(shard))
+    let tag = placement.tag(shard);
+    let mut key = String::with_capacity(tag.len() + 9);
+    key.push('{');
+    key.push_str(tag);
+    key.push_str("}:claims");
+    key
 }
 
 /// The dead-letter stream of a shard (poison entries moved by the consumer).
@@ -132,11 +136,12 @@ pub fn fence(placement: &Placement, shard: ShardId) -> String {
     format!("{{{}}}:fence", placement.tag(shard))
 }
 
-/// `{tag}:kind:sku`, appended into one allocation. A claim names eight keys, and `format!`
-/// built each at several times this cost (the claim path's largest user-space cost after
-/// the bearer token check, docs/BENCHMARKS.md).
-fn tagged(tag: &str, kind: &str, sku: u64) -> String {
-    let mut key = String::with_capacity(tag.len() + kind.len() + 24);
+/// `{tag}:kind:sku`, appended into one allocation with `extra` bytes to spare for what the
+/// caller appends. A claim names eight keys, and `format!` built each at several times
+/// this cost (the claim path's largest user-space cost after the bearer token check,
+/// docs/BENCHMARKS.md).
+fn tagged(tag: &str, kind: &str, sku: u64, extra: usize) -> String {
+    let mut key = String::with_capacity(tag.len() + kind.len() + 24 + extra);
     key.push('{');
     key.push_str(tag);
     key.push_str("}:");
@@ -192,6 +197,11 @@ mod tests {
                 );
             }
             assert_eq!(k.request("u", None), "{fg:3}:req:-");
+        }
+        let p = Placement::new(16).unwrap();
+        for shard in 0..16 {
+            let want = format!("{{{}}}:claims", p.tag(shard));
+            assert_eq!(claims_stream(&p, shard), want);
         }
     }
 }
