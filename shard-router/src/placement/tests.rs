@@ -119,3 +119,40 @@ fn bounds_are_checked() {
     assert!(p.check_width(5).is_err());
     assert!(p.check_width(4).is_ok());
 }
+
+/// Home shards and second-chance orders are what the list-building code computed before
+/// they were derived without a list: the formulas of `shards_of` and `second_chances`
+/// written out over a materialized list, checked across shard counts, widths that wrap
+/// past the last shard, SKUs and users (the pinned table above never wraps).
+#[test]
+fn list_free_placement_matches_the_list() {
+    for shards in [1u16, 7, 16, 64] {
+        let p = Placement::new(shards).unwrap();
+        for sku in (0..40u64).chain([u64::MAX, 4_000_000]) {
+            for width in 1..=shards.min(16) {
+                let s = u64::from(shards);
+                let base = XxHash64::oneshot(SEED_SKU, &sku.to_le_bytes()) % s;
+                let list: Vec<ShardId> = (0..u64::from(width))
+                    .map(|i| ((base + i) % s) as ShardId)
+                    .collect();
+                assert_eq!(p.shards_of(sku, width), list);
+                for user in ["alice", "u4999", "用户", ""] {
+                    let w = list.len() as u64;
+                    let home = list[(XxHash64::oneshot(SEED_USER, user.as_bytes()) % w) as usize];
+                    assert_eq!(
+                        p.home_shard(sku, width, user),
+                        home,
+                        "{shards} {sku} {width} {user}"
+                    );
+                    let start = (XxHash64::oneshot(SEED_SECOND, user.as_bytes()) % w) as usize;
+                    let empty = |x: ShardId| x % 3 == 1;
+                    let order: Vec<ShardId> = (0..list.len())
+                        .map(|i| list[(start + i) % list.len()])
+                        .filter(|&x| x != home && !empty(x))
+                        .collect();
+                    assert_eq!(p.second_chances(sku, width, user, empty), order);
+                }
+            }
+        }
+    }
+}
