@@ -64,7 +64,24 @@ struct BaselineOpts {
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     telemetry::init(cli.log_format, "warn")?;
-    match cli.cmd {
+    // `bench stack` waits for the signal itself, and the baseline server is a child that
+    // its parent stops.
+    if matches!(cli.cmd, Cmd::Stack { .. } | Cmd::ServeBaseline { .. }) {
+        return dispatch(cli.cmd).await;
+    }
+    // SIGTERM (a `timeout`, a cancelled CI job) would otherwise end this process where it
+    // stands and leave the servers it started running on their ports. Dropping the
+    // command's future drops them instead: each gets SIGTERM, then SIGKILL after a bound.
+    tokio::select! {
+        r = dispatch(cli.cmd) => r,
+        _ = plumbing::shutdown::terminated() => {
+            anyhow::bail!("interrupted (SIGTERM or Ctrl-C); the processes it started are stopped")
+        }
+    }
+}
+
+async fn dispatch(cmd: Cmd) -> anyhow::Result<()> {
+    match cmd {
         Cmd::Core(opts) => {
             let report = bench::stock_core::run(&opts).await.context("bench core")?;
             println!("{}", bench::stock_core::render(&report));
@@ -128,8 +145,8 @@ async fn main() -> anyhow::Result<()> {
             match for_s {
                 Some(s) => tokio::time::sleep(std::time::Duration::from_secs(s)).await,
                 None => {
-                    eprintln!("stack up; Ctrl-C stops it");
-                    tokio::signal::ctrl_c().await?;
+                    eprintln!("stack up; Ctrl-C or SIGTERM stops it");
+                    plumbing::shutdown::terminated().await;
                 }
             }
             eprintln!("stopping ...");
