@@ -33,11 +33,11 @@ enum Cmd {
     Sweep(Box<cmd::sweep::SweepOpts>),
     /// The same scenario on a fresh stack per row, one feature switched per row.
     Ablate(Box<cmd::ablate::AblateOpts>),
-    /// Start a local stack (Redis, consumer + database, gateways) until Ctrl-C.
+    /// Start a local stack (Redis, consumer + database, gateways) until Ctrl-C or SIGTERM.
     Stack {
         #[command(flatten)]
         opts: cmd::stack::StackOpts,
-        /// Stop after this many seconds instead of waiting for Ctrl-C.
+        /// Stop after this many seconds instead of waiting for Ctrl-C or SIGTERM.
         #[arg(long = "for")]
         for_s: Option<u64>,
     },
