@@ -1,6 +1,7 @@
 //! Fixtures the workspace's tests share (feature `test-util`, enabled by the crates' dev
 //! dependencies only): a stock client, a campaign open now, one claim, the slices' sum,
-//! users whose home is a given shard.
+//! users whose home is a given shard, and a reroute's setup (a SKU across two masters, a
+//! home shard emptied).
 
 use crate::protocol::{self, LocalEmptyShards};
 use crate::{now_ms, ClaimOutcome, ClaimRequest, RedisTarget, SkuMeta, StockClient, StockConfig};
@@ -81,4 +82,38 @@ pub fn users_with_home(
         .filter(|u| client.placement().home_shard(meta.sku, meta.width, u) == home)
         .take(count)
         .collect()
+}
+
+/// A SKU of width 2, from `from` on, whose two shards live on different masters of a
+/// cluster (`master_of` maps a slot to its master), so a reroute crosses masters.
+pub fn split_sku<M: PartialEq>(
+    client: &StockClient,
+    from: u64,
+    master_of: impl Fn(u16) -> M,
+) -> u64 {
+    (from..from + 1000)
+        .find(|&sku| {
+            let s = client.placement().shards_of(sku, 2);
+            let slot = |i: usize| crate::placement::slot_of_tag(client.placement().tag(s[i]));
+            master_of(slot(0)) != master_of(slot(1))
+        })
+        .expect("some SKU spans two masters")
+}
+
+/// Empties `home`'s slice with claims of other users homed there (`drain<n>`), so the
+/// next claim homed there holds and takes elsewhere.
+pub async fn drain(client: &StockClient, meta: &SkuMeta, home: crate::ShardId) {
+    for user in (0..).map(|n| format!("drain{n}")) {
+        let left = client.slices(meta.sku, meta.width).await.expect("slices");
+        if left.iter().any(|(s, v)| *s == home && *v == Some(0)) {
+            return;
+        }
+        if client.placement().home_shard(meta.sku, meta.width, &user) != home {
+            continue;
+        }
+        client
+            .claim_home(&req(meta.sku, &user, None), home, now_ms(), false)
+            .await
+            .expect("drain claim");
+    }
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use drills::load::{self, Durability};
 use drills::verdict;
 use shard_router::protocol::{self, Confirmation, LocalEmptyShards};
-use shard_router::test_util::open_meta;
+use shard_router::test_util::{drain, open_meta, split_sku};
 use shard_router::{
     now_ms, ClaimOutcome, ClaimRequest, HomeOutcome, RedisTarget, Settlement, SkuMeta, StockClient,
     StockConfig, StockError, TakeOutcome,
@@ -128,43 +128,6 @@ fn cut_replicas(node: &RedisServer) {
         .expect("CLIENT KILL TYPE replica");
 }
 
-/// A SKU of width 2 whose two shards live on different masters, so a reroute crosses
-/// masters and killing the home master leaves the other shard alone.
-fn split_sku(client: &StockClient, cluster: &RedisCluster, from: u64) -> u64 {
-    (from..from + 1000)
-        .find(|&sku| {
-            let s = client.placement().shards_of(sku, 2);
-            let slot =
-                |i: usize| shard_router::placement::slot_of_tag(client.placement().tag(s[i]));
-            cluster.master_of(slot(0)) != cluster.master_of(slot(1))
-        })
-        .expect("some SKU spans two masters")
-}
-
-/// Empties `home`'s slice with claims of other users homed there.
-async fn drain(client: &StockClient, meta: &SkuMeta, home: u16) {
-    for n in 0.. {
-        let left = client.slices(meta.sku, meta.width).await.expect("slices");
-        if left.iter().any(|(s, v)| *s == home && *v == Some(0)) {
-            return;
-        }
-        let user = format!("drain{n}");
-        if client.placement().home_shard(meta.sku, meta.width, &user) != home {
-            continue;
-        }
-        let req = ClaimRequest {
-            sku: meta.sku,
-            user,
-            qty: 1,
-            request_id: None,
-        };
-        client
-            .claim_home(&req, home, now_ms(), false)
-            .await
-            .expect("drain claim");
-    }
-}
-
 async fn retry(client: &StockClient, meta: &SkuMeta, req: &ClaimRequest) -> ClaimOutcome {
     for _ in 0..40 {
         match protocol::claim_confirmed(
@@ -198,7 +161,7 @@ async fn records_of(client: &StockClient, meta: &SkuMeta, user: &str) -> usize {
 async fn reroute_with_home_master_killed_claims_once() {
     let mut cluster = RedisCluster::start(3, 1);
     let client = connect(RedisTarget::Cluster(cluster.urls()), Some(ACK)).await;
-    let sku = split_sku(&client, &cluster, 11_300);
+    let sku = split_sku(&client, 11_300, |slot| cluster.master_of(slot));
     let meta = open_meta(sku, 40, 2, 1);
     client.preheat(&meta).await.expect("preheat");
     let shards = client.placement().shards_of(sku, 2);

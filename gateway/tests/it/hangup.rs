@@ -15,8 +15,8 @@ use test_support::{RedisCluster, RedisServer};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-use crate::common::reroute::{drain, split_sku, users_homed};
 use crate::common::*;
+use shard_router::test_util::{drain, split_sku, users_with_home};
 
 /// Shorter than the gateway's Redis timeout (500 ms), so the paused step is answered,
 /// not given up as ambiguous (that hold is the consumer's to resolve, by design).
@@ -42,7 +42,7 @@ impl Sale {
         let (home, other) = (shards[0], shards[1]);
         drain(&stock, &meta, home).await;
         let before = slices_left(&stock, &meta).await;
-        let user = users_homed(&stock, &meta, home, "gone").remove(0);
+        let user = users_with_home(&stock, &meta, home, "gone", 1).remove(0);
         Self {
             stock,
             meta,
@@ -115,7 +115,7 @@ async fn a_client_that_hangs_up_mid_take_leaves_no_hold() {
     let cluster = RedisCluster::start(3, 0);
     let seeds = cluster.urls().join(",");
     let stock = stock_client(&seeds, true).await;
-    let sku = split_sku(&stock, &cluster, 9_400);
+    let sku = split_sku(&stock, 9_400, |slot| cluster.master_of(slot));
     let sale = Sale::open(stock, sku).await;
     let gw = Gateway::start(config(&seeds, true)).await;
     let node = |shard: u16| {

@@ -8,12 +8,12 @@
 
 use std::time::{Duration, Instant};
 
-use crate::common::reroute::{drain, split_sku, users_homed};
 use crate::common::*;
 use gateway::config::Durability;
 use hyper::StatusCode;
 use serde_json::{json, Value};
 use shard_router::placement::slot_of_tag;
+use shard_router::test_util::{drain, split_sku, users_with_home};
 use shard_router::{RedisTarget, SkuMeta, StockClient, StockConfig};
 use test_support::{slack, RedisCluster};
 
@@ -48,12 +48,12 @@ async fn replay_of_a_reroute_is_confirmed_on_the_shard_that_took_it() {
     let mut cluster = RedisCluster::start(3, 1);
     let seeds = cluster.urls().join(",");
     let stock = stock_client(&seeds, true).await;
-    let sku = split_sku(&stock, &cluster, 8_700);
+    let sku = split_sku(&stock, 8_700, |slot| cluster.master_of(slot));
     let meta = preheat(&stock, sku, 40, 2, 2).await;
     let shards = stock.placement().shards_of(sku, 2);
     let (home, other) = (shards[0], shards[1]);
     drain(&stock, &meta, home).await;
-    let users = users_homed(&stock, &meta, home, "rr");
+    let users = users_with_home(&stock, &meta, home, "rr", 3);
 
     let mut cfg = config(&seeds, true);
     cfg.durability = Durability::Replica;

@@ -3,7 +3,6 @@
 
 pub(crate) mod ledger;
 pub(crate) mod raw;
-pub(crate) mod reroute;
 
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
