@@ -14,6 +14,8 @@
 # in the window (from `parse_body`'s call count), the whole process's instructions per
 # answer, and the connection tasks' inclusive count per answer (background tasks, which
 # blur the whole-process figure by ~0.1k, left out). Installs valgrind when missing.
+# CLIENT=wrk frames the window in the wrk phase of `bench run --external --wrk-threads 1`
+# instead (the same requests from an external client; installs wrk when missing).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -35,6 +37,20 @@ if ! command -v valgrind >/dev/null || ! command -v callgrind_control >/dev/null
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get install -y valgrind >/dev/null
 fi
+CLIENT="${CLIENT:-bench}"
+external=()
+case "$CLIENT" in
+  bench) ;;
+  wrk)
+    external=(--external --wrk-threads 1)
+    if ! command -v wrk >/dev/null; then
+      echo "installing wrk ..." >&2
+      SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+      $SUDO apt-get install -y wrk >/dev/null
+    fi
+    ;;
+  *) echo "$0: CLIENT must be bench or wrk, not $CLIENT" >&2; exit 2 ;;
+esac
 work="$(mktemp -d /tmp/flashgate-instructions.XXXXXX)"
 RUN_PID=""
 trap '[ -n "$RUN_PID" ] && kill -TERM -- "-$RUN_PID" 2>/dev/null; true' EXIT
@@ -49,7 +65,7 @@ measure() {
   # Its own process group, so that an early exit takes the stack it started with it.
   setsid "$BENCH" run --stack --quiet --no-consumer --sku "$sku" --users 4000000 --limit 1 \
     --repeat-ratio 0 --connections 10 --duration $((WINDOW_S + 12)) \
-    --gateway-arg=--user-rate=0 --gateway-bin "$wrap" --out "$work/$tag-run" \
+    --gateway-arg=--user-rate=0 --gateway-bin "$wrap" --out "$work/$tag-run" "${external[@]}" \
     >"$work/$tag.log" 2>&1 &
   RUN_PID=$!
   pid="" admin=""
@@ -66,6 +82,13 @@ measure() {
     [ "${n0:-0}" -gt 200 ] && break
     sleep 0.5
   done
+  if [ "$CLIENT" = wrk ]; then
+    # Our own load first, then wrk's for as long: wait for wrk's phase.
+    for _ in $(seq 1 600); do
+      grep -q "^external: wrk" "$work/$tag.log" && break
+      sleep 0.2
+    done
+  fi
   sleep 3
   callgrind_control -z "$pid" >/dev/null 2>&1
   sleep "$WINDOW_S"
