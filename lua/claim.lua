@@ -85,9 +85,11 @@ if stock < qty then
 end
 
 local remaining = redis.call('DECRBY', KEYS[1], ARGV[3])
-local id = redis.call('XADD', KEYS[6], '*',
-  'sku', ARGV[1], 'user', user, 'qty', ARGV[3], 'seq', seq,
-  'shard', ARGV[6], 'home', ARGV[6], 'rid', rid, 'ts', ARGV[4], 'gen', meta[4] or '0')
+-- The compact record (shard-router/src/record/compact.rs): sku, qty, seq, shard, home, ts,
+-- gen, the user's length, then the user and the request id unescaped.
+local id = redis.call('XADD', KEYS[6], '*', 'c', ARGV[1] .. ',' .. ARGV[3] .. ',' .. seq
+  .. ',' .. ARGV[6] .. ',' .. ARGV[6] .. ',' .. ARGV[4] .. ',' .. (meta[4] or '0')
+  .. ',' .. #user .. ',' .. user .. rid)
 local claim_id = ARGV[6] .. '-' .. id
 if remaining == 0 then
   redis.call('PUBLISH', ARGV[9], 'empty ' .. ARGV[1] .. ' ' .. ARGV[6])

@@ -54,9 +54,10 @@ if stock < qty then
   return {10, stock}
 end
 local remaining = redis.call('DECRBY', KEYS[1], qty)
-local id = redis.call('XADD', KEYS[3], '*',
-  'sku', ARGV[1], 'user', ARGV[2], 'qty', qty, 'seq', ARGV[5],
-  'shard', ARGV[8], 'home', ARGV[6], 'rid', ARGV[7], 'ts', ARGV[4], 'gen', meta[3] or '0')
+-- The compact record, as claim.lua writes it.
+local id = redis.call('XADD', KEYS[3], '*', 'c', ARGV[1] .. ',' .. qty .. ',' .. ARGV[5]
+  .. ',' .. ARGV[8] .. ',' .. ARGV[6] .. ',' .. ARGV[4] .. ',' .. (meta[3] or '0')
+  .. ',' .. #ARGV[2] .. ',' .. ARGV[2] .. ARGV[7])
 if remaining == 0 then
   redis.call('PUBLISH', ARGV[9], 'empty ' .. ARGV[1] .. ' ' .. ARGV[8])
 end

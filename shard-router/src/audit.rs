@@ -315,10 +315,11 @@ fn field<'a>(map: &'a HashMap<String, Value>, name: &str) -> Option<&'a [u8]> {
     }
 }
 
-/// Units of an entry if it is a record of `sku` (the fields `lua/claim.lua` writes).
+/// Units of an entry if it is a record of `sku`, in either form of `record.rs`.
 fn units_of(map: &HashMap<String, Value>, sku: &[u8]) -> Option<i64> {
-    if field(map, "sku")? != sku {
-        return None;
-    }
-    std::str::from_utf8(field(map, "qty")?).ok()?.parse().ok()
+    let fields = map
+        .keys()
+        .filter_map(|k| Some((k.as_str(), field(map, k)?)));
+    let (of, units) = ClaimRecord::sku_and_units(fields)?;
+    (of == sku).then_some(units)
 }

@@ -1,9 +1,12 @@
 //! The claim record: what a Lua script XADDs to a shard's claims stream, and what the
-//! consumer reads back into the ledger. The Lua side writes these exact field names.
+//! consumer reads back into the ledger. The Lua side writes the compact form of
+//! `record/compact.rs`; the nine-pair form it wrote before still decodes.
 
 use std::fmt;
 
 use crate::codec::ClaimId;
+
+mod compact;
 
 /// One acknowledged claim, as carried by a claims stream entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,13 +42,18 @@ pub struct RecordError {
 }
 
 impl ClaimRecord {
-    /// Field names in the order the scripts write them; `gen` is optional (records
-    /// written before it existed decode as generation 0).
+    /// Field names of the nine-pair form, which the scripts wrote before the compact one
+    /// (`compact.rs`); `gen` is optional (records written before it existed decode as
+    /// generation 0).
     pub const FIELDS: [&'static str; 9] = [
         "sku", "user", "qty", "seq", "shard", "home", "rid", "ts", "gen",
     ];
+    /// The one field of the compact form, the form the scripts write.
+    pub const COMPACT: &'static str = compact::FIELD;
 
-    /// Decodes a stream entry. `fields` are the entry's name/value pairs in any order.
+    /// Decodes a stream entry. `fields` are the entry's name/value pairs in any order:
+    /// the compact field when there is one (other fields, such as a dead letter's, are
+    /// then ignored), else the nine pairs.
     pub fn decode<'a>(
         entry_id: &str,
         fields: impl IntoIterator<Item = (&'a str, &'a [u8])>,
@@ -57,10 +65,18 @@ impl ClaimRecord {
         // A name given twice keeps its last value (as a map of the fields would), and only
         // that value must be UTF-8.
         let mut raw: [Option<&[u8]>; 9] = [None; 9];
+        let mut packed = None;
         for (name, value) in fields {
-            if let Some(i) = Self::FIELDS.iter().position(|f| *f == name) {
+            if name == compact::FIELD {
+                packed = Some(value);
+            } else if let Some(i) = Self::FIELDS.iter().position(|f| *f == name) {
                 raw[i] = Some(value);
             }
+        }
+        if let Some(value) = packed {
+            let text = std::str::from_utf8(value)
+                .map_err(|_| err("compact record is not UTF-8".into()))?;
+            return Self::from_parts(entry_id, compact::split(text).map_err(err)?);
         }
         let mut vals: [Option<&str>; 9] = [None; 9];
         for (i, value) in raw.iter().enumerate() {
@@ -72,44 +88,23 @@ impl ClaimRecord {
         }
         let get =
             |i: usize| vals[i].ok_or_else(|| err(format!("missing field {}", Self::FIELDS[i])));
-        fn num<T: std::str::FromStr>(
-            name: &str,
-            text: &str,
-            err: &dyn Fn(String) -> RecordError,
-        ) -> Result<T, RecordError> {
-            text.parse()
-                .map_err(|_| err(format!("field {name} is not a number: {text:?}")))
-        }
-        let shard: u16 = num("shard", get(4)?, &err)?;
-        let user = get(1)?;
-        if user.is_empty() || user.len() > 64 {
-            return Err(err(format!("user length {} outside 1..=64", user.len())));
-        }
-        let qty: u32 = num("qty", get(2)?, &err)?;
-        if qty == 0 {
-            return Err(err("qty is 0".into()));
-        }
-        let rid = get(6)?;
-        Ok(ClaimRecord {
-            claim_id: ClaimId::new(shard, entry_id).into(),
-            sku: num("sku", get(0)?, &err)?,
-            user: user.to_owned(),
-            qty,
-            user_seq: num("seq", get(3)?, &err)?,
-            shard,
-            home: num("home", get(5)?, &err)?,
-            request_id: (!rid.is_empty()).then(|| rid.to_owned()),
-            ts_ms: num("ts", get(7)?, &err)?,
-            gen: match vals[8] {
-                Some(g) => num("gen", g, &err)?,
-                None => 0,
-            },
-        })
+        let parts = compact::Parts {
+            sku: get(0)?,
+            user: get(1)?,
+            qty: get(2)?,
+            seq: get(3)?,
+            shard: get(4)?,
+            home: get(5)?,
+            rid: get(6)?,
+            ts: get(7)?,
+            gen: vals[8].unwrap_or("0"),
+        };
+        Self::from_parts(entry_id, parts)
     }
 
-    /// The fields as the scripts write them (for re-adding an entry elsewhere, e.g. to a
-    /// dead-letter stream, and for tests that build records by hand).
-    pub fn encode(&self) -> Vec<(&'static str, String)> {
+    /// The nine-pair form the scripts wrote before the compact one: what the streams and
+    /// dead letters of an earlier release hold (tests of that upgrade write it).
+    pub fn encode_pairs(&self) -> Vec<(&'static str, String)> {
         vec![
             ("sku", self.sku.to_string()),
             ("user", self.user.clone()),
@@ -121,6 +116,87 @@ impl ClaimRecord {
             ("ts", self.ts_ms.to_string()),
             ("gen", self.gen.to_string()),
         ]
+    }
+
+    /// The SKU (as written) and units of a stream entry, read from those two fields
+    /// only, in either form: reconciliation counts an entry's units even when a later
+    /// field would make it poison (the dead letters hold such entries).
+    pub fn sku_and_units<'a>(
+        fields: impl IntoIterator<Item = (&'a str, &'a [u8])>,
+    ) -> Option<(&'a [u8], i64)> {
+        let (mut sku, mut qty, mut packed) = (None, None, None);
+        for (name, value) in fields {
+            match name {
+                compact::FIELD => packed = Some(value),
+                "sku" => sku = Some(value),
+                "qty" => qty = Some(value),
+                _ => {}
+            }
+        }
+        let (sku, qty) = match packed {
+            Some(value) => {
+                let mut parts = value.splitn(3, |b| *b == b',');
+                (parts.next()?, parts.next()?)
+            }
+            None => (sku?, qty?),
+        };
+        Some((sku, std::str::from_utf8(qty).ok()?.parse().ok()?))
+    }
+
+    /// One validation for both forms.
+    fn from_parts(entry_id: &str, p: compact::Parts<'_>) -> Result<Self, RecordError> {
+        let err = |reason: String| RecordError {
+            entry_id: entry_id.to_owned(),
+            reason,
+        };
+        fn num<T: std::str::FromStr>(
+            name: &str,
+            text: &str,
+            err: &dyn Fn(String) -> RecordError,
+        ) -> Result<T, RecordError> {
+            text.parse()
+                .map_err(|_| err(format!("field {name} is not a number: {text:?}")))
+        }
+        let shard: u16 = num("shard", p.shard, &err)?;
+        if p.user.is_empty() || p.user.len() > 64 {
+            return Err(err(format!("user length {} outside 1..=64", p.user.len())));
+        }
+        let qty: u32 = num("qty", p.qty, &err)?;
+        if qty == 0 {
+            return Err(err("qty is 0".into()));
+        }
+        Ok(ClaimRecord {
+            claim_id: ClaimId::new(shard, entry_id).into(),
+            sku: num("sku", p.sku, &err)?,
+            user: p.user.to_owned(),
+            qty,
+            user_seq: num("seq", p.seq, &err)?,
+            shard,
+            home: num("home", p.home, &err)?,
+            request_id: (!p.rid.is_empty()).then(|| p.rid.to_owned()),
+            ts_ms: num("ts", p.ts, &err)?,
+            gen: num("gen", p.gen, &err)?,
+        })
+    }
+
+    /// The record as the scripts write it (for re-adding an entry elsewhere, e.g. to a
+    /// dead-letter stream, and for tests that build records by hand).
+    pub fn encode(&self) -> Vec<(&'static str, String)> {
+        let rid = self.request_id.as_deref().unwrap_or_default();
+        vec![(
+            compact::FIELD,
+            compact::pack(
+                self.sku,
+                self.qty,
+                self.user_seq,
+                self.shard,
+                self.home,
+                self.ts_ms,
+                self.gen,
+                &self.user,
+                rid,
+            ),
+        )]
     }
 }
 
@@ -153,56 +229,111 @@ mod tests {
         }
     }
 
-    #[test]
-    fn round_trips() {
-        let rec = sample();
-        let fields = rec.encode();
-        let decoded = ClaimRecord::decode(
+    fn decode(fields: &[(&str, String)]) -> Result<ClaimRecord, RecordError> {
+        ClaimRecord::decode(
             "1700000000000-7",
             fields.iter().map(|(k, v)| (*k, v.as_bytes())),
         )
-        .unwrap();
-        assert_eq!(decoded, rec);
+    }
+
+    #[test]
+    fn round_trips_in_both_forms() {
+        let rec = sample();
+        assert_eq!(
+            rec.encode(),
+            vec![("c", "42,2,5,3,1,1700000000000,3,5,alicer-1".to_owned())]
+        );
+        assert_eq!(decode(&rec.encode()).unwrap(), rec);
+        assert_eq!(decode(&rec.encode_pairs()).unwrap(), rec);
+    }
+
+    #[test]
+    fn the_compact_user_is_cut_by_its_length_not_by_its_characters() {
+        let mut rec = sample();
+        for (user, rid) in [
+            ("a,b,c", Some("1,2")),
+            ("ünï", Some("r")),
+            ("9", None),
+            ("x".repeat(64).as_str(), Some("y")),
+        ] {
+            rec.user = user.to_owned();
+            rec.request_id = rid.map(str::to_owned);
+            assert_eq!(decode(&rec.encode()).unwrap(), rec, "{user:?} {rid:?}");
+        }
+    }
+
+    #[test]
+    fn the_compact_field_wins_over_pairs_beside_it() {
+        // A dead letter's copy carries the record plus `dead_entry` and `dead_reason`.
+        let rec = sample();
+        let mut fields = rec.encode();
+        fields.push(("dead_entry", "1700000000000-7".into()));
+        fields.push(("user", "mallory".into()));
+        assert_eq!(decode(&fields).unwrap(), rec);
+    }
+
+    #[test]
+    fn rejects_a_bad_compact_record() {
+        for (bad, why) in [
+            ("42,2,5,3,1,1700000000000,3,9,alice", "does not fit"),
+            ("42,2,5,3,1,1700000000000,3,1,ünï", "does not fit"),
+            ("42,2,5,3,1,1700000000000,3", "ends before user length"),
+            (
+                "42,2,5,3,1,1700000000000,3,x,alice",
+                "user length is not a number",
+            ),
+            ("42,2,5,3,1,1700000000000,3,0,alice", "user length 0"),
+            ("42,0,5,3,1,1700000000000,3,5,alice", "qty is 0"),
+            ("42,2,5,99999,1,1700000000000,3,5,alice", "field shard"),
+            ("42,2,5,3,1,1700000000000,x,5,alice", "field gen"),
+        ] {
+            let e = decode(&[("c", bad.to_owned())]).unwrap_err();
+            assert!(e.reason.contains(why), "{bad:?}: {}", e.reason);
+        }
+        let e = ClaimRecord::decode("1-0", [("c", &b"42,\xff"[..])]).unwrap_err();
+        assert!(e.reason.contains("not UTF-8"), "{}", e.reason);
+    }
+
+    #[test]
+    fn sku_and_units_read_both_forms() {
+        let rec = sample();
+        fn units<'a>(fields: &'a [(&'a str, String)]) -> Option<(&'a [u8], i64)> {
+            ClaimRecord::sku_and_units(fields.iter().map(|(k, v)| (*k, v.as_bytes())))
+        }
+        assert_eq!(units(&rec.encode()), Some((&b"42"[..], 2)));
+        assert_eq!(units(&rec.encode_pairs()), Some((&b"42"[..], 2)));
+        assert_eq!(units(&[("c", "42,2".into())]), Some((&b"42"[..], 2)));
+        assert_eq!(units(&[("c", "42".into())]), None);
+        assert_eq!(units(&[("c", "42,x,".into())]), None);
+        assert_eq!(units(&[("sku", "42".into())]), None);
     }
 
     #[test]
     fn a_record_without_gen_is_generation_zero() {
-        let rec = sample();
-        let mut fields = rec.encode();
+        let mut fields = sample().encode_pairs();
         fields.retain(|(k, _)| *k != "gen");
-        let decoded = ClaimRecord::decode(
-            "1700000000000-7",
-            fields.iter().map(|(k, v)| (*k, v.as_bytes())),
-        )
-        .unwrap();
-        assert_eq!(decoded.gen, 0);
+        assert_eq!(decode(&fields).unwrap().gen, 0);
     }
 
     #[test]
     fn empty_request_id_is_none() {
         let mut rec = sample();
         rec.request_id = None;
-        let fields = rec.encode();
-        let decoded = ClaimRecord::decode(
-            "1700000000000-7",
-            fields.iter().map(|(k, v)| (*k, v.as_bytes())),
-        )
-        .unwrap();
-        assert_eq!(decoded.request_id, None);
+        assert_eq!(decode(&rec.encode()).unwrap().request_id, None);
+        assert_eq!(decode(&rec.encode_pairs()).unwrap().request_id, None);
     }
 
     #[test]
     fn rejects_poison() {
         let rec = sample();
-        let mut fields = rec.encode();
+        let mut fields = rec.encode_pairs();
         fields.retain(|(k, _)| *k != "qty");
-        let e = ClaimRecord::decode("1-0", fields.iter().map(|(k, v)| (*k, v.as_bytes())));
+        let e = decode(&fields);
         assert!(e.unwrap_err().reason.contains("missing field qty"));
 
-        let mut fields = rec.encode();
+        let mut fields = rec.encode_pairs();
         fields[2].1 = "0".into();
-        let e = ClaimRecord::decode("1-0", fields.iter().map(|(k, v)| (*k, v.as_bytes())));
-        assert!(e.is_err());
+        assert!(decode(&fields).is_err());
 
         let e = ClaimRecord::decode("1-0", [("sku", &b"\xff"[..])]);
         assert!(e.is_err());

@@ -27,6 +27,7 @@ use crate::keys::{self, ShardKeys};
 use crate::outcome::Claim;
 use crate::placement::ShardId;
 use crate::protocol::Confirmation;
+use crate::record::ClaimRecord;
 use crate::scripts::{self, code};
 
 /// What is stored for a request id.
@@ -168,7 +169,7 @@ impl StockClient {
                     && fence.info.is_master
                     && entries
                         .iter()
-                        .any(|(_, fields)| names(fields, claim.sku, user, request_id))
+                        .any(|(id, fields)| names(id, fields, claim.sku, user, request_id))
             }
             Err(e) => {
                 tracing::debug!(shard = claim.shard, error = %e, "take of a replayed claim unconfirmed");
@@ -190,17 +191,14 @@ impl StockClient {
     }
 }
 
-/// True when the record's flat field list is this SKU's, user's and request id's.
-fn names(fields: &[String], sku: u64, user: &str, request_id: &str) -> bool {
-    let field = |name: &str| {
-        fields
-            .chunks_exact(2)
-            .find(|kv| kv[0] == name)
-            .map(|kv| kv[1].as_str())
-    };
-    field("sku") == Some(sku.to_string().as_str())
-        && field("user") == Some(user)
-        && field("rid") == Some(request_id)
+/// True when the entry is a claim record of this SKU, user and request id.
+fn names(id: &str, fields: &[String], sku: u64, user: &str, request_id: &str) -> bool {
+    let pairs = fields
+        .chunks_exact(2)
+        .map(|kv| (kv[0].as_str(), kv[1].as_bytes()));
+    ClaimRecord::decode(id, pairs).is_ok_and(|r| {
+        r.sku == sku && r.user == user && r.request_id.as_deref() == Some(request_id)
+    })
 }
 
 /// The stored value as an answer, and whether it is tentative.
@@ -248,12 +246,34 @@ mod tests {
 
     #[test]
     fn a_record_names_its_sku_user_and_request_id() {
-        let f: Vec<String> = ["sku", "7", "user", "u", "qty", "1", "rid", "r"]
-            .map(String::from)
-            .to_vec();
-        assert!(names(&f, 7, "u", "r"));
-        assert!(!names(&f, 8, "u", "r"));
-        assert!(!names(&f, 7, "v", "r"));
-        assert!(!names(&f, 7, "u", "s"));
+        let record = ClaimRecord {
+            claim_id: "3-1-0".into(),
+            sku: 7,
+            user: "u".into(),
+            qty: 1,
+            user_seq: 1,
+            shard: 3,
+            home: 1,
+            request_id: Some("r".into()),
+            ts_ms: 1,
+            gen: 0,
+        };
+        let compact: Vec<String> = record
+            .encode()
+            .into_iter()
+            .flat_map(|(k, v)| [k.to_owned(), v])
+            .collect();
+        let pairs: Vec<String> = [
+            "sku", "7", "user", "u", "qty", "1", "seq", "1", "shard", "3", "home", "1", "rid", "r",
+            "ts", "1",
+        ]
+        .map(String::from)
+        .to_vec();
+        for f in [&compact, &pairs] {
+            assert!(names("1-0", f, 7, "u", "r"), "{f:?}");
+            assert!(!names("1-0", f, 8, "u", "r"));
+            assert!(!names("1-0", f, 7, "v", "r"));
+            assert!(!names("1-0", f, 7, "u", "s"));
+        }
     }
 }

@@ -9,14 +9,24 @@ use shard_router::record::ClaimRecord;
 fn field_name() -> impl Strategy<Value = String> {
     prop_oneof![
         prop::sample::select(ClaimRecord::FIELDS.to_vec()).prop_map(str::to_owned),
+        Just(ClaimRecord::COMPACT.to_owned()),
         "[a-z]{0,6}",
+    ]
+}
+
+/// Values shaped like compact records: commas, digits, a length that may or may not fit.
+fn compact_value() -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![
+        "([0-9]{0,3},){0,9}[0-9a-zü,]{0,12}".prop_map(String::into_bytes),
+        prop::collection::vec(any::<u8>(), 0..80),
     ]
 }
 
 fn record() -> impl Strategy<Value = ClaimRecord> {
     (
         any::<u64>(),
-        "[a-zA-Z0-9_@.:|-]{1,64}",
+        // Commas and multi-byte characters: the compact form cuts the user by its length.
+        "[a-zA-Z0-9_@.:|,ü-]{1,32}",
         1u32..1000,
         any::<u64>(),
         0u16..1024,
@@ -46,9 +56,10 @@ proptest! {
     #[test]
     fn arbitrary_entries_never_panic(
         id in "[0-9-]{0,24}",
-        fields in prop::collection::vec((field_name(), prop::collection::vec(any::<u8>(), 0..80)), 0..12),
+        fields in prop::collection::vec((field_name(), compact_value()), 0..12),
     ) {
         let _ = ClaimRecord::decode(&id, fields.iter().map(|(k, v)| (k.as_str(), v.as_slice())));
+        let _ = ClaimRecord::sku_and_units(fields.iter().map(|(k, v)| (k.as_str(), v.as_slice())));
         let _ = ClaimId::parse(&id);
     }
 
@@ -58,6 +69,9 @@ proptest! {
         let fields = rec.encode();
         let back = ClaimRecord::decode(&entry, fields.iter().map(|(k, v)| (*k, v.as_bytes())));
         prop_assert_eq!(back.unwrap(), rec.clone());
+        let (sku, units) = ClaimRecord::sku_and_units(fields.iter().map(|(k, v)| (*k, v.as_bytes()))).unwrap();
+        let want = rec.sku.to_string();
+        prop_assert_eq!((sku, units), (want.as_bytes(), i64::from(rec.qty)));
         prop_assert_eq!(ClaimId::parse(&rec.claim_id).map(|c| c.shard()), Some(rec.shard));
     }
 }

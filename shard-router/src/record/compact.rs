@@ -1,0 +1,89 @@
+//! The compact claim record: one stream field, `c`, instead of nine name/value pairs.
+//!
+//! `<sku>,<qty>,<seq>,<shard>,<home>,<ts>,<gen>,<user length>,<user><request id>`
+//!
+//! The user's length in bytes comes before it, so neither the user nor the request id
+//! needs escaping; the request id is the rest (empty when the claim had none). Why one
+//! field: every XREADGROUP reply carries each entry's fields as bulk strings, and Redis's
+//! cost per entry read fell from 4.4 to 1.8 µs going from nine pairs to one
+//! (docs/BENCHMARKS.md, "The compact claim record"); the nine-pair form still decodes, so
+//! entries written before it and their dead-letter copies read as they did.
+
+use std::fmt::Write;
+
+/// The field name of a compact record.
+pub(super) const FIELD: &str = "c";
+
+/// A compact record's parts, borrowed from its text.
+pub(super) struct Parts<'a> {
+    pub sku: &'a str,
+    pub qty: &'a str,
+    pub seq: &'a str,
+    pub shard: &'a str,
+    pub home: &'a str,
+    pub ts: &'a str,
+    pub gen: &'a str,
+    pub user: &'a str,
+    pub rid: &'a str,
+}
+
+/// Splits a compact record into its parts, or says what is wrong with it.
+pub(super) fn split(text: &str) -> Result<Parts<'_>, String> {
+    let mut it = text.splitn(9, ',');
+    let mut next = |name: &str| {
+        it.next()
+            .ok_or_else(|| format!("compact record ends before {name}"))
+    };
+    let (sku, qty, seq, shard, home, ts, gen) = (
+        next("sku")?,
+        next("qty")?,
+        next("seq")?,
+        next("shard")?,
+        next("home")?,
+        next("ts")?,
+        next("gen")?,
+    );
+    let len_text = next("user length")?;
+    let rest = next("user")?;
+    let len: usize = len_text
+        .parse()
+        .map_err(|_| format!("compact record's user length is not a number: {len_text:?}"))?;
+    // `get` is None past the end and inside a character: either way not a record we wrote.
+    let user = rest
+        .get(..len)
+        .ok_or_else(|| format!("compact record's user length {len} does not fit its text"))?;
+    Ok(Parts {
+        sku,
+        qty,
+        seq,
+        shard,
+        home,
+        ts,
+        gen,
+        user,
+        rid: &rest[len..],
+    })
+}
+
+/// Writes the record the way `lua/claim.lua` and `lua/take.lua` do.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn pack(
+    sku: u64,
+    qty: u32,
+    seq: u64,
+    shard: u16,
+    home: u16,
+    ts: i64,
+    gen: u64,
+    user: &str,
+    rid: &str,
+) -> String {
+    let mut out = String::with_capacity(64 + user.len() + rid.len());
+    // Writing to a String cannot fail.
+    let _ = write!(
+        out,
+        "{sku},{qty},{seq},{shard},{home},{ts},{gen},{},{user}{rid}",
+        user.len()
+    );
+    out
+}
