@@ -153,15 +153,11 @@ impl Recovery {
             match stream::decode(s.shard, entry) {
                 Ok(d) if deliveries <= self.cfg.max_deliveries => take.push(d),
                 Ok(d) => {
-                    let fields: Vec<(String, Vec<u8>)> = d
-                        .record
-                        .encode()
-                        .into_iter()
-                        .map(|(k, v)| (k.to_owned(), v.into_bytes()))
-                        .collect();
+                    // The entry's own fields, not a re-encoding: the letter keeps the form
+                    // it was written in, which any release that wrote it can redrive.
                     self.dead_letter(
                         &entry.id,
-                        &fields,
+                        &stream::fields_of(entry),
                         &format!("delivered {deliveries} times"),
                         Some(d.record.sku),
                     )

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 pub use shard_router::args::SettingError as ConfigError;
-use shard_router::{RedisArgs, Timeouts};
+use shard_router::{RecordForm, RedisArgs, Timeouts};
 pub use telemetry::LogFormat;
 
 mod access;
@@ -64,6 +64,11 @@ pub struct Config {
     /// Durability of an acknowledged claim.
     #[arg(long, env = "FLASHGATE_DURABILITY", value_enum, default_value_t = Durability::None)]
     pub durability: Durability,
+    /// The form of the claim records written to the streams: `compact` costs Redis less
+    /// per claim, but a consumer of a release before it cannot read it, so `pairs` (the
+    /// default) until every consumer and tool runs this release (README "Upgrading").
+    #[arg(long, env = "FLASHGATE_STREAM_RECORDS", value_enum, default_value_t = RecordForm::Pairs)]
+    pub stream_records: RecordForm,
     /// `WAIT` timeout in replica mode (ms); must stay below `--redis-timeout-ms`.
     #[arg(long, env = "FLASHGATE_WAIT_MS", default_value_t = 50)]
     pub wait_ms: u64,
@@ -307,6 +312,7 @@ impl Config {
         };
         // The WAIT rides in each claim pipeline, on the connection that ran the scripts.
         stock.replica_ack = (self.durability == Durability::Replica).then(|| ms(self.wait_ms));
+        stock.record_form = self.stream_records;
         Settings::new(self, stock)
     }
 }

@@ -15,6 +15,7 @@ use crate::conn::{RedisConn, RedisTarget, Timeouts};
 use crate::error::StockError;
 use crate::keys::ShardKeys;
 use crate::placement::{Placement, ShardId};
+use crate::record::RecordForm;
 use crate::reply::Reply;
 use crate::scripts;
 
@@ -38,6 +39,8 @@ pub struct StockConfig {
     /// connection that ran its scripts, and the protocol reports what it confirmed (see
     /// `batch.rs`). `None`: no WAIT.
     pub replica_ack: Option<Duration>,
+    /// The form of the claim records the scripts write.
+    pub record_form: RecordForm,
 }
 
 impl StockConfig {
@@ -52,6 +55,7 @@ impl StockConfig {
             hold_ttl: Self::DEFAULT_HOLD_TTL,
             request_ttl: Self::DEFAULT_REQUEST_TTL,
             replica_ack: None,
+            record_form: RecordForm::default(),
         }
     }
 }

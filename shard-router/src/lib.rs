@@ -55,7 +55,7 @@ pub use error::StockError;
 pub use health::ShardHealth;
 pub use outcome::*;
 pub use placement::{Placement, ShardId};
-pub use record::ClaimRecord;
+pub use record::{ClaimRecord, RecordForm};
 pub use replay::StoredAnswer;
 pub use replay_users::{ReplayMarks, ReplayUsers};
 pub use replication::{Fence, ReplicationInfo};

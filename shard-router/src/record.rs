@@ -1,6 +1,6 @@
 //! The claim record: what a Lua script XADDs to a shard's claims stream, and what the
-//! consumer reads back into the ledger. The Lua side writes the compact form of
-//! `record/compact.rs`; the nine-pair form it wrote before still decodes.
+//! consumer reads back into the ledger. Two forms, both always read: nine field/value
+//! pairs, and the one-field compact form of `record/compact.rs` ([`RecordForm`]).
 
 use std::fmt;
 
@@ -33,6 +33,30 @@ pub struct ClaimRecord {
     pub gen: u64,
 }
 
+/// Which form `lua/claim.lua` and `lua/take.lua` write (the gateway's `--stream-records`).
+/// Every reader of this release reads both; a reader of an earlier release reads only
+/// `pairs`, and to it a compact record is poison (dead-lettered, left out of a rebuild's
+/// and a stale hold's in-flight claims). So `compact` is for a deployment whose consumers
+/// and tools all run this release or later: a new one, or an upgrade once it is complete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum RecordForm {
+    /// Nine field/value pairs, readable by every release.
+    #[default]
+    Pairs,
+    /// One field (`record/compact.rs`): less Redis CPU per claim written and read.
+    Compact,
+}
+
+impl RecordForm {
+    /// The scripts' argument for it.
+    pub(crate) fn script_arg(self) -> &'static str {
+        match self {
+            Self::Pairs => "",
+            Self::Compact => compact::FIELD,
+        }
+    }
+}
+
 /// A stream entry that is not a valid claim record (a poison entry).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("claim record {entry_id}: {reason}")]
@@ -48,7 +72,7 @@ impl ClaimRecord {
     pub const FIELDS: [&'static str; 9] = [
         "sku", "user", "qty", "seq", "shard", "home", "rid", "ts", "gen",
     ];
-    /// The one field of the compact form, the form the scripts write.
+    /// The one field of the compact form.
     pub const COMPACT: &'static str = compact::FIELD;
 
     /// Decodes a stream entry. `fields` are the entry's name/value pairs in any order:
@@ -102,8 +126,7 @@ impl ClaimRecord {
         Self::from_parts(entry_id, parts)
     }
 
-    /// The nine-pair form the scripts wrote before the compact one: what the streams and
-    /// dead letters of an earlier release hold (tests of that upgrade write it).
+    /// The nine-pair form: what `--stream-records pairs` and every earlier release write.
     pub fn encode_pairs(&self) -> Vec<(&'static str, String)> {
         vec![
             ("sku", self.sku.to_string()),
@@ -179,8 +202,8 @@ impl ClaimRecord {
         })
     }
 
-    /// The record as the scripts write it (for re-adding an entry elsewhere, e.g. to a
-    /// dead-letter stream, and for tests that build records by hand).
+    /// The record in the compact form (tests build records with it; an entry moved
+    /// elsewhere, such as a dead letter, keeps the fields it came with).
     pub fn encode(&self) -> Vec<(&'static str, String)> {
         let rid = self.request_id.as_deref().unwrap_or_default();
         vec![(

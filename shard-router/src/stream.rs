@@ -283,19 +283,7 @@ pub fn decode(shard: ShardId, entry: &StreamId) -> Result<Delivered, Poison> {
         shard,
         entry_id: entry.id.clone(),
         reason,
-        fields: entry
-            .map
-            .iter()
-            .map(|(k, v)| {
-                let bytes = match v {
-                    Value::BulkString(b) => b.clone(),
-                    Value::SimpleString(s) => s.clone().into_bytes(),
-                    Value::Int(i) => i.to_string().into_bytes(),
-                    other => format!("{other:?}").into_bytes(),
-                };
-                (k.clone(), bytes)
-            })
-            .collect(),
+        fields: fields_of(entry),
     };
     match ClaimRecord::decode(&entry.id, borrowed) {
         Ok(record) if record.shard == shard => Ok(Delivered {
@@ -309,6 +297,24 @@ pub fn decode(shard: ShardId, entry: &StreamId) -> Result<Delivered, Poison> {
         ))),
         Err(e) => Err(poison(e.reason)),
     }
+}
+
+/// An entry's fields as they are, for a copy that must keep them (a dead letter): a record
+/// moved in the form it was written in stays readable by whatever could read it before.
+pub fn fields_of(entry: &StreamId) -> Vec<(String, Vec<u8>)> {
+    entry
+        .map
+        .iter()
+        .map(|(k, v)| {
+            let bytes = match v {
+                Value::BulkString(b) => b.clone(),
+                Value::SimpleString(s) => s.clone().into_bytes(),
+                Value::Int(i) => i.to_string().into_bytes(),
+                other => format!("{other:?}").into_bytes(),
+            };
+            (k.clone(), bytes)
+        })
+        .collect()
 }
 
 /// One XRANGE page of `key` after entry id `after` (from the start when `None`).

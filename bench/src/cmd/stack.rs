@@ -191,6 +191,15 @@ impl Stack {
             {
                 cmd.args(["--client-rate", "0"]);
             }
+            // A bench stack's consumer is of this build, so the cheaper record form is safe
+            // (shard-router/src/record.rs, `RecordForm`) unless the caller picks one.
+            if !o
+                .gateway_args
+                .iter()
+                .any(|a| a.starts_with("--stream-records"))
+            {
+                cmd.args(["--stream-records", "compact"]);
+            }
             for a in &o.ablation {
                 match a {
                     Ablation::NoSoldOutCache => cmd.arg("--no-sold-out-cache"),

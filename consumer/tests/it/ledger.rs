@@ -281,6 +281,93 @@ async fn poison_entry_goes_to_the_dead_letters_after_max_deliveries() {
     assert_eq!(s.count("SELECT COUNT(*) FROM claims").await, 0);
 }
 
+/// A valid entry delivered too often goes to the dead letters with the fields it was
+/// written with, not re-encoded: a nine-pair entry (an earlier release's gateway, or
+/// `--stream-records pairs`) stays nine pairs, which the earlier release's `redrive`,
+/// reconciliation and rebuild still read, so a consumer of this release beside them (or
+/// rolled back) leaves nothing they cannot count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_keeps_the_form_its_entry_was_written_in() {
+    let s = Stack::start().await;
+    let c = campaign(&s, 7006, 10, 1, 1, 3600).await;
+    let shard = s.client.placement().shards_of(c.sku, 1)[0];
+    let record = ClaimRecord {
+        claim_id: String::new(),
+        sku: c.sku,
+        user: "olga".into(),
+        qty: 1,
+        user_seq: 1,
+        shard,
+        home: shard,
+        request_id: Some("r-7006".into()),
+        ts_ms: shard_router::now_ms(),
+        gen: 0,
+    };
+    let key = stream_key(&s, shard);
+    let mut conn = s.redis.connection();
+    let mut add = redis::cmd("XADD");
+    add.arg(&key).arg("*");
+    for (name, value) in record.encode_pairs() {
+        add.arg(name).arg(value);
+    }
+    let id: String = add.query(&mut conn).unwrap();
+    // Pending with another consumer, delivered five times already.
+    let _: () = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg(&key)
+        .arg(&s.cfg.group)
+        .arg("0")
+        .query(&mut conn)
+        .unwrap();
+    let _: redis::Value = redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg(&s.cfg.group)
+        .arg("ghost")
+        .arg("STREAMS")
+        .arg(&key)
+        .arg(">")
+        .query(&mut conn)
+        .unwrap();
+    let _: redis::Value = redis::cmd("XCLAIM")
+        .arg(&key)
+        .arg(&s.cfg.group)
+        .arg("ghost")
+        .arg(0)
+        .arg(&id)
+        .arg("RETRYCOUNT")
+        .arg(5)
+        .query(&mut conn)
+        .unwrap();
+    let mut cfg = s.cfg.clone();
+    cfg.max_deliveries = 2;
+    let consumer = start_consumer(cfg);
+    let dead_key = shard_router::keys::dead_letter_stream(s.client.placement(), shard);
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    let letter = loop {
+        type Entry = (String, Vec<(String, String)>);
+        let dead: Vec<Entry> = redis::cmd("XRANGE")
+            .arg(&dead_key)
+            .arg("-")
+            .arg("+")
+            .query(&mut conn)
+            .unwrap();
+        if let Some((_, fields)) = dead.into_iter().next() {
+            break fields;
+        }
+        assert!(std::time::Instant::now() < deadline, "never dead-lettered");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    consumer.stop().await;
+    let names: Vec<&str> = letter.iter().map(|(k, _)| k.as_str()).collect();
+    for (name, value) in record.encode_pairs() {
+        assert!(
+            letter.contains(&(name.to_owned(), value.clone())),
+            "{name}={value} missing from {names:?}"
+        );
+    }
+    assert!(!names.contains(&ClaimRecord::COMPACT), "{names:?}");
+}
+
 /// User ids differ byte for byte, as in Redis: ids that a case- or accent-insensitive
 /// collation would merge ("Alice"/"alice", "bob"/"bob ", "josé"/"jose") are separate users
 /// with separate ledger rows, not duplicates of each other.
@@ -328,4 +415,97 @@ async fn depth_reports_the_oldest_pending_entry() {
     assert_eq!((d.len, d.pending), (1, 1));
     let added: i64 = id.split('-').next().unwrap().parse().unwrap();
     assert_eq!(d.oldest_ms, Some(added));
+}
+
+/// The rolling upgrade to compact records (`shard-router/src/record/compact.rs`): a stream
+/// then holds entries in the nine-pair form of the earlier release beside compact ones, and
+/// every one must reach the ledger as the claim it records. Half of 100 claims are written
+/// back under their own entry ids in the old form; the ledger must hold all 100, field for
+/// field, with no anomaly and no drift.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_of_the_earlier_release_reach_the_ledger_beside_compact_ones() {
+    let s = Stack::start().await;
+    let c = campaign(&s, 7004, 100, SHARDS, 1, 3600).await;
+    let ids = claim_all(&s.client, &c, users("up", 100), 8).await;
+    assert_eq!(ids.len(), 100);
+    let records = stream_records(&s).await;
+    assert_eq!(records.len(), 100);
+    // Each stream written again from its start, under the same entry ids, every other
+    // record in the nine-pair form.
+    let mut conn = s.redis.connection();
+    let mut in_order = records.clone();
+    in_order.sort_by_key(|r| {
+        let id = shard_router::codec::ClaimId::parse(&r.claim_id).expect("claim id");
+        (id.shard(), id.entry())
+    });
+    for shard in 0..SHARDS {
+        let _: i64 = redis::cmd("DEL")
+            .arg(stream_key(&s, shard))
+            .query(&mut conn)
+            .unwrap();
+    }
+    for (i, r) in in_order.iter().enumerate() {
+        let (_, entry) = r.claim_id.split_once('-').unwrap();
+        let mut add = redis::cmd("XADD");
+        add.arg(stream_key(&s, r.shard)).arg(entry);
+        let fields = if i % 2 == 0 {
+            r.encode_pairs()
+        } else {
+            r.encode()
+        };
+        for (name, value) in fields {
+            add.arg(name).arg(value);
+        }
+        let back: String = add.query(&mut conn).unwrap();
+        assert_eq!(back, entry, "record {i} back under its own id");
+    }
+    let mut reread = stream_records(&s).await;
+    let mut want = records.clone();
+    reread.sort_by(|a, b| a.claim_id.cmp(&b.claim_id));
+    want.sort_by(|a, b| a.claim_id.cmp(&b.claim_id));
+    assert_eq!(reread, want, "both forms decode to the same records");
+
+    let consumer = start_consumer(s.cfg.clone());
+    wait_drained(&s, c.sku, 100, Duration::from_secs(30)).await;
+    consumer.stop().await;
+    // user_id and request_id are compared byte for byte (VARBINARY).
+    type Row = (
+        String,
+        u64,
+        Vec<u8>,
+        u64,
+        u32,
+        u16,
+        u16,
+        Option<Vec<u8>>,
+        i64,
+    );
+    let mut rows: Vec<Row> = sqlx::query_as(
+        "SELECT claim_id, sku, user_id, user_seq, qty, shard, home, request_id, claimed_ms
+         FROM claims WHERE sku = 7004 ORDER BY claim_id",
+    )
+    .fetch_all(&s.pool)
+    .await
+    .unwrap();
+    rows.sort();
+    let want: Vec<Row> = want
+        .iter()
+        .map(|r| {
+            (
+                r.claim_id.clone(),
+                r.sku,
+                r.user.clone().into_bytes(),
+                r.user_seq,
+                r.qty,
+                r.shard,
+                r.home,
+                r.request_id.clone().map(String::into_bytes),
+                r.ts_ms,
+            )
+        })
+        .collect();
+    assert_eq!(rows, want);
+    assert_eq!(s.count("SELECT COUNT(*) FROM anomalies").await, 0);
+    let r = s.reconcile(c.sku).await;
+    assert_eq!(r.drift, 0, "{r:?}");
 }

@@ -11,6 +11,7 @@ use consumer::reconcile::{self, Options, Report};
 use consumer::stream::ShardStream;
 use consumer::{release, wave};
 use shard_router::keys::{self, ShardKeys};
+use shard_router::ClaimRecord;
 
 fn entries() -> usize {
     std::env::var("FG_PAGES_ENTRIES")
@@ -19,9 +20,11 @@ fn entries() -> usize {
         .unwrap_or(20_000)
 }
 
-/// `n` claim records of `sku` on `shard` (as `lua/claim.lua` writes them), their units taken
-/// from the slice, and `n` released claim ids in the release set (ids no ledger row has:
-/// they weigh on the read, not on the figures).
+/// `n` claim records of `sku` on `shard`, every other one in the compact form the scripts
+/// write now and the rest in the nine-pair form of the earlier release (a stream during
+/// the upgrade holds both, and each must count), their units taken from the slice, and `n`
+/// released claim ids in the release set (ids no ledger row has: they weigh on the read,
+/// not on the figures).
 fn fill(s: &Stack, sku: u64, shard: u16, n: usize) {
     let mut conn = s.redis.connection();
     let k = ShardKeys::new(s.client.placement(), shard, sku);
@@ -29,26 +32,28 @@ fn fill(s: &Stack, sku: u64, shard: u16, n: usize) {
     for start in (0..n).step_by(1000) {
         let mut pipe = redis::pipe();
         for i in start..(start + 1000).min(n) {
-            pipe.cmd("XADD")
-                .arg(&stream)
-                .arg("*")
-                .arg("sku")
-                .arg(sku)
-                .arg("user")
-                .arg(format!("user-{i}"))
-                .arg("qty")
-                .arg(1)
-                .arg("seq")
-                .arg(1)
-                .arg("shard")
-                .arg(shard)
-                .arg("home")
-                .arg(shard)
-                .arg("rid")
-                .arg(format!("r-{i}"))
-                .arg("ts")
-                .arg(shard_router::now_ms())
-                .ignore();
+            let record = ClaimRecord {
+                claim_id: String::new(),
+                sku,
+                user: format!("user-{i}"),
+                qty: 1,
+                user_seq: 1,
+                shard,
+                home: shard,
+                request_id: Some(format!("r-{i}")),
+                ts_ms: shard_router::now_ms(),
+                gen: 0,
+            };
+            let fields = if i % 2 == 0 {
+                record.encode()
+            } else {
+                record.encode_pairs()
+            };
+            let add = pipe.cmd("XADD").arg(&stream).arg("*");
+            for (name, value) in fields {
+                add.arg(name).arg(value);
+            }
+            add.ignore();
             pipe.cmd("SADD")
                 .arg(k.released_stock())
                 .arg(format!("{shard}-1-{i}"))

@@ -58,7 +58,8 @@ impl StockClient {
                     .arg(home)
                     .arg(hold_ttl)
                     .arg(request_ttl)
-                    .arg(keys::EVENTS_CHANNEL);
+                    .arg(keys::EVENTS_CHANNEL)
+                    .arg(self.cfg.record_form.script_arg());
             })
             .await?;
         let outcome = match r.code {
@@ -141,7 +142,8 @@ impl StockClient {
                     .arg(shard)
                     .arg(keys::EVENTS_CHANNEL)
                     .arg(deadline)
-                    .arg(hold_gen);
+                    .arg(hold_gen)
+                    .arg(self.cfg.record_form.script_arg());
             })
             .await?;
         let outcome = match r.code {

@@ -4,10 +4,11 @@
 //!
 //! The user's length in bytes comes before it, so neither the user nor the request id
 //! needs escaping; the request id is the rest (empty when the claim had none). Why one
-//! field: every XREADGROUP reply carries each entry's fields as bulk strings, and Redis's
-//! cost per entry read fell from 4.4 to 1.8 µs going from nine pairs to one
-//! (docs/BENCHMARKS.md, "The compact claim record"); the nine-pair form still decodes, so
-//! entries written before it and their dead-letter copies read as they did.
+//! field: Redis stores, copies and replies each field as its own string, so nine pairs
+//! cost it more to write (XADD) and far more to read back (every XREADGROUP reply carries
+//! each entry's names and values); `bench/redis_record_read.sh` measures both forms
+//! (docs/BENCHMARKS.md, "The compact claim record"). Written only under
+//! `--stream-records compact` (`RecordForm`); every reader takes both forms.
 
 use std::fmt::Write;
 
@@ -65,7 +66,7 @@ pub(super) fn split(text: &str) -> Result<Parts<'_>, String> {
     })
 }
 
-/// Writes the record the way `lua/claim.lua` and `lua/take.lua` do.
+/// Writes the record the way `lua/claim.lua` and `lua/take.lua` do in the compact form.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn pack(
     sku: u64,

@@ -1,0 +1,148 @@
+//! The two forms of the claim record (`shard-router/src/record.rs`, `RecordForm`) as the
+//! scripts write them: a claim on the home shard and a second chance's take, in each form,
+//! are read back as the same records, the compact one as a single field; and a user
+//! sequence past 10^14 is written whole (Lua's `..` would write `1e+14`, which no reader
+//! takes as a number: an acknowledged claim would become poison).
+
+use crate::common::{open_meta, other_shard, req, users_with_home, Env, SHARDS};
+use shard_router::keys::{claims_stream, ShardKeys};
+use shard_router::{ClaimRecord, HomeOutcome, RecordForm, StockClient, StockConfig, TakeOutcome};
+
+async fn client(env: &Env, form: RecordForm) -> StockClient {
+    let mut cfg = StockConfig::new(env.target(), SHARDS);
+    cfg.record_form = form;
+    StockClient::connect(cfg).await.expect("connect")
+}
+
+/// The raw field names of every entry of `shard`'s stream, and the entries decoded.
+fn entries(env: &Env, client: &StockClient, shard: u16) -> Vec<(Vec<String>, ClaimRecord)> {
+    type Entry = (String, Vec<(String, Vec<u8>)>);
+    let mut conn = env.node_connections().remove(0);
+    let raw: Vec<Entry> = redis::cmd("XRANGE")
+        .arg(claims_stream(client.placement(), shard))
+        .arg("-")
+        .arg("+")
+        .query(&mut conn)
+        .expect("XRANGE");
+    raw.into_iter()
+        .map(|(id, fields)| {
+            let names = fields.iter().map(|(k, _)| k.clone()).collect();
+            let pairs = fields.iter().map(|(k, v)| (k.as_str(), v.as_slice()));
+            let record = ClaimRecord::decode(&id, pairs).expect("a valid record");
+            (names, record)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_claim_and_a_take_read_back_the_same_in_either_form() {
+    let env = Env::single();
+    let mut seen = Vec::new();
+    for (i, form) in [RecordForm::Pairs, RecordForm::Compact]
+        .into_iter()
+        .enumerate()
+    {
+        let client = client(&env, form).await;
+        let meta = open_meta(2100 + i as u64, 4, 2, 3);
+        client.preheat(&meta).await.expect("preheat");
+        let user = users_with_home(
+            &client,
+            &meta,
+            client.placement().shards_of(meta.sku, 2)[0],
+            "u,ü",
+            1,
+        )
+        .remove(0);
+        let home = client.placement().home_shard(meta.sku, meta.width, &user);
+        let other = other_shard(&client, &meta, home);
+        let now = shard_router::now_ms();
+        let r = req(meta.sku, &user, Some("r,1"));
+        let HomeOutcome::Claimed { user_seq, .. } =
+            client.claim_home(&r, home, now, true).await.expect("claim")
+        else {
+            panic!("expected a claim")
+        };
+        assert_eq!(user_seq, 1);
+        // The take of a second chance, under a hold the test places by hand.
+        let k = ShardKeys::new(client.placement(), home, meta.sku);
+        let mut conn = env.node_connections().remove(0);
+        let _: i64 = redis::cmd("HINCRBY")
+            .arg(k.user_seq())
+            .arg(&user)
+            .arg(1)
+            .query(&mut conn)
+            .unwrap();
+        let taken = client.take(&r, other, home, 2, 0, now).await.expect("take");
+        assert!(matches!(taken, TakeOutcome::Claimed { .. }), "{taken:?}");
+
+        let mut got: Vec<(Vec<String>, ClaimRecord)> = entries(&env, &client, home);
+        got.extend(entries(&env, &client, other));
+        assert_eq!(got.len(), 2, "{form:?}");
+        for (names, rec) in &got {
+            match form {
+                RecordForm::Compact => assert_eq!(names, &["c"], "{form:?}"),
+                RecordForm::Pairs => assert_eq!(names.len(), 9, "{form:?}: {names:?}"),
+            }
+            assert_eq!(
+                (
+                    rec.sku,
+                    rec.user.as_str(),
+                    rec.qty,
+                    rec.home,
+                    rec.request_id.as_deref(),
+                    rec.ts_ms
+                ),
+                (meta.sku, user.as_str(), 1, home, Some("r,1"), now),
+                "{form:?}"
+            );
+        }
+        let by_shard = |s: u16| {
+            got.iter()
+                .find(|(_, r)| r.shard == s)
+                .expect("record")
+                .1
+                .user_seq
+        };
+        assert_eq!((by_shard(home), by_shard(other)), (1, 2), "{form:?}");
+        seen.push(
+            got.into_iter()
+                .map(|(_, r)| (r.shard == home, r.user_seq))
+                .collect::<Vec<_>>(),
+        );
+    }
+    assert_eq!(seen[0], seen[1], "both forms record the same claims");
+}
+
+#[tokio::test]
+async fn a_user_sequence_past_ten_to_the_fourteen_is_written_whole() {
+    let env = Env::single();
+    for (i, form) in [RecordForm::Pairs, RecordForm::Compact]
+        .into_iter()
+        .enumerate()
+    {
+        let client = client(&env, form).await;
+        let meta = open_meta(2200 + i as u64, 4, 1, 3);
+        client.preheat(&meta).await.expect("preheat");
+        let shard = client.placement().shards_of(meta.sku, 1)[0];
+        let k = ShardKeys::new(client.placement(), shard, meta.sku);
+        let mut conn = env.node_connections().remove(0);
+        let _: () = redis::cmd("HSET")
+            .arg(k.user_seq())
+            .arg("big")
+            .arg(99_999_999_999_999_u64)
+            .query(&mut conn)
+            .unwrap();
+        let r = req(meta.sku, "big", None);
+        let HomeOutcome::Claimed { user_seq, .. } = client
+            .claim_home(&r, shard, shard_router::now_ms(), false)
+            .await
+            .expect("claim")
+        else {
+            panic!("expected a claim")
+        };
+        assert_eq!(user_seq, 100_000_000_000_000);
+        let got = entries(&env, &client, shard);
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].1.user_seq, 100_000_000_000_000, "{form:?}");
+    }
+}
