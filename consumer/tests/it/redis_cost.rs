@@ -15,7 +15,8 @@
 //! only what was sent from outside (see `INNER_CLAIM`, `INNER_SETTLE`).
 //!
 //! Run: `cargo test -p consumer --test it redis_cost:: -- --ignored --nocapture`
-//! (`FG_COST_ROUNDS`, default 3, prints medians over the rounds; Redis's own cost does not
+//! (`FG_COST_ROUNDS`, default 3, prints medians over the rounds; `FG_COST_RECORDS=pairs`
+//! writes the nine-pair records instead of the compact ones; Redis's own cost does not
 //! depend on the build, but the consumer's read sizes do a little: release is closer to a
 //! deployment).
 
@@ -27,7 +28,7 @@ use crate::common::*;
 use consumer::campaign::{self, Campaign};
 use consumer::Config;
 use shard_router::protocol::{self, LocalEmptyShards};
-use shard_router::{ClaimOutcome, ClaimRequest, RedisTarget, StockClient};
+use shard_router::{ClaimOutcome, ClaimRequest, RecordForm, RedisTarget, StockClient};
 use test_support::mariadb::TestDatabase;
 use test_support::RedisServer;
 
@@ -39,6 +40,15 @@ const INNER_CLAIM: &[&str] = &[
 ];
 /// Commands the consumer's settle script runs inside its EVAL (`shard-router/src/stream/settle.rs`).
 const INNER_SETTLE: &[&str] = &["xack", "xdel", "xtrim", "xpending", "xinfo|groups"];
+
+/// `FG_COST_RECORDS`: the form of the claim records, `compact` (default) or `pairs`.
+fn record_form() -> RecordForm {
+    match std::env::var("FG_COST_RECORDS").as_deref() {
+        Ok("pairs") => RecordForm::Pairs,
+        Ok("compact") | Err(_) => RecordForm::Compact,
+        Ok(other) => panic!("FG_COST_RECORDS must be compact or pairs, not {other:?}"),
+    }
+}
 
 fn env(k: &str, default: usize) -> usize {
     std::env::var(k)
@@ -222,7 +232,9 @@ async fn round(round: usize, n: usize, rate: usize) -> (PerClaim, PerClaim) {
     let db = TestDatabase::create();
     let mut cfg = Config::new(RedisTarget::Single(redis.url()), COST_SHARDS, db.url());
     cfg.reconcile_interval = Duration::from_secs(3600);
-    let client = StockClient::connect(cfg.stock()).await.unwrap();
+    let mut stock = cfg.stock();
+    stock.record_form = record_form();
+    let client = StockClient::connect(stock).await.unwrap();
     let pool = consumer::db::connect(&cfg.mysql_url, T).await.unwrap();
     consumer::db::migrate(&pool).await.unwrap();
     let now = shard_router::now_ms();
