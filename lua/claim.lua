@@ -78,7 +78,8 @@ redis.call('HINCRBY', KEYS[3], user, ARGV[3])
 local seq = redis.call('HINCRBY', KEYS[4], user, '1')
 
 if stock < qty then
-  redis.call('HSET', KEYS[5], user .. '|' .. seq, qty .. '|' .. (now + hold_ttl) .. '|' .. rid)
+  -- '%d': `..` would write seq as 1e+14 from 10^14 on, a hold settle could not find.
+  redis.call('HSET', KEYS[5], user .. '|' .. string.format('%d', seq), qty .. '|' .. (now + hold_ttl) .. '|' .. rid)
   if rid ~= '' then
     redis.call('SET', KEYS[7], 'P', 'EX', ARGV[8])
   end

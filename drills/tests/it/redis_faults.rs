@@ -10,9 +10,15 @@ use shard_router::{now_ms, ClaimOutcome, ClaimRequest, RedisTarget, StockClient,
 use test_support::{RedisCluster, RedisServer};
 
 async fn connect(target: RedisTarget) -> StockClient {
-    StockClient::connect(StockConfig::new(target, 16))
+    StockClient::connect(compact(StockConfig::new(target, 16)))
         .await
         .expect("connect")
+}
+
+/// The drills write the claim records `deploy/` runs: the compact form.
+fn compact(mut cfg: StockConfig) -> StockConfig {
+    cfg.record_form = shard_router::RecordForm::Compact;
+    cfg
 }
 
 /// Drill `master_failover`: a cluster master is SIGKILLed under load and its replica takes over. With
@@ -23,7 +29,7 @@ async fn failover(durability: Durability) -> verdict::Figures {
     if durability == Durability::Replica {
         cfg.replica_ack = Some(Duration::from_millis(200));
     }
-    let client = StockClient::connect(cfg).await.expect("connect");
+    let client = StockClient::connect(compact(cfg)).await.expect("connect");
     // Stock that lasts past the kill but sells out during the drill, users that come back
     // for a second unit: the oversell and limit checks below can fail.
     let meta = open_meta(4001, drills::scaled_count(12_000), 16, 2);

@@ -77,7 +77,10 @@ async fn drill(loss: Loss) -> verdict::Figures {
     let mut redis = RedisServer::start();
     let db = TestDatabase::create();
     let cfg = config(&redis.url(), &db.url());
-    let client = StockClient::connect(cfg.stock()).await.expect("redis");
+    // Claims in the record form `deploy/` runs.
+    let mut stock = cfg.stock();
+    stock.record_form = shard_router::RecordForm::Compact;
+    let client = StockClient::connect(stock).await.expect("redis");
     let pool = consumer::db::connect(&cfg.mysql_url, T).await.expect("db");
     consumer::db::migrate(&pool).await.expect("migrate");
     let now = now_ms();

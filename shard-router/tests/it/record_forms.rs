@@ -1,12 +1,16 @@
 //! The two forms of the claim record (`shard-router/src/record.rs`, `RecordForm`) as the
 //! scripts write them: a claim on the home shard and a second chance's take, in each form,
 //! are read back as the same records, the compact one as a single field; and a user
-//! sequence past 10^14 is written whole (Lua's `..` would write `1e+14`, which no reader
-//! takes as a number: an acknowledged claim would become poison).
+//! sequence past 10^14 is written whole, in the record and in a hold (Lua's `..` would
+//! write `1e+14`, which no reader takes as a number: an acknowledged claim would become
+//! poison, and a hold one its settle cannot find).
 
 use crate::common::{open_meta, other_shard, req, users_with_home, Env, SHARDS};
 use shard_router::keys::{claims_stream, ShardKeys};
-use shard_router::{ClaimRecord, HomeOutcome, RecordForm, StockClient, StockConfig, TakeOutcome};
+use shard_router::{
+    Claim, ClaimRecord, HomeOutcome, RecordForm, SettleOutcome, Settlement, StockClient,
+    StockConfig, TakeOutcome,
+};
 
 async fn client(env: &Env, form: RecordForm) -> StockClient {
     let mut cfg = StockConfig::new(env.target(), SHARDS);
@@ -145,4 +149,62 @@ async fn a_user_sequence_past_ten_to_the_fourteen_is_written_whole() {
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].1.user_seq, 100_000_000_000_000, "{form:?}");
     }
+}
+
+#[tokio::test]
+async fn a_hold_past_ten_to_the_fourteen_is_settled() {
+    let env = Env::single();
+    let client = client(&env, RecordForm::Compact).await;
+    // One unit per shard; the home shard's goes to someone else first.
+    let meta = open_meta(2300, 2, 2, 3);
+    client.preheat(&meta).await.expect("preheat");
+    let home = client.placement().shards_of(meta.sku, 2)[0];
+    let other = other_shard(&client, &meta, home);
+    let users = users_with_home(&client, &meta, home, "h", 2);
+    let now = shard_router::now_ms();
+    let first = req(meta.sku, &users[0], None);
+    assert!(matches!(
+        client.claim_home(&first, home, now, false).await,
+        Ok(HomeOutcome::Claimed { .. })
+    ));
+    let k = ShardKeys::new(client.placement(), home, meta.sku);
+    let mut conn = env.node_connections().remove(0);
+    let _: () = redis::cmd("HSET")
+        .arg(k.user_seq())
+        .arg(&users[1])
+        .arg(99_999_999_999_999_u64)
+        .query(&mut conn)
+        .unwrap();
+    let r = req(meta.sku, &users[1], None);
+    let HomeOutcome::Hold { user_seq, gen, .. } =
+        client.claim_home(&r, home, now, true).await.expect("home")
+    else {
+        panic!("expected a hold")
+    };
+    assert_eq!(user_seq, 100_000_000_000_000);
+    let TakeOutcome::Claimed { claim_id, .. } = client
+        .take(&r, other, home, user_seq, gen, now)
+        .await
+        .expect("take")
+    else {
+        panic!("expected a take")
+    };
+    let kept = Claim {
+        claim_id,
+        sku: meta.sku,
+        shard: other,
+        qty: 1,
+    };
+    let settled = client
+        .settle(
+            meta.sku,
+            home,
+            &users[1],
+            user_seq,
+            None,
+            &Settlement::Keep(kept),
+        )
+        .await
+        .expect("settle");
+    assert_eq!(settled, SettleOutcome::Settled { qty: 1 });
 }
