@@ -3,6 +3,7 @@
 use std::time::{Duration, Instant};
 
 use crate::common::*;
+use consumer::campaign::Campaign;
 use consumer::{ledger, stream};
 use shard_router::ClaimRecord;
 
@@ -62,6 +63,22 @@ async fn fifty_thousand_claims_land_exactly_once() {
     assert_eq!(r.drift, 0, "{r:?}");
 }
 
+/// A campaign of `n` units over every shard, sold out to `n` users of `prefix` before any
+/// consumer runs, and the records its streams then hold.
+async fn sold_out_in_the_streams(
+    s: &Stack,
+    sku: u64,
+    n: usize,
+    prefix: &str,
+) -> (Campaign, Vec<ClaimRecord>) {
+    let c = campaign(s, sku, n as u64, SHARDS, 1, 3600).await;
+    let ids = claim_all(&s.client, &c, users(prefix, n), 16).await;
+    assert_eq!(ids.len(), n);
+    let records = stream_records(s).await;
+    assert_eq!(records.len(), n);
+    (c, records)
+}
+
 /// Reads every entry of every shard stream (without a group) and decodes it.
 async fn stream_records(s: &Stack) -> Vec<ClaimRecord> {
     let mut out = Vec::new();
@@ -77,11 +94,7 @@ async fn stream_records(s: &Stack) -> Vec<ClaimRecord> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn same_entries_delivered_twice_give_no_duplicate_rows() {
     let s = Stack::start().await;
-    let c = campaign(&s, 7002, 300, SHARDS, 1, 3600).await;
-    let ids = claim_all(&s.client, &c, users("d", 300), 16).await;
-    assert_eq!(ids.len(), 300);
-    let records = stream_records(&s).await;
-    assert_eq!(records.len(), 300);
+    let (c, records) = sold_out_in_the_streams(&s, 7002, 300, "d").await;
 
     // Two deliveries of the same entries straight into the ledger...
     let first = ledger::write_batch(&s.pool, &records, T).await.unwrap();
@@ -114,10 +127,7 @@ async fn same_entries_delivered_twice_give_no_duplicate_rows() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn padded_batches_count_only_their_own_records() {
     let s = Stack::start().await;
-    let c = campaign(&s, 7003, 300, SHARDS, 1, 3600).await;
-    claim_all(&s.client, &c, users("p", 300), 16).await;
-    let records = stream_records(&s).await;
-    assert_eq!(records.len(), 300);
+    let (_, records) = sold_out_in_the_streams(&s, 7003, 300, "p").await;
 
     let write = |batch: Vec<ClaimRecord>| {
         let pool = s.pool.clone();
@@ -236,6 +246,33 @@ async fn consumer_killed_after_commit_before_xack_is_taken_over_once() {
     assert_eq!(s.count("SELECT COUNT(*) FROM anomalies").await, 0);
 }
 
+/// Runs a consumer that dead-letters entries delivered more than twice until `shard`'s
+/// dead-letter stream holds one, and returns that letter's fields.
+async fn dead_letter_after_two_deliveries(s: &Stack, shard: u16) -> Vec<(String, String)> {
+    let mut cfg = s.cfg.clone();
+    cfg.max_deliveries = 2;
+    let consumer = start_consumer(cfg);
+    let dead_key = shard_router::keys::dead_letter_stream(s.client.placement(), shard);
+    let mut conn = s.redis.connection();
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    let letter = loop {
+        type Entry = (String, Vec<(String, String)>);
+        let dead: Vec<Entry> = redis::cmd("XRANGE")
+            .arg(&dead_key)
+            .arg("-")
+            .arg("+")
+            .query(&mut conn)
+            .unwrap();
+        if let Some((_, fields)) = dead.into_iter().next() {
+            break fields;
+        }
+        assert!(std::time::Instant::now() < deadline, "never dead-lettered");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    consumer.stop().await;
+    letter
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn poison_entry_goes_to_the_dead_letters_after_max_deliveries() {
     let s = Stack::start().await;
@@ -251,23 +288,11 @@ async fn poison_entry_goes_to_the_dead_letters_after_max_deliveries() {
         .arg("mallory")
         .query(&mut conn)
         .unwrap();
-    let mut cfg = s.cfg.clone();
-    cfg.max_deliveries = 2;
-    let consumer = start_consumer(cfg);
-    let dead_key = shard_router::keys::dead_letter_stream(s.client.placement(), shard);
-    let deadline = std::time::Instant::now() + Duration::from_secs(15);
-    loop {
-        let dead: u64 = redis::cmd("XLEN").arg(&dead_key).query(&mut conn).unwrap();
-        if dead == 1 {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "poison entry never dead-lettered"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    consumer.stop().await;
+    let letter = dead_letter_after_two_deliveries(&s, shard).await;
+    assert!(
+        letter.contains(&("user".to_owned(), "mallory".to_owned())),
+        "the letter keeps the entry's fields: {letter:?}"
+    );
     assert_eq!(
         stream_depth(&s).await,
         (0, 0),
@@ -338,26 +363,7 @@ async fn a_dead_letter_keeps_the_form_its_entry_was_written_in() {
         .arg(5)
         .query(&mut conn)
         .unwrap();
-    let mut cfg = s.cfg.clone();
-    cfg.max_deliveries = 2;
-    let consumer = start_consumer(cfg);
-    let dead_key = shard_router::keys::dead_letter_stream(s.client.placement(), shard);
-    let deadline = std::time::Instant::now() + Duration::from_secs(15);
-    let letter = loop {
-        type Entry = (String, Vec<(String, String)>);
-        let dead: Vec<Entry> = redis::cmd("XRANGE")
-            .arg(&dead_key)
-            .arg("-")
-            .arg("+")
-            .query(&mut conn)
-            .unwrap();
-        if let Some((_, fields)) = dead.into_iter().next() {
-            break fields;
-        }
-        assert!(std::time::Instant::now() < deadline, "never dead-lettered");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    consumer.stop().await;
+    let letter = dead_letter_after_two_deliveries(&s, shard).await;
     let names: Vec<&str> = letter.iter().map(|(k, _)| k.as_str()).collect();
     for (name, value) in record.encode_pairs() {
         assert!(
@@ -425,11 +431,7 @@ async fn depth_reports_the_oldest_pending_entry() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn records_of_the_earlier_release_reach_the_ledger_beside_compact_ones() {
     let s = Stack::start().await;
-    let c = campaign(&s, 7004, 100, SHARDS, 1, 3600).await;
-    let ids = claim_all(&s.client, &c, users("up", 100), 8).await;
-    assert_eq!(ids.len(), 100);
-    let records = stream_records(&s).await;
-    assert_eq!(records.len(), 100);
+    let (c, records) = sold_out_in_the_streams(&s, 7004, 100, "up").await;
     // Each stream written again from its start, under the same entry ids, every other
     // record in the nine-pair form.
     let mut conn = s.redis.connection();

@@ -5,11 +5,11 @@
 //! write `1e+14`, which no reader takes as a number: an acknowledged claim would become
 //! poison, and a hold one its settle cannot find).
 
-use crate::common::{open_meta, other_shard, req, users_with_home, Env, SHARDS};
+use crate::common::{hold_and_take, open_meta, other_shard, req, users_with_home, Env, SHARDS};
 use shard_router::keys::{claims_stream, ShardKeys};
 use shard_router::{
-    Claim, ClaimRecord, HomeOutcome, RecordForm, SettleOutcome, Settlement, StockClient,
-    StockConfig, TakeOutcome,
+    ClaimRecord, HomeOutcome, RecordForm, SettleOutcome, Settlement, StockClient, StockConfig,
+    TakeOutcome,
 };
 
 async fn client(env: &Env, form: RecordForm) -> StockClient {
@@ -176,25 +176,8 @@ async fn a_hold_past_ten_to_the_fourteen_is_settled() {
         .query(&mut conn)
         .unwrap();
     let r = req(meta.sku, &users[1], None);
-    let HomeOutcome::Hold { user_seq, gen, .. } =
-        client.claim_home(&r, home, now, true).await.expect("home")
-    else {
-        panic!("expected a hold")
-    };
+    let (user_seq, kept) = hold_and_take(&client, &r, home, other, now).await;
     assert_eq!(user_seq, 100_000_000_000_000);
-    let TakeOutcome::Claimed { claim_id, .. } = client
-        .take(&r, other, home, user_seq, gen, now)
-        .await
-        .expect("take")
-    else {
-        panic!("expected a take")
-    };
-    let kept = Claim {
-        claim_id,
-        sku: meta.sku,
-        shard: other,
-        qty: 1,
-    };
     let settled = client
         .settle(
             meta.sku,

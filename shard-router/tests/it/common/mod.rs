@@ -71,6 +71,38 @@ pub(crate) async fn stream_records(
     out
 }
 
+/// A hold on `home` for `r` and the take of its unit on `other`, unsettled (what a gateway
+/// leaves when it dies between the take and the settle): the hold's sequence and the
+/// take's claim.
+pub(crate) async fn hold_and_take(
+    client: &StockClient,
+    r: &shard_router::ClaimRequest,
+    home: u16,
+    other: u16,
+    now: i64,
+) -> (u64, shard_router::Claim) {
+    use shard_router::{HomeOutcome, TakeOutcome};
+    let HomeOutcome::Hold { user_seq, gen, .. } =
+        client.claim_home(r, home, now, true).await.expect("home")
+    else {
+        panic!("expected a hold")
+    };
+    let TakeOutcome::Claimed { claim_id, .. } = client
+        .take(r, other, home, user_seq, gen, now)
+        .await
+        .expect("take")
+    else {
+        panic!("expected a take")
+    };
+    let claim = shard_router::Claim {
+        claim_id,
+        sku: r.sku,
+        shard: other,
+        qty: r.qty,
+    };
+    (user_seq, claim)
+}
+
 /// A shard of the SKU other than `not` (the SKU must be at least 2 wide).
 pub(crate) fn other_shard(client: &StockClient, meta: &SkuMeta, not: u16) -> u16 {
     client

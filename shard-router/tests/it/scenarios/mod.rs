@@ -419,7 +419,7 @@ pub(crate) async fn window(env: Env) {
 /// id answers InProgress (never a second unit), the hold lists its request id, and whoever
 /// resolves it (the consumer, against the ledger) settles the replay answer too.
 pub(crate) async fn hold_left_behind(env: Env) {
-    use shard_router::{HomeOutcome, Settlement, TakeOutcome};
+    use shard_router::{HomeOutcome, Settlement};
     let client = env.client().await;
     let meta = open_meta(1009, 4, 2, 2);
     client.preheat(&meta).await.expect("preheat");
@@ -429,20 +429,9 @@ pub(crate) async fn hold_left_behind(env: Env) {
     }
     let r = req(meta.sku, "gina", Some("g1"));
     let now = now_ms();
-    let HomeOutcome::Hold { user_seq, gen, .. } =
-        client.claim_home(&r, home, now, true).await.expect("home")
-    else {
-        panic!("expected a hold")
-    };
     // The "gateway" takes a unit elsewhere and dies before settling.
     let other = other_shard(&client, &meta, home);
-    let TakeOutcome::Claimed { claim_id, .. } = client
-        .take(&r, other, home, user_seq, gen, now)
-        .await
-        .expect("take")
-    else {
-        panic!("expected a take")
-    };
+    let (user_seq, claim) = crate::common::hold_and_take(&client, &r, home, other, now).await;
     assert_eq!(
         claim_once(&client, &meta, &r).await,
         ClaimOutcome::InProgress
@@ -452,12 +441,6 @@ pub(crate) async fn hold_left_behind(env: Env) {
     assert_eq!(holds[0].request_id.as_deref(), Some("g1"));
     assert_eq!(holds[0].user_seq, user_seq);
 
-    let claim = shard_router::Claim {
-        claim_id,
-        sku: meta.sku,
-        shard: other,
-        qty: 1,
-    };
     client
         .settle(
             meta.sku,
