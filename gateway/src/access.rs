@@ -98,16 +98,18 @@ impl AccessLog {
         F: Future<Output = (&'static str, Response<Body>)>,
     {
         let ctx = RequestCtx {
-            trace_id: trace_id.clone(),
+            trace_id,
             hash_key: self.limiter.as_ref().map(|_| self.hash_key),
             user: Cell::new(None),
         };
-        let ((route, mut resp), user) = CURRENT
-            .scope(ctx, async {
-                let out = serve.await;
-                (out, CURRENT.with(|c| c.user.get()))
-            })
-            .await;
+        // The scope hands its value back once done, so the id is not cloned for it (a
+        // clone of a freshly made header value allocates, and both copies are dropped).
+        let mut scope = std::pin::pin!(CURRENT.scope(ctx, serve));
+        let (route, mut resp) = scope.as_mut().await;
+        let Some(RequestCtx { trace_id, user, .. }) = scope.as_mut().take_value() else {
+            unreachable!("a finished task-local scope gives its value back once")
+        };
+        let user = user.get();
         if let Some(limiter) = &self.limiter {
             if limiter.check().is_ok() {
                 tracing::info!(
