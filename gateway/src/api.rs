@@ -15,7 +15,7 @@ use hyper::body::Incoming;
 use hyper::{Method, Request, Response};
 
 use crate::app::App;
-use crate::metrics::{hot, REQUESTS, REQUEST_SECONDS};
+use crate::metrics::{hot, status_label, REQUESTS, REQUEST_SECONDS};
 use reply::{Body, Reply};
 
 /// The claim API listener: every request runs under its trace id (see `access.rs`).
@@ -49,7 +49,7 @@ async fn route(
         }
         .into_response();
         let hot = hot();
-        hot.claim_request(status_label(resp.status().as_u16()));
+        hot.claim_request(resp.status().as_u16());
         hot.claim_seconds.record(started.elapsed().as_secs_f64());
         return ("claims", resp);
     }
@@ -115,26 +115,4 @@ fn finish(route: &'static str, started: Instant, resp: Response<Body>) -> Respon
         .increment(1);
     metrics::histogram!(REQUEST_SECONDS, "route" => route).record(started.elapsed().as_secs_f64());
     resp
-}
-
-/// Status codes as static labels, so the hot path does not allocate a label string.
-fn status_label(code: u16) -> &'static str {
-    match code {
-        200 => "200",
-        201 => "201",
-        400 => "400",
-        401 => "401",
-        403 => "403",
-        404 => "404",
-        405 => "405",
-        408 => "408",
-        409 => "409",
-        410 => "410",
-        413 => "413",
-        415 => "415",
-        429 => "429",
-        500 => "500",
-        503 => "503",
-        _ => "other",
-    }
 }

@@ -147,6 +147,9 @@ async fn sold_out_is_answered_without_redis_calls() {
     let after_metrics = gw.metrics().await;
     let series = r#"flashgate_claims_total{outcome="sold_out_cache"}"#;
     assert!(metric(&after_metrics, series) - metric(&before_metrics, series) >= 200.0);
+    // Each answer counted under its own status (the hot path finds the series by number).
+    let gone = r#"flashgate_requests_total{route="claims",status="410"}"#;
+    assert!(metric(&after_metrics, gone) - metric(&before_metrics, gone) >= 200.0);
 
     // The documented series are on the admin listener with plausible values.
     for name in [
