@@ -35,9 +35,10 @@ pub struct ClaimRecord {
 
 /// Which form `lua/claim.lua` and `lua/take.lua` write (the gateway's `--stream-records`).
 /// Every reader of this release reads both; a reader of an earlier release reads only
-/// `pairs`, and to it a compact record is poison (dead-lettered, left out of a rebuild's
-/// and a stale hold's in-flight claims). So `compact` is for a deployment whose consumers
-/// and tools all run this release or later: a new one, or an upgrade once it is complete.
+/// `pairs`: to its consumer and tools a compact record is poison (dead-lettered, left out
+/// of a rebuild's and a stale hold's in-flight claims), and its gateway's replay check does
+/// not find a compact take. So `compact` is for a deployment whose every process runs this
+/// release or later: a new one, or an upgrade once it is complete (README "Upgrading").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum RecordForm {
     /// Nine field/value pairs, readable by every release.
@@ -66,9 +67,8 @@ pub struct RecordError {
 }
 
 impl ClaimRecord {
-    /// Field names of the nine-pair form, which the scripts wrote before the compact one
-    /// (`compact.rs`); `gen` is optional (records written before it existed decode as
-    /// generation 0).
+    /// Field names of the nine-pair form ([`RecordForm::Pairs`]); `gen` is optional
+    /// (records written before it existed decode as generation 0).
     pub const FIELDS: [&'static str; 9] = [
         "sku", "user", "qty", "seq", "shard", "home", "rid", "ts", "gen",
     ];
