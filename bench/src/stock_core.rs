@@ -109,9 +109,9 @@ pub async fn run(opts: &CoreOpts) -> Result<CoreReport, CoreError> {
     let targets = [("single", &single), ("cluster", &cluster)];
     let mut clients = Vec::new();
     for (name, redis) in targets {
-        let mut cfg = StockConfig::new(redis.target(), opts.shards);
-        // The form a bench stack's gateways write (`cmd/stack.rs`).
-        cfg.record_form = shard_router::RecordForm::Compact;
+        // The record form a bench stack's gateways write (`cmd/stack.rs`).
+        let cfg = StockConfig::new(redis.target(), opts.shards)
+            .with_record_form(shard_router::RecordForm::Compact);
         let client = StockClient::connect(cfg).await?;
         client.load_scripts().await?;
         clients.push((name, client, redis.watched()));

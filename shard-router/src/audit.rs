@@ -219,10 +219,7 @@ impl StockClient {
         let mut out = Vec::new();
         let mut bad = None;
         self.pages(&stream, "+", page, |id, map| {
-            let fields = map
-                .keys()
-                .filter_map(|k| Some((k.as_str(), field(map, k)?)));
-            match ClaimRecord::decode(id, fields) {
+            match ClaimRecord::decode(id, pairs(map)) {
                 Ok(r) if r.sku == sku => out.push(r),
                 Ok(_) => {}
                 Err(e) => bad = Some(format!("entry {id}: {e}")),
@@ -308,18 +305,25 @@ impl StockClient {
 }
 
 fn field<'a>(map: &'a HashMap<String, Value>, name: &str) -> Option<&'a [u8]> {
-    match map.get(name)? {
+    bytes(map.get(name)?)
+}
+
+fn bytes(v: &Value) -> Option<&[u8]> {
+    match v {
         Value::BulkString(b) => Some(b),
         Value::SimpleString(s) => Some(s.as_bytes()),
         _ => None,
     }
 }
 
+/// An entry's text fields as name/value pairs, for the record decoders.
+fn pairs(map: &HashMap<String, Value>) -> impl Iterator<Item = (&str, &[u8])> {
+    map.iter()
+        .filter_map(|(k, v)| Some((k.as_str(), bytes(v)?)))
+}
+
 /// Units of an entry if it is a record of `sku`, in either form of `record.rs`.
 fn units_of(map: &HashMap<String, Value>, sku: &[u8]) -> Option<i64> {
-    let fields = map
-        .keys()
-        .filter_map(|k| Some((k.as_str(), field(map, k)?)));
-    let (of, units) = ClaimRecord::sku_and_units(fields)?;
+    let (of, units) = ClaimRecord::sku_and_units(pairs(map))?;
     (of == sku).then_some(units)
 }

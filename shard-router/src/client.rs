@@ -58,6 +58,12 @@ impl StockConfig {
             record_form: RecordForm::default(),
         }
     }
+
+    /// The same settings, with the scripts writing claim records in `form`.
+    pub fn with_record_form(mut self, form: RecordForm) -> Self {
+        self.record_form = form;
+        self
+    }
 }
 
 /// Typed access to the stock shards. Cheap to clone; clones share one connection.

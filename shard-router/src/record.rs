@@ -205,21 +205,7 @@ impl ClaimRecord {
     /// The record in the compact form (tests build records with it; an entry moved
     /// elsewhere, such as a dead letter, keeps the fields it came with).
     pub fn encode(&self) -> Vec<(&'static str, String)> {
-        let rid = self.request_id.as_deref().unwrap_or_default();
-        vec![(
-            compact::FIELD,
-            compact::pack(
-                self.sku,
-                self.qty,
-                self.user_seq,
-                self.shard,
-                self.home,
-                self.ts_ms,
-                self.gen,
-                &self.user,
-                rid,
-            ),
-        )]
+        vec![(compact::FIELD, compact::pack(self))]
     }
 }
 

@@ -307,7 +307,7 @@ async fn poison_entry_goes_to_the_dead_letters_after_max_deliveries() {
 }
 
 /// A valid entry delivered too often goes to the dead letters with the fields it was
-/// written with, not re-encoded: a nine-pair entry (an earlier release's gateway, or
+/// written with, not re-encoded, and `consumer redrive` commits it from there: a nine-pair entry (an earlier release's gateway, or
 /// `--stream-records pairs`) stays nine pairs, which the earlier release's `redrive`,
 /// reconciliation and rebuild still read, so a consumer of this release beside them (or
 /// rolled back) leaves nothing they cannot count.
@@ -372,6 +372,19 @@ async fn a_dead_letter_keeps_the_form_its_entry_was_written_in() {
         );
     }
     assert!(!names.contains(&ClaimRecord::COMPACT), "{names:?}");
+
+    // And this release redrives it: the claim reaches the ledger, the letter goes.
+    let r = consumer::redrive::run(&s.pool, &s.client, &[], s.cfg.replica_wait, T)
+        .await
+        .expect("redrive");
+    assert_eq!((r.entries, r.inserted, r.undecodable), (1, 1, 0), "{r:?}");
+    type Row = (Vec<u8>, u64, Option<Vec<u8>>);
+    let row: Row =
+        sqlx::query_as("SELECT user_id, user_seq, request_id FROM claims WHERE sku = 7006")
+            .fetch_one(&s.pool)
+            .await
+            .expect("the redriven claim");
+    assert_eq!(row, (b"olga".to_vec(), 1, Some(b"r-7006".to_vec())));
 }
 
 /// User ids differ byte for byte, as in Redis: ids that a case- or accent-insensitive

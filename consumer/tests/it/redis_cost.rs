@@ -232,9 +232,9 @@ async fn round(round: usize, n: usize, rate: usize) -> (PerClaim, PerClaim) {
     let db = TestDatabase::create();
     let mut cfg = Config::new(RedisTarget::Single(redis.url()), COST_SHARDS, db.url());
     cfg.reconcile_interval = Duration::from_secs(3600);
-    let mut stock = cfg.stock();
-    stock.record_form = record_form();
-    let client = StockClient::connect(stock).await.unwrap();
+    let client = StockClient::connect(cfg.stock().with_record_form(record_form()))
+        .await
+        .unwrap();
     let pool = consumer::db::connect(&cfg.mysql_url, T).await.unwrap();
     consumer::db::migrate(&pool).await.unwrap();
     let now = shard_router::now_ms();

@@ -6,30 +6,28 @@ use std::time::{Duration, Instant};
 use drills::load::{self, Durability};
 use drills::{signal, verdict};
 use shard_router::test_util::open_meta;
-use shard_router::{now_ms, ClaimOutcome, ClaimRequest, RedisTarget, StockClient, StockConfig};
+use shard_router::{
+    now_ms, ClaimOutcome, ClaimRequest, RecordForm, RedisTarget, StockClient, StockConfig,
+};
 use test_support::{RedisCluster, RedisServer};
 
 async fn connect(target: RedisTarget) -> StockClient {
-    StockClient::connect(compact(StockConfig::new(target, 16)))
+    StockClient::connect(StockConfig::new(target, 16).with_record_form(RecordForm::Compact))
         .await
         .expect("connect")
-}
-
-/// The drills write the claim records `deploy/` runs: the compact form.
-fn compact(mut cfg: StockConfig) -> StockConfig {
-    cfg.record_form = shard_router::RecordForm::Compact;
-    cfg
 }
 
 /// Drill `master_failover`: a cluster master is SIGKILLed under load and its replica takes over. With
 /// durability `replica` nothing acknowledged may be lost; with `none` the loss is measured.
 async fn failover(durability: Durability) -> verdict::Figures {
     let mut cluster = RedisCluster::start(3, 1);
-    let mut cfg = StockConfig::new(RedisTarget::Cluster(cluster.urls()), 16);
+    // The drills write the claim records `deploy/` runs: the compact form.
+    let mut cfg = StockConfig::new(RedisTarget::Cluster(cluster.urls()), 16)
+        .with_record_form(RecordForm::Compact);
     if durability == Durability::Replica {
         cfg.replica_ack = Some(Duration::from_millis(200));
     }
-    let client = StockClient::connect(compact(cfg)).await.expect("connect");
+    let client = StockClient::connect(cfg).await.expect("connect");
     // Stock that lasts past the kill but sells out during the drill, users that come back
     // for a second unit: the oversell and limit checks below can fail.
     let meta = open_meta(4001, drills::scaled_count(12_000), 16, 2);

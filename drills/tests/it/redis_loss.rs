@@ -78,8 +78,9 @@ async fn drill(loss: Loss) -> verdict::Figures {
     let db = TestDatabase::create();
     let cfg = config(&redis.url(), &db.url());
     // Claims in the record form `deploy/` runs.
-    let mut stock = cfg.stock();
-    stock.record_form = shard_router::RecordForm::Compact;
+    let stock = cfg
+        .stock()
+        .with_record_form(shard_router::RecordForm::Compact);
     let client = StockClient::connect(stock).await.expect("redis");
     let pool = consumer::db::connect(&cfg.mysql_url, T).await.expect("db");
     consumer::db::migrate(&pool).await.expect("migrate");

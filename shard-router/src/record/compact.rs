@@ -12,6 +12,8 @@
 
 use std::fmt::Write;
 
+use super::ClaimRecord;
+
 /// The field name of a compact record.
 pub(super) const FIELD: &str = "c";
 
@@ -67,23 +69,20 @@ pub(super) fn split(text: &str) -> Result<Parts<'_>, String> {
 }
 
 /// Writes the record the way `lua/claim.lua` and `lua/take.lua` do in the compact form.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn pack(
-    sku: u64,
-    qty: u32,
-    seq: u64,
-    shard: u16,
-    home: u16,
-    ts: i64,
-    gen: u64,
-    user: &str,
-    rid: &str,
-) -> String {
+pub(super) fn pack(r: &ClaimRecord) -> String {
+    let (user, rid) = (&r.user, r.request_id.as_deref().unwrap_or_default());
     let mut out = String::with_capacity(64 + user.len() + rid.len());
     // Writing to a String cannot fail.
     let _ = write!(
         out,
-        "{sku},{qty},{seq},{shard},{home},{ts},{gen},{},{user}{rid}",
+        "{},{},{},{},{},{},{},{},{user}{rid}",
+        r.sku,
+        r.qty,
+        r.user_seq,
+        r.shard,
+        r.home,
+        r.ts_ms,
+        r.gen,
         user.len()
     );
     out

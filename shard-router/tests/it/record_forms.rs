@@ -8,14 +8,24 @@
 use crate::common::{hold_and_take, open_meta, other_shard, req, users_with_home, Env, SHARDS};
 use shard_router::keys::{claims_stream, ShardKeys};
 use shard_router::{
-    ClaimRecord, HomeOutcome, RecordForm, SettleOutcome, Settlement, StockClient, StockConfig,
-    TakeOutcome,
+    ClaimRecord, HomeOutcome, RecordForm, SettleOutcome, Settlement, SkuMeta, StockClient,
+    StockConfig, TakeOutcome,
 };
 
+const FORMS: [RecordForm; 2] = [RecordForm::Pairs, RecordForm::Compact];
+
 async fn client(env: &Env, form: RecordForm) -> StockClient {
-    let mut cfg = StockConfig::new(env.target(), SHARDS);
-    cfg.record_form = form;
-    StockClient::connect(cfg).await.expect("connect")
+    StockClient::connect(StockConfig::new(env.target(), SHARDS).with_record_form(form))
+        .await
+        .expect("connect")
+}
+
+/// A client writing `form` and a preheated SKU of 4 units over `width` shards, limit 3.
+async fn preheated(env: &Env, form: RecordForm, sku: u64, width: u16) -> (StockClient, SkuMeta) {
+    let client = client(env, form).await;
+    let meta = open_meta(sku, 4, width, 3);
+    client.preheat(&meta).await.expect("preheat");
+    (client, meta)
 }
 
 /// The raw field names of every entry of `shard`'s stream, and the entries decoded.
@@ -42,13 +52,8 @@ fn entries(env: &Env, client: &StockClient, shard: u16) -> Vec<(Vec<String>, Cla
 async fn a_claim_and_a_take_read_back_the_same_in_either_form() {
     let env = Env::single();
     let mut seen = Vec::new();
-    for (i, form) in [RecordForm::Pairs, RecordForm::Compact]
-        .into_iter()
-        .enumerate()
-    {
-        let client = client(&env, form).await;
-        let meta = open_meta(2100 + i as u64, 4, 2, 3);
-        client.preheat(&meta).await.expect("preheat");
+    for (i, form) in FORMS.into_iter().enumerate() {
+        let (client, meta) = preheated(&env, form, 2100 + i as u64, 2).await;
         let user = users_with_home(
             &client,
             &meta,
@@ -120,13 +125,8 @@ async fn a_claim_and_a_take_read_back_the_same_in_either_form() {
 #[tokio::test]
 async fn a_user_sequence_past_ten_to_the_fourteen_is_written_whole() {
     let env = Env::single();
-    for (i, form) in [RecordForm::Pairs, RecordForm::Compact]
-        .into_iter()
-        .enumerate()
-    {
-        let client = client(&env, form).await;
-        let meta = open_meta(2200 + i as u64, 4, 1, 3);
-        client.preheat(&meta).await.expect("preheat");
+    for (i, form) in FORMS.into_iter().enumerate() {
+        let (client, meta) = preheated(&env, form, 2200 + i as u64, 1).await;
         let shard = client.placement().shards_of(meta.sku, 1)[0];
         let k = ShardKeys::new(client.placement(), shard, meta.sku);
         let mut conn = env.node_connections().remove(0);
@@ -154,8 +154,8 @@ async fn a_user_sequence_past_ten_to_the_fourteen_is_written_whole() {
 #[tokio::test]
 async fn a_hold_past_ten_to_the_fourteen_is_settled() {
     let env = Env::single();
-    let client = client(&env, RecordForm::Compact).await;
     // One unit per shard; the home shard's goes to someone else first.
+    let client = client(&env, RecordForm::Compact).await;
     let meta = open_meta(2300, 2, 2, 3);
     client.preheat(&meta).await.expect("preheat");
     let home = client.placement().shards_of(meta.sku, 2)[0];

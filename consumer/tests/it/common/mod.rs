@@ -380,7 +380,6 @@ pub(crate) async fn client_on(server: &RedisServer, s: &Stack) -> StockClient {
 /// of this release do (`deploy/`); the nine-pair form of earlier releases has tests of its
 /// own beside it (`ledger.rs`, `reconcile_pages.rs`).
 fn claims_stock(cfg: &Config) -> shard_router::StockConfig {
-    let mut stock = cfg.stock();
-    stock.record_form = shard_router::RecordForm::Compact;
-    stock
+    cfg.stock()
+        .with_record_form(shard_router::RecordForm::Compact)
 }
