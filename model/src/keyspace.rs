@@ -1,0 +1,113 @@
+//! One shard's keys for the model's one SKU, as docs/DESIGN.md "Keyspace" lists them, with
+//! the strings and hashes reduced to what the scripts read and write. Users, request ids and
+//! waves are small numbers; a stream entry id is the shard's counter (Redis's `ms-seq` ids
+//! keep the same order, which is all a script or reader relies on).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+pub type User = u8;
+pub type Rid = u8;
+pub type ShardId = u8;
+pub type Units = i32;
+
+/// `<shard>-<stream entry id>`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ClaimId {
+    pub shard: ShardId,
+    pub entry: u32,
+}
+
+/// `{T}:meta:<sku>`. Absent after a loss or close-out (the scripts answer "not preheated").
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Meta {
+    pub limit: Units,
+    pub start: i64,
+    pub end: i64,
+    /// The rebuild generation (`gen`; absent reads as 0 in the scripts).
+    pub gen: u32,
+    /// A rebuild's fence (`rebuild` field) is up.
+    pub fenced: bool,
+}
+
+/// `{T}:holds:<sku>` value: `qty|expires_ms|request_id`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct HoldVal {
+    pub qty: Units,
+    pub expires: i64,
+    pub rid: Option<Rid>,
+}
+
+/// `{T}:req:…` value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Answer {
+    /// `P`: the request id is held right now.
+    Pending,
+    /// `[~]claim_id|shard|qty`; `tentative` is the leading `~` (a reroute not yet confirmed
+    /// on its taking shard).
+    Done {
+        claim: ClaimId,
+        shard: ShardId,
+        qty: Units,
+        tentative: bool,
+    },
+}
+
+/// A claims stream entry (the record's fields; both record forms carry the same ones).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Record {
+    pub user: User,
+    pub qty: Units,
+    pub seq: u32,
+    pub shard: ShardId,
+    pub home: ShardId,
+    pub rid: Option<Rid>,
+    pub gen: u32,
+}
+
+impl Record {
+    pub fn claim_id(&self, entry: u32) -> ClaimId {
+        ClaimId {
+            shard: self.shard,
+            entry,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Shard {
+    pub stock: Option<Units>,
+    pub debt: Units,
+    pub meta: Option<Meta>,
+    pub users: BTreeMap<User, Units>,
+    pub useq: BTreeMap<User, u32>,
+    pub holds: BTreeMap<(User, u32), HoldVal>,
+    pub req: BTreeMap<(User, Rid), Answer>,
+    pub relstock: BTreeSet<ClaimId>,
+    pub reluser: BTreeSet<ClaimId>,
+    pub waves: BTreeMap<u8, Units>,
+    /// `{T}:claims`: entry id → record, in id order. Entries leave when the consumer settles
+    /// them (XACK + XDEL/XTRIM).
+    pub stream: BTreeMap<u32, Record>,
+    /// The stream's last id (XADD hands out the next one; XSETID raises it).
+    pub last_id: u32,
+}
+
+impl Shard {
+    /// Appends a record the way XADD `*` does.
+    pub fn xadd(&mut self, rec: Record) -> u32 {
+        self.last_id += 1;
+        self.stream.insert(self.last_id, rec);
+        self.last_id
+    }
+
+    pub fn gen(&self) -> u32 {
+        self.meta.as_ref().map_or(0, |m| m.gen)
+    }
+}
+
+/// What a script publishes on `fg:events`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Event {
+    Empty(ShardId),
+    Restock(ShardId),
+}
