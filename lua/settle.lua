@@ -8,6 +8,10 @@
 -- ARGV[1] user   ARGV[2] user_seq   ARGV[3] "keep" | "undo" | "final"   ARGV[4] request id or ""
 -- ARGV[5] stored answer "claim_id|shard|qty" (keep: "~" first while the take on another
 -- shard is unconfirmed; final: without)   ARGV[6] request result ttl s
+-- ARGV[7] (keep, undo) the hold's expiry as its placer wrote it, or "" (any hold of this
+-- user|seq: the consumer's resolution). After a loss a user's sequence starts again, so a
+-- retry's hold can take the `user|seq` of a stalled attempt's lost hold; the stalled
+-- attempt must not settle the retry's (found by the model checker, model/).
 -- "final" touches no hold: it drops the "~" once the take is on a replica or in the ledger
 -- (shard-router/src/replay.rs), also over a "P" (the consumer may commit the record before
 -- the gateway settles; keep then leaves the final answer alone).
@@ -30,9 +34,13 @@ local hold = redis.call('HGET', KEYS[2], field)
 if not hold then
   return {31}
 end
-local qty = tonumber(string.match(hold, '^(%d+)|'))
+local qty, expires = string.match(hold, '^(%d+)|(%d+)|')
+qty = tonumber(qty)
 if not qty or (ARGV[3] ~= 'keep' and ARGV[3] ~= 'undo') then
   return {15}
+end
+if ARGV[7] and ARGV[7] ~= '' and ARGV[7] ~= expires then
+  return {31}
 end
 redis.call('HDEL', KEYS[2], field)
 if ARGV[3] == 'keep' then

@@ -53,7 +53,7 @@ pub enum Answer {
 }
 
 /// A claims stream entry (the record's fields; both record forms carry the same ones).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Record {
     pub user: User,
     pub qty: Units,

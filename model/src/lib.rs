@@ -10,8 +10,20 @@
 //! the real scripts on a real Redis, `tests/check.rs` runs the CI form of the check, and
 //! `tests/mutants.rs` proves the checker fails on known bugs.
 
+pub mod check;
+pub mod config;
+pub mod consumer;
+pub mod faults;
+pub mod gateway;
 pub mod keyspace;
+pub mod ledger;
 pub mod mutant;
+pub mod operator;
+pub mod properties;
 pub mod scripts;
+pub mod system;
+pub mod trace;
 
+pub use config::Config;
 pub use mutant::Mutant;
+pub use system::{Action, State, System};

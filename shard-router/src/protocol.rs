@@ -188,12 +188,13 @@ pub async fn claim_confirmed(
             });
         }
         HomeOutcome::Hold {
+            expires_ms,
             user_seq,
             remaining,
             gen,
         } => {
             note_remaining(empties, meta.sku, home, remaining);
-            (user_seq, gen)
+            (user_seq, gen, expires_ms)
         }
         HomeOutcome::SoldOut { remaining } => {
             note_remaining(empties, meta.sku, home, remaining);
@@ -206,7 +207,7 @@ pub async fn claim_confirmed(
         HomeOutcome::Ended => return done(ClaimOutcome::Ended),
         HomeOutcome::NotPreheated => return done(ClaimOutcome::NotPreheated),
     };
-    let (user_seq, gen) = held;
+    let (user_seq, gen, expires_ms) = held;
     let hold = Hold {
         client,
         meta,
@@ -214,6 +215,7 @@ pub async fn claim_confirmed(
         home,
         user_seq,
         gen,
+        expires_ms,
     };
     if home_confirmed == Confirmation::Unconfirmed {
         // A take under a hold the home replica may not have: after a failover of the home
@@ -236,6 +238,9 @@ struct Hold<'a> {
     user_seq: u64,
     /// The home shard's rebuild generation at the hold (a take refuses an older one).
     gen: u64,
+    /// The hold's expiry as written: the undo names this hold, not a later one that took
+    /// the same `user|seq` after a loss.
+    expires_ms: i64,
 }
 
 impl Hold<'_> {
@@ -254,8 +259,11 @@ impl Hold<'_> {
     }
 
     /// Gives the user's count back: nothing was taken.
-    async fn undo(&self) -> Result<(), StockError> {
-        self.settle(&Settlement::Undo).await.map(drop)
+    async fn undo(&self) -> Result<SettleOutcome, StockError> {
+        let own = Settlement::UndoOwn {
+            expires_ms: self.expires_ms,
+        };
+        self.settle(&own).await.map(|(o, _)| o)
     }
 
     /// [`Self::undo`] at once rather than leaving the user blocked until the consumer
@@ -305,6 +313,7 @@ async fn take_elsewhere(
         home,
         user_seq,
         gen,
+        ..
     } = *hold;
     let mut end = ClaimOutcome::SoldOut;
     for shard in others {
@@ -361,7 +370,13 @@ async fn take_elsewhere(
             }
         }
     }
-    hold.undo().await?;
+    // A hold gone by now was resolved behind this walk (it outlived its TTL and the
+    // consumer undid it), and a retry of the same request id may have won since: this
+    // walk's "sold out" would contradict that answer (invariant `replay`; found by the model
+    // checker, `model/`). Nothing was taken here, so the answer is the retryable one.
+    if let SettleOutcome::HoldGone = hold.undo().await? {
+        return Err(StockError::Expired { op: "settle" });
+    }
     Ok((end, Confirmation::NotAsked))
 }
 

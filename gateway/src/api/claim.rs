@@ -144,7 +144,9 @@ async fn claim(app: &App, peer: SocketAddr, req: Request<Incoming>) -> Result<Cl
         ClaimOutcome::Ended => Err(Refusal::window(Window::Ended, meta)),
         ClaimOutcome::NotPreheated => {
             // Metadata without slices: the campaign is gone or Redis lost it. Forget the
-            // cached metadata so the next request looks again.
+            // cached metadata so the next request looks again; this one is 503, not 404:
+            // it may be a winner's retry whose answer the rebuild restores (`replay`,
+            // found by the model checker, model/).
             app.cache.invalidate(meta.sku);
             // Close-out keeps the metadata while stored answers last and runs only after
             // the end plus a payment timeout (consumer/src/closeout.rs): this near the end,
@@ -153,7 +155,7 @@ async fn claim(app: &App, peer: SocketAddr, req: Request<Incoming>) -> Result<Cl
             let answer = if now.saturating_add(app.link.max_skew_ms() as i64) >= meta.end_ms {
                 Refusal::window(Window::Ended, meta)
             } else {
-                Refusal::UnknownSku(meta.sku)
+                Refusal::Restoring(meta.sku)
             };
             match req.request_id.as_deref() {
                 Some(rid) => replay_or(client, meta, &req.user, rid, answer).await,

@@ -250,3 +250,40 @@ async fn a_missed_live_event_heals_within_the_cache_ttl() {
     }
     gw.stop().await;
 }
+
+/// Found by the model checker (model/, `replay`): a winner's retry that reaches Redis while
+/// its shard's data is gone (lost, or fenced by a rebuild) and before the rebuild restored
+/// its stored answer must not be told the SKU is unknown (a final 404 after its 201): the
+/// answer is 503, retryable, and the retry after the rebuild gets its claim back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_winners_retry_while_the_slice_is_missing_is_not_refused() {
+    let redis = RedisServer::start();
+    let stock = stock_client(&redis.url(), false).await;
+    let meta = preheat(&stock, 8105, 2, 1, 1).await;
+    let gw = Gateway::start(config(&redis.url(), false)).await;
+    let first = gw
+        .claim(json!({"sku": meta.sku, "user": "alice", "request_id": "r1"}))
+        .await;
+    assert_eq!(first.status, StatusCode::CREATED, "{}", first.body);
+
+    // The shard loses its keys (the SKU's metadata, which gateways cache, stays).
+    let shard = stock.placement().home_shard(meta.sku, meta.width, "alice");
+    let keys = shard_router::keys::ShardKeys::new(stock.placement(), shard, meta.sku);
+    let mut conn = redis.connection();
+    let _: () = redis::cmd("DEL")
+        .arg(keys.stock())
+        .arg(keys.request("alice", Some("r1")))
+        .query(&mut conn)
+        .expect("DEL");
+
+    let again = gw
+        .claim(json!({"sku": meta.sku, "user": "alice", "request_id": "r1"}))
+        .await;
+    assert_eq!(
+        again.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "a winner's retry while the slice is missing: {}",
+        again.body
+    );
+    gw.stop().await;
+}

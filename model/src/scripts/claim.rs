@@ -17,12 +17,28 @@ pub struct ClaimArgs {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ClaimReply {
-    Claimed { claim: ClaimId, seq: u32, remaining: Units },
-    Replay { claim: ClaimId, shard: ShardId, qty: Units },
-    Hold { seq: u32, remaining: Units, gen: u32 },
+    Claimed {
+        claim: ClaimId,
+        seq: u32,
+        remaining: Units,
+    },
+    Replay {
+        claim: ClaimId,
+        shard: ShardId,
+        qty: Units,
+    },
+    Hold {
+        seq: u32,
+        remaining: Units,
+        gen: u32,
+    },
     InProgress,
-    SoldOut { remaining: Units },
-    LimitReached { held: Units },
+    SoldOut {
+        remaining: Units,
+    },
+    LimitReached {
+        held: Units,
+    },
     NotStarted,
     Ended,
     NotPreheated,

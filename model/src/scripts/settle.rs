@@ -33,7 +33,17 @@ fn untentative(a: Answer) -> Answer {
     }
 }
 
-pub fn settle(sh: &mut Shard, user: User, seq: u32, verb: Verb, rid: Option<Rid>) -> SettleReply {
+/// `expires`: the hold's expiry its placer names (`ARGV[7]`); a hold of the same
+/// `user|seq` with another expiry is not this caller's (a retry's, after a loss restarted
+/// the sequence) and is left standing.
+pub fn settle(
+    sh: &mut Shard,
+    user: User,
+    seq: u32,
+    verb: Verb,
+    rid: Option<Rid>,
+    expires: Option<i64>,
+) -> SettleReply {
     if let Verb::Final(answer) = verb {
         // `final` names its answer without the `~`; it applies over a `P` or over the same
         // answer still tentative.
@@ -59,9 +69,13 @@ pub fn settle(sh: &mut Shard, user: User, seq: u32, verb: Verb, rid: Option<Rid>
         sh.req.insert((user, rid), fin);
         return SettleReply::Settled { qty: 0 };
     }
-    let Some(hold) = sh.holds.remove(&(user, seq)) else {
+    let Some(&hold) = sh.holds.get(&(user, seq)) else {
         return SettleReply::HoldGone;
     };
+    if expires.is_some_and(|e| e != hold.expires) {
+        return SettleReply::HoldGone;
+    }
+    sh.holds.remove(&(user, seq));
     match verb {
         Verb::Keep(answer) => {
             if let Some(rid) = rid {

@@ -27,7 +27,11 @@ pub fn wave(
         return WaveReply::AlreadyAdded;
     }
     sh.waves.insert(id, units);
-    let paid = if units > 0 { sh.debt.min(units).max(0) } else { 0 };
+    let paid = if units > 0 {
+        sh.debt.min(units).max(0)
+    } else {
+        0
+    };
     sh.debt -= paid;
     let added = units - paid;
     if added == 0 {

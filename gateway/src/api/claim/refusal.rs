@@ -109,6 +109,10 @@ pub(super) enum Refusal {
         max_ms: u64,
     },
     UnknownSku(u64),
+    /// The SKU is known (its metadata is cached) but a slice is missing: Redis lost it, or
+    /// a rebuild from the ledger holds the shard. Retryable: the rebuild restores it, and a
+    /// winner's retry its stored answer (a 404 here told a winner its SKU does not exist).
+    Restoring(u64),
     /// `qty` over the SKU's per-user limit.
     OverLimit {
         qty: u32,
@@ -171,6 +175,7 @@ impl Refusal {
             | Self::BadArgument(_) => outcome::REJECTED,
             Self::NotConnected
             | Self::ClockSkew { .. }
+            | Self::Restoring(_)
             | Self::Unconfirmed { .. }
             | Self::Redis(_) => outcome::UNAVAILABLE,
             Self::SoldOut {
@@ -217,6 +222,10 @@ impl From<Refusal> for Reply {
                 "this gateway's clock is off redis's by more than {max_ms} ms; nothing was taken"
             )),
             Refusal::UnknownSku(sku) => Reply::unknown_sku(sku),
+            Refusal::Restoring(sku) => Reply::unavailable(format!(
+                "sku {sku} has a stock slice missing (lost, or being rebuilt from the ledger); nothing was taken"
+            ))
+            .with("sku", sku),
             Refusal::OverLimit { qty, sku, limit } => Reply::bad_request(format!(
                 "field `qty` is {qty}, the limit of sku {sku} is {limit}"
             ))

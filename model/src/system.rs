@@ -1,0 +1,265 @@
+//! The whole system as one `stateright` model: its state (Redis nodes, the ledger,
+//! gateways with their requests in flight, consumers, clients' answers) and every action
+//! that can happen next. Each action is one atomic step: one script on one shard, one
+//! consumer transaction, one event delivered, or one fault.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use stateright::{Model, Property};
+
+use crate::config::Config;
+use crate::consumer::Unacked;
+use crate::gateway::{Gateway, Reply, Request, Task};
+use crate::keyspace::{ClaimId, Event, Meta, Rid, Shard, ShardId, Units, User};
+use crate::ledger::Ledger;
+
+/// One shard's Redis: a master and its replica. The replica is the master as of its last
+/// sync (Redis replicates in order, so a replica always holds a prefix of the master's
+/// writes); a failover promotes it, losing what it had not got.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Node {
+    pub master: Shard,
+    pub replica: Shard,
+    /// Bumped by every failover and loss: what a reader saw under an older epoch may be
+    /// gone (the replication id changed).
+    pub epoch: u8,
+}
+
+/// A rule the run broke on the way (the properties read these).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Violation {
+    /// A retry got a success with another claim id than the first.
+    DifferentSuccess(User, Rid),
+    /// A retry got a refusal after a success.
+    RefusalAfterSuccess(User, Rid, Reply),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct State {
+    /// Redis's clock and the gateways' (skew is not modeled).
+    pub now: i64,
+    pub nodes: Vec<Node>,
+    pub ledger: Ledger,
+    pub gateways: Vec<Gateway>,
+    pub tasks: Vec<Task>,
+    pub requests: BTreeMap<(User, Rid), Request>,
+    pub unacked: Unacked,
+    pub faults: u8,
+    /// Every success answered: claim id, user, units.
+    pub acked: BTreeSet<(ClaimId, User, Units)>,
+    pub violations: BTreeSet<Violation>,
+    /// Every answer, in order (user, request id, reply): what a counterexample shows.
+    pub answers: Vec<(User, Rid, crate::gateway::Reply)>,
+    /// Claims that were in Redis alone (in a stream, or taken and not yet settled) when
+    /// their shard lost master and replica at once: beyond what `replica` durability
+    /// covers (a failover), so the properties on acknowledgements leave them out.
+    pub voidable: BTreeSet<(ClaimId, User)>,
+    /// Refusals of a winner's retry by the replay filter within its stated residual.
+    pub residuals: u8,
+    pub releases: u8,
+    pub repreheated: bool,
+    pub rebuilds: u8,
+    pub reroutes: u8,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// A client sends (or retries) request `rid` of `user` through gateway `gw`.
+    Send {
+        user: User,
+        rid: Rid,
+        gw: u8,
+    },
+    /// The next step of a request in flight; `lag`: the replica misses it (WAIT times out).
+    Step {
+        task: u8,
+        lag: bool,
+    },
+    Deliver,
+    LoseEvent(u8),
+    ReadFilter(u8),
+    RevalidateFilter(u8),
+    CrashGateway(u8),
+    /// A consumer round on a shard; `ack: false` is a crash between commit and ack.
+    Consume {
+        shard: ShardId,
+        ack: bool,
+    },
+    ResolveHold {
+        shard: ShardId,
+        user: User,
+        seq: u32,
+    },
+    Replicate(ShardId),
+    Failover(ShardId),
+    Lose(ShardId),
+    Rebuild,
+    Repreheat,
+    ReleaseBegin(ClaimId),
+    ReleaseRedis(ClaimId),
+    WavePlace,
+    WaveRedis,
+    Tick,
+}
+
+pub struct System {
+    pub cfg: Config,
+}
+
+pub(crate) const WAVE_ID: u8 = 1;
+pub(crate) const START: i64 = 0;
+pub(crate) const END: i64 = 1_000;
+
+impl System {
+    pub fn new(cfg: Config) -> Self {
+        Self { cfg }
+    }
+
+    /// The sale as preheated by the rebuild path (generation 1), before any claim.
+    fn initial(&self) -> State {
+        let c = &self.cfg;
+        let nodes = (0..c.shards)
+            .map(|s| {
+                let master = Shard {
+                    stock: Some(c.share(c.stock, s)),
+                    meta: Some(Meta {
+                        limit: c.limit,
+                        start: START,
+                        end: END,
+                        gen: 1,
+                        fenced: false,
+                    }),
+                    ..Shard::default()
+                };
+                Node {
+                    replica: master.clone(),
+                    master,
+                    epoch: 0,
+                }
+            })
+            .collect();
+        let mut requests = BTreeMap::new();
+        for u in 0..c.users {
+            for r in 0..c.rids {
+                let attempts = if u < c.retrying { c.attempts } else { 1 };
+                requests.insert((u, r), Request::new(attempts));
+            }
+        }
+        State {
+            now: 0,
+            nodes,
+            ledger: Ledger {
+                base_stock: c.stock,
+                rebuild_gen: 1,
+                ..Ledger::default()
+            },
+            gateways: vec![Gateway::default(); usize::from(c.gateways)],
+            tasks: Vec::new(),
+            requests,
+            unacked: Unacked::new(),
+            faults: 0,
+            acked: BTreeSet::new(),
+            violations: BTreeSet::new(),
+            answers: Vec::new(),
+            voidable: BTreeSet::new(),
+            residuals: 0,
+            releases: 0,
+            repreheated: false,
+            rebuilds: 0,
+            reroutes: 0,
+        }
+    }
+
+    pub(crate) fn can_fault(&self, st: &State) -> bool {
+        st.faults < self.cfg.faults
+    }
+
+    /// Shard `s`'s share of the stock the slices should hold: the base and every wave
+    /// whose units reached this slice or that the ledger applied.
+    pub fn share(&self, st: &State, s: ShardId) -> Units {
+        let sh = &st.nodes[usize::from(s)].master;
+        let waves: Units = st
+            .ledger
+            .waves
+            .iter()
+            .filter(|(id, (_, state))| {
+                *state == crate::ledger::WaveState::Applied || sh.waves.contains_key(id)
+            })
+            .map(|(_, (u, _))| self.cfg.share(*u, s))
+            .sum();
+        self.cfg.share(st.ledger.base_stock, s) + waves
+    }
+}
+
+impl State {
+    pub fn master(&mut self, s: ShardId) -> &mut Shard {
+        &mut self.nodes[usize::from(s)].master
+    }
+
+    /// A fence or WAIT that a replica acknowledged: it holds everything written so far.
+    pub fn sync(&mut self, s: ShardId) {
+        let n = &mut self.nodes[usize::from(s)];
+        n.replica = n.master.clone();
+    }
+
+    /// Pub/Sub: every gateway's subscriber gets the events, in order.
+    pub fn publish(&mut self, events: &[Event]) {
+        for g in &mut self.gateways {
+            g.inbox.extend_from_slice(events);
+        }
+    }
+}
+
+impl Model for System {
+    type State = State;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<State> {
+        vec![self.initial()]
+    }
+
+    fn actions(&self, st: &State, out: &mut Vec<Action>) {
+        self.gateway_actions(st, out);
+        self.consumer_actions(st, out);
+        self.operator_actions(st, out);
+        self.fault_actions(st, out);
+    }
+
+    fn next_state(&self, last: &State, action: Action) -> Option<State> {
+        let mut st = last.clone();
+        let changed = match action {
+            Action::Send { user, rid, gw } => self.send(&mut st, user, rid, gw),
+            Action::Step { task, lag } => self.step(&mut st, usize::from(task), lag),
+            Action::Deliver => self.deliver(&mut st),
+            Action::LoseEvent(g) => self.lose_event(&mut st, g),
+            Action::ReadFilter(g) => self.read_filter(&mut st, g),
+            Action::RevalidateFilter(g) => self.revalidate_filter(&mut st, g),
+            Action::CrashGateway(g) => self.crash_gateway(&mut st, g),
+            Action::Consume { shard, ack } => self.consume(&mut st, shard, ack),
+            Action::ResolveHold { shard, user, seq } => {
+                self.resolve_hold(&mut st, shard, user, seq)
+            }
+            Action::Replicate(s) => {
+                st.sync(s);
+                true
+            }
+            Action::Failover(s) => self.failover(&mut st, s),
+            Action::Lose(s) => self.lose(&mut st, s),
+            Action::Rebuild => self.rebuild(&mut st),
+            Action::Repreheat => self.repreheat(&mut st),
+            Action::ReleaseBegin(id) => self.release_begin(&mut st, id),
+            Action::ReleaseRedis(id) => self.release_redis(&mut st, id),
+            Action::WavePlace => self.wave_place(&mut st),
+            Action::WaveRedis => self.wave_redis(&mut st),
+            Action::Tick => {
+                st.now += 1;
+                true
+            }
+        };
+        changed.then_some(st)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        crate::properties::all(self)
+    }
+}

@@ -1,0 +1,110 @@
+//! A counterexample as a reader wants it: one line per step, saying which actor did what.
+
+use std::fmt::Write as _;
+
+use stateright::Path;
+
+use crate::system::{Action, State, System};
+
+pub fn render(_m: &System, path: &Path<State, Action>) -> String {
+    let mut out = String::new();
+    // Each state comes with the action taken from it; the last with none.
+    let steps = path.clone().into_vec();
+    for (i, pair) in steps.windows(2).enumerate() {
+        let ((before, Some(a)), (after, _)) = (&pair[0], &pair[1]) else {
+            continue;
+        };
+        let _ = write!(out, "{:>3}. {}", i + 1, describe(before, a));
+        for answer in after.answers.iter().skip(before.answers.len()) {
+            let _ = write!(
+                out,
+                " -> u{}/r{} answered {:?}",
+                answer.0, answer.1, answer.2
+            );
+        }
+        out.push('\n');
+    }
+    if let Some((last, _)) = steps.last() {
+        let _ = writeln!(out, "     acknowledged: {:?}", last.acked);
+        if !last.violations.is_empty() {
+            let _ = writeln!(out, "     violations: {:?}", last.violations);
+        }
+        let _ = writeln!(
+            out,
+            "     ledger: {:?}",
+            last.ledger
+                .claims
+                .iter()
+                .map(|(id, r)| (id.shard, id.entry, r.rec.user, r.status))
+                .collect::<Vec<_>>()
+        );
+        for (s, n) in last.nodes.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "     shard {s}: slice {:?} debt {} users {:?} holds {:?} stream {:?}",
+                n.master.stock,
+                n.master.debt,
+                n.master.users,
+                n.master.holds.keys().collect::<Vec<_>>(),
+                n.master.stream.keys().collect::<Vec<_>>()
+            );
+        }
+    }
+    out
+}
+
+/// One step in words: the actor first.
+pub fn describe(before: &State, a: &Action) -> String {
+    match *a {
+        Action::Send { user, rid, gw } => {
+            format!("client u{user} sends request r{rid} to gateway {gw}")
+        }
+        Action::Step { task, lag } => {
+            let t = &before.tasks[usize::from(task)];
+            let lag = if lag {
+                " (its replica misses the write)"
+            } else {
+                ""
+            };
+            format!(
+                "gateway {} runs u{}/r{}'s next step from {:?}{lag}",
+                t.gw, t.user, t.rid, t.pc
+            )
+        }
+        Action::Deliver => format!(
+            "gateways process their events {:?}",
+            before.gateways.iter().map(|g| &g.inbox).collect::<Vec<_>>()
+        ),
+        Action::LoseEvent(g) => format!(
+            "FAULT: event {:?} to gateway {g} is lost",
+            before.gateways[usize::from(g)].inbox[0]
+        ),
+        Action::ReadFilter(g) => format!("gateway {g} reads the replay filter"),
+        Action::RevalidateFilter(g) => format!("gateway {g} revalidates its replay filter"),
+        Action::CrashGateway(g) => format!("FAULT: gateway {g} crashes"),
+        Action::Consume { shard, ack: true } => {
+            format!("consumer reads shard {shard}'s stream, commits it to the ledger and acks")
+        }
+        Action::Consume { shard, ack: false } => format!(
+            "FAULT: consumer reads shard {shard}'s stream, commits it, and crashes before the ack"
+        ),
+        Action::ResolveHold { shard, user, seq } => {
+            format!("consumer resolves u{user}'s expired hold {seq} on shard {shard}")
+        }
+        Action::Replicate(s) => format!("shard {s}'s replica catches up"),
+        Action::Failover(s) => format!("FAULT: shard {s} fails over to its replica"),
+        Action::Lose(s) => format!("FAULT: shard {s} loses its data"),
+        Action::Rebuild => "consumer rebuilds the campaign from the ledger".to_owned(),
+        Action::Repreheat => "operator preheats again".to_owned(),
+        Action::ReleaseBegin(id) => {
+            format!("consumer starts releasing claim {}-{}", id.shard, id.entry)
+        }
+        Action::ReleaseRedis(id) => format!(
+            "consumer runs the Redis step of releasing {}-{}",
+            id.shard, id.entry
+        ),
+        Action::WavePlace => "operator places a stock wave".to_owned(),
+        Action::WaveRedis => "consumer pushes the wave to the slices".to_owned(),
+        Action::Tick => format!("time passes to {}", before.now + 1),
+    }
+}
