@@ -5,13 +5,16 @@
 -- KEYS[1] user counts     {T}:users:<sku>
 -- KEYS[2] holds           {T}:holds:<sku>     hash: "user|seq" -> "qty|expires_ms|request_id"
 -- KEYS[3] request result  {T}:req:<sku>:<len>:<user>:<rid>  (unused when ARGV[4] == "")
+-- KEYS[4] shard meta      {T}:meta:<sku>  (optional: `gen`, the rebuild generation)
 -- ARGV[1] user   ARGV[2] user_seq   ARGV[3] "keep" | "undo" | "final"   ARGV[4] request id or ""
 -- ARGV[5] stored answer "claim_id|shard|qty" (keep: "~" first while the take on another
 -- shard is unconfirmed; final: without)   ARGV[6] request result ttl s
--- ARGV[7] (keep, undo) the hold's expiry as its placer wrote it, or "" (any hold of this
--- user|seq: the consumer's resolution). After a loss a user's sequence starts again, so a
--- retry's hold can take the `user|seq` of a stalled attempt's lost hold; the stalled
--- attempt must not settle the retry's (found by the model checker, model/).
+-- ARGV[7] (keep, undo) the rebuild generation the caller's hold was placed under
+-- (claim.lua's reply), or "" (any hold of this user|seq: the consumer's resolution). A
+-- shard rebuilt since answers HOLD_GONE: after a loss a user's sequence starts again, so a
+-- retry's hold can take the `user|seq` of a stalled attempt's lost hold, and the stalled
+-- attempt must not settle the retry's (found by the model checker, model/). A hold of an
+-- older generation that a rebuild kept is then left to the consumer's resolution.
 -- "final" touches no hold: it drops the "~" once the take is on a replica or in the ledger
 -- (shard-router/src/replay.rs), also over a "P" (the consumer may commit the record before
 -- the gateway settles; keep then leaves the final answer alone).
@@ -34,13 +37,18 @@ local hold = redis.call('HGET', KEYS[2], field)
 if not hold then
   return {31}
 end
-local qty, expires = string.match(hold, '^(%d+)|(%d+)|')
-qty = tonumber(qty)
+local qty = tonumber(string.match(hold, '^(%d+)|'))
 if not qty or (ARGV[3] ~= 'keep' and ARGV[3] ~= 'undo') then
   return {15}
 end
-if ARGV[7] and ARGV[7] ~= '' and ARGV[7] ~= expires then
-  return {31}
+if KEYS[4] and ARGV[7] and ARGV[7] ~= '' then
+  local hold_gen = tonumber(ARGV[7])
+  if not hold_gen then
+    return {15}
+  end
+  if tonumber(redis.call('HGET', KEYS[4], 'gen') or '0') > hold_gen then
+    return {31}
+  end
 end
 redis.call('HDEL', KEYS[2], field)
 if ARGV[3] == 'keep' then

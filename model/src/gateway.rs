@@ -74,8 +74,6 @@ pub enum Pc {
     Walking {
         seq: u32,
         gen: u32,
-        /// The hold's expiry, which names it in the undo (`settle.lua` ARGV[7]).
-        expires: i64,
         deadline: i64,
         walk: Vec<ShardId>,
     },
@@ -88,7 +86,8 @@ pub enum Pc {
     /// Nothing taken; settle gives the count back, then `answer`.
     Undoing {
         seq: u32,
-        expires: i64,
+        /// The generation the hold was placed under, which names it in the undo.
+        gen: u32,
         answer: Reply,
     },
 }
@@ -191,7 +190,6 @@ impl System {
             Pc::Walking {
                 seq,
                 gen,
-                expires,
                 deadline,
                 mut walk,
             } => {
@@ -201,7 +199,7 @@ impl System {
                 let Some(&shard) = walk.first() else {
                     st.tasks[t].pc = Pc::Undoing {
                         seq,
-                        expires,
+                        gen,
                         answer: Reply::SoldOut,
                     };
                     return self.step_undo_or_keep(st, t, lag);
@@ -239,14 +237,13 @@ impl System {
                         if walk.is_empty() {
                             Pc::Undoing {
                                 seq,
-                                expires,
+                                gen,
                                 answer: Reply::SoldOut,
                             }
                         } else {
                             Pc::Walking {
                                 seq,
                                 gen,
-                                expires,
                                 deadline,
                                 walk,
                             }
@@ -255,13 +252,13 @@ impl System {
                     // A missing slice is 503 too (the gateway's `Restoring`).
                     TakeReply::HoldExpired | TakeReply::NotPreheated => Pc::Undoing {
                         seq,
-                        expires,
+                        gen,
                         answer: Reply::Unavailable,
                     },
                     TakeReply::NotStarted | TakeReply::Ended | TakeReply::BadArgument => {
                         Pc::Undoing {
                             seq,
-                            expires,
+                            gen,
                             answer: Reply::Refused,
                         }
                     }
@@ -341,19 +338,17 @@ impl System {
                 gen,
             } => {
                 self.note(st, task.gw, home, remaining);
-                let expires = st.now + self.cfg.hold_ttl;
                 st.tasks[t].pc = if lag {
                     // A take under a hold the home replica may not have: undo, 503.
                     Pc::Undoing {
                         seq,
-                        expires,
+                        gen,
                         answer: Reply::Unavailable,
                     }
                 } else {
                     Pc::Walking {
                         seq,
                         gen,
-                        expires,
                         deadline: self.cfg.take_deadline(st.now),
                         walk,
                     }
@@ -415,11 +410,7 @@ impl System {
                     },
                 )
             }
-            Pc::Undoing {
-                seq,
-                expires,
-                answer,
-            } => {
+            Pc::Undoing { seq, gen, answer } => {
                 let verb = if self.cfg.mutant_is(Mutant::SettleKeepsFailedTake) {
                     Verb::Keep(Answer::Pending)
                 } else {
@@ -431,7 +422,7 @@ impl System {
                     seq,
                     verb,
                     Some(task.rid),
-                    Some(expires),
+                    Some(gen),
                 );
                 if !lag {
                     st.sync(home);
@@ -532,7 +523,13 @@ impl System {
             .requests
             .get_mut(&(task.user, task.rid))
             .expect("every task has its request");
+        // A claim void with its shard (master and replica lost at once) has no answer left
+        // to replay: beyond `replica` durability, like its acknowledgement.
+        let void = req
+            .success
+            .is_some_and(|c| st.voidable.contains(&(c, task.user)));
         match (req.success, reply.success()) {
+            _ if void => {}
             (Some(first), Some(now)) if first != now => {
                 st.violations
                     .insert(Violation::DifferentSuccess(task.user, task.rid));

@@ -20,26 +20,33 @@ fn form(m: Mutant) -> Config {
         repreheat: false,
         replay_filter: false,
     };
+    // One user retries (the replay mutant needs it); the fault forms do without.
     let mut cfg = Config {
         faults: 0,
         ops: none,
-        ..Config::ci()
+        ..Config::ci_retry()
     };
     match m {
         Mutant::RebuildIgnoresStreams => {
+            cfg.retrying = 0;
             cfg.faults = 1;
             cfg.ops.repreheat = true;
         }
         Mutant::CommitBeforeReplica => {
+            cfg.retrying = 0;
             cfg.faults = 2;
             cfg.ops.replica_lag = true;
             cfg.ops.failover = true;
         }
         Mutant::PreheatOverwrites => {
+            cfg.retrying = 0;
             cfg.faults = 1;
             cfg.ops.repreheat = true;
         }
-        Mutant::NoLimitCheck => cfg.rids = 2,
+        Mutant::NoLimitCheck => {
+            cfg.retrying = 0;
+            cfg.rids = 2;
+        }
         Mutant::TakeIgnoresDeadline | Mutant::SettleKeepsFailedTake | Mutant::ReplayAfterCache => {}
     }
     cfg.with_mutant(m)

@@ -105,9 +105,6 @@ pub enum HomeOutcome {
     Replay(Claim),
     /// The slice cannot cover the request; the user's count is held under `user_seq`.
     Hold {
-        /// The hold's expiry as `claim.lua` wrote it (the caller's clock plus the hold
-        /// TTL): a settle names its own hold by it ([`Settlement::UndoOwn`]).
-        expires_ms: i64,
         user_seq: u64,
         remaining: i64,
         /// The home shard's rebuild generation when the hold was placed (see `take.lua`).
@@ -150,10 +147,10 @@ pub enum Settlement {
     Keep(Claim),
     /// Nothing was taken: the count goes back.
     Undo,
-    /// [`Settlement::Undo`] of the hold this caller placed, named by its expiry
-    /// (`expires_ms`, as `claim.lua` wrote it): a hold of the same `user|seq` placed since
-    /// (a retry, after a loss restarted the sequence) is left standing.
-    UndoOwn { expires_ms: i64 },
+    /// [`Settlement::Undo`] of the hold this caller placed under rebuild generation `gen`
+    /// (`claim.lua`'s reply): on a shard rebuilt since, the hold of that `user|seq` may be
+    /// a retry's (a loss restarted the sequence), so it is left standing.
+    UndoOwn { gen: u64 },
 }
 
 /// A hold standing on a home shard while (or because) a second chance ran.

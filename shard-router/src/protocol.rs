@@ -188,13 +188,12 @@ pub async fn claim_confirmed(
             });
         }
         HomeOutcome::Hold {
-            expires_ms,
             user_seq,
             remaining,
             gen,
         } => {
             note_remaining(empties, meta.sku, home, remaining);
-            (user_seq, gen, expires_ms)
+            (user_seq, gen)
         }
         HomeOutcome::SoldOut { remaining } => {
             note_remaining(empties, meta.sku, home, remaining);
@@ -207,7 +206,7 @@ pub async fn claim_confirmed(
         HomeOutcome::Ended => return done(ClaimOutcome::Ended),
         HomeOutcome::NotPreheated => return done(ClaimOutcome::NotPreheated),
     };
-    let (user_seq, gen, expires_ms) = held;
+    let (user_seq, gen) = held;
     let hold = Hold {
         client,
         meta,
@@ -215,7 +214,6 @@ pub async fn claim_confirmed(
         home,
         user_seq,
         gen,
-        expires_ms,
     };
     if home_confirmed == Confirmation::Unconfirmed {
         // A take under a hold the home replica may not have: after a failover of the home
@@ -236,11 +234,10 @@ struct Hold<'a> {
     req: &'a ClaimRequest,
     home: ShardId,
     user_seq: u64,
-    /// The home shard's rebuild generation at the hold (a take refuses an older one).
+    /// The home shard's rebuild generation at the hold: a take refuses an older one, and
+    /// the undo names its hold by it (not a retry's that took the same `user|seq` after a
+    /// loss).
     gen: u64,
-    /// The hold's expiry as written: the undo names this hold, not a later one that took
-    /// the same `user|seq` after a loss.
-    expires_ms: i64,
 }
 
 impl Hold<'_> {
@@ -260,9 +257,7 @@ impl Hold<'_> {
 
     /// Gives the user's count back: nothing was taken.
     async fn undo(&self) -> Result<SettleOutcome, StockError> {
-        let own = Settlement::UndoOwn {
-            expires_ms: self.expires_ms,
-        };
+        let own = Settlement::UndoOwn { gen: self.gen };
         self.settle(&own).await.map(|(o, _)| o)
     }
 
@@ -313,7 +308,6 @@ async fn take_elsewhere(
         home,
         user_seq,
         gen,
-        ..
     } = *hold;
     let mut end = ClaimOutcome::SoldOut;
     for shard in others {

@@ -33,16 +33,16 @@ fn untentative(a: Answer) -> Answer {
     }
 }
 
-/// `expires`: the hold's expiry its placer names (`ARGV[7]`); a hold of the same
-/// `user|seq` with another expiry is not this caller's (a retry's, after a loss restarted
-/// the sequence) and is left standing.
+/// `hold_gen`: the rebuild generation the caller's hold was placed under (`ARGV[7]`, with
+/// the meta as `KEYS[4]`); on a shard rebuilt since, the hold of that `user|seq` may be a
+/// retry's (a loss restarted the sequence) and is left standing.
 pub fn settle(
     sh: &mut Shard,
     user: User,
     seq: u32,
     verb: Verb,
     rid: Option<Rid>,
-    expires: Option<i64>,
+    hold_gen: Option<u32>,
 ) -> SettleReply {
     if let Verb::Final(answer) = verb {
         // `final` names its answer without the `~`; it applies over a `P` or over the same
@@ -69,13 +69,13 @@ pub fn settle(
         sh.req.insert((user, rid), fin);
         return SettleReply::Settled { qty: 0 };
     }
-    let Some(&hold) = sh.holds.get(&(user, seq)) else {
-        return SettleReply::HoldGone;
-    };
-    if expires.is_some_and(|e| e != hold.expires) {
+    if !sh.holds.contains_key(&(user, seq)) {
         return SettleReply::HoldGone;
     }
-    sh.holds.remove(&(user, seq));
+    if hold_gen.is_some_and(|g| sh.gen() > g) {
+        return SettleReply::HoldGone;
+    }
+    let hold = sh.holds.remove(&(user, seq)).expect("checked above");
     match verb {
         Verb::Keep(answer) => {
             if let Some(rid) = rid {

@@ -107,10 +107,10 @@ impl Run<'_> {
                 seq,
                 verb,
                 rid,
-                expires,
+                hold_gen,
             } => {
                 let k = Keys::new(*shard);
-                let keys = [k.users(), k.holds(), k.req(*user, *rid)];
+                let keys = [k.users(), k.holds(), k.req(*user, *rid), k.meta()];
                 let (name, answer) = match verb {
                     Verb::Keep(a) => ("keep", self.answer_text(a)),
                     Verb::Undo => ("undo", String::new()),
@@ -123,7 +123,7 @@ impl Run<'_> {
                     keys::rid_name(*rid),
                     answer,
                     REQ_TTL_S.to_string(),
-                    expires.map_or_else(String::new, |e| e.to_string()),
+                    hold_gen.map_or_else(String::new, |g| g.to_string()),
                 ];
                 let real = match lua::eval(&mut self.con, &self.scripts.settle, &keys, &argv) {
                     Ok(v) => lua::settle_reply(&v),
@@ -135,7 +135,7 @@ impl Run<'_> {
                     *seq,
                     *verb,
                     *rid,
-                    *expires,
+                    *hold_gen,
                 );
                 (real, Reply::Settle(m), ev)
             }

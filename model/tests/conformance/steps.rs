@@ -73,8 +73,8 @@ pub(crate) enum Step {
         seq: u32,
         verb: Verb,
         rid: Option<Rid>,
-        /// The hold's expiry the settle names (`ARGV[7]`), or none (any hold).
-        expires: Option<i64>,
+        /// The generation the settle names its hold by (`ARGV[7]`), or none (any hold).
+        hold_gen: Option<u32>,
     },
     Preheat {
         shard: ShardId,
@@ -316,12 +316,13 @@ pub(crate) fn random_step(rng: &mut StdRng, model: &[Shard], seen: &[Seen]) -> S
                     })
                 }
             };
-            // The expiry a gateway names its own hold by: mostly the hold's, sometimes
-            // another's, sometimes none (the consumer's resolution).
-            let standing = sh.holds.get(&(user, seq)).map(|h| h.expires);
-            let expires = match (rng.random_range(0..10), standing) {
-                (0..=3, Some(e)) => Some(e),
-                (4..=5, e) => Some(e.unwrap_or(0) + 1),
+            // The generation a gateway names its own hold by: mostly the shard's, sometimes
+            // an older one (a rebuild since), sometimes none (the consumer's resolution).
+            let gen = sh.gen();
+            let hold_gen = match rng.random_range(0..10) {
+                0..=3 => Some(gen),
+                4..=5 => Some(gen.saturating_sub(1)),
+                6 => Some(gen + 1),
                 _ => None,
             };
             Step::Settle {
@@ -330,7 +331,7 @@ pub(crate) fn random_step(rng: &mut StdRng, model: &[Shard], seen: &[Seen]) -> S
                 seq,
                 verb,
                 rid,
-                expires,
+                hold_gen,
             }
         }
         65..=72 => {

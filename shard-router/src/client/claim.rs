@@ -75,7 +75,6 @@ impl StockClient {
                 qty: r.num(2)?,
             }),
             code::HOLD => HomeOutcome::Hold {
-                expires_ms: now_ms + hold_ttl as i64,
                 user_seq: r.num(0)?,
                 remaining: r.int(1)?,
                 gen: r.num(2)?,
@@ -194,7 +193,7 @@ impl StockClient {
         how: &Settlement,
     ) -> Result<(SettleOutcome, Option<u32>), StockError> {
         let k = self.keys(home, sku);
-        let mut expires = String::new();
+        let mut hold_gen = String::new();
         let (verb, answer) = match how {
             // With replica durability, a reroute's answer is tentative until its take is
             // known to be on a replica of its own shard (see `replay.rs`).
@@ -208,24 +207,25 @@ impl StockClient {
                 ),
             ),
             Settlement::Undo => ("undo", String::new()),
-            Settlement::UndoOwn { expires_ms } => {
-                expires = expires_ms.to_string();
+            Settlement::UndoOwn { gen } => {
+                hold_gen = gen.to_string();
                 ("undo", String::new())
             }
         };
         let (r, acked) = self
             .script_batched("settle", home, &scripts::SETTLE, |cmd| {
-                cmd.arg(3)
+                cmd.arg(4)
                     .arg(k.users())
                     .arg(k.holds())
                     .arg(k.request(user, request_id))
+                    .arg(k.meta())
                     .arg(user)
                     .arg(user_seq)
                     .arg(verb)
                     .arg(request_id.unwrap_or(""))
                     .arg(&answer)
                     .arg(self.cfg.request_ttl.as_secs().max(1))
-                    .arg(&expires);
+                    .arg(&hold_gen);
             })
             .await?;
         let outcome = match r.code {

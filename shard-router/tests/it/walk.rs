@@ -263,8 +263,13 @@ impl EmptyShards for HoldReplacedBehindTheWalk {
                     .arg(k.request("walker", Some("w1")))
                     .query(&mut conn)
                     .expect("DEL");
-                // Another millisecond, so the retry's hold is not the stale one's twin.
-                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                // The rebuild after the loss writes the next generation.
+                let _: () = redis::cmd("HINCRBY")
+                    .arg(k.meta())
+                    .arg("gen")
+                    .arg(1)
+                    .query(&mut conn)
+                    .expect("HINCRBY");
                 let held = other
                     .claim_home(
                         &req(meta.sku, "walker", Some("w1")),
