@@ -282,7 +282,13 @@ impl System {
                     return self.finish(st, t, Reply::SoldOutFiltered);
                 }
             }
-            let answer = self.replay_read(st, task, home, Reply::SoldOut, lag);
+            // Sold out from memory: no answer over a missing slice is 503 (the answer may
+            // be lost with it until the rebuild: `replay_confirmed_live`).
+            let slice_missing = st.nodes[usize::from(home)].master.stock.is_none();
+            let answer = match self.replay_read(st, task, home, Reply::SoldOut, lag) {
+                Reply::SoldOut if slice_missing => Reply::Unavailable,
+                a => a,
+            };
             return self.finish(st, t, answer);
         }
         let walk: Vec<ShardId> = self

@@ -29,6 +29,13 @@ pub enum StockError {
     /// claim goes on (the hold of a second chance). The step was undone; nothing was taken.
     #[error("redis {op}: no replica confirmed it; undone, nothing was taken")]
     Unconfirmed { op: &'static str },
+    /// A read that must see the shard live found its stock slice missing (Redis lost it,
+    /// or a rebuild from the ledger holds the shard): a stored answer may be missing with
+    /// it until the rebuild restores it. Nothing was taken.
+    #[error(
+        "redis {op}: a stock slice is missing (lost, or held by a rebuild); nothing was taken"
+    )]
+    SliceMissing { op: &'static str },
     /// The caller passed something the keyspace cannot hold.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
@@ -48,7 +55,8 @@ impl StockError {
             }
             StockError::Timeout { .. }
             | StockError::Expired { .. }
-            | StockError::Unconfirmed { .. } => true,
+            | StockError::Unconfirmed { .. }
+            | StockError::SliceMissing { .. } => true,
             StockError::Protocol { .. } | StockError::InvalidArgument(_) => false,
         }
     }

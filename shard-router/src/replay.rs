@@ -65,10 +65,50 @@ impl StockClient {
         user: &str,
         request_id: &str,
     ) -> Result<Option<(StoredAnswer, Confirmation)>, StockError> {
+        self.replay_confirmed_with(sku, width, user, request_id, false)
+            .await
+    }
+
+    /// [`Self::replay_confirmed`] for a SKU the caller believes sold out (no answer then
+    /// means "sold out"): the home slice is read with the answer (one `MGET`, the same
+    /// hash tag), and no answer over a missing slice is [`StockError::SliceMissing`], since
+    /// the answer may be lost with it until the rebuild restores it (found by the model
+    /// checker, model/). After the window closed, close-out deletes the slices, so that
+    /// path keeps [`Self::replay_confirmed`].
+    pub async fn replay_confirmed_live(
+        &self,
+        sku: u64,
+        width: u16,
+        user: &str,
+        request_id: &str,
+    ) -> Result<Option<(StoredAnswer, Confirmation)>, StockError> {
+        self.replay_confirmed_with(sku, width, user, request_id, true)
+            .await
+    }
+
+    async fn replay_confirmed_with(
+        &self,
+        sku: u64,
+        width: u16,
+        user: &str,
+        request_id: &str,
+        live: bool,
+    ) -> Result<Option<(StoredAnswer, Confirmation)>, StockError> {
         let key = self.answer_key(sku, width, user, request_id);
         let mut conn = self.conn();
         // The common case (no answer: a request after sell-out) stays one plain read.
-        let seen: Option<String> = self.bounded("replay", conn.get(&key)).await?;
+        let seen: Option<String> = if live {
+            let home = self.placement().home_shard(sku, width, user);
+            let slice = crate::keys::ShardKeys::new(self.placement(), home, sku).stock();
+            let (seen, slice): (Option<String>, Option<String>) =
+                self.bounded("replay", conn.mget(&[&key, &slice])).await?;
+            if seen.is_none() && slice.is_none() {
+                return Err(StockError::SliceMissing { op: "replay" });
+            }
+            seen
+        } else {
+            self.bounded("replay", conn.get(&key)).await?
+        };
         let Some(wait) = self.config().replica_ack else {
             let answer = interpret(sku, seen)?;
             return Ok(answer.map(|(a, _)| (a, Confirmation::NotAsked)));

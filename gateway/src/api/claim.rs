@@ -178,10 +178,19 @@ async fn replay_or(
     // Read without a script, so no claim pipeline carried a WAIT: in replica mode the
     // answer is read again under a fence on the home shard, and a reroute's take checked
     // on its own shard (`shard-router/src/replay.rs`).
-    match client
-        .replay_confirmed(meta.sku, meta.width, user, rid)
-        .await
-    {
+    // Sold out from memory: no answer means "sold out" only while the home slice is
+    // there; a slice lost with the answer is 503 until the rebuild (`replay`, found by the
+    // model checker, model/). After the window, close-out deletes the slices.
+    let read = if matches!(otherwise, Refusal::SoldOut { .. }) {
+        client
+            .replay_confirmed_live(meta.sku, meta.width, user, rid)
+            .await
+    } else {
+        client
+            .replay_confirmed(meta.sku, meta.width, user, rid)
+            .await
+    };
+    match read {
         Ok(None) => Err(otherwise),
         Ok(Some((StoredAnswer::Claimed(claim), confirmation))) => {
             Claimed::confirmed(claim, How::Replay, confirmation)

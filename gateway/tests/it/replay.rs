@@ -288,14 +288,11 @@ async fn a_winners_retry_while_the_slice_is_missing_is_not_refused() {
     gw.stop().await;
 }
 
-/// Found by the model checker's deep form (model/, `replay`), not fixed yet: a winner's
-/// retry through a gateway that caches the SKU sold out, after the home shard lost its keys
-/// and before the rebuild restored its stored answer, reads no answer and is told 410. The
-/// fix needs the replay read of the sold-out path to see the slice missing (one MGET with
-/// the answer: same hash tag) and answer 503, while the window-closed path keeps `ended`
-/// (close-out deletes the slices). Run with `--ignored` to see it fail.
+/// Found by the model checker's deep form (model/, `replay`): a winner's retry through a
+/// gateway that caches the SKU sold out, after the home shard lost its keys and before the
+/// rebuild restored its stored answer, read no answer and was told 410. The sold-out path's
+/// replay read sees the slice missing in the same read and answers 503.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "known bug found by the model's deep form; see docs/DESIGN.md \"Checked by the model\""]
 async fn a_winners_retry_after_a_loss_is_not_told_sold_out() {
     let redis = RedisServer::start();
     let stock = stock_client(&redis.url(), false).await;
