@@ -22,8 +22,8 @@ fn claim_fields(v: &Value) -> Value {
 /// Every command a claim, a replay read or a filter read could issue, summed over the
 /// Redis servers at `urls`.
 fn calls(urls: &[String]) -> u64 {
-    const COMMANDS: [&str; 8] = [
-        "evalsha", "eval", "hmget", "get", "fcall", "hlen", "hget", "hscan",
+    const COMMANDS: [&str; 9] = [
+        "evalsha", "eval", "hmget", "get", "mget", "fcall", "hlen", "hget", "hscan",
     ];
     urls.iter()
         .map(|url| {

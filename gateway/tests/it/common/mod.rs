@@ -349,7 +349,7 @@ pub(crate) fn script_calls(redis: &test_support::RedisServer) -> u64 {
 
 /// Every command the claim path or a cache load could issue.
 pub(crate) fn claim_path_calls(redis: &test_support::RedisServer) -> u64 {
-    command_calls(redis, &["evalsha", "eval", "hmget", "get", "fcall"])
+    command_calls(redis, &["evalsha", "eval", "hmget", "get", "mget", "fcall"])
 }
 
 /// Puts one unit back into the SKU's first slice behind the gateways' backs: no event is
