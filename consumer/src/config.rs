@@ -13,16 +13,7 @@ use shard_router::{RedisTarget, StockConfig, Timeouts};
 
 use crate::replica::ReplicaWait;
 
-/// Rows per batch when not configured. Big enough that one commit (one fsync) carries many
-/// claims, small enough that a batch commits in a few ms.
-pub const DEFAULT_BATCH_MAX_ROWS: usize = 1000;
-/// Columns per claims row; MySQL allows 65 535 placeholders per statement.
-pub const CLAIM_COLUMNS: usize = 10;
-/// Upper bound of `batch_max_rows` that keeps one INSERT within the placeholder limit.
-pub const MAX_BATCH_ROWS: usize = 65_535 / CLAIM_COLUMNS;
-// One batch must fit one INSERT, and the default must be a valid setting.
-const _: () = assert!(MAX_BATCH_ROWS * CLAIM_COLUMNS <= 65_535);
-const _: () = assert!(DEFAULT_BATCH_MAX_ROWS <= MAX_BATCH_ROWS);
+pub use ledger::claims::{DEFAULT_BATCH_MAX_ROWS, MAX_BATCH_ROWS};
 /// Default consumer group name.
 pub const DEFAULT_GROUP: &str = "ledger";
 /// Default `--mysql`.

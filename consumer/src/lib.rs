@@ -3,11 +3,11 @@
 //!
 //! Layout (one concept per file):
 //! - [`config`]: settings and their documented defaults; [`clock`]: Redis's clock decides.
-//! - [`db`]: pool and migrations (`consumer/migrations`, applied at start).
+//! - `db`: the ledger crate's pool and migrations (`ledger/migrations`, applied at start).
 //! - [`stream`] (shard-router's): the stream operations on one shard (group, read,
 //!   ack+delete, XAUTOCLAIM, dead letters); [`reader`]: XREADGROUP loop per shard into the bounded channel.
-//! - [`writer`]: batches (max rows / max wait) → [`ledger`]: one transaction per batch.
-//!   `row_buckets`: the few row counts its INSERT is padded to, so it stays prepared.
+//! - [`writer`]: batches (max rows / max wait) → [`commit`]: one ledger transaction per
+//!   batch; [`late`]: claims committed after the rebuild that did not count them.
 //!   [`final_answers`]: rerouted claims' replay answers made final before the delete.
 //! - [`redrive`]: `consumer redrive`, dead letters back into the ledger, idempotently.
 //! - [`replica`]: wait for a replica before committing (default wherever there is one).
@@ -29,15 +29,16 @@ pub mod campaign;
 pub mod cli;
 pub mod clock;
 pub mod closeout;
+pub mod commit;
 pub mod config;
-pub mod db;
+mod db;
 mod error;
 pub mod final_answers;
 pub mod flush;
 pub mod health;
 pub mod housekeeping;
 pub mod inflight;
-pub mod ledger;
+pub mod late;
 pub mod memory;
 pub mod metrics;
 pub mod reader;
@@ -47,7 +48,6 @@ pub mod recovery;
 pub mod redrive;
 pub mod release;
 pub mod replica;
-mod row_buckets;
 pub mod series;
 pub mod service;
 pub mod startup;
@@ -55,7 +55,8 @@ pub mod times;
 pub mod wave;
 pub mod writer;
 
-// The consumer's modules name the shared plumbing by these paths.
+// The consumer's modules name the shared plumbing and the ledger's pool by these paths.
+
 pub use plumbing::{backoff, shutdown as signal};
 pub use shard_router::stream;
 

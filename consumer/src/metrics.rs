@@ -8,7 +8,7 @@ pub const BATCH_ROWS: &str = "flashgate_consumer_batch_rows";
 pub const COMMIT_SECONDS: &str = "flashgate_consumer_commit_seconds";
 pub const CLAIMS_COMMITTED: &str = "flashgate_consumer_claims_committed_total";
 pub const REDELIVERED: &str = "flashgate_consumer_redelivered_total";
-pub const ANOMALIES: &str = "flashgate_consumer_anomalies_total";
+pub use ledger::anomalies::ANOMALIES;
 pub const DB_ERRORS: &str = "flashgate_consumer_db_errors_total";
 pub const STREAM_LAG: &str = "flashgate_consumer_stream_lag";
 pub const STREAM_PENDING: &str = "flashgate_consumer_stream_pending";

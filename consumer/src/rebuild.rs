@@ -17,17 +17,17 @@
 //!    request and waits, bounded, until every live consumer confirms that what it read
 //!    before the request is committed (step 3 then reads it) or dropped; what it reads
 //!    after is still in its stream at step 3. The argument, and who is not waited for
-//!    (then a fixed pause, and what commits later is a late claim, `rebuild/late.rs`),
+//!    (then a fixed pause, and what commits later is a late claim, `consumer/src/late.rs`),
 //!    are in `rebuild/handshake.rs`.
 //! 3. **Read under the campaign row, in one transaction:** `SELECT … FOR UPDATE` on the
 //!    campaign row (every batch takes it shared first, `ledger.rs`), then the streams and
-//!    dead letters; the claims found there are inserted into the ledger (`ledger::store`,
+//!    dead letters; the claims found there are inserted into the ledger (`commit::store`,
 //!    the batches' own insert), `campaigns.rebuild_gen` is bumped, and the ledger is read
 //!    by pages (waiting late claims included: counted here, marked applied only after
 //!    step 5). A batch commits either before that
 //!    (its rows are read) or after the commit, and then the records it inserts carry an
 //!    older generation: late claims, counted in Redis after their commit
-//!    (`rebuild/late.rs`). The ledger's status wins for a claim found in both.
+//!    (`consumer/src/late.rs`). The ledger's status wins for a claim found in both.
 //! 4. **Write** each shard in one atomic step (`lua/rebuild.lua`) with the new generation
 //!    and its debt (units the ledger counts sold beyond the share, `rebuild/image.rs`),
 //!    which checks the token first: a rebuild whose lease was taken over changes nothing
@@ -55,9 +55,9 @@
 
 pub mod handshake;
 mod image;
-pub mod late;
+
 mod lease;
-mod row;
+
 mod sources;
 pub mod watch;
 
@@ -72,9 +72,9 @@ use sqlx::MySqlPool;
 use crate::campaign;
 use crate::db::bounded;
 use crate::error::ConsumerError;
-use crate::ledger;
 use crate::replica::{self, ReplicaWait};
 use crate::stream::ShardStream;
+use crate::{commit, late};
 use image::Known;
 pub(crate) use sources::in_flight;
 
@@ -221,11 +221,11 @@ pub async fn rebuild(
         .collect();
     let found = in_flight(client, &streams, sku).await?;
     let refs: Vec<&shard_router::ClaimRecord> = found.iter().collect();
-    // In the ledger when this commits = counted by this rebuild (`rebuild/late.rs`).
+    // In the ledger when this commits = counted by this rebuild (`consumer/src/late.rs`).
     let mut in_flight_units = 0;
     // In batch-sized statements: after a consumer outage the streams can be long.
     for chunk in refs.chunks(crate::config::MAX_BATCH_ROWS) {
-        in_flight_units += ledger::store(&mut tx, chunk, None, t).await?.inserted_units;
+        in_flight_units += commit::store(&mut tx, chunk, None, t).await?.inserted_units;
     }
     bounded(
         "bump rebuild generation",
@@ -236,7 +236,7 @@ pub async fn rebuild(
             .execute(&mut *tx),
     )
     .await?;
-    let late_counted = late::waiting_for_rebuild(&mut tx, sku, t).await?;
+    let late_counted = ledger::late::waiting(&mut tx, sku, t).await?;
     let claims: Vec<Known> =
         sources::ledger_claims(&mut tx, sku, opts.ledger_page.max(1), t).await?;
     let floors = sources::stream_floors(&mut tx, &shards, t).await?;
@@ -325,7 +325,7 @@ pub async fn rebuild(
     let detail = serde_json::to_string(&report).unwrap_or_default();
     if report.oversold > 0 {
         tracing::error!(sku, %detail, "rebuild: more units taken than the stock");
-        ledger::anomaly(
+        ledger::anomalies::anomaly(
             pool,
             "oversold",
             &format!("{sku}:{token}"),

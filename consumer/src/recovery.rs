@@ -13,7 +13,6 @@ use tokio::sync::{mpsc, watch};
 use crate::config::Config;
 use crate::error::ConsumerError;
 use crate::inflight::InFlight;
-use crate::ledger;
 use crate::metrics as m;
 use crate::replica::ShardReplica;
 use crate::stream::{self, Delivered, ShardStream};
@@ -238,7 +237,7 @@ impl Recovery {
         let detail = format!("shard {} entry {entry_id} dead-lettered: {reason}", s.shard);
         // The anomaly first: a crash between the two leaves the entry pending (it is
         // dead-lettered again, and the anomaly is recorded once).
-        ledger::anomaly(
+        ledger::anomalies::anomaly(
             &self.pool,
             "dead_letter",
             &format!("{}-{entry_id}", s.shard),
@@ -274,7 +273,7 @@ impl Recovery {
         if found.is_none() {
             let detail = format!("entry {entry_id} was deleted from the stream while pending and is not in the ledger");
             tracing::error!(claim = %claim_id, "{detail}");
-            ledger::anomaly(
+            ledger::anomalies::anomaly(
                 &self.pool,
                 "deleted_pending",
                 &claim_id,

@@ -27,9 +27,9 @@ use std::time::Duration;
 
 use redis::Value;
 
+use crate::commit;
 use crate::config::MAX_BATCH_ROWS;
 use crate::error::ConsumerError;
-use crate::ledger;
 use crate::replica::{self, ReplicaWait};
 use crate::stream::ShardStream;
 
@@ -105,7 +105,7 @@ pub async fn run(
                 }
             }
             if !records.is_empty() {
-                let out = ledger::write_batch(pool, &records, timeout).await?;
+                let out = commit::write_batch(pool, &records, timeout).await?;
                 report.inserted += out.inserted as u64;
                 report.already += out.redelivered as u64;
                 // A collision is an acknowledged claim too: kept as its own row with a

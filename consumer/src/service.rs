@@ -41,7 +41,7 @@ pub async fn connect_db(
             Err(e) => {
                 tracing::warn!(error = %e, "migrations not applied yet; retrying");
                 if !backoff.sleep(shutdown).await {
-                    return Err(e);
+                    return Err(e.into());
                 }
             }
         }

@@ -18,11 +18,11 @@ use sqlx::MySqlPool;
 use tokio::sync::{mpsc, watch};
 
 use crate::backoff::Backoff;
+use crate::commit::{self, BatchOutcome};
 use crate::config::Config;
 use crate::inflight::InFlight;
-use crate::ledger::{self, BatchOutcome};
+use crate::late;
 use crate::metrics as m;
-use crate::rebuild::late;
 use crate::stream::{Delivered, ShardStream};
 
 /// What the writer needs; shared with nothing but the in-flight set and the health flag.
@@ -183,7 +183,7 @@ impl Writer {
     ) -> Result<BatchOutcome, crate::ConsumerError> {
         let mut backoff = Backoff::new(self.cfg.backoff_min, self.cfg.backoff_max);
         loop {
-            match ledger::write_refs(&self.pool, records, self.cfg.db_timeout).await {
+            match commit::write_refs(&self.pool, records, self.cfg.db_timeout).await {
                 Ok(o) => {
                     self.db_healthy.store(true, Ordering::Relaxed);
                     return Ok(o);

@@ -9,10 +9,10 @@ use shard_router::{ClaimRecord, StockClient};
 use sqlx::{MySql, Transaction};
 
 use super::image::{Known, Seen};
-use super::row::{self, LedgerRecord};
 use crate::db::bounded;
 use crate::error::ConsumerError;
 use crate::stream::{self, ShardStream};
+use ledger::claims::{Claim, COLUMNS};
 
 /// Entries per XRANGE page.
 const PAGE: usize = 1000;
@@ -76,7 +76,7 @@ pub(super) async fn applied_waves(
 #[derive(sqlx::FromRow)]
 struct Row {
     #[sqlx(flatten)]
-    record: LedgerRecord,
+    record: Claim,
     status: String,
 }
 
@@ -95,9 +95,8 @@ pub(super) async fn ledger_claims(
             "rebuild claims",
             t,
             sqlx::query_as(&format!(
-                "SELECT {}, CAST(c.status AS CHAR) AS status FROM claims c \
-                 WHERE c.sku = ? AND c.claim_id > ? ORDER BY c.claim_id LIMIT ?",
-                row::COLUMNS
+                "SELECT {COLUMNS}, CAST(c.status AS CHAR) AS status FROM claims c \
+                 WHERE c.sku = ? AND c.claim_id > ? ORDER BY c.claim_id LIMIT ?"
             ))
             .bind(sku)
             .bind(&after)
@@ -110,7 +109,7 @@ pub(super) async fn ledger_claims(
             after = last.record.claim_id.clone();
         }
         out.extend(rows.into_iter().map(|r| Known {
-            record: r.record.into(),
+            record: crate::commit::record(r.record),
             seen: match r.status.as_str() {
                 "pending" | "confirmed" => Seen::Active,
                 _ => Seen::Released,

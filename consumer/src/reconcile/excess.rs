@@ -25,7 +25,6 @@ use sqlx::MySqlPool;
 
 use super::account::ShardFigures;
 use crate::error::ConsumerError;
-use crate::ledger;
 
 /// Takes each shard's positive drift out of its slice; returns the units removed.
 pub async fn remove(
@@ -45,7 +44,8 @@ pub async fn remove(
             "shard {}: slice {} + in flight {} + ledger {} − debt {} against {} released: Redis held {} unit(s) more than the ledger allows; removing them from the slice",
             f.shard, f.slice, f.in_flight, f.active_ledger, f.debt, f.expected, f.drift
         );
-        ledger::anomaly(pool, "excess_removed", &reference, Some(sku), &detail, t).await?;
+        ledger::anomalies::anomaly(pool, "excess_removed", &reference, Some(sku), &detail, t)
+            .await?;
         match client.remove_excess(f.shard, sku, f.epoch, f.drift).await? {
             Fixed::Removed {
                 removed,
@@ -64,7 +64,7 @@ pub async fn remove(
                         owed,
                         "slice had less than the excess: the rest was sold again (oversold), now the shard's debt"
                     );
-                    ledger::anomaly(
+                    ledger::anomalies::anomaly(
                         pool,
                         "oversold",
                         &format!("{reference}:debt"),

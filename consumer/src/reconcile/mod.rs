@@ -106,7 +106,6 @@ pub use snapshot::DEFAULT_PAGE;
 
 use crate::db::bounded;
 use crate::error::ConsumerError;
-use crate::ledger;
 use crate::metrics as m;
 use crate::stream::ShardStream;
 
@@ -323,7 +322,8 @@ async fn store(
         } else {
             "missing_slice"
         };
-        ledger::anomaly(pool, kind, &format!("{sku}:{id}"), Some(sku), &detail, t).await?;
+        ledger::anomalies::anomaly(pool, kind, &format!("{sku}:{id}"), Some(sku), &detail, t)
+            .await?;
     } else {
         tracing::info!(sku, %detail, "reconciliation closed");
     }

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use crate::common::*;
-use consumer::{ledger, stream};
+use consumer::{commit, stream};
 use shard_router::keys::ShardKeys;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -89,12 +89,12 @@ async fn a_redelivered_collision_is_still_a_no_op() {
     assert_eq!(records.len(), 2);
     assert_eq!(records[0].user_seq, records[1].user_seq);
 
-    let one = ledger::write_batch(&s.pool, &records, T).await.unwrap();
+    let one = commit::write_batch(&s.pool, &records, T).await.unwrap();
     assert_eq!((one.inserted, one.redelivered), (2, 0));
     assert_eq!(one.collisions.len(), 1);
     // Both again, and each alone: nothing new.
     for batch in [&records[..], &records[..1], &records[1..]] {
-        let again = ledger::write_batch(&s.pool, batch, T).await.unwrap();
+        let again = commit::write_batch(&s.pool, batch, T).await.unwrap();
         assert_eq!((again.inserted, again.redelivered), (0, batch.len()));
         assert!(again.collisions.is_empty());
     }

@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::*;
 use consumer::campaign::Campaign;
-use consumer::{ledger, stream};
+use consumer::{commit, stream};
 use shard_router::ClaimRecord;
 
 /// Claims produced by this test: 50 000 as the ledger's throughput target asks (~30 s in a debug build on 2 shared
@@ -97,8 +97,8 @@ async fn same_entries_delivered_twice_give_no_duplicate_rows() {
     let (c, records) = sold_out_in_the_streams(&s, 7002, 300, "d").await;
 
     // Two deliveries of the same entries straight into the ledger...
-    let first = ledger::write_batch(&s.pool, &records, T).await.unwrap();
-    let second = ledger::write_batch(&s.pool, &records, T).await.unwrap();
+    let first = commit::write_batch(&s.pool, &records, T).await.unwrap();
+    let second = commit::write_batch(&s.pool, &records, T).await.unwrap();
     assert_eq!((first.inserted, first.redelivered), (300, 0));
     assert_eq!((second.inserted, second.redelivered), (0, 300));
     assert!(second.collisions.is_empty());
@@ -132,7 +132,7 @@ async fn padded_batches_count_only_their_own_records() {
     let write = |batch: Vec<ClaimRecord>| {
         let pool = s.pool.clone();
         async move {
-            let out = ledger::write_batch(&pool, &batch, T).await.unwrap();
+            let out = commit::write_batch(&pool, &batch, T).await.unwrap();
             assert!(out.collisions.is_empty());
             (out.inserted, out.redelivered, out.inserted_units)
         }
@@ -158,7 +158,7 @@ async fn padded_batches_count_only_their_own_records() {
 
 /// Statements one connection of `url`'s pool prepares for three runs of one query.
 async fn prepares_for_three_runs(url: &str) -> i64 {
-    let pool = consumer::db::connect(url, T).await.expect("pool");
+    let pool = ledger::pool::connect(url, T).await.expect("pool");
     let mut conn = pool.acquire().await.expect("connection");
     // The text protocol: reading the counter prepares nothing itself.
     let prepared = |row: sqlx::mysql::MySqlRow| -> i64 {
@@ -227,7 +227,7 @@ async fn consumer_killed_after_commit_before_xack_is_taken_over_once() {
         );
     }
     assert_eq!(dead.len(), 200);
-    ledger::write_batch(&s.pool, &dead, T).await.unwrap();
+    commit::write_batch(&s.pool, &dead, T).await.unwrap();
     assert_eq!(
         stream_depth(&s).await,
         (200, 200),

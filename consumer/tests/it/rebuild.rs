@@ -360,7 +360,7 @@ async fn a_rebuilt_stream_never_reissues_a_claim_id_the_ledger_holds() {
         assert!(claimed(&claim_one(&s, &c, u, None).await));
     }
     let records = read_like_a_consumer(&s, &c).await;
-    consumer::ledger::write_batch(&s.pool, &records, T)
+    consumer::commit::write_batch(&s.pool, &records, T)
         .await
         .unwrap();
     flushall(&s);
@@ -463,7 +463,7 @@ async fn a_rebuilt_stream_never_reissues_another_skus_claim_id() {
         assert!(claimed(&claim_one(&s, &y, u, None).await));
     }
     let records = read_like_a_consumer(&s, &x).await;
-    consumer::ledger::write_batch(&s.pool, &records, T)
+    consumer::commit::write_batch(&s.pool, &records, T)
         .await
         .unwrap();
     let highest = records
@@ -506,7 +506,7 @@ async fn the_stream_floor_compares_sequence_numbers_as_numbers() {
             gen: 0,
         })
         .collect();
-    consumer::ledger::write_batch(&s.pool, &records, T)
+    consumer::commit::write_batch(&s.pool, &records, T)
         .await
         .unwrap();
     flushall(&s);

@@ -7,7 +7,8 @@
 use crate::common::rebuild::*;
 use crate::common::*;
 use consumer::campaign::Campaign;
-use consumer::rebuild::{self, late};
+use consumer::late;
+use consumer::rebuild;
 use consumer::release::{self, Reason};
 use consumer::wave;
 use shard_router::{ClaimOutcome, ClaimRecord};
@@ -34,10 +35,10 @@ async fn short_late_apply(s: &Stack, sku: u64) -> (Campaign, Vec<ClaimRecord>) {
         ));
     }
     let mut records = read_like_a_consumer(s, &c).await;
-    consumer::ledger::write_batch(&s.pool, &records, T)
+    consumer::commit::write_batch(&s.pool, &records, T)
         .await
         .unwrap();
-    let out = consumer::ledger::write_batch(&s.pool, &held, T)
+    let out = consumer::commit::write_batch(&s.pool, &held, T)
         .await
         .unwrap();
     assert_eq!(out.late.len(), 1, "alice's claim is late");
@@ -207,7 +208,7 @@ async fn an_excess_measured_before_a_late_apply_is_not_removed_after_it() {
     let s = Stack::start().await;
     let c = campaign(&s, 14_006, 3, 1, 1, 3600).await;
     let held = held_through_a_loss(&s, &c, "alice").await;
-    let out = consumer::ledger::write_batch(&s.pool, &held, T)
+    let out = consumer::commit::write_batch(&s.pool, &held, T)
         .await
         .unwrap();
     assert_eq!(out.late.len(), 1);
@@ -283,7 +284,7 @@ async fn late_committed_not_applied(s: &Stack, sku: u64) -> (Campaign, Vec<late:
     rebuild::rebuild(&s.pool, &s.client, c.sku, &rebuild_opts())
         .await
         .unwrap();
-    let out = consumer::ledger::write_batch(&s.pool, &held, T)
+    let out = consumer::commit::write_batch(&s.pool, &held, T)
         .await
         .unwrap();
     assert_eq!(out.late.len(), 1);
@@ -365,7 +366,7 @@ async fn an_excess_the_slice_cannot_give_becomes_the_debt() {
         ));
     }
     let first = read_like_a_consumer(&s, &c).await;
-    consumer::ledger::write_batch(&s.pool, &first, T)
+    consumer::commit::write_batch(&s.pool, &first, T)
         .await
         .unwrap();
     let _: () = redis::cmd("SET")
@@ -380,7 +381,7 @@ async fn an_excess_the_slice_cannot_give_becomes_the_debt() {
         ));
     }
     let all = read_like_a_consumer(&s, &c).await;
-    consumer::ledger::write_batch(&s.pool, &all, T)
+    consumer::commit::write_batch(&s.pool, &all, T)
         .await
         .unwrap();
     sold.extend(all);
@@ -417,7 +418,7 @@ async fn a_short_apply_retried_after_a_crash_still_records_the_oversell() {
             ClaimOutcome::Claimed { .. }
         ));
     }
-    let out = consumer::ledger::write_batch(&s.pool, &held, T)
+    let out = consumer::commit::write_batch(&s.pool, &held, T)
         .await
         .unwrap();
     let l = &out.late[0];

@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 use crate::common::rebuild::*;
 use crate::common::*;
 use consumer::campaign::Campaign;
-use consumer::rebuild::{self, late};
+use consumer::late;
+use consumer::rebuild;
 use shard_router::{ClaimOutcome, ClaimRecord};
 use sqlx::Connection;
 
@@ -69,7 +70,7 @@ async fn a_batch_committed_after_the_rebuild_read_is_counted() {
     assert_eq!(r.slices.iter().map(|x| x.1).sum::<i64>(), 3, "alice unseen");
     let replay_event = first_event(&s, &format!("replay {}", c.sku));
     // The stalled consumer commits now; the running service counts its late claim.
-    consumer::ledger::write_batch(&s.pool, &held, T)
+    consumer::commit::write_batch(&s.pool, &held, T)
         .await
         .unwrap();
     let consumer = start_consumer(s.cfg.clone());
@@ -148,7 +149,7 @@ async fn a_batch_racing_the_rebuild_read_is_counted_once() {
     tokio::time::sleep(Duration::from_millis(600)).await;
     let batch = {
         let pool = s.pool.clone();
-        tokio::spawn(async move { consumer::ledger::write_batch(&pool, &held, T).await })
+        tokio::spawn(async move { consumer::commit::write_batch(&pool, &held, T).await })
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!rebuild.is_finished() && !batch.is_finished(), "both wait");
@@ -186,7 +187,7 @@ async fn the_next_rebuild_counts_a_late_claim_left_unapplied() {
     let s = Stack::start().await;
     let c = campaign(&s, 12_003, 5, 1, 2, 3600).await;
     let held = held_through_a_loss(&s, &c, "alice").await;
-    let out = consumer::ledger::write_batch(&s.pool, &held, T)
+    let out = consumer::commit::write_batch(&s.pool, &held, T)
         .await
         .unwrap();
     assert_eq!(out.late.len(), 1, "judged late");
@@ -239,7 +240,7 @@ async fn a_late_second_chance_counts_on_both_shards_once() {
         .await
         .unwrap();
     let before = s.client.slices(c.sku, c.width).await.unwrap();
-    let out = consumer::ledger::write_batch(&s.pool, std::slice::from_ref(&zoe), T)
+    let out = consumer::commit::write_batch(&s.pool, std::slice::from_ref(&zoe), T)
         .await
         .unwrap();
     assert_eq!(out.late.len(), 1);
@@ -264,7 +265,7 @@ async fn a_late_second_chance_counts_on_both_shards_once() {
         .arg(0)
         .query(&mut s.redis.connection())
         .unwrap();
-    let out = consumer::ledger::write_batch(&s.pool, std::slice::from_ref(&yan), T)
+    let out = consumer::commit::write_batch(&s.pool, std::slice::from_ref(&yan), T)
         .await
         .unwrap();
     late::apply(&s.pool, &s.client, &out.late, T).await.unwrap();
@@ -298,7 +299,7 @@ async fn after_a_rebuild_a_preheat_keeps_the_generation() {
     let held = held_by_a_consumer(&s, &c, "alice").await;
     // Generations: 1 the first preheat, 2 the rebuild, 3 the preheat after the loss.
     assert_eq!(held[0].gen, 3);
-    let out = consumer::ledger::write_batch(&s.pool, &held, T)
+    let out = consumer::commit::write_batch(&s.pool, &held, T)
         .await
         .unwrap();
     assert!(out.late.is_empty());
@@ -339,7 +340,7 @@ async fn a_stale_hold_of_an_unapplied_late_claim_is_left_to_its_apply() {
         ts_ms: now - 61_000,
         gen: 0,
     };
-    let out = consumer::ledger::write_batch(&s.pool, std::slice::from_ref(&bob), T)
+    let out = consumer::commit::write_batch(&s.pool, std::slice::from_ref(&bob), T)
         .await
         .unwrap();
     assert_eq!(out.late.len(), 1);

@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use crate::common::rebuild::*;
 use crate::common::*;
-use consumer::rebuild::{self, late};
+use consumer::late;
+use consumer::rebuild;
 use consumer::wave;
 use shard_router::{ClaimOutcome, ClaimRecord, ClaimRequest};
 use sqlx::Connection;
@@ -82,7 +83,7 @@ async fn a_preheat_after_a_loss_with_an_empty_ledger_counts_the_held_batch() {
     consumer::campaign::preheat(&s.pool, &s.client, c.sku, T)
         .await
         .unwrap();
-    let out = consumer::ledger::write_batch(&s.pool, &held, T)
+    let out = consumer::commit::write_batch(&s.pool, &held, T)
         .await
         .unwrap();
     late::apply(&s.pool, &s.client, &out.late, T).await.unwrap();
@@ -128,14 +129,14 @@ async fn the_sweep_reaches_late_claims_behind_ones_that_wait_forever() {
             gen: 0,
         })
         .collect();
-    let out = consumer::ledger::write_batch(&s.pool, &waiting, T)
+    let out = consumer::commit::write_batch(&s.pool, &waiting, T)
         .await
         .unwrap();
     assert_eq!(out.late.len(), 500);
     assert_eq!(late::sweep(&s.pool, &s.client, None, T).await.unwrap(), 500);
 
     // Alice's batch commits late; the consumer crashes before its apply.
-    let out = consumer::ledger::write_batch(&s.pool, &held, T)
+    let out = consumer::commit::write_batch(&s.pool, &held, T)
         .await
         .unwrap();
     assert_eq!(out.late.len(), 1);
@@ -222,7 +223,7 @@ async fn a_late_apply_does_not_take_another_requests_hold_for_its_own() {
         "{hold:?}"
     );
 
-    let out = consumer::ledger::write_batch(&s.pool, &held, T)
+    let out = consumer::commit::write_batch(&s.pool, &held, T)
         .await
         .unwrap();
     assert_eq!(out.late.len(), 1);
@@ -278,10 +279,10 @@ async fn a_release_does_not_refill_a_late_claims_unit_sold_twice() {
         ));
     }
     let others = read_like_a_consumer(&s, &c).await;
-    consumer::ledger::write_batch(&s.pool, &others, T)
+    consumer::commit::write_batch(&s.pool, &others, T)
         .await
         .unwrap();
-    let out = consumer::ledger::write_batch(&s.pool, &held, T)
+    let out = consumer::commit::write_batch(&s.pool, &held, T)
         .await
         .unwrap();
     late::apply(&s.pool, &s.client, &out.late, T).await.unwrap();
@@ -368,7 +369,7 @@ async fn a_hold_undone_after_its_late_claim_was_applied_keeps_the_count() {
         ts_ms: now,
         gen: 0,
     };
-    let out = consumer::ledger::write_batch(&s.pool, std::slice::from_ref(&zoe), T)
+    let out = consumer::commit::write_batch(&s.pool, std::slice::from_ref(&zoe), T)
         .await
         .unwrap();
     assert_eq!(out.late.len(), 1);

@@ -235,8 +235,8 @@ async fn round(round: usize, n: usize, rate: usize) -> (PerClaim, PerClaim) {
     let client = StockClient::connect(cfg.stock().with_record_form(record_form()))
         .await
         .unwrap();
-    let pool = consumer::db::connect(&cfg.mysql_url, T).await.unwrap();
-    consumer::db::migrate(&pool).await.unwrap();
+    let pool = ledger::pool::connect(&cfg.mysql_url, T).await.unwrap();
+    ledger::pool::migrate(&pool).await.unwrap();
     let now = shard_router::now_ms();
     let c = Campaign {
         sku: SKU,

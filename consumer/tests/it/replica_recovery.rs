@@ -9,7 +9,8 @@
 use crate::common::failover::*;
 use crate::common::rebuild::*;
 use crate::common::*;
-use consumer::rebuild::{self, late};
+use consumer::late;
+use consumer::rebuild;
 use shard_router::keys::{self, ShardKeys};
 use shard_router::{ClaimRecord, StockClient};
 use test_support::RedisServer;
@@ -41,7 +42,7 @@ async fn a_late_apply_no_replica_confirmed_is_applied_again_after_a_failover() {
     let shard = s.client.placement().shards_of(c.sku, 1)[0];
     let held = held_through_a_loss(&s, &c, "alice").await;
     assert_on_the_replica(&s.client, shard, "the rebuild is on the replica").await;
-    let out = consumer::ledger::write_batch(&s.pool, &held, T)
+    let out = consumer::commit::write_batch(&s.pool, &held, T)
         .await
         .unwrap();
     assert_eq!(out.late.len(), 1, "alice's claim is late");
@@ -247,7 +248,7 @@ async fn a_rebuild_no_replica_confirmed_leaves_its_late_claims_to_count() {
     let c = campaign(&s, 12_104, 3, 1, 1, 3600).await;
     let shard = s.client.placement().shards_of(c.sku, 1)[0];
     let held = held_through_a_loss(&s, &c, "alice").await;
-    let out = consumer::ledger::write_batch(&s.pool, &held, T)
+    let out = consumer::commit::write_batch(&s.pool, &held, T)
         .await
         .unwrap();
     assert_eq!(out.late.len(), 1, "alice's claim is late (never applied)");

@@ -25,7 +25,7 @@ async fn consumer_started_before_redis_waits_for_it() {
 
     redis.restart();
     let client = StockClient::connect(cfg.stock()).await.unwrap();
-    let pool = consumer::db::connect(&cfg.mysql_url, T).await.unwrap();
+    let pool = ledger::pool::connect(&cfg.mysql_url, T).await.unwrap();
     let c = open_campaign(&pool, &client, 12_001, 10, 2, 1, 3600).await;
     assert_eq!(claim_all(&client, &c, users("s", 4), 2).await.len(), 4);
     wait_rows(&pool, c.sku, 4, Duration::from_secs(20)).await;
@@ -82,7 +82,7 @@ async fn consumer_started_before_its_cluster_is_formed_waits_for_it() {
         assert!(std::time::Instant::now() < deadline, "cluster never served");
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
-    let pool = consumer::db::connect(&cfg.mysql_url, T).await.unwrap();
+    let pool = ledger::pool::connect(&cfg.mysql_url, T).await.unwrap();
     let c = loop {
         // The slots may still be settling on the nodes.
         let now = shard_router::now_ms();

@@ -134,8 +134,8 @@ fn sql_str(s: &str) -> String {
 /// The same rows by the `mariadb` client into a fresh database: rows/s.
 async fn raw_round(recs: &[ClaimRecord]) -> f64 {
     let db = TestDatabase::create();
-    let pool = consumer::db::connect(&db.url(), T).await.unwrap();
-    consumer::db::migrate(&pool).await.unwrap();
+    let pool = ledger::pool::connect(&db.url(), T).await.unwrap();
+    ledger::pool::migrate(&pool).await.unwrap();
     let mut sql = String::new();
     for chunk in recs.chunks(1000) {
         sql.push_str(&format!("INSERT INTO claims {COLUMNS} VALUES "));
@@ -202,8 +202,8 @@ async fn raw_round(recs: &[ClaimRecord]) -> f64 {
 /// One row per transaction (autocommit INSERT), for at most `limit`: rows/s.
 async fn row_per_transaction(recs: &[ClaimRecord], limit: Duration) -> (f64, usize) {
     let db = TestDatabase::create();
-    let pool = consumer::db::connect(&db.url(), T).await.unwrap();
-    consumer::db::migrate(&pool).await.unwrap();
+    let pool = ledger::pool::connect(&db.url(), T).await.unwrap();
+    ledger::pool::migrate(&pool).await.unwrap();
     let t = Instant::now();
     let mut n = 0;
     for r in recs {

@@ -22,7 +22,7 @@ fn url(db: &MariaDbServer, query: &str) -> String {
 
 /// Connects and runs one query, so a refused handshake shows as an error here.
 async fn try_ledger(url: &str) -> Result<MySqlPool, String> {
-    let pool = consumer::db::connect(url, T)
+    let pool = ledger::pool::connect(url, T)
         .await
         .map_err(|e| e.to_string())?;
     sqlx::query("SELECT 1")
@@ -35,7 +35,7 @@ async fn try_ledger(url: &str) -> Result<MySqlPool, String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_ledger_is_written_over_verified_tls() {
     let db = MariaDbServer::start_with_tls();
-    let root = consumer::db::connect(&db.url(), T).await.unwrap();
+    let root = ledger::pool::connect(&db.url(), T).await.unwrap();
     for sql in [
         format!("CREATE USER '{USER}'@'127.0.0.1' IDENTIFIED BY 'pw' REQUIRE SSL"),
         format!("GRANT ALL ON flashgate.* TO '{USER}'@'127.0.0.1'"),
@@ -71,7 +71,7 @@ async fn the_ledger_is_written_over_verified_tls() {
     );
 
     // Migrations over TLS, then the whole consumer on that URL commits claims.
-    consumer::db::migrate(&pool)
+    ledger::pool::migrate(&pool)
         .await
         .expect("migrations over TLS");
     let redis = RedisServer::start();

@@ -82,8 +82,8 @@ async fn drill(loss: Loss) -> verdict::Figures {
         .stock()
         .with_record_form(shard_router::RecordForm::Compact);
     let client = StockClient::connect(stock).await.expect("redis");
-    let pool = consumer::db::connect(&cfg.mysql_url, T).await.expect("db");
-    consumer::db::migrate(&pool).await.expect("migrate");
+    let pool = ledger::pool::connect(&cfg.mysql_url, T).await.expect("db");
+    ledger::pool::migrate(&pool).await.expect("migrate");
     let now = now_ms();
     // Users come back for more than the limit, so the limit check across the loss bites.
     let stock = drills::scaled_count(1_200);

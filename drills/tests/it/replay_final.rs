@@ -54,8 +54,8 @@ async fn rerouted_answers_stay_replayable_after_the_ledger_took_them() {
     let mut stock_cfg = cfg.stock();
     stock_cfg.replica_ack = Some(Duration::from_millis(200));
     let gateway = StockClient::connect(stock_cfg).await.expect("redis");
-    let pool = consumer::db::connect(&cfg.mysql_url, T).await.expect("db");
-    consumer::db::migrate(&pool).await.expect("migrate");
+    let pool = ledger::pool::connect(&cfg.mysql_url, T).await.expect("db");
+    ledger::pool::migrate(&pool).await.expect("migrate");
     let now = now_ms();
     let c = Campaign {
         sku: 1_401,

@@ -173,10 +173,10 @@ async fn connect(cfg: &Config) -> (StockClient, MySqlPool) {
     let client = StockClient::connect(claims_stock(cfg))
         .await
         .expect("redis");
-    let pool = consumer::db::connect(&cfg.mysql_url, T)
+    let pool = ledger::pool::connect(&cfg.mysql_url, T)
         .await
         .expect("mysql");
-    consumer::db::migrate(&pool).await.expect("migrate");
+    ledger::pool::migrate(&pool).await.expect("migrate");
     (client, pool)
 }
 

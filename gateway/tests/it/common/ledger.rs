@@ -27,10 +27,10 @@ pub(crate) async fn ledger(redis: &RedisServer) -> Ledger {
     cfg.reconcile_interval = Duration::from_secs(3600);
     cfg.db_timeout = Duration::from_secs(3);
     let client = StockClient::connect(cfg.stock()).await.expect("redis");
-    let pool = consumer::db::connect(&cfg.mysql_url, T)
+    let pool = ledger::pool::connect(&cfg.mysql_url, T)
         .await
         .expect("mysql");
-    consumer::db::migrate(&pool).await.expect("migrate");
+    ledger::pool::migrate(&pool).await.expect("migrate");
     Ledger {
         _db: db,
         cfg,

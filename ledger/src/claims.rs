@@ -8,7 +8,7 @@
 //! rebuild generation: a rebuild holds the row exclusively while it reads the ledger, so a
 //! batch commits either before that read (the rebuild sees it) or after the rebuild's
 //! commit, and then every record it inserts from before that rebuild is a late claim
-//! (`rebuild/late.rs`). Lock order everywhere: `campaigns`, then `sku_stock`.
+//! (`late.rs`). Lock order everywhere: `campaigns`, then `sku_stock`.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::{BuildHasher, Hasher};
@@ -16,31 +16,83 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use shard_router::ClaimRecord;
 use sqlx::{MySql, MySqlPool, QueryBuilder, Transaction};
 
-use crate::config::CLAIM_COLUMNS;
-use crate::db::bounded;
-use crate::error::ConsumerError;
-use crate::rebuild::late::{self, LateClaim};
+use crate::anomalies::anomaly;
+use crate::error::LedgerError;
+use crate::late::{self, LateRow};
+use crate::pool::bounded;
 use crate::row_buckets;
 
-/// What a committed batch did.
+/// Rows per batch when not configured. Big enough that one commit (one fsync) carries many
+/// claims, small enough that a batch commits in a few ms.
+pub const DEFAULT_BATCH_MAX_ROWS: usize = 1000;
+/// Columns per claims row; MySQL allows 65 535 placeholders per statement.
+pub const CLAIM_COLUMNS: usize = 10;
+/// Rows one INSERT can carry within the placeholder limit: the most a batch may hold.
+pub const MAX_BATCH_ROWS: usize = 65_535 / CLAIM_COLUMNS;
+// One batch must fit one INSERT, and the default must be a valid setting.
+const _: () = assert!(MAX_BATCH_ROWS * CLAIM_COLUMNS <= 65_535);
+const _: () = assert!(DEFAULT_BATCH_MAX_ROWS <= MAX_BATCH_ROWS);
+
+/// A claim as the ledger stores it, borrowed from the stream record it came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClaimRow<'a> {
+    /// `<shard>-<stream entry id>`, the primary key.
+    pub claim_id: &'a str,
+    pub sku: u64,
+    pub user: &'a str,
+    pub qty: u32,
+    /// The user's running claim number for this SKU; a second claim id on one
+    /// `(sku, user, user_seq)` is a collision.
+    pub user_seq: u64,
+    /// Shard whose slice gave the units.
+    pub shard: u16,
+    /// The user's home shard.
+    pub home: u16,
+    pub request_id: Option<&'a str>,
+    /// Gateway clock at claim time, ms since the epoch.
+    pub ts_ms: i64,
+    /// Rebuild generation of the shard when the claim was taken.
+    pub gen: u64,
+}
+
+/// The `claims` columns of a [`Claim`], for a query that names the table `c`. `user_id` and
+/// `request_id` have a binary collation; sqlx decodes only text as `String`.
+pub const COLUMNS: &str = "c.claim_id, c.sku, CAST(c.user_id AS CHAR) AS user_id, \
+     c.user_seq, c.qty, c.shard, c.home, CAST(c.request_id AS CHAR) AS request_id, c.claimed_ms";
+
+/// A claim read back from the ledger (select [`COLUMNS`]).
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct Claim {
+    pub claim_id: String,
+    pub sku: u64,
+    pub user_id: String,
+    pub user_seq: u64,
+    pub qty: u32,
+    pub shard: u16,
+    pub home: u16,
+    pub request_id: Option<String>,
+    pub claimed_ms: i64,
+}
+
+/// What a committed batch did. Rows are named by their index in the slice written.
 #[derive(Debug, Default, Clone)]
-pub struct BatchOutcome {
+pub struct Stored {
     /// Rows this batch inserted.
     pub inserted: usize,
-    /// Entries already in the ledger under the same claim id (a redelivery).
+    /// Rows already in the ledger under the same claim id (a redelivery).
     pub redelivered: usize,
-    /// Records inserted although another claim id already holds their
+    /// Rows inserted although another claim id already holds their
     /// `(sku, user, user_seq)`: both were acknowledged, so both rows are kept (and counted
     /// in `inserted`); each is a critical `collision` anomaly for an operator.
-    pub collisions: Vec<ClaimRecord>,
+    pub collisions: Vec<usize>,
     /// Units of the rows inserted (collisions included).
     pub inserted_units: u64,
-    /// Inserted records the last rebuild of their SKU did not count (older generation):
-    /// listed in `late_claims`, to be counted in Redis after the commit.
-    pub late: Vec<LateClaim>,
+    /// Inserted rows the last rebuild of their SKU did not count (older generation), with
+    /// the generation they were judged against: listed in `late_claims`, to be counted in
+    /// Redis after the commit.
+    pub late: Vec<(usize, u64)>,
 }
 
 /// A process-unique, practically globally unique batch id: tells a batch which rows it
@@ -56,78 +108,75 @@ pub fn next_batch_id() -> u64 {
     base.wrapping_add(N.fetch_add(1, Ordering::Relaxed))
 }
 
-/// Writes `records` (at most [`crate::config::MAX_BATCH_ROWS`]) in one transaction.
-pub async fn write_batch(
+/// Writes `rows` (at most [`MAX_BATCH_ROWS`]) in one transaction: the campaign rows of
+/// their SKUs taken shared for their rebuild generation, then [`store`].
+pub async fn write(
     pool: &MySqlPool,
-    records: &[ClaimRecord],
+    rows: &[ClaimRow<'_>],
     timeout: Duration,
-) -> Result<BatchOutcome, ConsumerError> {
-    let refs: Vec<&ClaimRecord> = records.iter().collect();
-    write_refs(pool, &refs, timeout).await
-}
-
-/// [`write_batch`] over borrowed records (the writer's batches own theirs elsewhere).
-pub async fn write_refs(
-    pool: &MySqlPool,
-    records: &[&ClaimRecord],
-    timeout: Duration,
-) -> Result<BatchOutcome, ConsumerError> {
+) -> Result<Stored, LedgerError> {
     // A batch can carry the same entry twice (read, then recovered); one copy is enough.
     let mut seen = HashSet::new();
-    let records: Vec<&ClaimRecord> = records
-        .iter()
-        .copied()
-        .filter(|r| seen.insert(r.claim_id.as_str()))
+    let kept: Vec<usize> = (0..rows.len())
+        .filter(|&i| seen.insert(rows[i].claim_id))
         .collect();
-    if records.is_empty() {
-        return Ok(BatchOutcome::default());
+    if kept.is_empty() {
+        return Ok(Stored::default());
     }
+    let distinct: Vec<ClaimRow<'_>> = kept.iter().map(|&i| rows[i]).collect();
     let mut tx = bounded("begin", timeout, pool.begin()).await?;
-    let skus: Vec<u64> = records
+    let skus: Vec<u64> = distinct
         .iter()
         .map(|r| r.sku)
         .collect::<std::collections::BTreeSet<_>>()
         .into_iter()
         .collect();
     let gens = late::campaign_gens(&mut tx, &skus, timeout).await?;
-    let out = store(&mut tx, &records, Some(&gens), timeout).await?;
+    let mut out = store(&mut tx, &distinct, Some(&gens), timeout).await?;
     bounded("commit", timeout, tx.commit()).await?;
+    // Indices into `distinct` back to indices into `rows`.
+    for i in &mut out.collisions {
+        *i = kept[*i];
+    }
+    for (i, _) in &mut out.late {
+        *i = kept[*i];
+    }
     Ok(out)
 }
 
-/// Inserts `records` (distinct claim ids) and takes their units from `sku_stock`, inside
+/// Inserts `rows` (distinct claim ids) and takes their units from `sku_stock`, inside
 /// `tx`: the one write of claims into the ledger, used by batches and by a rebuild for the
 /// claims it finds in flight. With `gens` (each SKU's rebuild generation, read under the
-/// campaign row lock), inserted records of an older generation are marked late.
-pub(crate) async fn store(
+/// campaign row lock), inserted rows of an older generation are marked late.
+pub async fn store(
     tx: &mut Transaction<'_, MySql>,
-    records: &[&ClaimRecord],
+    rows: &[ClaimRow<'_>],
     gens: Option<&HashMap<u64, u64>>,
     timeout: Duration,
-) -> Result<BatchOutcome, ConsumerError> {
-    if records.is_empty() {
-        return Ok(BatchOutcome::default());
+) -> Result<Stored, LedgerError> {
+    if rows.is_empty() {
+        return Ok(Stored::default());
     }
-    debug_assert!(records.len() * CLAIM_COLUMNS <= 65_535);
+    debug_assert!(rows.len() * CLAIM_COLUMNS <= 65_535);
     let batch_id = next_batch_id();
 
     let mut insert = QueryBuilder::<MySql>::new(
         "INSERT IGNORE INTO claims \
          (claim_id, sku, user_id, user_seq, qty, shard, home, request_id, claimed_ms, batch_id) ",
     );
-    // Padded with copies of the last record, which the INSERT IGNORE skips, so that the
+    // Padded with copies of the last row, which the INSERT IGNORE skips, so that the
     // statement is one sqlx has prepared before (`row_buckets.rs`).
-    let rows = row_buckets::padded_rows(records.len(), row_buckets::cap_for(records.len()));
-    let padding = std::iter::repeat_n(records[records.len() - 1], rows - records.len());
-    insert.push_values(records.iter().copied().chain(padding), |mut b, r| {
-        b.push_bind(&r.claim_id)
+    let padded = row_buckets::padded_rows(rows.len(), row_buckets::cap_for(rows.len()));
+    let padding = std::iter::repeat_n(&rows[rows.len() - 1], padded - rows.len());
+    insert.push_values(rows.iter().chain(padding), |mut b, r| {
+        b.push_bind(r.claim_id)
             .push_bind(r.sku)
-            .push_bind(&r.user)
+            .push_bind(r.user)
             .push_bind(r.user_seq)
             .push_bind(r.qty)
             .push_bind(r.shard)
             .push_bind(r.home)
-            .push_bind(r.request_id.as_deref())
+            .push_bind(r.request_id)
             .push_bind(r.ts_ms)
             .push_bind(batch_id);
     });
@@ -135,34 +184,34 @@ pub(crate) async fn store(
         .await?
         .rows_affected() as usize;
 
-    let mut out = BatchOutcome::default();
-    let mut inserted: Vec<&ClaimRecord> = if affected == records.len() {
-        records.to_vec()
+    let mut out = Stored::default();
+    let mut inserted: Vec<usize> = if affected == rows.len() {
+        (0..rows.len()).collect()
     } else {
-        let ours = ids_where(tx, records, Some(batch_id), timeout).await?;
-        let others: Vec<&ClaimRecord> = records
+        let all: Vec<usize> = (0..rows.len()).collect();
+        let ours = ids_where(tx, rows, &all, Some(batch_id), timeout).await?;
+        let others: Vec<usize> = all
             .iter()
             .copied()
-            .filter(|r| !ours.contains(&r.claim_id))
+            .filter(|&i| !ours.contains(rows[i].claim_id))
             .collect();
-        let existing = ids_where(tx, &others, None, timeout).await?;
-        for r in others {
-            if existing.contains(&r.claim_id) {
+        let existing = ids_where(tx, rows, &others, None, timeout).await?;
+        for i in others {
+            if existing.contains(rows[i].claim_id) {
                 out.redelivered += 1;
             } else {
-                out.collisions.push(r.clone());
+                out.collisions.push(i);
             }
         }
-        records
-            .iter()
-            .copied()
-            .filter(|r| ours.contains(&r.claim_id))
+        all.into_iter()
+            .filter(|&i| ours.contains(rows[i].claim_id))
             .collect()
     };
     // A collision is an acknowledged claim like any other: its own row, its own units.
     let mut stored = Vec::new();
-    for c in std::mem::take(&mut out.collisions) {
-        if !insert_collision(tx, &c, batch_id, timeout).await? {
+    for i in std::mem::take(&mut out.collisions) {
+        let c = &rows[i];
+        if !insert_collision(tx, c, batch_id, timeout).await? {
             // Another consumer stored this very claim id first: a redelivery after all.
             out.redelivered += 1;
             continue;
@@ -176,35 +225,42 @@ pub(crate) async fn store(
         anomaly(
             &mut **tx,
             "collision",
-            &c.claim_id,
+            c.claim_id,
             Some(c.sku),
             &detail,
             timeout,
         )
         .await?;
-        stored.push(c);
+        stored.push(i);
     }
     out.collisions = stored;
-    inserted.extend(out.collisions.iter());
+    inserted.extend(out.collisions.iter().copied());
     out.inserted = inserted.len();
 
     let mut per_sku: BTreeMap<u64, u64> = BTreeMap::new();
-    for r in &inserted {
-        *per_sku.entry(r.sku).or_default() += u64::from(r.qty);
+    for &i in &inserted {
+        *per_sku.entry(rows[i].sku).or_default() += u64::from(rows[i].qty);
     }
     out.inserted_units = per_sku.values().sum();
     if let Some(gens) = gens {
         out.late = inserted
             .iter()
-            .filter_map(|r| {
-                let gen = gens.get(&r.sku).copied().unwrap_or(0);
-                (r.gen < gen).then(|| LateClaim {
-                    record: (*r).clone(),
-                    gen,
-                })
+            .filter_map(|&i| {
+                let gen = gens.get(&rows[i].sku).copied().unwrap_or(0);
+                (rows[i].gen < gen).then_some((i, gen))
             })
             .collect();
-        late::mark(tx, &out.late, timeout).await?;
+        let late: Vec<LateRow<'_>> = out
+            .late
+            .iter()
+            .map(|&(i, gen)| LateRow {
+                claim_id: rows[i].claim_id,
+                sku: rows[i].sku,
+                record_gen: rows[i].gen,
+                gen,
+            })
+            .collect();
+        late::mark(tx, &late, timeout).await?;
     }
     for (sku, units) in per_sku {
         take_stock(tx, sku, units, batch_id, timeout).await?;
@@ -216,10 +272,10 @@ pub(crate) async fn store(
 /// key. False when the claim id is already there (a concurrent batch stored it first).
 async fn insert_collision(
     tx: &mut Transaction<'_, MySql>,
-    r: &ClaimRecord,
+    r: &ClaimRow<'_>,
     batch_id: u64,
     timeout: Duration,
-) -> Result<bool, ConsumerError> {
+) -> Result<bool, LedgerError> {
     bounded(
         "insert collision",
         timeout,
@@ -228,17 +284,17 @@ async fn insert_collision(
              (claim_id, sku, user_id, user_seq, qty, shard, home, request_id, claimed_ms, batch_id, collides) \
              VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         )
-        .bind(&r.claim_id)
+        .bind(r.claim_id)
         .bind(r.sku)
-        .bind(&r.user)
+        .bind(r.user)
         .bind(r.user_seq)
         .bind(r.qty)
         .bind(r.shard)
         .bind(r.home)
-        .bind(r.request_id.as_deref())
+        .bind(r.request_id)
         .bind(r.ts_ms)
         .bind(batch_id)
-        .bind(&r.claim_id)
+        .bind(r.claim_id)
         .execute(&mut **tx),
     )
     .await
@@ -254,7 +310,7 @@ async fn take_stock(
     units: u64,
     batch_id: u64,
     timeout: Duration,
-) -> Result<(), ConsumerError> {
+) -> Result<(), LedgerError> {
     let done = bounded(
         "update stock",
         timeout,
@@ -302,68 +358,40 @@ async fn take_stock(
 }
 
 /// Claim ids bound per `IN (...)` query, well inside MySQL's placeholder limit.
-pub(crate) const IDS_PER_QUERY: usize = 5000;
+pub const IDS_PER_QUERY: usize = 5000;
 
 /// `SELECT claim_id FROM claims WHERE claim_id IN (<ids>)`, open for more conditions.
-pub(crate) fn claim_ids_query<'a>(
-    records: impl IntoIterator<Item = &'a ClaimRecord>,
-) -> QueryBuilder<'a, MySql> {
+pub fn claim_ids_query<'a>(ids: impl IntoIterator<Item = &'a str>) -> QueryBuilder<'a, MySql> {
     let mut q = QueryBuilder::<MySql>::new("SELECT claim_id FROM claims WHERE claim_id IN (");
     let mut list = q.separated(", ");
-    for r in records {
-        list.push_bind(&r.claim_id);
+    for id in ids {
+        list.push_bind(id);
     }
     q.push(")");
     q
 }
 
-/// Claim ids among `records` present in the ledger (optionally only those of `batch_id`).
+/// Claim ids of `rows[which]` present in the ledger (optionally only those of `batch_id`).
 async fn ids_where(
     tx: &mut Transaction<'_, MySql>,
-    records: &[&ClaimRecord],
+    rows: &[ClaimRow<'_>],
+    which: &[usize],
     batch_id: Option<u64>,
     timeout: Duration,
-) -> Result<HashSet<String>, ConsumerError> {
+) -> Result<HashSet<String>, LedgerError> {
     let mut found = HashSet::new();
-    for chunk in records.chunks(IDS_PER_QUERY) {
-        let mut q = claim_ids_query(chunk.iter().copied());
+    for chunk in which.chunks(IDS_PER_QUERY) {
+        let mut q = claim_ids_query(chunk.iter().map(|&i| rows[i].claim_id));
         if let Some(b) = batch_id {
             q.push(" AND batch_id = ").push_bind(b);
         }
-        let rows: Vec<String> = bounded(
+        let here: Vec<String> = bounded(
             "read claim ids",
             timeout,
             q.build_query_scalar().fetch_all(&mut **tx),
         )
         .await?;
-        found.extend(rows);
+        found.extend(here);
     }
     Ok(found)
-}
-
-/// Records an anomaly once per `(kind, reference)`.
-pub async fn anomaly<'c, E>(
-    exec: E,
-    kind: &str,
-    reference: &str,
-    sku: Option<u64>,
-    detail: &str,
-    timeout: Duration,
-) -> Result<(), ConsumerError>
-where
-    E: sqlx::Executor<'c, Database = MySql>,
-{
-    metrics::counter!(crate::metrics::ANOMALIES, "kind" => kind.to_owned()).increment(1);
-    bounded(
-        "insert anomaly",
-        timeout,
-        sqlx::query("INSERT IGNORE INTO anomalies (kind, ref, sku, detail) VALUES (?, ?, ?, ?)")
-            .bind(kind)
-            .bind(reference)
-            .bind(sku)
-            .bind(detail)
-            .execute(exec),
-    )
-    .await
-    .map(drop)
 }

@@ -8,7 +8,7 @@
 //! 1. The rebuild holds the campaign row (`FOR UPDATE`) while it reads the streams and the
 //!    ledger, inserts every in-flight claim it found into the ledger and bumps
 //!    `campaigns.rebuild_gen`, all in one transaction; batches take the same row shared
-//!    first (`ledger.rs`). So "counted by the rebuild" is "in the ledger when it committed".
+//!    first (`ledger/src/claims.rs`). So "counted by the rebuild" is "in the ledger when it committed".
 //! 2. Each claim record carries the generation of its shard meta (`lua/claim.lua`,
 //!    `lua/take.lua`). A row a batch inserts with an older generation than the campaign's
 //!    was not counted by that rebuild: it is listed in `late_claims` in the same
@@ -22,19 +22,14 @@
 //!    replica confirmed, is repaired by [`sweep`], which the writer runs at start and every
 //!    [`SWEEP_EVERY`], and which each rebuild runs right after its own write.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use shard_router::rebuild::LateOutcome;
 use shard_router::{ClaimRecord, StockClient};
-use sqlx::{MySql, MySqlPool, QueryBuilder, Transaction};
+use sqlx::MySqlPool;
 
-use crate::db::bounded;
 use crate::error::ConsumerError;
-use crate::ledger;
 use crate::replica::{self, ReplicaWait};
-
-use super::row::{self, LedgerRecord};
 
 /// How often the writer looks for late claims not counted in Redis yet.
 pub const SWEEP_EVERY: Duration = Duration::from_secs(2);
@@ -47,73 +42,6 @@ pub struct LateClaim {
     pub record: ClaimRecord,
     /// The campaign's rebuild generation it was judged against.
     pub gen: u64,
-}
-
-/// Each SKU's rebuild generation, read under a shared lock on its campaign row: held until
-/// the batch commits, so no rebuild of these SKUs reads the ledger meanwhile.
-pub(crate) async fn campaign_gens(
-    tx: &mut Transaction<'_, MySql>,
-    skus: &[u64],
-    t: Duration,
-) -> Result<HashMap<u64, u64>, ConsumerError> {
-    let mut q = QueryBuilder::<MySql>::new("SELECT sku, rebuild_gen FROM campaigns WHERE sku IN (");
-    let mut list = q.separated(", ");
-    for sku in skus {
-        list.push_bind(*sku);
-    }
-    // Ascending key order, as every other transaction takes campaign rows.
-    q.push(") ORDER BY sku LOCK IN SHARE MODE");
-    let rows: Vec<(u64, u64)> = bounded(
-        "campaign generations",
-        t,
-        q.build_query_as().fetch_all(&mut **tx),
-    )
-    .await?;
-    Ok(rows.into_iter().collect())
-}
-
-/// Lists `late` in `late_claims`, in the batch's transaction.
-pub(crate) async fn mark(
-    tx: &mut Transaction<'_, MySql>,
-    late: &[LateClaim],
-    t: Duration,
-) -> Result<(), ConsumerError> {
-    for chunk in late.chunks(1000) {
-        let mut q =
-            QueryBuilder::<MySql>::new("INSERT IGNORE INTO late_claims (claim_id, sku, gen) ");
-        q.push_values(chunk, |mut b, l| {
-            b.push_bind(&l.record.claim_id)
-                .push_bind(l.record.sku)
-                .push_bind(l.gen);
-        });
-        bounded("mark late claims", t, q.build().execute(&mut **tx)).await?;
-    }
-    for l in late {
-        tracing::warn!(claim = %l.record.claim_id, sku = l.record.sku, record_gen = l.record.gen, gen = l.gen, "late claim: committed after the rebuild that did not count it");
-    }
-    Ok(())
-}
-
-/// Under a rebuild's lock: every late claim of `sku` still waiting is in the ledger the
-/// rebuild reads, so the rebuild counts it. It is not marked applied here: only once a
-/// replica holds the rebuild's write does the sweep after it find the shards carrying the
-/// newer generation (`STALE`, confirmed like any apply, [`apply_with`]) and mark it. A
-/// failover that rolls the rebuild back leaves the shard of the claim's own generation,
-/// where the sweep then applies it.
-pub(crate) async fn waiting_for_rebuild(
-    tx: &mut Transaction<'_, MySql>,
-    sku: u64,
-    t: Duration,
-) -> Result<u64, ConsumerError> {
-    let n: i64 = bounded(
-        "late claims waiting",
-        t,
-        sqlx::query_scalar("SELECT COUNT(*) FROM late_claims WHERE sku = ? AND applied_ms IS NULL")
-            .bind(sku)
-            .fetch_one(&mut **tx),
-    )
-    .await?;
-    Ok(n.max(0) as u64)
 }
 
 /// [`apply_with`] under the default replica policy.
@@ -187,7 +115,7 @@ pub async fn apply_with(
                 r.claim_id, r.sku, r.user, r.qty, l.gen
             );
             tracing::error!(claim = %r.claim_id, sku = r.sku, short, "late claim: units sold twice");
-            ledger::anomaly(
+            ledger::anomalies::anomaly(
                 pool,
                 "oversold",
                 &format!("late:{}", r.claim_id),
@@ -201,27 +129,10 @@ pub async fn apply_with(
             waiting += 1;
             continue;
         }
-        bounded(
-            "late claim applied",
-            t,
-            sqlx::query(
-                "UPDATE late_claims SET applied_ms = ? WHERE claim_id = ? AND applied_ms IS NULL",
-            )
-            .bind(shard_router::now_ms())
-            .bind(&r.claim_id)
-            .execute(pool),
-        )
-        .await?;
+        ledger::late::applied(pool, &r.claim_id, shard_router::now_ms(), t).await?;
         tracing::info!(claim = %r.claim_id, sku = r.sku, "late claim counted in Redis");
     }
     Ok(waiting)
-}
-
-#[derive(sqlx::FromRow)]
-struct Row {
-    #[sqlx(flatten)]
-    record: LedgerRecord,
-    gen: u64,
 }
 
 /// Late claims not counted in Redis yet (of `sku`, or of every SKU), applied now. Returns
@@ -268,23 +179,12 @@ async fn page(
     after: &str,
     t: Duration,
 ) -> Result<Vec<LateClaim>, ConsumerError> {
-    let mut q = QueryBuilder::<MySql>::new(format!(
-        "SELECT {}, l.gen FROM late_claims l JOIN claims c ON c.claim_id = l.claim_id \
-         JOIN campaigns k ON k.sku = l.sku AND k.closed_ms IS NULL \
-         WHERE l.applied_ms IS NULL AND l.claim_id > ",
-        row::COLUMNS
-    ));
-    q.push_bind(after);
-    if let Some(sku) = sku {
-        q.push(" AND l.sku = ").push_bind(sku);
-    }
-    q.push(" ORDER BY l.claim_id LIMIT ").push_bind(SWEEP_PAGE);
-    let rows: Vec<Row> = bounded("late claims", t, q.build_query_as().fetch_all(pool)).await?;
+    let rows = ledger::late::page(pool, sku, after, SWEEP_PAGE, t).await?;
     Ok(rows
         .into_iter()
-        .map(|r| LateClaim {
-            record: r.record.into(),
-            gen: r.gen,
+        .map(|(claim, gen)| LateClaim {
+            record: crate::commit::record(claim),
+            gen,
         })
         .collect())
 }

@@ -1,0 +1,113 @@
+//! Claim records into the ledger: the consumer's side of `ledger::claims`, which stores
+//! rows borrowed from these records and names what it did by their index.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use ledger::{Claim, ClaimRow, Stored};
+use shard_router::ClaimRecord;
+use sqlx::{MySql, MySqlPool, Transaction};
+
+use crate::error::ConsumerError;
+use crate::late::LateClaim;
+
+/// What a committed batch did.
+#[derive(Debug, Default, Clone)]
+pub struct BatchOutcome {
+    /// Rows this batch inserted.
+    pub inserted: usize,
+    /// Entries already in the ledger under the same claim id (a redelivery).
+    pub redelivered: usize,
+    /// Records inserted although another claim id already holds their
+    /// `(sku, user, user_seq)`: both were acknowledged, so both rows are kept (and counted
+    /// in `inserted`); each is a critical `collision` anomaly for an operator.
+    pub collisions: Vec<ClaimRecord>,
+    /// Units of the rows inserted (collisions included).
+    pub inserted_units: u64,
+    /// Inserted records the last rebuild of their SKU did not count (older generation):
+    /// listed in `late_claims`, to be counted in Redis after the commit.
+    pub late: Vec<LateClaim>,
+}
+
+/// The ledger's row of a record.
+pub fn row(r: &ClaimRecord) -> ClaimRow<'_> {
+    ClaimRow {
+        claim_id: &r.claim_id,
+        sku: r.sku,
+        user: &r.user,
+        qty: r.qty,
+        user_seq: r.user_seq,
+        shard: r.shard,
+        home: r.home,
+        request_id: r.request_id.as_deref(),
+        ts_ms: r.ts_ms,
+        gen: r.gen,
+    }
+}
+
+/// A ledger row read back as the claim record it was written from.
+pub fn record(c: Claim) -> ClaimRecord {
+    ClaimRecord {
+        claim_id: c.claim_id,
+        sku: c.sku,
+        user: c.user_id,
+        qty: c.qty,
+        user_seq: c.user_seq,
+        shard: c.shard,
+        home: c.home,
+        request_id: c.request_id,
+        ts_ms: c.claimed_ms,
+        // A row's generation mattered when it was written; read back, it is counted.
+        gen: 0,
+    }
+}
+
+fn outcome(records: &[&ClaimRecord], s: Stored) -> BatchOutcome {
+    BatchOutcome {
+        inserted: s.inserted,
+        redelivered: s.redelivered,
+        collisions: s.collisions.iter().map(|&i| records[i].clone()).collect(),
+        inserted_units: s.inserted_units,
+        late: s
+            .late
+            .iter()
+            .map(|&(i, gen)| LateClaim {
+                record: records[i].clone(),
+                gen,
+            })
+            .collect(),
+    }
+}
+
+/// Writes `records` (at most [`ledger::claims::MAX_BATCH_ROWS`]) in one transaction.
+pub async fn write_batch(
+    pool: &MySqlPool,
+    records: &[ClaimRecord],
+    timeout: Duration,
+) -> Result<BatchOutcome, ConsumerError> {
+    let refs: Vec<&ClaimRecord> = records.iter().collect();
+    write_refs(pool, &refs, timeout).await
+}
+
+/// [`write_batch`] over borrowed records (the writer's batches own theirs elsewhere).
+pub async fn write_refs(
+    pool: &MySqlPool,
+    records: &[&ClaimRecord],
+    timeout: Duration,
+) -> Result<BatchOutcome, ConsumerError> {
+    let rows: Vec<ClaimRow<'_>> = records.iter().map(|r| row(r)).collect();
+    let stored = ledger::claims::write(pool, &rows, timeout).await?;
+    Ok(outcome(records, stored))
+}
+
+/// `ledger::claims::store` over records, inside `tx` (a rebuild's in-flight claims).
+pub async fn store(
+    tx: &mut Transaction<'_, MySql>,
+    records: &[&ClaimRecord],
+    gens: Option<&HashMap<u64, u64>>,
+    timeout: Duration,
+) -> Result<BatchOutcome, ConsumerError> {
+    let rows: Vec<ClaimRow<'_>> = records.iter().map(|r| row(r)).collect();
+    let stored = ledger::claims::store(tx, &rows, gens, timeout).await?;
+    Ok(outcome(records, stored))
+}

@@ -1,0 +1,22 @@
+//! flashgate's ledger: the truth of a sale, in MySQL/MariaDB (docs/DESIGN.md "Ledger").
+//!
+//! This crate owns the schema (the migrations in `ledger/migrations`, applied at start by
+//! [`pool::migrate`]), the connection pool, and the statements on claims, campaigns, stock,
+//! waves, reconciliation runs, anomalies and late claims. It has no Redis and knows nothing
+//! of streams or scripts: the consumer (streams into the ledger) and the campaign
+//! operations call it, and every bounded wait on MySQL goes through [`pool::bounded`].
+//!
+//! - [`pool`]: the pool, the migrations, the bound on every statement.
+//! - [`claims`]: a batch of claims in one transaction (insert, stock taken, collisions).
+//! - [`late`]: claims committed after the rebuild that did not count them.
+//! - [`anomalies`]: what the books disagree on.
+
+pub mod anomalies;
+pub mod claims;
+mod error;
+pub mod late;
+pub mod pool;
+mod row_buckets;
+
+pub use claims::{Claim, ClaimRow, Stored};
+pub use error::{db, db_retryable, LedgerError};
