@@ -14,6 +14,8 @@ use shard_router::{RedisTarget, StockConfig, Timeouts};
 use crate::replica::ReplicaWait;
 
 pub use ledger::claims::{DEFAULT_BATCH_MAX_ROWS, MAX_BATCH_ROWS};
+/// Reconciliation runs kept in the ledger per SKU when not configured.
+pub const DEFAULT_RECONCILE_KEEP_RUNS: u32 = 1000;
 /// Default consumer group name.
 pub const DEFAULT_GROUP: &str = "ledger";
 /// Default `--mysql`.
@@ -90,7 +92,7 @@ pub struct Config {
     #[arg(skip = Duration::from_secs(10))]
     pub drain_grace: Duration,
     /// Reconciliation runs kept per SKU in reconcile_runs (older ones are deleted).
-    #[arg(long, env = "FLASHGATE_RECONCILE_KEEP_RUNS", default_value_t = crate::reconcile::DEFAULT_KEEP_RUNS)]
+    #[arg(long, env = "FLASHGATE_RECONCILE_KEEP_RUNS", default_value_t = DEFAULT_RECONCILE_KEEP_RUNS)]
     pub reconcile_keep_runs: u32,
     /// Close campaigns by themselves once their window and payment timeout are over.
     #[arg(long, env = "FLASHGATE_AUTO_CLOSE", default_value_t = true, action = ArgAction::Set)]
@@ -115,7 +117,7 @@ pub struct Config {
 }
 
 /// Parses a `*-ms` flag.
-pub(crate) fn millis(v: &str) -> Result<Duration, String> {
+pub fn millis(v: &str) -> Result<Duration, String> {
     v.parse::<u64>()
         .map(Duration::from_millis)
         .map_err(|e| format!("{v:?} is not a number of milliseconds: {e}"))
@@ -150,7 +152,7 @@ impl Config {
     }
 
     /// Gives an unnamed consumer its default name.
-    pub(crate) fn named(mut self) -> Self {
+    pub fn named(mut self) -> Self {
         if self.consumer_name.is_empty() {
             self.consumer_name = default_consumer_name();
         }

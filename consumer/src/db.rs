@@ -4,12 +4,12 @@
 use std::future::Future;
 use std::time::Duration;
 
-pub(crate) use ledger::pool::{connect, migrate};
+pub use ledger::pool::{connect, migrate};
 
 use crate::error::ConsumerError;
 
 /// `ledger::pool::bounded`, its error as a [`ConsumerError`].
-pub(crate) async fn bounded<T>(
+pub async fn bounded<T>(
     op: &'static str,
     after: Duration,
     fut: impl Future<Output = Result<T, sqlx::Error>>,

@@ -242,7 +242,7 @@ impl ShardReplica {
 /// are online than that and not all acknowledged. (WAIT returns as soon as `want`
 /// replicas acknowledged, so asking for too few could leave the others unconfirmed on
 /// every attempt.)
-pub(crate) async fn fence_all(
+pub async fn fence_all(
     client: &StockClient,
     shard: ShardId,
     want: u32,

@@ -11,8 +11,9 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use consumer::campaign::{self, Campaign};
-use consumer::{service, Config};
+use campaign_ops::campaign::{self, Campaign};
+use campaign_ops::service;
+use consumer::Config;
 use drills::load::{self, Durability};
 use drills::verdict;
 use shard_router::{now_ms, ClaimRecord, RedisTarget, StockClient};
@@ -228,7 +229,7 @@ async fn drill(loss: Loss) -> verdict::Figures {
         .filter(|(_, s)| s == "pending" || s == "confirmed")
         .map(|(r, _)| u64::from(r.qty))
         .sum();
-    let report = consumer::reconcile::run(&pool, &client, &cfg.group, c.sku, now_ms(), T)
+    let report = campaign_ops::reconcile::run(&pool, &client, &cfg.group, c.sku, now_ms(), T)
         .await
         .expect("reconcile");
     // Claims committed after the rebuild read the ledger (consumer/src/rebuild/late.rs):

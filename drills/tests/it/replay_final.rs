@@ -8,8 +8,9 @@
 
 use std::time::{Duration, Instant};
 
-use consumer::campaign::{self, Campaign};
-use consumer::{service, Config};
+use campaign_ops::campaign::{self, Campaign};
+use campaign_ops::service;
+use consumer::Config;
 use shard_router::keys::{self, ShardKeys};
 use shard_router::protocol::{self, Confirmation, LocalEmptyShards};
 use shard_router::{

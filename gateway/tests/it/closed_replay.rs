@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use crate::common::ledger::*;
 use crate::common::*;
-use consumer::campaign::Campaign;
-use consumer::closeout;
+use campaign_ops::campaign::Campaign;
+use campaign_ops::closeout;
 use hyper::StatusCode;
 use serde_json::json;
 use shard_router::{keys, now_ms};

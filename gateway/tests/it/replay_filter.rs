@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::ledger::*;
 use crate::common::*;
-use consumer::campaign::{self, Campaign};
+use campaign_ops::campaign::{self, Campaign};
 use hyper::StatusCode;
 use serde_json::{json, Value};
 use shard_router::{keys, now_ms, SkuMeta, StockClient};

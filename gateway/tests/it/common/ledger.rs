@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use consumer::campaign::{self, Campaign};
+use campaign_ops::campaign::{self, Campaign};
 use shard_router::{RedisTarget, StockClient};
 use sqlx::MySqlPool;
 use test_support::mariadb::TestDatabase;
@@ -53,7 +53,7 @@ impl Ledger {
 /// close-out finds nothing pending.
 pub(crate) async fn ingest_and_confirm(l: &Ledger, sku: u64, n: i64) {
     let (stop, rx) = consumer::signal::channel();
-    let task = tokio::spawn(consumer::service::run(l.cfg.clone(), None, rx));
+    let task = tokio::spawn(campaign_ops::service::run(l.cfg.clone(), None, rx));
     let deadline = Instant::now() + Duration::from_secs(20);
     let ids: Vec<String> = loop {
         let ids: Vec<String> = sqlx::query_scalar("SELECT claim_id FROM claims WHERE sku = ?")
@@ -68,7 +68,9 @@ pub(crate) async fn ingest_and_confirm(l: &Ledger, sku: u64, n: i64) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     for id in &ids {
-        consumer::release::confirm(&l.pool, id, T).await.unwrap();
+        campaign_ops::release::confirm(&l.pool, id, T)
+            .await
+            .unwrap();
     }
     let _ = stop.send(true);
     tokio::time::timeout(Duration::from_secs(20), task)

@@ -1,0 +1,170 @@
+//! What a rebuild reads: the claims still in flight (streams and dead letters) and the
+//! ledger's claims of the SKU, a bounded page at a time.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use shard_router::codec::{ClaimId, EntryId};
+use shard_router::{ClaimRecord, StockClient};
+use sqlx::{MySql, Transaction};
+
+use super::image::{Known, Seen};
+use consumer::db::bounded;
+use consumer::stream::{self, ShardStream};
+use consumer::ConsumerError;
+use ledger::claims::{Claim, COLUMNS};
+
+/// Entries per XRANGE page.
+const PAGE: usize = 1000;
+/// Ledger rows per page of the rebuild's read (keyset pagination on the claim id).
+pub(super) const LEDGER_PAGE: usize = 5000;
+
+/// Claims of `sku` in the shard streams and their dead letters: acknowledged claims not
+/// (or not yet known to be) in the ledger, one record per claim id. Also what stale-hold
+/// resolution (`reconcile/holds.rs`) looks in before undoing a hold.
+pub(crate) async fn in_flight(
+    client: &StockClient,
+    streams: &[ShardStream],
+    sku: u64,
+) -> Result<Vec<ClaimRecord>, ConsumerError> {
+    let mut out: HashMap<String, ClaimRecord> = HashMap::new();
+    for s in streams {
+        for entry in s.all_entries(client, PAGE).await? {
+            if let Ok(d) = stream::decode(s.shard, &entry) {
+                if d.record.sku == sku {
+                    out.insert(d.record.claim_id.clone(), d.record);
+                }
+            }
+        }
+        let mut dead = s.clone();
+        dead.key = s.dead_key.clone();
+        for entry in dead.all_entries(client, PAGE).await? {
+            // A dead letter carries its original entry id: that is the claim id.
+            let original = entry.get::<String>("dead_entry");
+            let Some(original) = original else { continue };
+            let mut e = entry.clone();
+            e.id = original;
+            if let Ok(d) = stream::decode(s.shard, &e) {
+                if d.record.sku == sku {
+                    out.insert(d.record.claim_id.clone(), d.record);
+                }
+            }
+        }
+    }
+    Ok(out.into_values().collect())
+}
+
+/// Stock waves already inside the campaign's stock: the only ids a rebuilt wave hash keeps,
+/// so a wave half applied before the rebuild is applied again in full by its retry.
+pub(super) async fn applied_waves(
+    tx: &mut Transaction<'_, MySql>,
+    sku: u64,
+    t: Duration,
+) -> Result<Vec<String>, ConsumerError> {
+    bounded(
+        "applied waves",
+        t,
+        sqlx::query_scalar(
+            "SELECT wave_id FROM campaign_waves WHERE sku = ? AND applied_ms IS NOT NULL",
+        )
+        .bind(sku)
+        .fetch_all(&mut **tx),
+    )
+    .await
+}
+
+#[derive(sqlx::FromRow)]
+struct Row {
+    #[sqlx(flatten)]
+    record: Claim,
+    status: String,
+}
+
+/// Every ledger claim of `sku` with its standing, read in `tx` (one snapshot) by pages of
+/// `page` rows, so no single statement outlives its bound however large the ledger.
+pub(super) async fn ledger_claims(
+    tx: &mut Transaction<'_, MySql>,
+    sku: u64,
+    page: usize,
+    t: Duration,
+) -> Result<Vec<Known>, ConsumerError> {
+    let mut out = Vec::new();
+    let mut after = String::new();
+    loop {
+        let rows: Vec<Row> = bounded(
+            "rebuild claims",
+            t,
+            sqlx::query_as(&format!(
+                "SELECT {COLUMNS}, CAST(c.status AS CHAR) AS status FROM claims c \
+                 WHERE c.sku = ? AND c.claim_id > ? ORDER BY c.claim_id LIMIT ?"
+            ))
+            .bind(sku)
+            .bind(&after)
+            .bind(page as u64)
+            .fetch_all(&mut **tx),
+        )
+        .await?;
+        let n = rows.len();
+        if let Some(last) = rows.last() {
+            after = last.record.claim_id.clone();
+        }
+        out.extend(rows.into_iter().map(|r| Known {
+            record: consumer::commit::record(r.record),
+            seen: match r.status.as_str() {
+                "pending" | "confirmed" => Seen::Active,
+                _ => Seen::Released,
+            },
+        }));
+        if n < page {
+            return Ok(out);
+        }
+    }
+}
+
+/// The highest entry id of any claim the ledger holds from each of `shards`' claims
+/// streams, over every SKU: a stream is the shard's, shared by all SKUs placed there, and
+/// claim ids are the ledger's primary key across SKUs, so the stream's last id must not
+/// fall below another SKU's ids either (a closed campaign is never rebuilt to raise it).
+pub(super) async fn stream_floors(
+    tx: &mut Transaction<'_, MySql>,
+    shards: &[u16],
+    t: Duration,
+) -> Result<HashMap<u16, EntryId>, ConsumerError> {
+    let mut out = HashMap::new();
+    for &shard in shards {
+        // Two reads on the primary key (claim_id = "<shard>-<ms>-<seq>"), never a scan of
+        // the shard's claims under the campaign lock: the greatest id as text has the
+        // greatest ms (13 digits until the year 2286); the seqs of that ms are then few, and
+        // compared as numbers ("-10" sorts below "-9" as text).
+        let top: Option<String> = bounded(
+            "stream floor",
+            t,
+            sqlx::query_scalar(
+                "SELECT claim_id FROM claims WHERE claim_id LIKE ? ORDER BY claim_id DESC LIMIT 1",
+            )
+            .bind(format!("{shard}-%"))
+            .fetch_optional(&mut **tx),
+        )
+        .await?;
+        let Some(top) = top.as_deref().and_then(ClaimId::parse) else {
+            continue;
+        };
+        let same_ms: Vec<String> = bounded(
+            "stream floor seqs",
+            t,
+            sqlx::query_scalar("SELECT claim_id FROM claims WHERE claim_id LIKE ?")
+                .bind(format!("{shard}-{}-%", top.entry().0))
+                .fetch_all(&mut **tx),
+        )
+        .await?;
+        let floor = same_ms
+            .iter()
+            .filter_map(|id| ClaimId::parse(id))
+            .filter(|id| id.shard() == shard)
+            .map(|id| id.entry())
+            .max()
+            .unwrap_or(top.entry());
+        out.insert(shard, floor);
+    }
+    Ok(out)
+}

@@ -1,0 +1,140 @@
+//! The service's own trigger for a rebuild: every few seconds, each campaign not closed
+//! whose window is open (or whose unpaid claims still need releasing) and whose ledger
+//! holds claims (or that was rebuilt before) is checked for a missing slice (Redis lost
+//! it: a restart without persistence, a FLUSHALL, a failover to an empty node). One is
+//! enough to rebuild the SKU from the ledger. So is a shard whose rebuild generation is
+//! behind the ledger's (`campaigns.rebuild_gen`): a failover rolled back a rebuild's write
+//! there (the rebuild then failed unconfirmed), leaving the shard as it was before it.
+//! That state is consistent on its own, but claims taken there carry the old generation,
+//! and the ledger would hold them as late claims for a rebuild that never reaches the
+//! shard. A campaign with no claim in the ledger is left alone: a missing slice there may
+//! simply mean "not preheated yet", an operator's call. A shard fenced by another rebuild
+//! (lease still running) is left to it.
+
+use std::time::Duration;
+
+use shard_router::StockClient;
+use sqlx::MySqlPool;
+use tokio::sync::watch;
+
+use crate::campaign;
+use consumer::ConsumerError;
+
+/// How often live campaigns are checked for a missing slice.
+pub const CHECK_EVERY: Duration = Duration::from_secs(2);
+
+/// Checks until `shutdown`; rebuilds what is missing.
+pub async fn run(
+    pool: MySqlPool,
+    client: StockClient,
+    opts: super::Options,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut tick = tokio::time::interval(CHECK_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = consumer::signal::stopped(&mut shutdown) => break,
+        }
+        if let Err(e) = check(&pool, &client, &opts).await {
+            tracing::warn!(error = %e, "rebuild check failed");
+        }
+    }
+}
+
+/// Campaigns not closed whose window is open, or that still have claims a release must
+/// finish after the end (a release needs the slice): filtered in SQL, so the cost does not
+/// grow with history.
+async fn candidates(pool: &MySqlPool, now: i64, t: Duration) -> Result<Vec<u64>, ConsumerError> {
+    consumer::db::bounded(
+        "rebuild candidates",
+        t,
+        sqlx::query_scalar(
+            "SELECT c.sku FROM campaigns c WHERE c.closing_ms IS NULL AND (c.end_ms > ? OR EXISTS \
+             (SELECT 1 FROM claims k WHERE k.sku = c.sku AND k.status IN ('pending', 'releasing')))",
+        )
+        .bind(now)
+        .fetch_all(pool),
+    )
+    .await
+}
+
+/// One round: the SKUs rebuilt.
+pub async fn check(
+    pool: &MySqlPool,
+    client: &StockClient,
+    opts: &super::Options,
+) -> Result<Vec<u64>, ConsumerError> {
+    let t = opts.db_timeout;
+    let now = shard_router::now_ms();
+    let mut rebuilt = Vec::new();
+    for sku in candidates(pool, now, t).await? {
+        let c = campaign::get(pool, sku, t).await?;
+        let mut missing: Vec<u16> = client
+            .slices(sku, c.width)
+            .await?
+            .into_iter()
+            .filter(|(_, v)| v.is_none())
+            .map(|(s, _)| s)
+            .collect();
+        let behind = behind_the_ledger(pool, client, sku, c.width, t).await?;
+        let (lost, rolled_back) = (missing.len(), behind.len());
+        missing.extend(behind);
+        if missing.is_empty() || !super::ledger_has_claims(pool, sku, t).await? {
+            continue;
+        }
+        let mut fenced = false;
+        for &s in &missing {
+            if let Some((_, expires)) = client.rebuild_fence(sku, s).await? {
+                fenced |= expires > shard_router::now_ms();
+            }
+        }
+        if fenced {
+            continue;
+        }
+        tracing::warn!(
+            sku,
+            ?missing,
+            lost,
+            rolled_back,
+            "slice missing, or a rebuild rolled back, for a live campaign; rebuilding from the ledger"
+        );
+        match super::rebuild(pool, client, sku, opts).await {
+            Ok(_) => rebuilt.push(sku),
+            Err(e) => {
+                tracing::warn!(sku, error = %e, "rebuild did not finish; retrying on the next check")
+            }
+        }
+    }
+    Ok(rebuilt)
+}
+
+/// Shards of `sku` that carry a slice but an older rebuild generation than the ledger's.
+/// (A shard being rebuilt has no slice; a missing one is found above.)
+async fn behind_the_ledger(
+    pool: &MySqlPool,
+    client: &StockClient,
+    sku: u64,
+    width: u16,
+    t: Duration,
+) -> Result<Vec<u16>, ConsumerError> {
+    let ledger: u64 = consumer::db::bounded(
+        "rebuild gen",
+        t,
+        sqlx::query_scalar("SELECT rebuild_gen FROM campaigns WHERE sku = ?")
+            .bind(sku)
+            .fetch_one(pool),
+    )
+    .await?;
+    if ledger == 0 {
+        return Ok(Vec::new());
+    }
+    let mut behind = Vec::new();
+    for shard in client.placement().shards_of(sku, width) {
+        if matches!(client.rebuild_gen(sku, shard).await?, Some(g) if g < ledger) {
+            behind.push(shard);
+        }
+    }
+    Ok(behind)
+}

@@ -1,0 +1,196 @@
+//! Stale holds: resolved against the ledger and the streams before each measurement.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use shard_router::{
+    Claim, ClaimRecord, ReplicationInfo, SettleOutcome, Settlement, ShardId, StockClient,
+};
+use sqlx::MySqlPool;
+
+use crate::rebuild::in_flight;
+use consumer::db::bounded;
+use consumer::metrics as m;
+use consumer::replica::{self, ReplicaWait};
+use consumer::stream::ShardStream;
+use consumer::ConsumerError;
+
+/// What one resolution round did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Resolution {
+    /// Holds settled and confirmed by a replica (or no replica is required).
+    pub resolved: usize,
+    /// Holds settled on a master no replica confirmed yet, or left standing because the
+    /// take they would be kept for is not on a replica yet. Either way the next round
+    /// decides again (a rolled-back settle brings the hold back).
+    pub unconfirmed: usize,
+}
+
+/// Holds past their expiry were left by a gateway that died between hold and settle. The
+/// claim `(sku, user, user_seq)` in the ledger or in a stream means units were taken: keep
+/// the count; otherwise nothing was taken: undo it. "In a stream" includes the dead
+/// letters: a claim parked there is acknowledged all the same. The hold of a late claim
+/// not applied yet is the apply's to settle (`rebuild/late.rs`).
+///
+/// With replicas (`replicas`, see `replica::write_needs_replica`) a decision counts only
+/// once it cannot be rolled back: keeping a hold stores a final replay answer, so a take
+/// found only in another shard's stream must be on a replica of that shard first (a
+/// failover of that shard alone would drop the record while the home shard answers 201 for
+/// it); until then the hold stands. The settles themselves are confirmed by one fence per
+/// home shard afterwards, against the replication id read before its holds; unconfirmed
+/// ones are reported, not counted, and close-out waits for them (`closeout.rs`).
+#[allow(clippy::too_many_arguments)]
+pub async fn resolve_stale_holds(
+    pool: &MySqlPool,
+    client: &StockClient,
+    streams: &[ShardStream],
+    sku: u64,
+    shards: &[u16],
+    now_ms: i64,
+    t: Duration,
+    replicas: ReplicaWait,
+) -> Result<Resolution, ConsumerError> {
+    let mut stale = Vec::new();
+    for &home in shards {
+        for h in client.holds(sku, home).await? {
+            if h.expires_ms < now_ms {
+                stale.push((home, h.user, h.user_seq, h.request_id));
+            }
+        }
+    }
+    if stale.is_empty() {
+        return Ok(Resolution::default());
+    }
+    // Each master's replication id before its streams are read and its holds settled (a
+    // hold read from a master that failed over since is settled, or found gone, on the new
+    // one: the script decides on what that master has).
+    let mut before: HashMap<ShardId, ReplicationInfo> = HashMap::new();
+    if replicas != ReplicaWait::Off {
+        for s in shards
+            .iter()
+            .copied()
+            .chain(streams.iter().map(|s| s.shard))
+        {
+            if let std::collections::hash_map::Entry::Vacant(e) = before.entry(s) {
+                e.insert(client.replication(s).await?);
+            }
+        }
+    }
+    let pending: HashMap<(String, u64), ClaimRecord> = in_flight(client, streams, sku)
+        .await?
+        .into_iter()
+        .map(|r| ((r.user.clone(), r.user_seq), r))
+        .collect();
+    let mut out = Resolution::default();
+    // Per shard: did a replica confirm what was read from (or written to) it.
+    let mut confirmed: HashMap<ShardId, bool> = HashMap::new();
+    let mut settled: HashMap<ShardId, usize> = HashMap::new();
+    for (home, user, seq, rid) in stale {
+        let in_ledger: Option<(String, u16, u32, i64)> = bounded(
+            "find held claim",
+            t,
+            sqlx::query_as(
+                "SELECT c.claim_id, c.shard, c.qty, \
+                 CAST(l.claim_id IS NOT NULL AND l.applied_ms IS NULL AS SIGNED) \
+                 FROM claims c LEFT JOIN late_claims l ON l.claim_id = c.claim_id \
+                 WHERE c.sku = ? AND c.user_id = ? AND c.user_seq = ?",
+            )
+            .bind(sku)
+            .bind(&user)
+            .bind(seq)
+            .fetch_optional(pool),
+        )
+        .await?;
+        let found = match in_ledger {
+            // A late claim not applied yet: its apply settles its own hold as kept and
+            // counts the user only when no such hold stands (`lua/rebuild_late.lua`).
+            // Keeping it here first would make the apply count the user a second time.
+            Some((.., 1)) => {
+                tracing::info!(sku, user = %user, seq, "stale hold left to its late claim's apply");
+                continue;
+            }
+            Some((claim_id, shard, qty, _)) => Some((claim_id, shard, qty)),
+            None => match pending.get(&(user.clone(), seq)) {
+                // A take on the home shard shares the settle's fate (one master, in order),
+                // and the fence below covers both.
+                Some(r) if r.shard != home => {
+                    let ok = match confirmed.get(&r.shard) {
+                        Some(&ok) => ok,
+                        None => {
+                            let ok = match before.get(&r.shard) {
+                                Some(b) => {
+                                    replica::write_confirmed(client, r.shard, replicas, b).await
+                                }
+                                None => true,
+                            };
+                            confirmed.insert(r.shard, ok);
+                            ok
+                        }
+                    };
+                    if !ok {
+                        tracing::warn!(sku, user = %user, seq, shard = r.shard, "stale hold left: its take is not on a replica yet");
+                        out.unconfirmed += 1;
+                        continue;
+                    }
+                    Some((r.claim_id.clone(), r.shard, r.qty))
+                }
+                Some(r) => Some((r.claim_id.clone(), r.shard, r.qty)),
+                None => None,
+            },
+        };
+        let how = match found {
+            Some((claim_id, shard, qty)) => Settlement::Keep(Claim {
+                claim_id,
+                sku,
+                shard,
+                qty,
+            }),
+            None => Settlement::Undo,
+        };
+        let res = client
+            .settle(sku, home, &user, seq, rid.as_deref(), &how)
+            .await?;
+        if matches!(res, SettleOutcome::Settled { .. }) {
+            *settled.entry(home).or_default() += 1;
+            tracing::warn!(sku, user = %user, seq, keep = matches!(how, Settlement::Keep(_)), "stale hold resolved");
+        }
+    }
+    for (home, n) in settled {
+        let ok = match before.get(&home) {
+            Some(b) => replica::write_confirmed(client, home, replicas, b).await,
+            None => true,
+        };
+        if ok {
+            out.resolved += n;
+            metrics::counter!(m::STALE_HOLDS).increment(n as u64);
+        } else {
+            tracing::warn!(
+                sku,
+                shard = home,
+                holds = n,
+                "stale holds settled, not on a replica yet"
+            );
+            out.unconfirmed += n;
+        }
+    }
+    Ok(out)
+}
+
+/// Whether a replica holds everything the masters of `shards` wrote so far (resolutions of
+/// earlier rounds included, which a round that finds no stale hold does not fence).
+pub async fn on_replicas(
+    client: &StockClient,
+    shards: &[u16],
+    replicas: ReplicaWait,
+) -> Result<bool, ConsumerError> {
+    if replicas == ReplicaWait::Off {
+        return Ok(true);
+    }
+    for &s in shards {
+        let before = client.replication(s).await?;
+        if !replica::write_confirmed(client, s, replicas, &before).await {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}

@@ -1,0 +1,187 @@
+//! The consumer process: the data path (`consumer::streams`: streams into the ledger)
+//! and, beside it, the release sweep, the rebuild watch, periodic reconciliation, waves,
+//! memory checks, the health probes and the admin listener, all stopped by one shutdown
+//! signal. Drain order: the data path drains (readers, writer, heartbeat), then the
+//! background loops end.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use consumer::config::Config;
+use consumer::streams::{self, Streams};
+use consumer::{startup, ConsumerError};
+use shard_router::StockClient;
+use sqlx::MySqlPool;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use crate::admin::{self, Admin};
+use crate::health::{self, Health};
+use crate::{rebuild, reconcile, release};
+
+pub use streams::connect_db;
+
+/// Runs the service until `shutdown` turns true, then drains within `drain_grace`.
+/// `listener` is the admin listener (bound by the caller so tests can use port 0).
+pub async fn run(
+    cfg: Config,
+    listener: Option<TcpListener>,
+    shutdown: watch::Receiver<bool>,
+) -> Result<(), ConsumerError> {
+    cfg.validate().map_err(ConsumerError::Invalid)?;
+    let mut sd = shutdown.clone();
+    let pool = connect_db(&cfg, &mut sd).await?;
+    // Redis may still be starting, loading or forming its cluster: wait for it.
+    let Some(client) = startup::connect(&cfg, cfg.stock(), "redis", &mut sd).await? else {
+        return Ok(());
+    };
+    let Some(streams) = Streams::start(&cfg, &pool, &client, &shutdown).await? else {
+        return Ok(());
+    };
+
+    let mut background = JoinSet::new();
+    background.spawn(release_loop(
+        cfg.clone(),
+        pool.clone(),
+        client.clone(),
+        shutdown.clone(),
+    ));
+    // A live campaign whose slice Redis lost is rebuilt from the ledger.
+    background.spawn(rebuild::watch::run(
+        pool.clone(),
+        client.clone(),
+        rebuild::Options {
+            replica_wait: cfg.replica_wait,
+            ..rebuild::Options::new(cfg.db_timeout)
+        },
+        shutdown.clone(),
+    ));
+    background.spawn(reconcile_loop(
+        cfg.clone(),
+        pool.clone(),
+        client.clone(),
+        shutdown.clone(),
+    ));
+    background.spawn(crate::housekeeping::wave_loop(
+        cfg.clone(),
+        pool.clone(),
+        client.clone(),
+        shutdown.clone(),
+    ));
+    background.spawn(crate::housekeeping::memory_loop(
+        client.clone(),
+        shutdown.clone(),
+    ));
+    let health = Arc::new(Health::default());
+    background.spawn(health::run(
+        health.clone(),
+        pool.clone(),
+        client.clone(),
+        shutdown.clone(),
+    ));
+    if let Some(listener) = listener {
+        let admin = Admin {
+            cfg: cfg.clone(),
+            pool: pool.clone(),
+            client: client.clone(),
+            prom: consumer::metrics::install(),
+            health,
+        };
+        background.spawn(admin::serve(admin, listener, shutdown.clone()));
+    }
+
+    consumer::signal::stopped(&mut sd).await;
+    tracing::info!("shutdown: draining");
+    streams.drain().await;
+    let _ = tokio::time::timeout(Duration::from_secs(2), async {
+        while background.join_next().await.is_some() {}
+    })
+    .await;
+    background.abort_all();
+    pool.close().await;
+    tracing::info!("consumer stopped");
+    Ok(())
+}
+
+async fn release_loop(
+    cfg: Config,
+    pool: MySqlPool,
+    client: StockClient,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut tick = tokio::time::interval(cfg.release_interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = consumer::signal::stopped(&mut shutdown) => break,
+        }
+        // Payment timeouts by Redis's clock (see `clock.rs`).
+        let now = match consumer::clock::redis_now(&client).await {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!(error = %e, "release sweep: no clock from redis; skipped");
+                continue;
+            }
+        };
+        let _ = consumer::clock::observe_skew(&cfg, &client).await;
+        match release::sweep_with(&pool, &client, now, cfg.replica_wait, cfg.db_timeout).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(released = n, "released unpaid claims"),
+            Err(e) => tracing::warn!(error = %e, "release sweep failed"),
+        }
+    }
+}
+
+async fn reconcile_loop(
+    cfg: Config,
+    pool: MySqlPool,
+    client: StockClient,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut tick = tokio::time::interval(cfg.reconcile_interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = consumer::signal::stopped(&mut shutdown) => break,
+        }
+        // Closed by any process (the CLI, another consumer): their series leave /metrics.
+        if let Ok(closed) = crate::closeout::closing_campaigns(&pool, cfg.db_timeout).await {
+            closed.into_iter().for_each(crate::series::forget_sku);
+        }
+        let skus = match crate::closeout::open_campaigns(&pool, cfg.db_timeout).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "reconcile: list campaigns failed");
+                continue;
+            }
+        };
+        // Holds are resolved by Redis's clock, the one `take.lua` enforces them by.
+        let now = match consumer::clock::redis_now(&client).await {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!(error = %e, "reconcile: no clock from redis; skipped");
+                continue;
+            }
+        };
+        let opts = reconcile::Options {
+            keep_runs: cfg.reconcile_keep_runs,
+            replica_wait: cfg.replica_wait,
+            ..Default::default()
+        };
+        for sku in skus {
+            if let Err(e) =
+                reconcile::run_with(&pool, &client, &cfg.group, sku, now, cfg.db_timeout, opts)
+                    .await
+            {
+                tracing::warn!(sku, error = %e, "reconcile failed");
+            }
+        }
+        if cfg.auto_close {
+            crate::housekeeping::close_due(&cfg, &pool, &client).await;
+        }
+    }
+}

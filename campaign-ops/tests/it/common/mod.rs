@@ -1,0 +1,386 @@
+//! Shared test scaffolding: a real redis-server and a fresh MariaDB database per test, a
+//! consumer service run in-process, campaigns, and claims produced through the Lua scripts.
+
+pub(crate) mod failover;
+pub(crate) mod rebuild;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use campaign_ops::campaign::{self, Campaign};
+use campaign_ops::service;
+use consumer::stream::ShardStream;
+use consumer::Config;
+use futures::StreamExt;
+use shard_router::protocol::{self, LocalEmptyShards};
+use shard_router::{keys, ClaimOutcome, ClaimRequest, RedisTarget, StockClient};
+use sqlx::MySqlPool;
+use test_support::mariadb::TestDatabase;
+use test_support::{RedisCluster, RedisServer};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+pub(crate) const SHARDS: u16 = 4;
+pub(crate) const T: Duration = Duration::from_secs(10);
+
+/// Test-speed settings: short blocks, fast recovery.
+pub(crate) fn config(redis_url: &str, mysql_url: &str) -> Config {
+    let mut c = Config::new(RedisTarget::Single(redis_url.to_owned()), SHARDS, mysql_url);
+    c.read_block = Duration::from_millis(200);
+    c.recovery_interval = Duration::from_millis(200);
+    c.claim_idle = Duration::from_millis(1500);
+    c.release_interval = Duration::from_millis(200);
+    c.reconcile_interval = Duration::from_secs(3600);
+    c.backoff_max = Duration::from_millis(500);
+    c.db_timeout = Duration::from_secs(3);
+    c
+}
+
+pub(crate) struct Stack {
+    pub(crate) redis: RedisServer,
+    pub(crate) db: TestDatabase,
+    pub(crate) cfg: Config,
+    pub(crate) client: StockClient,
+    pub(crate) pool: MySqlPool,
+}
+
+impl Stack {
+    pub(crate) async fn start() -> Self {
+        Self::start_on(RedisServer::start()).await
+    }
+
+    /// A stack whose Redis is `redis` (a master with replicas, for failover tests).
+    pub(crate) async fn start_on(redis: RedisServer) -> Self {
+        let db = TestDatabase::create();
+        let cfg = config(&redis.url(), &db.url());
+        let (client, pool) = connect(&cfg).await;
+        Self {
+            redis,
+            db,
+            cfg,
+            client,
+            pool,
+        }
+    }
+
+    /// Reconciles `sku` now (invariant `books-close` (docs/DESIGN.md)) and returns the report.
+    pub(crate) async fn reconcile(&self, sku: u64) -> campaign_ops::reconcile::Report {
+        campaign_ops::reconcile::run(
+            &self.pool,
+            &self.client,
+            &self.cfg.group,
+            sku,
+            shard_router::now_ms(),
+            T,
+        )
+        .await
+        .expect("reconcile")
+    }
+
+    pub(crate) async fn count(&self, sql: &str) -> i64 {
+        sqlx::query_scalar::<_, i64>(sql)
+            .fetch_one(&self.pool)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+}
+
+/// A consumer service run in-process; `stop` drains it like SIGTERM.
+pub(crate) struct Running {
+    stop: watch::Sender<bool>,
+    task: JoinHandle<Result<(), consumer::ConsumerError>>,
+}
+
+pub(crate) fn start_consumer(cfg: Config) -> Running {
+    let (stop, rx) = consumer::signal::channel();
+    let task = tokio::spawn(service::run(cfg, None, rx));
+    Running { stop, task }
+}
+
+impl Running {
+    /// True once `run` returned (it must not, short of a shutdown).
+    pub(crate) fn is_finished(&self) -> bool {
+        self.task.is_finished()
+    }
+
+    /// Ends it at once, as a crash would: nothing drains, nothing deregisters.
+    pub(crate) fn kill(self) {
+        self.task.abort();
+    }
+
+    pub(crate) async fn stop(self) {
+        let _ = self.stop.send(true);
+        tokio::time::timeout(Duration::from_secs(20), self.task)
+            .await
+            .expect("consumer drains within 20 s")
+            .expect("consumer task")
+            .expect("consumer ends cleanly");
+    }
+}
+
+/// A campaign open now for an hour, stored and preheated.
+pub(crate) async fn campaign(
+    s: &Stack,
+    sku: u64,
+    stock: u64,
+    width: u16,
+    limit: u32,
+    payment_timeout_s: u32,
+) -> Campaign {
+    open_campaign(
+        &s.pool,
+        &s.client,
+        sku,
+        stock,
+        width,
+        limit,
+        payment_timeout_s,
+    )
+    .await
+}
+
+/// Stores a campaign open for the next hour and preheats it.
+pub(crate) async fn open_campaign(
+    pool: &MySqlPool,
+    client: &StockClient,
+    sku: u64,
+    stock: u64,
+    width: u16,
+    limit: u32,
+    payment_timeout_s: u32,
+) -> Campaign {
+    let now = shard_router::now_ms();
+    let c = Campaign {
+        sku,
+        name: format!("test {sku}"),
+        stock,
+        width,
+        limit,
+        start_ms: now - 1000,
+        end_ms: now + 3_600_000,
+        payment_timeout_s,
+    };
+    campaign::put(pool, &c, SHARDS, T)
+        .await
+        .expect("put campaign");
+    campaign::preheat(pool, client, sku, T)
+        .await
+        .expect("preheat");
+    c
+}
+
+/// The stock client and the migrated ledger pool a stack's `cfg` names.
+async fn connect(cfg: &Config) -> (StockClient, MySqlPool) {
+    let client = StockClient::connect(claims_stock(cfg))
+        .await
+        .expect("redis");
+    let pool = ledger::pool::connect(&cfg.mysql_url, T)
+        .await
+        .expect("mysql");
+    ledger::pool::migrate(&pool).await.expect("migrate");
+    (client, pool)
+}
+
+/// The consumer's world on a private Redis Cluster (`replicas` per master) and a fresh
+/// database.
+pub(crate) struct ClusterStack {
+    pub(crate) cluster: RedisCluster,
+    pub(crate) db: TestDatabase,
+    pub(crate) cfg: Config,
+    pub(crate) client: StockClient,
+    pub(crate) pool: MySqlPool,
+}
+
+impl ClusterStack {
+    pub(crate) async fn start(replicas: usize) -> Self {
+        let cluster = RedisCluster::start(3, replicas);
+        let db = TestDatabase::create();
+        let mut cfg = config("redis://unused", &db.url());
+        cfg.redis = RedisTarget::Cluster(cluster.urls());
+        let (client, pool) = connect(&cfg).await;
+        Self {
+            cluster,
+            db,
+            cfg,
+            client,
+            pool,
+        }
+    }
+}
+
+/// Polls until the ledger holds `n` distinct claims of `sku` (at most `limit`).
+pub(crate) async fn wait_rows(pool: &MySqlPool, sku: u64, n: i64, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    loop {
+        let rows: i64 =
+            sqlx::query_scalar("SELECT COUNT(DISTINCT claim_id) FROM claims WHERE sku = ?")
+                .bind(sku)
+                .fetch_one(pool)
+                .await
+                .expect("count claims");
+        if rows == n {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{rows}/{n} rows after {limit:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Claims of `users` (one unit each) through the Lua scripts, `conc` at a time; returns
+/// the claim ids of the successes.
+pub(crate) async fn claim_all(
+    client: &StockClient,
+    c: &Campaign,
+    users: Vec<String>,
+    conc: usize,
+) -> Vec<String> {
+    let meta = Arc::new(c.meta());
+    let empties = Arc::new(LocalEmptyShards::default());
+    futures::stream::iter(users)
+        .map(|user| {
+            let client = client.clone();
+            let meta = meta.clone();
+            let empties = empties.clone();
+            async move {
+                let req = ClaimRequest {
+                    sku: meta.sku,
+                    user,
+                    qty: 1,
+                    request_id: None,
+                };
+                match protocol::claim(
+                    &client,
+                    &meta,
+                    &req,
+                    empties.as_ref(),
+                    shard_router::now_ms(),
+                )
+                .await
+                {
+                    Ok(ClaimOutcome::Claimed { claim, .. }) => Some(claim.claim_id),
+                    Ok(_) => None,
+                    Err(e) => panic!("claim failed: {e}"),
+                }
+            }
+        })
+        .buffer_unordered(conc)
+        .filter_map(|x| async move { x })
+        .collect()
+        .await
+}
+
+/// Total XLEN and pending over every shard stream.
+pub(crate) async fn stream_depth(s: &Stack) -> (u64, u64) {
+    let mut total = (0, 0);
+    for shard in 0..SHARDS {
+        let st = consumer::stream::ShardStream::new(&s.client, shard, &s.cfg.group);
+        if let Ok(d) = st.depth(&s.client).await {
+            total.0 += d.len;
+            total.1 += d.pending;
+        }
+    }
+    total
+}
+
+/// Polls until the ledger has `n` claims of `sku` and the streams are empty.
+pub(crate) async fn wait_drained(s: &Stack, sku: u64, n: i64, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    loop {
+        let rows = s
+            .count(&format!("SELECT COUNT(*) FROM claims WHERE sku = {sku}"))
+            .await;
+        let (len, pending) = stream_depth(s).await;
+        if rows == n && len == 0 && pending == 0 {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not drained after {limit:?}: {rows}/{n} rows, xlen {len}, pending {pending}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+pub(crate) fn users(prefix: &str, n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("{prefix}{i}")).collect()
+}
+
+pub(crate) fn stream_key(s: &Stack, shard: u16) -> String {
+    keys::claims_stream(s.client.placement(), shard)
+}
+
+/// Serialises the tests of one binary that read process-wide state (the metrics registry):
+/// hold the guard for the whole test.
+pub(crate) async fn one_at_a_time() -> tokio::sync::MutexGuard<'static, ()> {
+    static ONE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    ONE.lock().await
+}
+
+/// Moves every entry of every shard stream to the dead letters, as recovery does.
+pub(crate) async fn dead_letter_everything(s: &Stack) -> usize {
+    let mut moved = 0;
+    for shard in 0..SHARDS {
+        let st = ShardStream::new(&s.client, shard, &s.cfg.group);
+        for e in st.all_entries(&s.client, 100).await.expect("xrange") {
+            let fields: Vec<(String, Vec<u8>)> = e
+                .map
+                .iter()
+                .filter_map(|(k, v)| match v {
+                    redis::Value::BulkString(b) => Some((k.clone(), b.clone())),
+                    _ => None,
+                })
+                .collect();
+            st.dead_letter(&s.client, &e.id, &fields, "test")
+                .await
+                .expect("dead letter");
+            moved += 1;
+        }
+    }
+    moved
+}
+
+/// Adds to `pipe` what a gateway that died under a hold left on `hk`'s shard: `user`'s hold
+/// (seq 1, one unit, under `rid`, "" for none) expired a minute before `now`, and the unit
+/// it counted for the user.
+pub(crate) fn dead_hold<'a>(
+    pipe: &'a mut redis::Pipeline,
+    hk: &keys::ShardKeys,
+    user: &str,
+    rid: &str,
+    now: i64,
+) -> &'a mut redis::Pipeline {
+    pipe.cmd("HSET")
+        .arg(hk.holds())
+        .arg(format!("{user}|1"))
+        .arg(format!("1|{}|{rid}", now - 60_000))
+        .cmd("HSET")
+        .arg(hk.users())
+        .arg(user)
+        .arg(1)
+}
+
+/// `replica` is cut off from its master and becomes a master itself.
+pub(crate) fn promote(replica: &RedisServer) {
+    let _: String = redis::cmd("REPLICAOF")
+        .arg("NO")
+        .arg("ONE")
+        .query(&mut replica.connection())
+        .expect("promote the replica");
+}
+
+/// A client on `server`, with the stack's settings.
+pub(crate) async fn client_on(server: &RedisServer, s: &Stack) -> StockClient {
+    let mut cfg = s.cfg.clone();
+    cfg.redis = RedisTarget::Single(server.url());
+    StockClient::connect(claims_stock(&cfg))
+        .await
+        .expect("redis")
+}
+
+/// The tests' stock client writes claims in the compact form, as the gateways of a stack
+/// of this release do (`deploy/`); the nine-pair form of earlier releases has tests of its
+/// own beside it (`ledger.rs`, `reconcile_pages.rs`).
+fn claims_stock(cfg: &Config) -> shard_router::StockConfig {
+    cfg.stock()
+        .with_record_form(shard_router::RecordForm::Compact)
+}
