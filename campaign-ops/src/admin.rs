@@ -176,8 +176,8 @@ impl Admin {
                 Err(e) => Err(e),
             }),
             (&Method::POST, ["v1", "campaigns", s, "preheat"]) => respond(match sku(s) {
-                Ok(s) => match crate::closeout::refuse_if_closed(&self.pool, s, "preheat", t).await {
-                    Err(e) => Err(e),
+                Ok(s) => match ledger::campaigns::refuse_if_closed(&self.pool, s, "preheat", t).await {
+                    Err(e) => Err(e.into()),
                     Ok(()) => campaign::preheat_with(&self.pool, &self.client, s, self.cfg.replica_wait, t).await.map(|v| {
                     v.into_iter()
                         .map(|(shard, o)| serde_json::json!({"shard": shard, "outcome": format!("{o:?}")}))

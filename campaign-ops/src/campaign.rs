@@ -3,143 +3,17 @@
 
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-use shard_router::{PreheatOutcome, SkuMeta, StockClient};
-use sqlx::{MySqlPool, Row};
+use ledger::LedgerError;
+use serde::Serialize;
+use shard_router::{PreheatOutcome, StockClient};
+use sqlx::MySqlPool;
 
 use consumer::db::bounded;
 use consumer::replica::ReplicaWait;
 use consumer::ConsumerError;
 
-/// A campaign as stored in `campaigns` and accepted by the admin API.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Campaign {
-    pub sku: u64,
-    #[serde(default)]
-    pub name: String,
-    pub stock: u64,
-    pub width: u16,
-    pub limit: u32,
-    pub start_ms: i64,
-    pub end_ms: i64,
-    /// Seconds a claim may stay pending (unpaid) before it is released.
-    pub payment_timeout_s: u32,
-}
-
-impl Campaign {
-    pub fn validate(&self, shards: u16) -> Result<(), ConsumerError> {
-        let bad = |m: String| Err(ConsumerError::Invalid(m));
-        if self.width == 0 || self.width > shards {
-            return bad(format!("width {} must be in 1..={shards}", self.width));
-        }
-        if self.limit == 0 {
-            return bad("limit must be at least 1".into());
-        }
-        if self.end_ms <= self.start_ms {
-            return bad("end_ms must be after start_ms".into());
-        }
-        if self.stock > i64::MAX as u64 {
-            return bad("stock too large".into());
-        }
-        if self.payment_timeout_s == 0 {
-            return bad("payment_timeout_s must be at least 1".into());
-        }
-        if self.name.len() > 200 {
-            return bad("name longer than 200 bytes".into());
-        }
-        Ok(())
-    }
-
-    pub fn meta(&self) -> SkuMeta {
-        SkuMeta {
-            sku: self.sku,
-            stock: self.stock,
-            width: self.width,
-            limit: self.limit,
-            start_ms: self.start_ms,
-            end_ms: self.end_ms,
-        }
-    }
-}
-
-/// Creates or updates a campaign. A stock change moves the ledger's available count by the
-/// same delta (refused when that would go negative: more already sold than the new stock).
-/// Width cannot change once created: claims already name their shards.
-pub async fn put(
-    pool: &MySqlPool,
-    c: &Campaign,
-    shards: u16,
-    t: Duration,
-) -> Result<(), ConsumerError> {
-    c.validate(shards)?;
-    let mut tx = bounded("begin", t, pool.begin()).await?;
-    let old: Option<(u64, u16)> = bounded(
-        "read campaign",
-        t,
-        sqlx::query_as("SELECT stock, width FROM campaigns WHERE sku = ? FOR UPDATE")
-            .bind(c.sku)
-            .fetch_optional(&mut *tx),
-    )
-    .await?;
-    if let Some((_, width)) = old {
-        if width != c.width {
-            return Err(ConsumerError::Invalid(format!(
-                "width of sku {} is {width} and cannot change",
-                c.sku
-            )));
-        }
-    }
-    bounded(
-        "upsert campaign",
-        t,
-        sqlx::query(
-            "INSERT INTO campaigns (sku, name, stock, width, per_user_limit, start_ms, end_ms, payment_timeout_s) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON DUPLICATE KEY UPDATE name = VALUES(name), stock = VALUES(stock), \
-             per_user_limit = VALUES(per_user_limit), start_ms = VALUES(start_ms), end_ms = VALUES(end_ms), \
-             payment_timeout_s = VALUES(payment_timeout_s)",
-        )
-        .bind(c.sku)
-        .bind(&c.name)
-        .bind(c.stock)
-        .bind(c.width)
-        .bind(c.limit)
-        .bind(c.start_ms)
-        .bind(c.end_ms)
-        .bind(c.payment_timeout_s)
-        .execute(&mut *tx),
-    )
-    .await?;
-    let delta = c.stock as i64 - old.map(|(s, _)| s as i64).unwrap_or(0);
-    let available: Option<i64> = bounded(
-        "read stock",
-        t,
-        sqlx::query_scalar("SELECT available FROM sku_stock WHERE sku = ? FOR UPDATE")
-            .bind(c.sku)
-            .fetch_optional(&mut *tx),
-    )
-    .await?;
-    let next = available.unwrap_or(0) + delta;
-    if next < 0 {
-        return Err(ConsumerError::Invalid(format!(
-            "stock {} is below what sku {} already holds in active claims",
-            c.stock, c.sku
-        )));
-    }
-    bounded(
-        "stock row",
-        t,
-        sqlx::query(
-            "INSERT INTO sku_stock (sku, available) VALUES (?, ?) \
-             ON DUPLICATE KEY UPDATE available = VALUES(available)",
-        )
-        .bind(c.sku)
-        .bind(next)
-        .execute(&mut *tx),
-    )
-    .await?;
-    bounded("commit", t, tx.commit()).await?;
-    Ok(())
-}
+pub use crate::sku::meta;
+pub use ledger::campaigns::{get, list, put, Campaign};
 
 /// [`put`] for operators (CLI and admin API): refuses a stock change once the SKU is
 /// preheated. Preheat never overwrites a live slice, so a new stock would reach the ledger
@@ -165,44 +39,10 @@ pub async fn put_checked(
                 )));
             }
         }
-        Ok(_) | Err(ConsumerError::NotFound(_)) => {}
-        Err(e) => return Err(e),
+        Ok(_) | Err(LedgerError::NotFound(_)) => {}
+        Err(e) => return Err(e.into()),
     }
-    put(pool, c, shards, t).await
-}
-
-pub async fn get(pool: &MySqlPool, sku: u64, t: Duration) -> Result<Campaign, ConsumerError> {
-    let row = bounded(
-        "read campaign",
-        t,
-        sqlx::query(
-            "SELECT sku, name, stock, width, per_user_limit, start_ms, end_ms, payment_timeout_s \
-             FROM campaigns WHERE sku = ?",
-        )
-        .bind(sku)
-        .fetch_optional(pool),
-    )
-    .await?
-    .ok_or_else(|| ConsumerError::NotFound(format!("campaign for sku {sku}")))?;
-    Ok(Campaign {
-        sku: row.get(0),
-        name: row.get(1),
-        stock: row.get(2),
-        width: row.get(3),
-        limit: row.get(4),
-        start_ms: row.get(5),
-        end_ms: row.get(6),
-        payment_timeout_s: row.get(7),
-    })
-}
-
-pub async fn list(pool: &MySqlPool, t: Duration) -> Result<Vec<u64>, ConsumerError> {
-    bounded(
-        "list campaigns",
-        t,
-        sqlx::query_scalar("SELECT sku FROM campaigns ORDER BY sku").fetch_all(pool),
-    )
-    .await
+    Ok(put(pool, c, shards, t).await?)
 }
 
 /// Preheats Redis from the stored campaign; live slices are left as they are. Once the
@@ -244,7 +84,7 @@ pub async fn preheat_with(
         .iter()
         .all(|(_, v)| v.is_some());
     if all_live && !crate::rebuild::any_claim(pool, sku, t).await? {
-        let out = client.preheat(&c.meta()).await?;
+        let out = client.preheat(&meta(&c)).await?;
         if !out
             .iter()
             .any(|(_, o)| matches!(o, PreheatOutcome::Rebuilding))

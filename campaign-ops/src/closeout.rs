@@ -26,106 +26,22 @@
 
 use std::time::Duration;
 
-use serde::Serialize;
 use shard_router::StockClient;
 use sqlx::MySqlPool;
 
-use crate::{campaign, reconcile};
+use crate::reconcile;
 use consumer::db::bounded;
 use consumer::ConsumerError;
 
-/// Where a campaign is in its lifecycle.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct Lifecycle {
-    pub closing_ms: Option<i64>,
-    pub closed_ms: Option<i64>,
-    pub closing_report: Option<serde_json::Value>,
-}
-
-pub async fn lifecycle(
-    pool: &MySqlPool,
-    sku: u64,
-    t: Duration,
-) -> Result<Lifecycle, ConsumerError> {
-    let row: Option<(Option<i64>, Option<i64>, Option<String>)> = bounded(
-        "read lifecycle",
-        t,
-        sqlx::query_as("SELECT closing_ms, closed_ms, closing_report FROM campaigns WHERE sku = ?")
-            .bind(sku)
-            .fetch_optional(pool),
-    )
-    .await?;
-    let (closing_ms, closed_ms, report) =
-        row.ok_or_else(|| ConsumerError::NotFound(format!("campaign for sku {sku}")))?;
-    Ok(Lifecycle {
-        closing_ms,
-        closed_ms,
-        closing_report: report.and_then(|r| serde_json::from_str(&r).ok()),
-    })
-}
-
-/// True once close-out started: the campaign is no longer live.
-pub async fn is_closing(pool: &MySqlPool, sku: u64, t: Duration) -> Result<bool, ConsumerError> {
-    Ok(lifecycle(pool, sku, t).await?.closing_ms.is_some())
-}
-
-/// Refuses an operation that would bring a closed campaign back to Redis.
-pub async fn refuse_if_closed(
-    pool: &MySqlPool,
-    sku: u64,
-    what: &str,
-    t: Duration,
-) -> Result<(), ConsumerError> {
-    if is_closing(pool, sku, t).await? {
-        return Err(ConsumerError::Invalid(format!(
-            "sku {sku} is closed; {what} refused"
-        )));
-    }
-    Ok(())
-}
-
-/// Campaigns the periodic loops still work on (close-out not started).
-pub async fn open_campaigns(pool: &MySqlPool, t: Duration) -> Result<Vec<u64>, ConsumerError> {
-    bounded(
-        "list open campaigns",
-        t,
-        sqlx::query_scalar("SELECT sku FROM campaigns WHERE closing_ms IS NULL ORDER BY sku")
-            .fetch_all(pool),
-    )
-    .await
-}
-
-/// Campaigns whose close-out started (their series stay out of `/metrics` in every process).
-pub async fn closing_campaigns(pool: &MySqlPool, t: Duration) -> Result<Vec<u64>, ConsumerError> {
-    bounded(
-        "list closed campaigns",
-        t,
-        sqlx::query_scalar("SELECT sku FROM campaigns WHERE closing_ms IS NOT NULL")
-            .fetch_all(pool),
-    )
-    .await
-}
-
-/// Campaigns whose window and payment timeout ended before `now_ms` and are not closed.
-pub async fn due(pool: &MySqlPool, now_ms: i64, t: Duration) -> Result<Vec<u64>, ConsumerError> {
-    bounded(
-        "due close-outs",
-        t,
-        sqlx::query_scalar(
-            "SELECT sku FROM campaigns WHERE closed_ms IS NULL \
-             AND end_ms + payment_timeout_s * 1000 <= ? ORDER BY sku",
-        )
-        .bind(now_ms)
-        .fetch_all(pool),
-    )
-    .await
-}
+pub use ledger::campaigns::{
+    closing_campaigns, due, is_closing, lifecycle, open_campaigns, refuse_if_closed, Lifecycle,
+};
 
 /// Why a campaign cannot close yet; `None` when it can.
 async fn not_yet(
     pool: &MySqlPool,
     client: &StockClient,
-    c: &campaign::Campaign,
+    c: &ledger::campaigns::Campaign,
     now_ms: i64,
     t: Duration,
 ) -> Result<Option<String>, ConsumerError> {
@@ -212,7 +128,7 @@ pub async fn close(
     now_ms: i64,
     t: Duration,
 ) -> Result<serde_json::Value, ConsumerError> {
-    let c = campaign::get(pool, sku, t).await?;
+    let c = ledger::campaigns::get(pool, sku, t).await?;
     let life = lifecycle(pool, sku, t).await?;
     if life.closing_ms.is_none() {
         if let Some(why) = not_yet(pool, client, &c, now_ms, t).await? {

@@ -78,7 +78,7 @@ pub async fn memory_loop(client: StockClient, mut shutdown: watch::Receiver<bool
 /// retires closed campaigns whose replay answers have expired (`closeout::retire`).
 pub async fn close_due(cfg: &Config, pool: &MySqlPool, client: &StockClient) {
     let now = shard_router::now_ms();
-    match closeout::due(pool, now, cfg.db_timeout).await {
+    match ledger::campaigns::due(pool, now, cfg.db_timeout).await {
         Ok(due) => {
             for sku in due {
                 match closeout::close(pool, client, sku, now, cfg.db_timeout).await {

@@ -35,5 +35,6 @@ pub mod redrive;
 pub mod release;
 pub mod series;
 pub mod service;
+pub mod sku;
 pub mod times;
 pub mod wave;

@@ -96,7 +96,7 @@ async fn real_main(cli: Cli) -> anyhow::Result<()> {
                 .collect();
             let dropped = wave::cancel_dropped(&pool, a.sku, &listed, t).await?;
             serde_json::json!({
-                "campaign": campaign::get(&pool, a.sku, t).await?,
+                "campaign": ledger::campaigns::get(&pool, a.sku, t).await?,
                 "waves": wave::list(&pool, a.sku, t).await?,
                 "dropped_waves": dropped,
             })
@@ -135,7 +135,7 @@ async fn real_main(cli: Cli) -> anyhow::Result<()> {
             closeout::close(&pool, &client().await?, sku, shard_router::now_ms(), t).await?
         }
         Command::Preheat { sku } => {
-            closeout::refuse_if_closed(&pool, sku, "preheat", t).await?;
+            ledger::campaigns::refuse_if_closed(&pool, sku, "preheat", t).await?;
             let r =
                 campaign::preheat_with(&pool, &client().await?, sku, cfg.replica_wait, t).await?;
             serde_json::json!(r
@@ -158,7 +158,8 @@ async fn real_main(cli: Cli) -> anyhow::Result<()> {
         Command::Status { sku } => {
             let mut v =
                 serde_json::to_value(campaign::status(&pool, &client().await?, sku, t).await?)?;
-            v["lifecycle"] = serde_json::to_value(closeout::lifecycle(&pool, sku, t).await?)?;
+            v["lifecycle"] =
+                serde_json::to_value(ledger::campaigns::lifecycle(&pool, sku, t).await?)?;
             v["waves"] = serde_json::to_value(wave::list(&pool, sku, t).await?)?;
             v
         }

@@ -69,7 +69,6 @@ use shard_router::rebuild::FenceOutcome;
 use shard_router::StockClient;
 use sqlx::MySqlPool;
 
-use crate::campaign;
 use consumer::db::bounded;
 use consumer::replica::{self, ReplicaWait};
 use consumer::stream::ShardStream;
@@ -152,8 +151,8 @@ pub async fn rebuild(
     opts: &Options,
 ) -> Result<Report, ConsumerError> {
     let t = opts.db_timeout;
-    crate::closeout::refuse_if_closed(pool, sku, "rebuild", t).await?;
-    let mut c = campaign::get(pool, sku, t).await?;
+    ledger::campaigns::refuse_if_closed(pool, sku, "rebuild", t).await?;
+    let mut c = ledger::campaigns::get(pool, sku, t).await?;
     let shards = client.placement().shards_of(sku, c.width);
     let token = token();
 
@@ -211,7 +210,7 @@ pub async fn rebuild(
     // A stock wave takes the campaign row too, so the stock read here and the applied
     // waves below belong together.
     c.stock = stock;
-    let meta = c.meta();
+    let meta = crate::sku::meta(&c);
     let applied_waves = sources::applied_waves(&mut tx, sku, t).await?;
 
     let streams: Vec<ShardStream> = shards

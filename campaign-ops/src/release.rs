@@ -189,7 +189,7 @@ async fn release_once(
         }
     }
     // A closed campaign has no Redis stock left: the release is the ledger's alone.
-    if crate::closeout::lifecycle(pool, sku, t)
+    if ledger::campaigns::lifecycle(pool, sku, t)
         .await?
         .closed_ms
         .is_some()

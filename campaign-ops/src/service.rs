@@ -149,10 +149,10 @@ async fn reconcile_loop(
             _ = consumer::signal::stopped(&mut shutdown) => break,
         }
         // Closed by any process (the CLI, another consumer): their series leave /metrics.
-        if let Ok(closed) = crate::closeout::closing_campaigns(&pool, cfg.db_timeout).await {
+        if let Ok(closed) = ledger::campaigns::closing_campaigns(&pool, cfg.db_timeout).await {
             closed.into_iter().for_each(crate::series::forget_sku);
         }
-        let skus = match crate::closeout::open_campaigns(&pool, cfg.db_timeout).await {
+        let skus = match ledger::campaigns::open_campaigns(&pool, cfg.db_timeout).await {
             Ok(s) => s,
             Err(e) => {
                 tracing::warn!(error = %e, "reconcile: list campaigns failed");

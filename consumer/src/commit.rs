@@ -1,15 +1,16 @@
 //! Claim records into the ledger: the consumer's side of `ledger::claims`, which stores
-//! rows borrowed from these records and names what it did by their index.
+//! rows borrowed from these records (`rows.rs`) and names what it did by their index.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-use ledger::{Claim, ClaimRow, Stored};
+use ledger::{ClaimRow, Stored};
 use shard_router::ClaimRecord;
 use sqlx::{MySql, MySqlPool, Transaction};
 
 use crate::error::ConsumerError;
 use crate::late::LateClaim;
+use crate::rows::row;
 
 /// What a committed batch did.
 #[derive(Debug, Default, Clone)]
@@ -27,39 +28,6 @@ pub struct BatchOutcome {
     /// Inserted records the last rebuild of their SKU did not count (older generation):
     /// listed in `late_claims`, to be counted in Redis after the commit.
     pub late: Vec<LateClaim>,
-}
-
-/// The ledger's row of a record.
-pub fn row(r: &ClaimRecord) -> ClaimRow<'_> {
-    ClaimRow {
-        claim_id: &r.claim_id,
-        sku: r.sku,
-        user: &r.user,
-        qty: r.qty,
-        user_seq: r.user_seq,
-        shard: r.shard,
-        home: r.home,
-        request_id: r.request_id.as_deref(),
-        ts_ms: r.ts_ms,
-        gen: r.gen,
-    }
-}
-
-/// A ledger row read back as the claim record it was written from.
-pub fn record(c: Claim) -> ClaimRecord {
-    ClaimRecord {
-        claim_id: c.claim_id,
-        sku: c.sku,
-        user: c.user_id,
-        qty: c.qty,
-        user_seq: c.user_seq,
-        shard: c.shard,
-        home: c.home,
-        request_id: c.request_id,
-        ts_ms: c.claimed_ms,
-        // A row's generation mattered when it was written; read back, it is counted.
-        gen: 0,
-    }
 }
 
 fn outcome(records: &[&ClaimRecord], s: Stored) -> BatchOutcome {

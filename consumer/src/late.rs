@@ -183,7 +183,7 @@ async fn page(
     Ok(rows
         .into_iter()
         .map(|(claim, gen)| LateClaim {
-            record: crate::commit::record(claim),
+            record: crate::rows::record(claim),
             gen,
         })
         .collect())

@@ -14,7 +14,7 @@
 //!   ack+delete, XAUTOCLAIM, dead letters); [`reader`]: XREADGROUP loop per shard into the
 //!   bounded channel.
 //! - [`writer`]: batches (max rows / max wait) → [`commit`]: one ledger transaction per
-//!   batch; [`late`]: claims committed after the rebuild that did not count them.
+//!   batch, of records turned into rows ([`rows`]); [`late`]: claims committed after the rebuild that did not count them.
 //!   [`final_answers`]: rerouted claims' replay answers made final before the delete.
 //! - [`replica`]: wait for a replica before committing (default wherever there is one).
 //! - [`recovery`]: refresh own pending entries, take over idle ones, dead-letter poison.
@@ -38,6 +38,7 @@ pub mod metrics;
 pub mod reader;
 pub mod recovery;
 pub mod replica;
+pub mod rows;
 pub mod startup;
 pub mod streams;
 pub mod writer;

@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use sqlx::{MySql, MySqlPool, QueryBuilder, Transaction};
 
-use crate::claims::{Claim, COLUMNS};
 use crate::error::LedgerError;
 use crate::pool::bounded;
+use crate::rows::{Claim, COLUMNS};
 
 /// A late claim as [`mark`] lists it.
 #[derive(Debug, Clone, Copy)]

@@ -7,16 +7,21 @@
 //! operations call it, and every bounded wait on MySQL goes through [`pool::bounded`].
 //!
 //! - [`pool`]: the pool, the migrations, the bound on every statement.
+//! - [`rows`]: a claim's row, written and read back.
 //! - [`claims`]: a batch of claims in one transaction (insert, stock taken, collisions).
 //! - [`late`]: claims committed after the rebuild that did not count them.
+//! - [`campaigns`]: campaigns, their lifecycle and their available stock.
 //! - [`anomalies`]: what the books disagree on.
 
 pub mod anomalies;
+pub mod campaigns;
 pub mod claims;
 mod error;
 pub mod late;
 pub mod pool;
 mod row_buckets;
+pub mod rows;
 
-pub use claims::{Claim, ClaimRow, Stored};
+pub use claims::Stored;
 pub use error::{db, db_retryable, LedgerError};
+pub use rows::{Claim, ClaimRow};

@@ -29,7 +29,7 @@ pub(crate) fn padded_rows(n: usize, cap: usize) -> usize {
 /// full default batch is sent as it is, or past it (a configured larger batch, a rebuild's
 /// page) the placeholder limit.
 pub(crate) fn cap_for(n: usize) -> usize {
-    use crate::claims::{DEFAULT_BATCH_MAX_ROWS, MAX_BATCH_ROWS};
+    use crate::rows::{DEFAULT_BATCH_MAX_ROWS, MAX_BATCH_ROWS};
     if n <= DEFAULT_BATCH_MAX_ROWS {
         DEFAULT_BATCH_MAX_ROWS
     } else {
@@ -52,7 +52,7 @@ mod tests {
     #[test]
     fn sizes_are_few_and_waste_less_than_a_quarter() {
         let mut shapes = BTreeSet::new();
-        for n in 1..=crate::claims::DEFAULT_BATCH_MAX_ROWS {
+        for n in 1..=crate::rows::DEFAULT_BATCH_MAX_ROWS {
             let p = padded_rows(n, cap_for(n));
             assert!(p >= n, "{n} -> {p}");
             assert!(
@@ -84,7 +84,7 @@ mod tests {
 
     #[test]
     fn a_full_default_batch_is_sent_as_it_is() {
-        use crate::claims::{DEFAULT_BATCH_MAX_ROWS, MAX_BATCH_ROWS};
+        use crate::rows::{DEFAULT_BATCH_MAX_ROWS, MAX_BATCH_ROWS};
         let full = DEFAULT_BATCH_MAX_ROWS;
         assert_eq!(padded_rows(full, cap_for(full)), full);
         assert_eq!(

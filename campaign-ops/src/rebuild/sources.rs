@@ -109,7 +109,7 @@ pub(super) async fn ledger_claims(
             after = last.record.claim_id.clone();
         }
         out.extend(rows.into_iter().map(|r| Known {
-            record: consumer::commit::record(r.record),
+            record: consumer::rows::record(r.record),
             seen: match r.status.as_str() {
                 "pending" | "confirmed" => Seen::Active,
                 _ => Seen::Released,

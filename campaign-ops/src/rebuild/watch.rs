@@ -17,7 +17,6 @@ use shard_router::StockClient;
 use sqlx::MySqlPool;
 use tokio::sync::watch;
 
-use crate::campaign;
 use consumer::ConsumerError;
 
 /// How often live campaigns are checked for a missing slice.
@@ -70,7 +69,7 @@ pub async fn check(
     let now = shard_router::now_ms();
     let mut rebuilt = Vec::new();
     for sku in candidates(pool, now, t).await? {
-        let c = campaign::get(pool, sku, t).await?;
+        let c = ledger::campaigns::get(pool, sku, t).await?;
         let mut missing: Vec<u16> = client
             .slices(sku, c.width)
             .await?

@@ -234,8 +234,8 @@ pub async fn run_with(
     t: Duration,
     opts: Options,
 ) -> Result<Report, ConsumerError> {
-    let c = crate::campaign::get(pool, sku, t).await?;
-    if crate::closeout::is_closing(pool, sku, t).await? {
+    let c = ledger::campaigns::get(pool, sku, t).await?;
+    if ledger::campaigns::is_closing(pool, sku, t).await? {
         return Err(ConsumerError::Invalid(format!(
             "sku {sku} is closed; its closing report is in `consumer status {sku}`"
         )));
@@ -268,7 +268,7 @@ pub async fn run_with(
     let (mut report, figures) = measure_paged(pool, client, sku, t, opts.page).await?;
     // Close-out may have started meanwhile (another process): its missing slices are not
     // drift, and its series must not come back.
-    if crate::closeout::is_closing(pool, sku, t).await? {
+    if ledger::campaigns::is_closing(pool, sku, t).await? {
         return Err(ConsumerError::Invalid(format!(
             "sku {sku} started closing during the run; not stored"
         )));

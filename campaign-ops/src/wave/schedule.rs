@@ -106,8 +106,8 @@ async fn store(
             "wave id must be 1..={MAX_ID} bytes"
         )));
     }
-    crate::campaign::get(pool, w.sku, t).await?;
-    crate::closeout::refuse_if_closed(pool, w.sku, "a wave", t).await?;
+    ledger::campaigns::get(pool, w.sku, t).await?;
+    ledger::campaigns::refuse_if_closed(pool, w.sku, "a wave", t).await?;
     bounded(
         "insert wave",
         t,

@@ -183,7 +183,7 @@ async fn close_out_stores_the_report_cleans_redis_and_survives_a_crash() {
     };
     let first = shard_router::protocol::claim(
         &s.client,
-        &c.meta(),
+        &campaign_ops::sku::meta(&c),
         &retried,
         &shard_router::protocol::LocalEmptyShards::default(),
         shard_router::now_ms(),

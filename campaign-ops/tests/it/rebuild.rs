@@ -177,7 +177,11 @@ async fn the_fence_holds_claims_preheat_and_other_rebuilds_off() {
         ClaimOutcome::NotPreheated
     );
     assert_eq!(
-        s.client.preheat(&c.meta()).await.unwrap()[0].1,
+        s.client
+            .preheat(&campaign_ops::sku::meta(&c))
+            .await
+            .unwrap()[0]
+            .1,
         PreheatOutcome::Rebuilding
     );
     let busy = rebuild::rebuild(&s.pool, &s.client, c.sku, &rebuild_opts()).await;
@@ -206,7 +210,7 @@ async fn the_fence_holds_claims_preheat_and_other_rebuilds_off() {
     };
     assert!(!s
         .client
-        .write_rebuild(&c.meta(), "crashed", &stale, &[], 1)
+        .write_rebuild(&campaign_ops::sku::meta(&c), "crashed", &stale, &[], 1)
         .await
         .unwrap());
     // With the fence gone, claims work again.
@@ -395,7 +399,7 @@ async fn a_rebuilt_stream_never_reissues_a_claim_id_the_ledger_holds() {
 async fn a_take_under_a_hold_from_before_a_rebuild_is_refused_whatever_the_gateway_clock() {
     let s = Stack::start().await;
     let c = campaign(&s, 12_060, 2, 2, 1, 3600).await;
-    let meta = c.meta();
+    let meta = campaign_ops::sku::meta(&c);
     let p = s.client.placement();
     let home = p.home_shard(c.sku, c.width, "late");
     let other = p

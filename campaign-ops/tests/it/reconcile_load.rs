@@ -48,7 +48,7 @@ async fn sale_with_reconciliations(
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<String>();
     let rx = Arc::new(tokio::sync::Mutex::new(rx));
     let mut load = JoinSet::new();
-    let meta = Arc::new(c.meta());
+    let meta = Arc::new(campaign_ops::sku::meta(c));
     for worker in 0..6u64 {
         let (client, meta, stop, counts, tx) = (
             client.clone(),

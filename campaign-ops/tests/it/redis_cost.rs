@@ -156,7 +156,7 @@ impl PerClaim {
 
 /// Claims of distinct users at `rate` per second (open loop, at most 512 in flight).
 async fn drive(client: &StockClient, c: &Campaign, prefix: &str, n: usize, rate: usize) {
-    let meta = Arc::new(c.meta());
+    let meta = Arc::new(campaign_ops::sku::meta(c));
     let empties = Arc::new(LocalEmptyShards::default());
     let gate = Arc::new(tokio::sync::Semaphore::new(512));
     let start = tokio::time::Instant::now();

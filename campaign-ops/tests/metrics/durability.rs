@@ -219,7 +219,7 @@ async fn skewed_consumer_clock_decides_nothing() {
     let paid_later = claim_all(&s.client, &c, users("p", 1), 1).await;
     assert_eq!(paid_later.len(), 1);
     // A fresh hold on an empty home slice (a gateway between hold and settle).
-    let meta = c.meta();
+    let meta = campaign_ops::sku::meta(&c);
     let user = "holder".to_owned();
     let home = s.client.placement().home_shard(meta.sku, meta.width, &user);
     let mut conn = s.client.conn();
@@ -273,7 +273,7 @@ async fn try_claims(
     use futures::StreamExt;
     use shard_router::protocol::{self, LocalEmptyShards};
     use shard_router::ClaimOutcome;
-    let meta = std::sync::Arc::new(c.meta());
+    let meta = std::sync::Arc::new(campaign_ops::sku::meta(c));
     let outs: Vec<Result<ClaimOutcome, shard_router::StockError>> = futures::stream::iter(users)
         .map(|user| {
             let (client, meta) = (client.clone(), meta.clone());
@@ -318,7 +318,7 @@ async fn failover_rollback_with_durability_none_is_bounded() {
     let consumer = start_consumer(s.cfg.clone());
     let stock = 300;
     let c = open_campaign(&s.pool, &s.client, 13_002, stock, SHARDS, 1, 3600).await;
-    let meta = c.meta();
+    let meta = campaign_ops::sku::meta(&c);
     let victim_shard = s.client.placement().shards_of(meta.sku, meta.width)[0];
     let slot = shard_router::placement::slot_of_tag(s.client.placement().tag(victim_shard));
     let port = s.cluster.master_of(slot);

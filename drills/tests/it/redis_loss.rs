@@ -102,7 +102,7 @@ async fn drill(loss: Loss) -> verdict::Figures {
     campaign::preheat(&pool, &client, c.sku, T)
         .await
         .expect("preheat");
-    let meta = c.meta();
+    let meta = campaign_ops::sku::meta(&c);
 
     let (stop, rx) = consumer::signal::channel();
     let service = tokio::spawn(service::run(cfg.clone(), None, rx));

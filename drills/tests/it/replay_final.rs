@@ -72,7 +72,7 @@ async fn rerouted_answers_stay_replayable_after_the_ledger_took_them() {
     campaign::preheat(&pool, &gateway, c.sku, T)
         .await
         .expect("preheat");
-    let meta = c.meta();
+    let meta = campaign_ops::sku::meta(&c);
     let shards = gateway.placement().shards_of(c.sku, 2);
     let (home, other) = (shards[0], shards[1]);
     let users: Vec<String> = (0..)

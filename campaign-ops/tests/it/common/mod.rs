@@ -234,7 +234,7 @@ pub(crate) async fn claim_all(
     users: Vec<String>,
     conc: usize,
 ) -> Vec<String> {
-    let meta = Arc::new(c.meta());
+    let meta = Arc::new(campaign_ops::sku::meta(c));
     let empties = Arc::new(LocalEmptyShards::default());
     futures::stream::iter(users)
         .map(|user| {

@@ -36,7 +36,7 @@ pub(crate) async fn claim_on(
     };
     protocol::claim(
         client,
-        &c.meta(),
+        &campaign_ops::sku::meta(c),
         &req,
         &LocalEmptyShards::default(),
         shard_router::now_ms(),

@@ -1,0 +1,37 @@
+//! A claim record as the ledger's row, and a ledger row back as the record.
+
+use ledger::{Claim, ClaimRow};
+use shard_router::ClaimRecord;
+
+/// The ledger's row of a record.
+pub fn row(r: &ClaimRecord) -> ClaimRow<'_> {
+    ClaimRow {
+        claim_id: &r.claim_id,
+        sku: r.sku,
+        user: &r.user,
+        qty: r.qty,
+        user_seq: r.user_seq,
+        shard: r.shard,
+        home: r.home,
+        request_id: r.request_id.as_deref(),
+        ts_ms: r.ts_ms,
+        gen: r.gen,
+    }
+}
+
+/// A ledger row read back as the claim record it was written from.
+pub fn record(c: Claim) -> ClaimRecord {
+    ClaimRecord {
+        claim_id: c.claim_id,
+        sku: c.sku,
+        user: c.user_id,
+        qty: c.qty,
+        user_seq: c.user_seq,
+        shard: c.shard,
+        home: c.home,
+        request_id: c.request_id,
+        ts_ms: c.claimed_ms,
+        // A row's generation mattered when it was written; read back, it is counted.
+        gen: 0,
+    }
+}
