@@ -30,7 +30,7 @@
 --   matched:  n × "user|seq" of holds whose claim the rebuild found (already counted)
 --   relstock: n × claim id released to this slice
 --   reluser:  n × claim id released to this home shard's user counts
---   waves:    n × wave id the ledger has applied (inside the stock; see consumer/src/wave.rs)
+--   waves:    n × wave id the ledger has applied (inside the stock; see campaign-ops/src/wave.rs)
 -- Returns (never nil):
 --   {60, slice}   REBUILT
 --   {61}          FENCE_LOST: this token no longer holds the shard; nothing changed

@@ -1,7 +1,7 @@
 -- rebuild_late.lua: counts a "late" claim on one shard. A late claim was acknowledged
 -- before a rebuild from the ledger but reached the ledger only after that rebuild read it
 -- (a consumer held it in memory while Redis lost its data), so the rebuilt shard does not
--- count it (see consumer/src/rebuild/late.rs). Run once on the shard whose slice gave the
+-- count it (see consumer/src/late.rs). Run once on the shard whose slice gave the
 -- units (take part) and once on the user's home shard (home part); one call when they are
 -- the same shard.
 --

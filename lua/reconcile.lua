@@ -2,8 +2,8 @@
 -- step, so no claim, release, wave, late apply or excess removal on this shard falls between
 -- its reads.
 -- Its cost does not grow with the stream or the release set: those are read in bounded
--- pages around it (consumer/src/reconcile/snapshot.rs; why that stays exact: the doc
--- comment of consumer/src/reconcile/mod.rs). Read only; no key is written.
+-- pages around it (campaign-ops/src/reconcile/snapshot.rs; why that stays exact: the doc
+-- comment of campaign-ops/src/reconcile/mod.rs). Read only; no key is written.
 --
 -- KEYS[1] stock slice          {T}:stock:<sku>
 -- KEYS[2] claims stream        {T}:claims

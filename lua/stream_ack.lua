@@ -22,7 +22,7 @@
 -- costs Redis about 0.5 µs a call). So the trim removes
 -- only committed entries, like a delete by id, but drops whole listpack nodes instead of
 -- searching a node for every id (an XDEL of a 40-id batch cost Redis 4–6 µs per id; see
--- `consumer/tests/it/redis_cost.rs`). Ids at or above the floor, committed while an older
+-- `campaign-ops/tests/it/redis_cost.rs`). Ids at or above the floor, committed while an older
 -- entry is still pending (another writer's batch, an entry being retried), go by XDEL.
 -- Only the newest id and those above the floor are parsed: Lua work stays O(1) per call
 -- when batches settle in order.

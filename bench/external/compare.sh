@@ -26,7 +26,7 @@ REPS="${REPS:-3}"
 OUT="${OUT:-$(mktemp -d /tmp/flashgate-compare.XXXXXX)}"
 TARGET="${CARGO_TARGET_DIR:-target}"
 # BUILD=0 uses the binaries already in $TARGET/release.
-[ "${BUILD:-1}" = 1 ] && cargo build --release -q -p bench -p gateway -p consumer
+[ "${BUILD:-1}" = 1 ] && cargo build --release -q -p bench -p gateway -p campaign-ops
 BENCH="$TARGET/release/bench"
 
 # The rows of README "Benchmarks"; every one runs without a per-user rate limit so that

@@ -31,7 +31,7 @@ bins=("$@")
 RUNS="${RUNS:-1}"
 WINDOW_S="${WINDOW_S:-6}"
 BENCH="${BENCH:-target/release/bench}"
-[ -x "$BENCH" ] || cargo build --release -q -p bench -p gateway -p consumer
+[ -x "$BENCH" ] || cargo build --release -q -p bench -p gateway -p campaign-ops
 if ! command -v valgrind >/dev/null || ! command -v callgrind_control >/dev/null; then
   echo "installing valgrind ..." >&2
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"

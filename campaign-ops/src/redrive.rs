@@ -1,7 +1,7 @@
 //! `consumer redrive`: replays the dead-letter streams into the ledger. Entries land in the
 //! dead letters after too many deliveries (or when they do not decode); once the cause is
 //! fixed, redrive writes every decodable one through the same idempotent batch write as
-//! the consumer (`ledger.rs`: claim id primary key, `INSERT IGNORE`), so running it twice,
+//! the consumer (`ledger/src/claims.rs`: claim id primary key, `INSERT IGNORE`), so running it twice,
 //! or on an entry the ledger already holds, adds nothing. Once its batch is committed, the
 //! replay answers of rerouted claims are made final (`final_answers.rs`), and each
 //! redriven letter is deleted (XDEL of those ids only: an entry that arrives meanwhile is
@@ -50,7 +50,7 @@ pub struct RedriveReport {
     pub inserted: u64,
     /// Already in the ledger under the same claim id.
     pub already: u64,
-    /// Rejected by `(sku, user, user_seq)` under another claim id (see `ledger.rs`).
+    /// Rejected by `(sku, user, user_seq)` under another claim id (see `ledger/src/claims.rs`).
     pub duplicates: u64,
     /// Entries that are not claim records; left in place.
     pub undecodable: u64,
@@ -109,7 +109,7 @@ pub async fn run(
                 report.inserted += out.inserted as u64;
                 report.already += out.redelivered as u64;
                 // A collision is an acknowledged claim too: kept as its own row with a
-                // critical anomaly (`ledger.rs`), never given back.
+                // critical anomaly (`ledger/src/claims.rs`), never given back.
                 report.duplicates += out.collisions.len() as u64;
                 // Before the letters go: a tentative answer is confirmed by the record.
                 consumer::final_answers::finalize_records(client, records.iter()).await;

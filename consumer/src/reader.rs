@@ -17,7 +17,7 @@ use crate::stream::{Delivered, ShardStream};
 /// Shortest time from one read of a shard to the next, unless a read comes back full (or
 /// `batch_max_wait` is shorter). Without it a reader under load asks again as soon as its
 /// entries are handed on and gets the 3–4 that arrived meanwhile; each read costs Redis a
-/// call and an `INFO` whatever it returns (issue 16, `consumer/tests/it/redis_cost.rs`). An
+/// call and an `INFO` whatever it returns (issue 16, `campaign-ops/tests/it/redis_cost.rs`). An
 /// entry waits at most this long in Redis before it is read; the writer holds a batch open
 /// for `batch_max_wait` anyway. An idle shard still answers its first entry at once: the
 /// read blocks in Redis and returns as soon as one arrives.

@@ -256,7 +256,7 @@ pub async fn fence_all(
     Ok(f)
 }
 
-/// Whether a write the consumer makes itself (a late claim's apply, `rebuild/late.rs`; a
+/// Whether a write the consumer makes itself (a late claim's apply, `consumer/src/late.rs`; a
 /// stale hold's resolution, `reconcile/holds.rs`) must be on a replica before anything
 /// relies on it, on the master `info` describes. These run from several loops and commands,
 /// so `Auto` keeps no memory of its own: it asks the master whether it has or had a

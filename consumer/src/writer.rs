@@ -2,10 +2,10 @@
 //! `batch_max_rows` or `batch_max_wait`), commits each batch in one transaction, and only
 //! then acknowledges and removes the entries, batch after batch in the order they were
 //! drawn (`Turn`). No unit ever goes back from here: every record is an acknowledged claim
-//! (a collision is kept too, see `ledger.rs`).
+//! (a collision is kept too, see `ledger/src/claims.rs`).
 //! While MySQL is down it retries the same batch with exponential backoff: nothing is
 //! dropped, and the full channel stalls the readers. Late claims a batch found (committed
-//! after a rebuild that did not count them, `rebuild/late.rs`) are counted in Redis right
+//! after a rebuild that did not count them, `consumer/src/late.rs`) are counted in Redis right
 //! after the commit; a sweep beside the loops repairs any that could not be.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};

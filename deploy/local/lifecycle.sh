@@ -5,7 +5,7 @@
 # (`consumer wave`) reopens it, it sells out again, and close-out leaves a closing report
 # with drift 0 and no key of the campaign in Redis but what replays need until their TTL:
 # the stored answers, the SKU metadata `fg:sku:<sku>` and its `fg:skus` membership
-# (consumer/src/closeout.rs). Through the gateway, the retried request still gets its first
+# (campaign-ops/src/closeout.rs). Through the gateway, the retried request still gets its first
 # answer and a new one `ended`. About 20 s. Exits non-zero when a step does not hold.
 # Settings (environment): FG_LIFECYCLE_SKU (2), and the FLASHGATE_* lines of up.sh.
 set -euo pipefail

@@ -38,10 +38,10 @@ ensure_packages redis-server:redis-server redis-cli:redis-tools
 ensure_mariadb
 say "building ($FG_BUILD)"
 if [ "$FG_BUILD" = release ]; then
-  cargo build --release -q -p gateway -p consumer -p bench
+  cargo build --release -q -p gateway -p campaign-ops -p bench
   BIN="${CARGO_TARGET_DIR:-$FG_ROOT/target}/release"
 else
-  cargo build -q -p gateway -p consumer -p bench
+  cargo build -q -p gateway -p campaign-ops -p bench
   BIN="${CARGO_TARGET_DIR:-$FG_ROOT/target}/debug"
 fi
 

@@ -1,6 +1,6 @@
 //! What the consumer's campaign side and the operator run: the rebuild from the ledger
-//! (`consumer/src/rebuild.rs`), a preheat over a running sale, the release of an unpaid
-//! claim (`consumer/src/release.rs`) and a stock wave (`consumer/src/wave.rs`).
+//! (`campaign-ops/src/rebuild.rs`), a preheat over a running sale, the release of an unpaid
+//! claim (`campaign-ops/src/release.rs`) and a stock wave (`campaign-ops/src/wave.rs`).
 
 use crate::keyspace::{Answer, Event, Meta, ShardId};
 use crate::ledger::{Status, WaveState};

@@ -1,7 +1,7 @@
 //! The Redis half of a rebuild from the ledger: the typed calls of `lua/rebuild_fence.lua`,
 //! `lua/rebuild_renew.lua`, `lua/rebuild.lua` and `lua/rebuild_late.lua`, and the replay
 //! answers written while the fence is up. What to
-//! write is computed by the consumer from the ledger (`consumer/src/rebuild.rs`); this file
+//! write is computed by the consumer from the ledger (`campaign-ops/src/rebuild.rs`); this file
 //! only knows the keys and the script codes.
 
 use std::time::Duration;

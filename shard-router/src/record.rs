@@ -29,7 +29,7 @@ pub struct ClaimRecord {
     pub ts_ms: i64,
     /// Rebuild generation of the shard meta when the script ran (`gen`; absent = 0): a
     /// record older than the campaign's last rebuild that reaches the ledger only after
-    /// it was not counted by that rebuild (see `consumer/src/rebuild/late.rs`).
+    /// it was not counted by that rebuild (see `consumer/src/late.rs`).
     pub gen: u64,
 }
 

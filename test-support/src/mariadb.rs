@@ -47,7 +47,7 @@ impl Server {
 
     /// The URL of `db`, without the `statement-cache-capacity` that `to_url_lossy` writes
     /// out (sqlx's default, not a choice): the consumer sizes its cache itself unless a URL
-    /// names one (`consumer/src/db.rs`), and tests run with what production runs with.
+    /// names one (`ledger/src/pool.rs`), and tests run with what production runs with.
     fn url(&self, db: &str) -> String {
         let mut url = self.opts.clone().database(db).to_url_lossy();
         let pairs: Vec<(String, String)> = url

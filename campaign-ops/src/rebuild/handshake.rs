@@ -31,7 +31,7 @@
 //! release; seen only once a read delivered it something, below). The
 //! rebuild then pauses `Options::quiesce` as before the handshake (also when no
 //! consumer is registered) and goes on: what such a consumer commits
-//! later is a late claim (`rebuild/late.rs`), recorded, not prevented. Also outside
+//! later is a late claim (`consumer/src/late.rs`), recorded, not prevented. Also outside
 //! the handshake: records read from a master the shard has already left (a consumer
 //! still reading a partitioned old master after a failover), and `consumer redrive`
 //! running during the rebuild (it holds dead letters in memory the same way).
@@ -69,7 +69,7 @@ pub struct Flush {
     /// partitioned, stuck); with them, not waited for, a consumer whose heartbeat went
     /// stale within [`MAYBE_ALIVE`] without answering, and one seen reading a claims
     /// stream with no row (an older release during a rolling upgrade): what they commit
-    /// later goes through `rebuild/late.rs`.
+    /// later goes through `consumer/src/late.rs`.
     pub unanswered: Vec<String>,
     pub waited_ms: u64,
 }

@@ -30,7 +30,7 @@ pub struct Resolution {
 /// claim `(sku, user, user_seq)` in the ledger or in a stream means units were taken: keep
 /// the count; otherwise nothing was taken: undo it. "In a stream" includes the dead
 /// letters: a claim parked there is acknowledged all the same. The hold of a late claim
-/// not applied yet is the apply's to settle (`rebuild/late.rs`).
+/// not applied yet is the apply's to settle (`consumer/src/late.rs`).
 ///
 /// With replicas (`replicas`, see `replica::write_needs_replica`) a decision counts only
 /// once it cannot be rolled back: keeping a hold stores a final replay answer, so a take

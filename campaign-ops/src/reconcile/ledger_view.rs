@@ -46,7 +46,7 @@ pub struct After {
     /// Every wave id the ledger knows for the SKU, applied or not.
     pub waves: HashSet<String>,
     /// Every late claim of the SKU (`late_claims`): claim id → the generation it was judged
-    /// against (`consumer/src/rebuild/late.rs`).
+    /// against (`consumer/src/late.rs`).
     pub late: HashMap<String, u64>,
 }
 

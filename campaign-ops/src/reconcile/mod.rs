@@ -64,7 +64,7 @@
 //!   waves in `s`'s wave hash at `T_s` not applied in `L0` (a wave being applied) whose row
 //!   `L1` holds (rows are written before any slice is touched; an unknown wave id is drift).
 //!
-//! - Late claims (`consumer/src/rebuild/late.rs`): acknowledged before a rebuild, committed
+//! - Late claims (`consumer/src/late.rs`): acknowledged before a rebuild, committed
 //!   after it, their stream entries lost with Redis. From its commit the ledger counts such a
 //!   claim (`L1` has its row, its old entry id is below the cutoff), but the rebuilt slice
 //!   still holds its units until its apply (`lua/rebuild_late.lua`) takes them, in the step

@@ -122,7 +122,7 @@ async fn same_entries_delivered_twice_give_no_duplicate_rows() {
 }
 
 /// The ledger INSERT is padded with copies of a batch's last record up to one of a few row
-/// counts (`consumer/src/row_buckets.rs`): the copies must never count as rows, units or
+/// counts (`ledger/src/row_buckets.rs`): the copies must never count as rows, units or
 /// redeliveries, whether the record they copy is new or already in the ledger.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn padded_batches_count_only_their_own_records() {
@@ -186,7 +186,7 @@ fn with_query(url: &str, pair: &str) -> String {
 }
 
 /// `db::connect` raises sqlx's statement cache for the padded INSERT's shapes
-/// (`consumer/src/row_buckets.rs`), but a `statement-cache-capacity` the operator wrote in
+/// (`ledger/src/row_buckets.rs`), but a `statement-cache-capacity` the operator wrote in
 /// the URL is theirs: 0 (nothing left prepared on the server, e.g. behind a pooling proxy or
 /// near `max_prepared_stmt_count`) must stay 0.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

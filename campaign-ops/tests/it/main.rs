@@ -1,5 +1,5 @@
 //! One test binary for the crate (one link instead of one per file); each module is
-//! what was a test file, so `cargo test -p consumer --test it NAME::` runs one of them.
+//! what was a test file, so `cargo test -p campaign-ops --test it NAME::` runs one of them.
 //! Tests reading the process-wide metrics registry are in `tests/metrics`.
 
 // Shared with `tests/metrics`, which uses other parts of it.

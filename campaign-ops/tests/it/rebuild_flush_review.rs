@@ -1,5 +1,5 @@
 //! Edges of the rebuild's flush handshake (docs/DESIGN.md, "Rebuild from the ledger";
-//! `consumer/src/flush.rs`, `consumer/src/rebuild/handshake.rs`): a reader backing off,
+//! `consumer/src/flush.rs`, `campaign-ops/src/rebuild/handshake.rs`): a reader backing off,
 //! a read whose reply reaches the writer after the cut, and a stream reader that never
 //! registered (an older release during a rolling upgrade).
 

@@ -2,7 +2,7 @@
 //! chances as slices empty), payment-timeout releases, cancels, confirms and stock waves run
 //! concurrently with 100 reconciliations from two reconcilers at once, and every one of them
 //! must report drift 0, no missing slice and no excess removed. Sized for 2 cores; longer:
-//! `FG_RECONCILE_RUNS=1000 cargo test -p consumer --test it reconcile_load:: -- --test-threads=1`.
+//! `FG_RECONCILE_RUNS=1000 cargo test -p campaign-ops --test it reconcile_load:: -- --test-threads=1`.
 //! Fails on the old five-reads measurement (it reported −1270 … −4666 under wrk load).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -1,7 +1,7 @@
-//! Reconciliation reads a shard in bounded pages (`consumer/src/reconcile/snapshot.rs`): no
+//! Reconciliation reads a shard in bounded pages (`campaign-ops/src/reconcile/snapshot.rs`): no
 //! single Redis call grows with the stream or the release set, and a snapshot spread over
 //! many pages is as exact as one atomic read (drift 0, and the exact figure when wrong).
-//! The bound's figures at another size: `FG_PAGES_ENTRIES=50000 cargo test -p consumer
+//! The bound's figures at another size: `FG_PAGES_ENTRIES=50000 cargo test -p campaign-ops
 //! --test it reconcile_pages::longest -- --nocapture`.
 
 use std::time::Duration;

@@ -14,7 +14,7 @@
 //! inside a script are counted by Redis in their own rows too; the share "by command" sums
 //! only what was sent from outside (see `INNER_CLAIM`, `INNER_SETTLE`).
 //!
-//! Run: `cargo test -p consumer --test it redis_cost:: -- --ignored --nocapture`
+//! Run: `cargo test -p campaign-ops --test it redis_cost:: -- --ignored --nocapture`
 //! (`FG_COST_ROUNDS`, default 3, prints medians over the rounds; `FG_COST_RECORDS=pairs`
 //! writes the nine-pair records instead of the compact ones; Redis's own cost does not
 //! depend on the build, but the consumer's read sizes do a little: release is closer to a

@@ -8,7 +8,7 @@
 //! The machine is shared, so 1 and 2 run interleaved `FG_PERF_ROUNDS` times (default 3)
 //! and the best round of each is compared (the least disturbed by other tenants).
 //!
-//! Run: `cargo test --release -p consumer --test it throughput:: -- --ignored --nocapture`
+//! Run: `cargo test --release -p campaign-ops --test it throughput:: -- --ignored --nocapture`
 //! (`FG_PERF_CLAIMS` sets the backlog, default 50 000; `FG_PERF_BATCH`, `FG_PERF_WRITERS`
 //! override the consumer's batch rows and writer count).
 

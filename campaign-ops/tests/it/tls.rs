@@ -1,4 +1,4 @@
-//! MySQL over TLS: the ledger's pool (`consumer/src/db.rs`, sqlx on rustls) honours the URL's
+//! MySQL over TLS: the ledger's pool (`ledger/src/pool.rs`, sqlx on rustls) honours the URL's
 //! `ssl-mode` and `ssl-ca`. The server is a real private `mariadbd` with a certificate made
 //! for the test, and the consumer's user is created `REQUIRE SSL`, so a plain connection is
 //! refused by the server itself: the ledger rows below can only have come over TLS.

@@ -3,7 +3,7 @@
 //! holds and payment timeouts follow Redis's clock, not this process's.
 //!
 //! Drill `replica_down` (a replica down under load, then back) runs here in a short form; the long
-//! form: `FG_DRILL_REPLICA_DOWN_S=300 cargo test --release -p consumer --test metrics durability::
+//! form: `FG_DRILL_REPLICA_DOWN_S=300 cargo test --release -p campaign-ops --test metrics durability::
 //! replica_down -- --nocapture`.
 
 use std::collections::HashSet;

@@ -232,7 +232,7 @@ async fn drill(loss: Loss) -> verdict::Figures {
     let report = campaign_ops::reconcile::run(&pool, &client, &cfg.group, c.sku, now_ms(), T)
         .await
         .expect("reconcile");
-    // Claims committed after the rebuild read the ledger (consumer/src/rebuild/late.rs):
+    // Claims committed after the rebuild read the ledger (consumer/src/late.rs):
     // each must be counted in Redis by the time the service stopped.
     let (late, unapplied): (i64, i64) = sqlx::query_as(
         "SELECT COUNT(*), CAST(COALESCE(SUM(applied_ms IS NULL), 0) AS SIGNED) \

@@ -149,7 +149,7 @@ async fn claim(app: &App, peer: SocketAddr, req: Request<Incoming>) -> Result<Cl
             // found by the model checker, model/).
             app.cache.invalidate(meta.sku);
             // Close-out keeps the metadata while stored answers last and runs only after
-            // the end plus a payment timeout (consumer/src/closeout.rs): this near the end,
+            // the end plus a payment timeout (campaign-ops/src/closeout.rs): this near the end,
             // this gateway's clock is behind (within its skew bound) and the sale is over.
             // The script stopped before its replay check, so it runs here (`replay`).
             let answer = if now.saturating_add(app.link.max_skew_ms() as i64) >= meta.end_ms {

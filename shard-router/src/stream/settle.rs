@@ -10,7 +10,7 @@ use crate::{StockClient, StockError};
 /// Sent as EVAL with its body (its comments left out: Redis hashes the body on each call,
 /// once per batch, not per claim): a restarted or promoted master never answers NOSCRIPT,
 /// and Redis's commandstats keep this step in a row of its own, apart from the claim
-/// script's EVALSHA (`consumer/tests/it/redis_cost.rs` reads them).
+/// script's EVALSHA (`campaign-ops/tests/it/redis_cost.rs` reads them).
 static BODY: LazyLock<String> = LazyLock::new(|| body(include_str!("../../../lua/stream_ack.lua")));
 
 /// A script's body without its comment lines and blank lines.
