@@ -11,9 +11,11 @@
 //! - [`claims`]: a batch of claims in one transaction (insert, stock taken, collisions).
 //! - [`late`]: claims committed after the rebuild that did not count them.
 //! - [`campaigns`]: campaigns, their lifecycle and their available stock.
+//! - [`books`]: the ledger's reads of a reconciliation.
 //! - [`anomalies`]: what the books disagree on.
 
 pub mod anomalies;
+pub mod books;
 pub mod campaigns;
 pub mod claims;
 mod error;

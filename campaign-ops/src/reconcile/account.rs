@@ -5,8 +5,8 @@ use std::collections::{HashMap, HashSet};
 
 use serde::Serialize;
 
-use super::ledger_view::{After, Before, Row};
 use super::snapshot::{claim_entry, ShardSnap};
+use ledger::books::{After, Before, Row};
 
 /// One shard's terms of invariant `books-close` (docs/DESIGN.md), as of its snapshot.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]

@@ -92,7 +92,6 @@
 pub mod account;
 pub mod excess;
 pub mod holds;
-pub mod ledger_view;
 pub mod snapshot;
 
 use std::time::Duration;
@@ -185,12 +184,12 @@ pub async fn measure_paged(
     t: Duration,
     page: usize,
 ) -> Result<(Report, Vec<ShardFigures>), ConsumerError> {
-    let before = ledger_view::before(pool, sku, t).await?;
+    let before = ledger::books::before(pool, sku, t).await?;
     let mut snaps = Vec::new();
     for shard in client.placement().shards_of(sku, before.width) {
         snaps.push(snapshot::take(pool, client, sku, shard, page, t).await?);
     }
-    let after = ledger_view::after(pool, sku, t).await?;
+    let after = ledger::books::after(pool, sku, t).await?;
     let a = account::account(&before, &snaps, &after);
     let sum = |f: fn(&ShardFigures) -> i64| a.shards.iter().map(f).sum::<i64>();
     let report = Report {

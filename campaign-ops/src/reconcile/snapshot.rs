@@ -16,7 +16,6 @@ use shard_router::codec::{ClaimId, EntryId};
 use shard_router::{ShardId, StockClient};
 use sqlx::MySqlPool;
 
-use super::ledger_view;
 use consumer::ConsumerError;
 
 /// Entries (or set members, or ids) one Redis call reads unless configured.
@@ -84,8 +83,8 @@ pub async fn take(
         .await?;
     let mut a = None;
     for _ in 0..ANCHOR_ATTEMPTS {
-        let late = ledger_view::late_of_shard(pool, sku, shard, t).await?;
-        let started = ledger_view::releases(pool, sku, shard, t).await?;
+        let late = ledger::books::late_of_shard(pool, sku, shard, t).await?;
+        let started = ledger::books::releases(pool, sku, shard, t).await?;
         let unseen: Vec<String> = started
             .iter()
             .filter(|(id, _)| !released.contains(id))
@@ -121,7 +120,7 @@ pub async fn take(
             // A late claim committed between the read and the anchor may or may not have
             // been applied by `T_s`, and the anchor was not asked: anchor again. One
             // committed after this read committed after `T_s`: unapplied then (`account.rs`).
-            let since = ledger_view::late_of_shard(pool, sku, shard, t).await?;
+            let since = ledger::books::late_of_shard(pool, sku, shard, t).await?;
             if got.slice.is_none() || since.iter().all(|l| known.contains(&l.claim_id)) {
                 let unapplied = late
                     .iter()

@@ -1,13 +1,14 @@
-//! The two ledger reads of a reconciliation: one before the Redis snapshots, one after
-//! (see the ordering argument in `mod.rs`).
+//! The ledger's side of a reconciliation (`campaign-ops/src/reconcile/mod.rs`, whose doc
+//! holds the ordering argument): one read before the Redis snapshots, one after, and per
+//! shard the releases and late claims its snapshot is compared with.
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use sqlx::MySqlPool;
 
-use consumer::db::bounded;
-use consumer::ConsumerError;
+use crate::error::LedgerError;
+use crate::pool::bounded;
 
 /// Read before the snapshots, in one transaction (one consistent InnoDB read view).
 #[derive(Debug, Clone, Default)]
@@ -50,7 +51,7 @@ pub struct After {
     pub late: HashMap<String, u64>,
 }
 
-pub async fn before(pool: &MySqlPool, sku: u64, t: Duration) -> Result<Before, ConsumerError> {
+pub async fn before(pool: &MySqlPool, sku: u64, t: Duration) -> Result<Before, LedgerError> {
     let mut tx = bounded("begin", t, pool.begin()).await?;
     let (stock, width): (u64, u16) = bounded(
         "read campaign",
@@ -60,7 +61,7 @@ pub async fn before(pool: &MySqlPool, sku: u64, t: Duration) -> Result<Before, C
             .fetch_optional(&mut *tx),
     )
     .await?
-    .ok_or_else(|| ConsumerError::NotFound(format!("campaign for sku {sku}")))?;
+    .ok_or_else(|| LedgerError::NotFound(format!("campaign for sku {sku}")))?;
     let available: Option<i64> = bounded(
         "read stock",
         t,
@@ -108,7 +109,7 @@ pub async fn before(pool: &MySqlPool, sku: u64, t: Duration) -> Result<Before, C
     })
 }
 
-pub async fn after(pool: &MySqlPool, sku: u64, t: Duration) -> Result<After, ConsumerError> {
+pub async fn after(pool: &MySqlPool, sku: u64, t: Duration) -> Result<After, LedgerError> {
     let rows: Vec<(String, u32, u16, String)> = bounded(
         "claim rows",
         t,
@@ -159,7 +160,7 @@ pub async fn releases(
     sku: u64,
     shard: u16,
     t: Duration,
-) -> Result<Vec<(String, bool)>, ConsumerError> {
+) -> Result<Vec<(String, bool)>, LedgerError> {
     let rows: Vec<(String, String)> = bounded(
         "releases of a shard",
         t,
@@ -196,7 +197,7 @@ pub async fn late_of_shard(
     sku: u64,
     shard: u16,
     t: Duration,
-) -> Result<Vec<Late>, ConsumerError> {
+) -> Result<Vec<Late>, LedgerError> {
     let rows: Vec<(String, u64, i64)> = bounded(
         "late claims of a shard",
         t,
