@@ -110,6 +110,15 @@ pub async fn store(
         return Ok(Stored::default());
     }
     debug_assert!(rows.len() * CLAIM_COLUMNS <= 65_535);
+    // Counted once per row: a claim id given twice would be counted twice.
+    debug_assert_eq!(
+        rows.iter()
+            .map(|r| r.claim_id)
+            .collect::<HashSet<_>>()
+            .len(),
+        rows.len(),
+        "store takes distinct claim ids"
+    );
     let batch_id = next_batch_id();
 
     let mut insert = QueryBuilder::<MySql>::new(

@@ -110,3 +110,37 @@ async fn a_redelivered_collision_is_still_a_no_op() {
         1
     );
 }
+
+/// The ledger names a batch's collisions by position (`ledger/src/claims.rs`), counted
+/// after duplicates of a claim id are dropped: a duplicate ahead of the collision must not
+/// make the outcome name the wrong record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_duplicate_in_the_batch_does_not_shift_which_record_collided() {
+    let s = Stack::start().await;
+    let c = campaign(&s, 7103, 10, 1, 2, 3600).await;
+    claim_all(&s.client, &c, vec!["cleo".into()], 1).await;
+    let shard = s.client.placement().shards_of(c.sku, 1)[0];
+    let k = ShardKeys::new(s.client.placement(), shard, c.sku);
+    let mut conn = s.redis.connection();
+    let _: i64 = redis::cmd("HDEL")
+        .arg(k.user_seq())
+        .arg("cleo")
+        .query(&mut conn)
+        .unwrap();
+    claim_all(&s.client, &c, vec!["cleo".into()], 1).await;
+    let st = stream::ShardStream::new(&s.client, shard, &s.cfg.group);
+    let records: Vec<_> = st
+        .all_entries(&s.client, 100)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| stream::decode(shard, e).unwrap().record)
+        .collect();
+    assert_eq!(records.len(), 2);
+
+    // The first record twice (read, then recovered), then the one reusing its sequence.
+    let batch = [records[0].clone(), records[0].clone(), records[1].clone()];
+    let out = commit::write_batch(&s.pool, &batch, T).await.unwrap();
+    assert_eq!((out.inserted, out.redelivered), (2, 0));
+    assert_eq!(out.collisions, vec![records[1].clone()]);
+}
