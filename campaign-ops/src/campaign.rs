@@ -8,7 +8,6 @@ use serde::Serialize;
 use shard_router::{PreheatOutcome, StockClient};
 use sqlx::MySqlPool;
 
-use consumer::db::bounded;
 use consumer::replica::ReplicaWait;
 use consumer::ConsumerError;
 
@@ -134,22 +133,8 @@ pub async fn status(
     t: Duration,
 ) -> Result<Status, ConsumerError> {
     let campaign = get(pool, sku, t).await?;
-    let available: Option<i64> = bounded(
-        "read stock",
-        t,
-        sqlx::query_scalar("SELECT available FROM sku_stock WHERE sku = ?")
-            .bind(sku)
-            .fetch_optional(pool),
-    )
-    .await?;
-    let rows: Vec<(String, i64)> = bounded(
-        "count claims",
-        t,
-        sqlx::query_as("SELECT CAST(status AS CHAR), CAST(SUM(qty) AS SIGNED) FROM claims WHERE sku = ? GROUP BY status")
-            .bind(sku)
-            .fetch_all(pool),
-    )
-    .await?;
+    let available = ledger::campaigns::available(pool, sku, t).await?;
+    let rows = ledger::campaigns::units_by_status(pool, sku, t).await?;
     let units = |s: &str| {
         rows.iter()
             .find(|(k, _)| k == s)

@@ -30,7 +30,6 @@ use shard_router::StockClient;
 use sqlx::MySqlPool;
 
 use crate::reconcile;
-use consumer::db::bounded;
 use consumer::ConsumerError;
 
 pub use ledger::campaigns::{
@@ -52,16 +51,7 @@ async fn not_yet(
             (over - now_ms) / 1000
         )));
     }
-    let open: i64 = bounded(
-        "open claims",
-        t,
-        sqlx::query_scalar(
-            "SELECT COUNT(*) FROM claims WHERE sku = ? AND status IN ('pending', 'releasing')",
-        )
-        .bind(c.sku)
-        .fetch_one(pool),
-    )
-    .await?;
+    let open = ledger::closing::open_claims(pool, c.sku, t).await?;
     if open > 0 {
         return Ok(Some(format!(
             "{open} claim(s) are pending or releasing (the release sweep settles them)"
@@ -94,16 +84,7 @@ pub async fn retire(
     t: Duration,
 ) -> Result<Vec<u64>, ConsumerError> {
     let keep = (client.config().request_ttl + RETIRE_MARGIN).as_millis() as i64;
-    let expired: Vec<u64> = bounded(
-        "closed campaigns past their answers",
-        t,
-        sqlx::query_scalar(
-            "SELECT sku FROM campaigns WHERE closed_ms IS NOT NULL AND closed_ms <= ? ORDER BY sku",
-        )
-        .bind(now_ms.saturating_sub(keep))
-        .fetch_all(pool),
-    )
-    .await?;
+    let expired = ledger::closing::closed_before(pool, now_ms.saturating_sub(keep), t).await?;
     if expired.is_empty() {
         return Ok(Vec::new());
     }
@@ -136,15 +117,7 @@ pub async fn close(
                 "sku {sku} cannot close yet: {why}"
             )));
         }
-        bounded(
-            "mark closing",
-            t,
-            sqlx::query("UPDATE campaigns SET closing_ms = ? WHERE sku = ? AND closing_ms IS NULL")
-                .bind(now_ms)
-                .bind(sku)
-                .execute(pool),
-        )
-        .await?;
+        ledger::closing::mark_closing(pool, sku, now_ms, t).await?;
     }
     if life.closing_report.is_none() {
         // Fence first: without the shard metas, claim.lua and take.lua refuse (a gateway whose
@@ -181,28 +154,10 @@ pub async fn close(
         }
         let (report, _) = reconcile::measure(pool, client, sku, t).await?;
         let text = serde_json::to_string(&report).unwrap_or_default();
-        bounded(
-            "store closing report",
-            t,
-            sqlx::query(
-                "UPDATE campaigns SET closing_report = ? WHERE sku = ? AND closing_report IS NULL",
-            )
-            .bind(&text)
-            .bind(sku)
-            .execute(pool),
-        )
-        .await?;
+        ledger::closing::store_report(pool, sku, &text, t).await?;
     }
     client.remove_campaign_keys(sku, c.width).await?;
-    bounded(
-        "mark closed",
-        t,
-        sqlx::query("UPDATE campaigns SET closed_ms = ? WHERE sku = ? AND closed_ms IS NULL")
-            .bind(now_ms)
-            .bind(sku)
-            .execute(pool),
-    )
-    .await?;
+    ledger::closing::mark_closed(pool, sku, now_ms, t).await?;
     reconcile::forget_metrics(sku);
     let life = lifecycle(pool, sku, t).await?;
     tracing::info!(sku, report = ?life.closing_report, "campaign closed");

@@ -80,10 +80,7 @@ pub async fn run(
             _ = tick.tick() => {}
             _ = consumer::signal::stopped(&mut shutdown) => return,
         }
-        let db = async {
-            let q = sqlx::query_scalar::<_, i32>("SELECT 1").fetch_one(&pool);
-            matches!(tokio::time::timeout(PROBE_TIMEOUT, q).await, Ok(Ok(1)))
-        };
+        let db = ledger::health::ping(&pool, PROBE_TIMEOUT);
         let redis = async {
             matches!(
                 tokio::time::timeout(PROBE_TIMEOUT, client.ping()).await,

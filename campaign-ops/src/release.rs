@@ -18,9 +18,8 @@ use std::time::Duration;
 
 use serde::Serialize;
 use shard_router::{ReleaseRequest, ReleaseStep, ShardId, StockClient, StockError};
-use sqlx::{MySql, MySqlPool, QueryBuilder};
+use sqlx::MySqlPool;
 
-use consumer::db::bounded;
 use consumer::metrics as m;
 use consumer::replica::{self, ReplicaWait};
 use consumer::ConsumerError;
@@ -50,21 +49,7 @@ impl Stuck {
     }
 }
 
-/// Why a claim is released.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Reason {
-    Cancelled,
-    PaymentTimeout,
-}
-
-impl Reason {
-    fn as_str(self) -> &'static str {
-        match self {
-            Reason::Cancelled => "cancelled",
-            Reason::PaymentTimeout => "timeout",
-        }
-    }
-}
+pub use ledger::releases::Reason;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -75,42 +60,16 @@ pub enum Outcome {
     AlreadyReleased,
 }
 
-type Row = (u64, String, u32, u16, u16, String);
-
-async fn row(pool: &MySqlPool, claim_id: &str, t: Duration) -> Result<Row, ConsumerError> {
-    bounded(
-        "read claim",
-        t,
-        // user_id has a binary collation (byte-exact users); sqlx decodes only text as String.
-        sqlx::query_as("SELECT sku, CAST(user_id AS CHAR), qty, shard, home, CAST(status AS CHAR) FROM claims WHERE claim_id = ?")
-            .bind(claim_id)
-            .fetch_optional(pool),
-    )
-    .await?
-    .ok_or_else(|| ConsumerError::NotFound(format!("claim {claim_id}")))
-}
-
 /// Marks a pending claim paid. A released claim cannot be confirmed any more.
 pub async fn confirm(
     pool: &MySqlPool,
     claim_id: &str,
     t: Duration,
 ) -> Result<Outcome, ConsumerError> {
-    let done = bounded(
-        "confirm",
-        t,
-        sqlx::query(
-            "UPDATE claims SET status = 'confirmed' WHERE claim_id = ? AND status = 'pending'",
-        )
-        .bind(claim_id)
-        .execute(pool),
-    )
-    .await?
-    .rows_affected();
-    if done == 1 {
+    if ledger::releases::mark_confirmed(pool, claim_id, t).await? {
         return Ok(Outcome::Confirmed);
     }
-    match row(pool, claim_id, t).await?.5.as_str() {
+    match ledger::releases::row(pool, claim_id, t).await?.5.as_str() {
         "confirmed" => Ok(Outcome::AlreadyConfirmed),
         s => Err(ConsumerError::Invalid(format!(
             "claim {claim_id} is {s}; it cannot be confirmed"
@@ -163,22 +122,8 @@ async fn release_once(
     t: Duration,
     stuck: &mut Stuck,
 ) -> Result<Outcome, ConsumerError> {
-    let from = match reason {
-        Reason::Cancelled => "status IN ('pending', 'confirmed')",
-        Reason::PaymentTimeout => "status = 'pending'",
-    };
-    bounded(
-        "mark releasing",
-        t,
-        sqlx::query(&format!(
-            "UPDATE claims SET status = 'releasing', release_reason = ? WHERE claim_id = ? AND {from}"
-        ))
-        .bind(reason.as_str())
-        .bind(claim_id)
-        .execute(pool),
-    )
-    .await?;
-    let (sku, user, qty, shard, home, status) = row(pool, claim_id, t).await?;
+    ledger::releases::mark_releasing(pool, claim_id, reason, t).await?;
+    let (sku, user, qty, shard, home, status) = ledger::releases::row(pool, claim_id, t).await?;
     match status.as_str() {
         "released" => return Ok(Outcome::AlreadyReleased),
         "releasing" => {}
@@ -255,31 +200,8 @@ async fn finish(
     reason: Reason,
     t: Duration,
 ) -> Result<Outcome, ConsumerError> {
-    let mut tx = bounded("begin", t, pool.begin()).await?;
-    let moved = bounded(
-        "mark released",
-        t,
-        sqlx::query(
-            "UPDATE claims SET status = 'released' WHERE claim_id = ? AND status = 'releasing'",
-        )
-        .bind(claim_id)
-        .execute(&mut *tx),
-    )
-    .await?
-    .rows_affected();
-    if moved == 1 {
-        bounded(
-            "stock back",
-            t,
-            sqlx::query("UPDATE sku_stock SET available = available + ? WHERE sku = ?")
-                .bind(qty)
-                .bind(sku)
-                .execute(&mut *tx),
-        )
-        .await?;
-    }
-    bounded("commit", t, tx.commit()).await?;
-    if moved == 1 {
+    let moved = ledger::releases::mark_released(pool, claim_id, sku, qty, t).await?;
+    if moved {
         metrics::counter!(m::RELEASED, "reason" => reason.as_str()).increment(1);
         tracing::info!(
             claim = claim_id,
@@ -363,22 +285,5 @@ async fn due(
     skip: &HashSet<ShardId>,
     t: Duration,
 ) -> Result<Vec<(String, ShardId, ShardId)>, ConsumerError> {
-    let mut q = QueryBuilder::<MySql>::new(
-        "SELECT c.claim_id, c.shard, c.home FROM claims c JOIN campaigns p ON p.sku = c.sku \
-         WHERE ((c.status = 'pending' AND c.claimed_ms + p.payment_timeout_s * 1000 <= ",
-    );
-    q.push_bind(now_ms);
-    q.push(") OR c.status = 'releasing')");
-    if !skip.is_empty() {
-        for col in ["c.shard", "c.home"] {
-            q.push(format!(" AND {col} NOT IN ("));
-            let mut list = q.separated(", ");
-            for s in skip {
-                list.push_bind(*s);
-            }
-            q.push(")");
-        }
-    }
-    q.push(" LIMIT ").push_bind(SWEEP_PAGE as i64);
-    bounded("due claims", t, q.build_query_as().fetch_all(pool)).await
+    Ok(ledger::releases::due(pool, now_ms, skip, SWEEP_PAGE as i64, t).await?)
 }

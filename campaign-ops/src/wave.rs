@@ -30,25 +30,15 @@ use shard_router::StockClient;
 use sqlx::MySqlPool;
 
 use crate::reconcile::split;
-use consumer::db::bounded;
 use consumer::replica::{self, ReplicaWait};
 use consumer::ConsumerError;
+use ledger::waves::Placed;
 
 /// Fences after step 2 before a wave is left pending for its next round (each one bounded
 /// by the replica wait, a wait apart).
 const CONFIRM_ATTEMPTS: u32 = 3;
 
-/// Longest wave id (the ledger column is 64 bytes).
-pub const MAX_ID: usize = 64;
-
-/// A wave as asked for.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Wave {
-    pub sku: u64,
-    pub id: String,
-    pub units: u64,
-    pub due_ms: i64,
-}
+pub use ledger::waves::{Wave, WaveRow, MAX_ID};
 
 /// What applying a wave did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -120,70 +110,15 @@ pub async fn push_with(
     replicas: ReplicaWait,
     t: Duration,
 ) -> Result<Pushed, ConsumerError> {
-    let mut tx = bounded("begin", t, pool.begin()).await?;
-    let (stock, width, closing, gen): (u64, u16, Option<i64>, u64) = bounded(
-        "lock campaign",
-        t,
-        sqlx::query_as(
-            "SELECT stock, width, closing_ms, rebuild_gen FROM campaigns WHERE sku = ? FOR UPDATE",
-        )
-        .bind(sku)
-        .fetch_optional(&mut *tx),
-    )
-    .await?
-    .ok_or_else(|| ConsumerError::NotFound(format!("campaign for sku {sku}")))?;
-    let (units, start, applied): (u64, Option<i64>, Option<i64>) = bounded(
-        "read wave",
-        t,
-        sqlx::query_as("SELECT units, start_unit, applied_ms FROM campaign_waves WHERE sku = ? AND wave_id = ?")
-            .bind(sku)
-            .bind(id)
-            .fetch_optional(&mut *tx),
-    )
-    .await?
-    .ok_or_else(|| ConsumerError::NotFound(format!("wave {id} of sku {sku}")))?;
-    if applied.is_some() {
-        return Ok(Pushed::Already);
-    }
-    if closing.is_some() {
-        return Err(ConsumerError::Invalid(format!(
-            "sku {sku} is closed; wave {id} refused"
-        )));
-    }
-    let start = match start {
-        Some(s) => s,
-        None => {
-            let other: Option<String> = bounded(
-                "waves in progress",
-                t,
-                sqlx::query_scalar(
-                    "SELECT wave_id FROM campaign_waves WHERE sku = ? AND start_unit IS NOT NULL AND applied_ms IS NULL LIMIT 1",
-                )
-                .bind(sku)
-                .fetch_optional(&mut *tx),
-            )
-            .await?;
-            if let Some(other) = other {
-                return Err(ConsumerError::Invalid(format!(
-                    "wave {other} of sku {sku} is being applied; wave {id} waits for it"
-                )));
-            }
-            bounded(
-                "place wave",
-                t,
-                sqlx::query(
-                    "UPDATE campaign_waves SET start_unit = ? WHERE sku = ? AND wave_id = ?",
-                )
-                .bind(stock as i64)
-                .bind(sku)
-                .bind(id)
-                .execute(&mut *tx),
-            )
-            .await?;
-            stock as i64
-        }
+    let (units, start, width, gen) = match ledger::waves::place(pool, sku, id, t).await? {
+        Placed::Already => return Ok(Pushed::Already),
+        Placed::At {
+            units,
+            start,
+            width,
+            gen,
+        } => (units, start, width, gen),
     };
-    bounded("commit", t, tx.commit()).await?;
 
     let (before, after) = (split(start, width), split(start + units as i64, width));
     let shards = client.placement().shards_of(sku, width);
@@ -225,53 +160,9 @@ pub async fn finish(
     now_ms: i64,
     t: Duration,
 ) -> Result<Applied, ConsumerError> {
-    let mut tx = bounded("begin", t, pool.begin()).await?;
-    // The campaign row first (the lock order everywhere). A rebuild that committed since
-    // step 1 may have fenced the shards after step 2 and read the stock without this wave:
-    // its write then drops the wave's units and id from every shard, so marking the wave
-    // applied now would leave its units nowhere. It stays pending; the next round pushes it
-    // again (the rebuilt wave hash lacks its id) and marks it under an unchanged generation.
-    let now_gen: Option<u64> = bounded(
-        "lock campaign",
-        t,
-        sqlx::query_scalar("SELECT rebuild_gen FROM campaigns WHERE sku = ? FOR UPDATE")
-            .bind(sku)
-            .fetch_optional(&mut *tx),
-    )
-    .await?;
-    if now_gen != Some(gen) {
-        return Err(ConsumerError::Invalid(format!(
-            "sku {sku} was rebuilt from the ledger while wave {id} was pushed to Redis; \
-             the wave stays pending and is pushed again"
-        )));
-    }
-    let moved = bounded(
-        "mark wave applied",
-        t,
-        sqlx::query("UPDATE campaign_waves SET applied_ms = ? WHERE sku = ? AND wave_id = ? AND applied_ms IS NULL")
-            .bind(now_ms)
-            .bind(sku)
-            .bind(id)
-            .execute(&mut *tx),
-    )
-    .await?
-    .rows_affected();
-    if moved == 1 {
-        for sql in [
-            "UPDATE campaigns SET stock = stock + ? WHERE sku = ?",
-            "UPDATE sku_stock SET available = available + ? WHERE sku = ?",
-        ] {
-            bounded(
-                "wave stock",
-                t,
-                sqlx::query(sql).bind(units).bind(sku).execute(&mut *tx),
-            )
-            .await?;
-        }
-    }
-    bounded("commit", t, tx.commit()).await?;
+    let moved = ledger::waves::mark_applied(pool, sku, id, units, gen, now_ms, t).await?;
     tracing::info!(sku, wave = id, units, "stock wave released");
-    Ok(if moved == 1 {
+    Ok(if moved {
         Applied::Applied
     } else {
         Applied::AlreadyApplied
@@ -297,18 +188,7 @@ pub async fn apply_due_with(
     replicas: ReplicaWait,
     t: Duration,
 ) -> Result<usize, ConsumerError> {
-    let due: Vec<(u64, String)> = bounded(
-        "due waves",
-        t,
-        sqlx::query_as(
-            "SELECT w.sku, w.wave_id FROM campaign_waves w JOIN campaigns c ON c.sku = w.sku \
-             WHERE w.applied_ms IS NULL AND w.due_ms <= ? AND c.closing_ms IS NULL \
-             ORDER BY w.start_unit IS NULL, w.due_ms, w.wave_id LIMIT 100",
-        )
-        .bind(now_ms)
-        .fetch_all(pool),
-    )
-    .await?;
+    let due = ledger::waves::due(pool, now_ms, t).await?;
     let mut n = 0;
     for (sku, id) in due {
         match apply_with(pool, client, sku, &id, now_ms, replicas, t).await {
@@ -325,30 +205,6 @@ pub async fn apply_due_with(
 }
 
 /// Waves of a campaign, for `consumer status`.
-#[derive(Debug, Clone, Serialize)]
-pub struct WaveRow {
-    pub id: String,
-    pub units: u64,
-    pub due_ms: i64,
-    pub applied_ms: Option<i64>,
-}
-
 pub async fn list(pool: &MySqlPool, sku: u64, t: Duration) -> Result<Vec<WaveRow>, ConsumerError> {
-    let rows: Vec<(String, u64, i64, Option<i64>)> = bounded(
-        "list waves",
-        t,
-        sqlx::query_as("SELECT wave_id, units, due_ms, applied_ms FROM campaign_waves WHERE sku = ? ORDER BY due_ms, wave_id")
-            .bind(sku)
-            .fetch_all(pool),
-    )
-    .await?;
-    Ok(rows
-        .into_iter()
-        .map(|(id, units, due_ms, applied_ms)| WaveRow {
-            id,
-            units,
-            due_ms,
-            applied_ms,
-        })
-        .collect())
+    Ok(ledger::waves::list(pool, sku, t).await?)
 }

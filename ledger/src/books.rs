@@ -1,6 +1,7 @@
 //! The ledger's side of a reconciliation (`campaign-ops/src/reconcile/mod.rs`, whose doc
-//! holds the ordering argument): one read before the Redis snapshots, one after, and per
-//! shard the releases and late claims its snapshot is compared with.
+//! holds the ordering argument): one read before the Redis snapshots, one after, per shard
+//! the releases and late claims its snapshot is compared with, and the claim a stale hold
+//! was taken for.
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -218,4 +219,31 @@ pub async fn late_of_shard(
             applied: applied != 0,
         })
         .collect())
+}
+
+/// The claim `(sku, user, user_seq)` a stale hold was taken for, when the ledger has it:
+/// `(claim id, shard, qty, 1 when it is a late claim not applied yet else 0)`. Read by the
+/// stale-hold resolution before each measurement (`campaign-ops/src/reconcile/holds.rs`).
+pub async fn held_claim(
+    pool: &MySqlPool,
+    sku: u64,
+    user: &str,
+    user_seq: u64,
+    t: Duration,
+) -> Result<Option<(String, u16, u32, i64)>, LedgerError> {
+    bounded(
+        "find held claim",
+        t,
+        sqlx::query_as(
+            "SELECT c.claim_id, c.shard, c.qty, \
+             CAST(l.claim_id IS NOT NULL AND l.applied_ms IS NULL AS SIGNED) \
+             FROM claims c LEFT JOIN late_claims l ON l.claim_id = c.claim_id \
+             WHERE c.sku = ? AND c.user_id = ? AND c.user_seq = ?",
+        )
+        .bind(sku)
+        .bind(user)
+        .bind(user_seq)
+        .fetch_optional(pool),
+    )
+    .await
 }

@@ -248,3 +248,36 @@ pub async fn due(pool: &MySqlPool, now_ms: i64, t: Duration) -> Result<Vec<u64>,
     )
     .await
 }
+
+/// The ledger's count of units of `sku` still available (`sku_stock`; `None` without a row).
+pub async fn available(
+    pool: &MySqlPool,
+    sku: u64,
+    t: Duration,
+) -> Result<Option<i64>, LedgerError> {
+    bounded(
+        "read stock",
+        t,
+        sqlx::query_scalar("SELECT available FROM sku_stock WHERE sku = ?")
+            .bind(sku)
+            .fetch_optional(pool),
+    )
+    .await
+}
+
+/// Units of `sku`'s claims per status (`pending`, `confirmed`, ...; a status without claims
+/// is not listed).
+pub async fn units_by_status(
+    pool: &MySqlPool,
+    sku: u64,
+    t: Duration,
+) -> Result<Vec<(String, i64)>, LedgerError> {
+    bounded(
+        "count claims",
+        t,
+        sqlx::query_as("SELECT CAST(status AS CHAR), CAST(SUM(qty) AS SIGNED) FROM claims WHERE sku = ? GROUP BY status")
+            .bind(sku)
+            .fetch_all(pool),
+    )
+    .await
+}

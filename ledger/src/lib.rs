@@ -12,17 +12,27 @@
 //! - [`late`]: claims committed after the rebuild that did not count them.
 //! - [`campaigns`]: campaigns, their lifecycle and their available stock.
 //! - [`books`]: the ledger's reads of a reconciliation.
+//! - [`reconcile_runs`]: each reconciliation's stored result, the last few kept.
+//! - [`waves`]: stock waves, scheduled, placed in the release order and applied.
+//! - [`releases`]: a claim's payment and release, and its units back to the stock.
+//! - [`closing`]: a campaign's close-out (closing, its report, closed).
+//! - [`health`]: the liveness probe.
 //! - [`anomalies`]: what the books disagree on.
 
 pub mod anomalies;
 pub mod books;
 pub mod campaigns;
 pub mod claims;
+pub mod closing;
 mod error;
+pub mod health;
 pub mod late;
 pub mod pool;
+pub mod reconcile_runs;
+pub mod releases;
 mod row_buckets;
 pub mod rows;
+pub mod waves;
 
 pub use claims::Stored;
 pub use error::{db, db_retryable, LedgerError};

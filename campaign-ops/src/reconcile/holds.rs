@@ -9,7 +9,6 @@ use shard_router::{
 use sqlx::MySqlPool;
 
 use crate::rebuild::in_flight;
-use consumer::db::bounded;
 use consumer::metrics as m;
 use consumer::replica::{self, ReplicaWait};
 use consumer::stream::ShardStream;
@@ -86,21 +85,7 @@ pub async fn resolve_stale_holds(
     let mut confirmed: HashMap<ShardId, bool> = HashMap::new();
     let mut settled: HashMap<ShardId, usize> = HashMap::new();
     for (home, user, seq, rid) in stale {
-        let in_ledger: Option<(String, u16, u32, i64)> = bounded(
-            "find held claim",
-            t,
-            sqlx::query_as(
-                "SELECT c.claim_id, c.shard, c.qty, \
-                 CAST(l.claim_id IS NOT NULL AND l.applied_ms IS NULL AS SIGNED) \
-                 FROM claims c LEFT JOIN late_claims l ON l.claim_id = c.claim_id \
-                 WHERE c.sku = ? AND c.user_id = ? AND c.user_seq = ?",
-            )
-            .bind(sku)
-            .bind(&user)
-            .bind(seq)
-            .fetch_optional(pool),
-        )
-        .await?;
+        let in_ledger = ledger::books::held_claim(pool, sku, &user, seq, t).await?;
         let found = match in_ledger {
             // A late claim not applied yet: its apply settles its own hold as kept and
             // counts the user only when no such hold stands (`lua/rebuild_late.lua`).

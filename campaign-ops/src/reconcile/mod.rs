@@ -103,7 +103,6 @@ use sqlx::MySqlPool;
 pub use account::{split, ShardFigures};
 pub use snapshot::DEFAULT_PAGE;
 
-use consumer::db::bounded;
 use consumer::metrics as m;
 use consumer::stream::ShardStream;
 use consumer::ConsumerError;
@@ -289,28 +288,20 @@ async fn store(
 ) -> Result<(), ConsumerError> {
     let sku = report.sku;
     let detail = serde_json::to_string(report).unwrap_or_default();
-    let id = bounded(
-        "store reconcile run",
-        t,
-        sqlx::query(
-            "INSERT INTO reconcile_runs (sku, stock, slices, in_flight, active_ledger, drift, stale_holds, \
-             missing_slices, excess_removed, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        )
-        .bind(sku)
-        .bind(report.stock)
-        .bind(report.slices)
-        .bind(report.in_flight)
-        .bind(report.active_ledger)
-        .bind(report.drift)
-        .bind(report.stale_holds as i32)
-        .bind(report.missing_slices.len() as i32)
-        .bind(report.excess_removed)
-        .bind(&detail)
-        .execute(pool),
-    )
-    .await?
-    .last_insert_id();
-    trim(pool, sku, keep, t).await?;
+    let run = ledger::reconcile_runs::Run {
+        sku,
+        stock: report.stock,
+        slices: report.slices,
+        in_flight: report.in_flight,
+        active_ledger: report.active_ledger,
+        drift: report.drift,
+        stale_holds: report.stale_holds as i32,
+        missing_slices: report.missing_slices.len() as i32,
+        excess_removed: report.excess_removed,
+        detail: &detail,
+    };
+    let id = ledger::reconcile_runs::store(pool, &run, t).await?;
+    ledger::reconcile_runs::trim(pool, sku, keep, t).await?;
     let label = sku.to_string();
     metrics::gauge!(m::RECONCILE_DRIFT, "sku" => label.clone()).set(report.drift as f64);
     metrics::gauge!(m::RECONCILE_MISSING, "sku" => label).set(report.missing_slices.len() as f64);
@@ -326,31 +317,6 @@ async fn store(
     } else {
         tracing::info!(sku, %detail, "reconciliation closed");
     }
-    Ok(())
-}
-
-/// Keeps the SKU's last `keep` runs. The ids are read without locks and deleted by primary
-/// key: a ranged `DELETE … WHERE sku = ? AND id < ?` next-key-locks the SKU's index range,
-/// and a second reconciler's insert into that range deadlocked with it (MySQL 1213).
-async fn trim(pool: &MySqlPool, sku: u64, keep: u32, t: Duration) -> Result<(), ConsumerError> {
-    let old: Vec<u64> = bounded(
-        "list old reconcile runs",
-        t,
-        sqlx::query_scalar(
-            "SELECT id FROM reconcile_runs WHERE sku = ? ORDER BY id DESC LIMIT 1000 OFFSET ?",
-        )
-        .bind(sku)
-        .bind(keep.max(1))
-        .fetch_all(pool),
-    )
-    .await?;
-    if old.is_empty() {
-        return Ok(());
-    }
-    let marks = vec!["?"; old.len()].join(",");
-    let sql = format!("DELETE FROM reconcile_runs WHERE id IN ({marks})");
-    let q = old.iter().fold(sqlx::query(&sql), |q, id| q.bind(id));
-    bounded("trim reconcile runs", t, q.execute(pool)).await?;
     Ok(())
 }
 
