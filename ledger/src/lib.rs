@@ -12,15 +12,21 @@
 //! - [`late`]: claims committed after the rebuild that did not count them.
 //! - [`campaigns`]: campaigns, their lifecycle and their available stock.
 //! - [`books`]: the ledger's reads of a reconciliation.
+//! - [`rebuild`]: a rebuild's reads under the campaign row, its generation bump, and the
+//!   watch's candidates.
+//! - [`consumers`]: the consumers' heartbeat rows, the flush handshake's counter, and
+//!   recovery's look-up of a claim id.
 //! - [`anomalies`]: what the books disagree on.
 
 pub mod anomalies;
 pub mod books;
 pub mod campaigns;
 pub mod claims;
+pub mod consumers;
 mod error;
 pub mod late;
 pub mod pool;
+pub mod rebuild;
 mod row_buckets;
 pub mod rows;
 
