@@ -21,7 +21,7 @@
 //!    are in `rebuild/handshake.rs`.
 //! 3. **Read under the campaign row, in one transaction:** `SELECT … FOR UPDATE` on the
 //!    campaign row (every batch takes it shared first, `ledger/src/claims.rs`), then the streams and
-//!    dead letters; the claims found there are inserted into the ledger (`commit::store`,
+//!    dead letters (the statements of this step: `ledger/src/rebuild.rs`); the claims found there are inserted into the ledger (`commit::store`,
 //!    the batches' own insert), `campaigns.rebuild_gen` is bumped, and the ledger is read
 //!    by pages (waiting late claims included: counted here, marked applied only after
 //!    step 5). A batch commits either before that
@@ -69,7 +69,6 @@ use shard_router::rebuild::FenceOutcome;
 use shard_router::StockClient;
 use sqlx::MySqlPool;
 
-use consumer::db::bounded;
 use consumer::replica::{self, ReplicaWait};
 use consumer::stream::ShardStream;
 use consumer::ConsumerError;
@@ -193,25 +192,19 @@ pub async fn rebuild(
         tokio::time::sleep(opts.quiesce).await;
     }
 
-    let mut tx = bounded("begin", t, pool.begin()).await?;
+    let mut tx = ledger::rebuild::begin(pool, t).await?;
     // Batches of this SKU wait from here to the commit (they take the row shared first).
     // Everything below is read in this transaction, so the rebuild needs no second
     // connection while batches wait on the row with theirs.
-    let locked: Option<(u64, u64)> = bounded(
-        "lock campaign",
-        t,
-        sqlx::query_as("SELECT rebuild_gen, stock FROM campaigns WHERE sku = ? FOR UPDATE")
-            .bind(sku)
-            .fetch_optional(&mut *tx),
-    )
-    .await?;
-    let (gen, stock) = locked.ok_or_else(|| ConsumerError::NotFound(format!("campaign {sku}")))?;
-    let gen = gen + 1;
+    let locked = ledger::rebuild::lock_campaign(&mut tx, sku, t).await?;
+    let (gen, stock) = (locked.rebuild_gen + 1, locked.stock);
     // A stock wave takes the campaign row too, so the stock read here and the applied
     // waves below belong together.
     c.stock = stock;
     let meta = crate::sku::meta(&c);
-    let applied_waves = sources::applied_waves(&mut tx, sku, t).await?;
+    // The only wave ids a rebuilt wave hash keeps, so a wave half applied before the
+    // rebuild is applied again in full by its retry.
+    let applied_waves = ledger::rebuild::applied_waves(&mut tx, sku, t).await?;
 
     let streams: Vec<ShardStream> = shards
         .iter()
@@ -226,15 +219,7 @@ pub async fn rebuild(
     for chunk in refs.chunks(consumer::config::MAX_BATCH_ROWS) {
         in_flight_units += commit::store(&mut tx, chunk, None, t).await?.inserted_units;
     }
-    bounded(
-        "bump rebuild generation",
-        t,
-        sqlx::query("UPDATE campaigns SET rebuild_gen = ? WHERE sku = ?")
-            .bind(gen)
-            .bind(sku)
-            .execute(&mut *tx),
-    )
-    .await?;
+    ledger::rebuild::bump_gen(&mut tx, sku, gen, t).await?;
     let late_counted = ledger::late::waiting(&mut tx, sku, t).await?;
     let claims: Vec<Known> =
         sources::ledger_claims(&mut tx, sku, opts.ledger_page.max(1), t).await?;
@@ -250,7 +235,7 @@ pub async fn rebuild(
             .collect();
         holds.insert(shard, fields);
     }
-    bounded("commit", t, tx.commit()).await?;
+    ledger::rebuild::commit(tx, t).await?;
 
     let shares: Vec<(u16, u64)> = shards.iter().copied().zip(meta.slices()).collect();
     let request_ttl = client.config().request_ttl.as_millis() as i64;
@@ -348,32 +333,12 @@ pub async fn ledger_has_claims(
     sku: u64,
     t: Duration,
 ) -> Result<bool, ConsumerError> {
-    let any: Option<i64> = bounded(
-        "any claim",
-        t,
-        sqlx::query_scalar(
-            "SELECT 1 FROM claims WHERE sku = ? \
-             UNION ALL SELECT 1 FROM campaigns WHERE sku = ? AND rebuild_gen > 0 LIMIT 1",
-        )
-        .bind(sku)
-        .bind(sku)
-        .fetch_optional(pool),
-    )
-    .await?;
-    Ok(any.is_some())
+    Ok(ledger::rebuild::claims_or_rebuilt(pool, sku, t).await?)
 }
 
 /// True when the ledger holds any claim of `sku`.
 pub async fn any_claim(pool: &MySqlPool, sku: u64, t: Duration) -> Result<bool, ConsumerError> {
-    let any: Option<i64> = bounded(
-        "any claim",
-        t,
-        sqlx::query_scalar("SELECT 1 FROM claims WHERE sku = ? LIMIT 1")
-            .bind(sku)
-            .fetch_optional(pool),
-    )
-    .await?;
-    Ok(any.is_some())
+    Ok(ledger::rebuild::any_claim(pool, sku, t).await?)
 }
 
 fn busy(sku: u64, shard: u16, holder: &str, expires_ms: i64) -> ConsumerError {

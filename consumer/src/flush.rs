@@ -1,5 +1,6 @@
 //! The consumer's half of the rebuild's flush handshake (docs/DESIGN.md, "Rebuild from the
-//! ledger"; the rebuild's half is `rebuild/handshake.rs`).
+//! ledger"; the rebuild's half is `rebuild/handshake.rs`; the statements on `consumers` and
+//! `flush_requests` are `ledger/src/consumers.rs`).
 //!
 //! The process registers in `consumers` before its first read and beats every
 //! [`BEAT_EVERY`]; each beat also reads the flush request counter. A new request `N` is
@@ -16,7 +17,6 @@ use sqlx::MySqlPool;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::db::bounded;
 use crate::error::ConsumerError;
 use crate::inflight::InFlight;
 
@@ -97,14 +97,7 @@ impl Heartbeat {
                 }
             }
         }
-        let gone = bounded(
-            "deregister consumer",
-            self.t,
-            sqlx::query("DELETE FROM consumers WHERE instance = ?")
-                .bind(&self.instance)
-                .execute(&self.pool),
-        )
-        .await;
+        let gone = ledger::consumers::deregister(&self.pool, &self.instance, self.t).await;
         match gone {
             Ok(_) => tracing::debug!(instance = %self.instance, "consumer deregistered"),
             // Its beat ages past STALE_AFTER instead.
@@ -146,31 +139,13 @@ impl Heartbeat {
     }
 
     async fn latest(&self) -> Result<u64, ConsumerError> {
-        let seq: Option<u64> = bounded(
-            "flush request",
-            self.t,
-            sqlx::query_scalar("SELECT seq FROM flush_requests WHERE id = 1")
-                .fetch_optional(&self.pool),
-        )
-        .await?;
-        Ok(seq.unwrap_or(0))
+        Ok(ledger::consumers::flush_request(&self.pool, self.t).await?)
     }
 
     async fn beat(&self) -> Result<(), ConsumerError> {
-        bounded(
-            "consumer heartbeat",
-            self.t,
-            sqlx::query(
-                "INSERT INTO consumers (instance, name, beat_at, flushed) \
-                 VALUES (?, ?, CURRENT_TIMESTAMP(3), ?) ON DUPLICATE KEY UPDATE \
-                 beat_at = CURRENT_TIMESTAMP(3), flushed = GREATEST(flushed, VALUES(flushed))",
-            )
-            .bind(&self.instance)
-            .bind(&self.name)
-            .bind(self.flushed)
-            .execute(&self.pool),
+        Ok(
+            ledger::consumers::beat(&self.pool, &self.instance, &self.name, self.flushed, self.t)
+                .await?,
         )
-        .await
-        .map(|_| ())
     }
 }

@@ -27,7 +27,6 @@
 pub mod clock;
 pub mod commit;
 pub mod config;
-pub mod db;
 mod error;
 pub mod final_answers;
 pub mod flush;

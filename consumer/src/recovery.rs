@@ -262,15 +262,9 @@ impl Recovery {
     /// is commit → ack → delete, so such an id should be in the ledger; if not, it is lost.
     async fn deleted_while_pending(&self, entry_id: &str) -> Result<(), ConsumerError> {
         let claim_id = shard_router::codec::ClaimId::new(self.stream.shard, entry_id).to_string();
-        let found: Option<String> = crate::db::bounded(
-            "find claim",
-            self.cfg.db_timeout,
-            sqlx::query_scalar("SELECT claim_id FROM claims WHERE claim_id = ?")
-                .bind(&claim_id)
-                .fetch_optional(&self.pool),
-        )
-        .await?;
-        if found.is_none() {
+        let found =
+            ledger::consumers::claim_stored(&self.pool, &claim_id, self.cfg.db_timeout).await?;
+        if !found {
             let detail = format!("entry {entry_id} was deleted from the stream while pending and is not in the ledger");
             tracing::error!(claim = %claim_id, "{detail}");
             ledger::anomalies::anomaly(

@@ -24,17 +24,17 @@ use crate::recovery::Recovery;
 use crate::replica::ShardReplica;
 use crate::stream::ShardStream;
 use crate::writer::Writer;
-use crate::{db, reader, startup};
+use crate::{reader, startup};
 
 /// Connects to MySQL and applies migrations, retrying with backoff until `shutdown`.
 pub async fn connect_db(
     cfg: &Config,
     shutdown: &mut watch::Receiver<bool>,
 ) -> Result<MySqlPool, ConsumerError> {
-    let pool = db::connect(&cfg.mysql_url, cfg.db_timeout).await?;
+    let pool = ledger::pool::connect(&cfg.mysql_url, cfg.db_timeout).await?;
     let mut backoff = Backoff::new(cfg.backoff_min, cfg.backoff_max);
     loop {
-        match db::migrate(&pool).await {
+        match ledger::pool::migrate(&pool).await {
             Ok(()) => return Ok(pool),
             Err(e) => {
                 tracing::warn!(error = %e, "migrations not applied yet; retrying");

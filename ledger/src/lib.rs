@@ -1,10 +1,11 @@
 //! flashgate's ledger: the truth of a sale, in MySQL/MariaDB (docs/DESIGN.md "Ledger").
 //!
 //! This crate owns the schema (the migrations in `ledger/migrations`, applied at start by
-//! [`pool::migrate`]), the connection pool, and the statements on claims, campaigns, stock,
-//! waves, reconciliation runs, anomalies and late claims. It has no Redis and knows nothing
-//! of streams or scripts: the consumer (streams into the ledger) and the campaign
-//! operations call it, and every bounded wait on MySQL goes through [`pool::bounded`].
+//! [`pool::migrate`]), the connection pool, and every statement on claims, campaigns, stock,
+//! waves, releases, close-out, reconciliation runs, rebuilds, consumers, anomalies and late
+//! claims. It has no Redis and knows nothing of streams or scripts: the consumer (streams
+//! into the ledger) and the campaign operations call it, and every bounded wait on MySQL
+//! goes through [`pool::bounded`].
 //!
 //! - [`pool`]: the pool, the migrations, the bound on every statement.
 //! - [`rows`]: a claim's row, written and read back.
@@ -17,6 +18,10 @@
 //! - [`releases`]: a claim's payment and release, and its units back to the stock.
 //! - [`closing`]: a campaign's close-out (closing, its report, closed).
 //! - [`health`]: the liveness probe.
+//! - [`rebuild`]: a rebuild's reads under the campaign row, its generation bump, and the
+//!   watch's candidates.
+//! - [`consumers`]: the consumers' heartbeat rows, the flush handshake's counter, and
+//!   recovery's look-up of a claim id.
 //! - [`anomalies`]: what the books disagree on.
 
 pub mod anomalies;
@@ -24,10 +29,12 @@ pub mod books;
 pub mod campaigns;
 pub mod claims;
 pub mod closing;
+pub mod consumers;
 mod error;
 pub mod health;
 pub mod late;
 pub mod pool;
+pub mod rebuild;
 pub mod reconcile_runs;
 pub mod releases;
 mod row_buckets;

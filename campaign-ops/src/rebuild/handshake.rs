@@ -1,6 +1,7 @@
 //! The rebuild's half of the flush handshake (step 2 of `rebuild.rs`; the consumer's half
-//! is `flush.rs`): after the fence, raise a flush request and wait, bounded, until every
-//! consumer with a recent heartbeat has committed what it read before seeing it.
+//! is `flush.rs`; the statements on their tables are `ledger/src/consumers.rs`): after the
+//! fence, raise a flush request and wait, bounded, until every consumer with a recent
+//! heartbeat has committed what it read before seeing it.
 //!
 //! Why it is enough: a consumer that read entries before the loss holds them in memory
 //! only; Redis forgot them, so the rebuild's read (step 3 of `rebuild.rs`) cannot see them.
@@ -44,7 +45,6 @@ use shard_router::stream::ShardStream;
 use shard_router::StockClient;
 use sqlx::MySqlPool;
 
-use consumer::db::bounded;
 use consumer::ConsumerError;
 
 /// How often the rebuild looks at the consumers' answers.
@@ -95,31 +95,8 @@ pub(crate) async fn flush(
         return Ok(Flush::default());
     }
     let started = Instant::now();
-    // LAST_INSERT_ID(expr) hands the new value back in the statement's own result.
-    let request = bounded(
-        "raise flush request",
-        t,
-        sqlx::query("UPDATE flush_requests SET seq = LAST_INSERT_ID(seq + 1) WHERE id = 1")
-            .execute(pool),
-    )
-    .await?
-    .last_insert_id();
-    if request == 0 {
-        return Err(ConsumerError::Invalid(
-            "flush_requests has no row (migration 0016 not applied?)".into(),
-        ));
-    }
-    let live: Vec<(String, String, u64)> = bounded(
-        "live consumers",
-        t,
-        sqlx::query_as(
-            "SELECT instance, name, flushed FROM consumers \
-             WHERE beat_at >= CURRENT_TIMESTAMP(3) - INTERVAL ? MICROSECOND",
-        )
-        .bind(consumer::flush::STALE_AFTER.as_micros() as u64)
-        .fetch_all(pool),
-    )
-    .await?;
+    let request = ledger::consumers::raise_flush_request(pool, t).await?;
+    let live = ledger::consumers::live(pool, consumer::flush::STALE_AFTER, t).await?;
     let consumers = live.len();
     let mut waiting: HashMap<String, String> = live
         .into_iter()
@@ -136,29 +113,16 @@ pub(crate) async fn flush(
     let deadline = started + wait;
     while !waiting.is_empty() && Instant::now() < deadline {
         tokio::time::sleep(POLL.min(deadline.saturating_duration_since(Instant::now()))).await;
-        let rows: Vec<(String, u64)> = bounded(
-            "flush answers",
-            t,
-            sqlx::query_as("SELECT instance, flushed FROM consumers").fetch_all(pool),
-        )
-        .await?;
-        let rows: HashMap<String, u64> = rows.into_iter().collect();
+        let rows: HashMap<String, u64> = ledger::consumers::answers(pool, t)
+            .await?
+            .into_iter()
+            .collect();
         waiting.retain(|instance, _| rows.get(instance).is_some_and(|&f| f < request));
     }
     let mut unanswered: BTreeSet<String> = waiting.into_values().collect();
     // Rows not waited for that may still hold reads from before the request: a heartbeat
     // stale when it was raised (or fresh again since) that has not answered it.
-    let recent: Vec<(String, u64)> = bounded(
-        "recent consumers",
-        t,
-        sqlx::query_as(
-            "SELECT name, flushed FROM consumers \
-             WHERE beat_at >= CURRENT_TIMESTAMP(3) - INTERVAL ? MICROSECOND",
-        )
-        .bind(MAYBE_ALIVE.as_micros() as u64)
-        .fetch_all(pool),
-    )
-    .await?;
+    let recent = ledger::consumers::recent(pool, MAYBE_ALIVE, t).await?;
     unanswered.extend(
         recent
             .iter()
@@ -187,18 +151,7 @@ pub(crate) async fn flush(
 /// ranging over `beat_at` (no index) would lock every row it scans and hold up the
 /// heartbeats of live consumers while it waits.
 async fn forget_silent(pool: &MySqlPool, t: Duration) {
-    let silent: Vec<String> = match bounded(
-        "silent consumers",
-        t,
-        sqlx::query_scalar(
-            "SELECT instance FROM consumers \
-             WHERE beat_at < CURRENT_TIMESTAMP(3) - INTERVAL ? SECOND",
-        )
-        .bind(FORGET_AFTER.as_secs())
-        .fetch_all(pool),
-    )
-    .await
-    {
+    let silent = match ledger::consumers::silent(pool, FORGET_AFTER, t).await {
         Ok(v) => v,
         Err(e) => {
             tracing::debug!(error = %e, "silent consumers not listed");
@@ -206,18 +159,7 @@ async fn forget_silent(pool: &MySqlPool, t: Duration) {
         }
     };
     for instance in silent {
-        let _ = bounded(
-            "forget silent consumer",
-            t,
-            sqlx::query(
-                "DELETE FROM consumers WHERE instance = ? \
-                 AND beat_at < CURRENT_TIMESTAMP(3) - INTERVAL ? SECOND",
-            )
-            .bind(&instance)
-            .bind(FORGET_AFTER.as_secs())
-            .execute(pool),
-        )
-        .await;
+        let _ = ledger::consumers::forget(pool, &instance, FORGET_AFTER, t).await;
     }
 }
 

@@ -9,10 +9,8 @@ use shard_router::{ClaimRecord, StockClient};
 use sqlx::{MySql, Transaction};
 
 use super::image::{Known, Seen};
-use consumer::db::bounded;
 use consumer::stream::{self, ShardStream};
 use consumer::ConsumerError;
-use ledger::claims::{Claim, COLUMNS};
 
 /// Entries per XRANGE page.
 const PAGE: usize = 1000;
@@ -54,32 +52,6 @@ pub(crate) async fn in_flight(
     Ok(out.into_values().collect())
 }
 
-/// Stock waves already inside the campaign's stock: the only ids a rebuilt wave hash keeps,
-/// so a wave half applied before the rebuild is applied again in full by its retry.
-pub(super) async fn applied_waves(
-    tx: &mut Transaction<'_, MySql>,
-    sku: u64,
-    t: Duration,
-) -> Result<Vec<String>, ConsumerError> {
-    bounded(
-        "applied waves",
-        t,
-        sqlx::query_scalar(
-            "SELECT wave_id FROM campaign_waves WHERE sku = ? AND applied_ms IS NOT NULL",
-        )
-        .bind(sku)
-        .fetch_all(&mut **tx),
-    )
-    .await
-}
-
-#[derive(sqlx::FromRow)]
-struct Row {
-    #[sqlx(flatten)]
-    record: Claim,
-    status: String,
-}
-
 /// Every ledger claim of `sku` with its standing, read in `tx` (one snapshot) by pages of
 /// `page` rows, so no single statement outlives its bound however large the ledger.
 pub(super) async fn ledger_claims(
@@ -91,29 +63,18 @@ pub(super) async fn ledger_claims(
     let mut out = Vec::new();
     let mut after = String::new();
     loop {
-        let rows: Vec<Row> = bounded(
-            "rebuild claims",
-            t,
-            sqlx::query_as(&format!(
-                "SELECT {COLUMNS}, CAST(c.status AS CHAR) AS status FROM claims c \
-                 WHERE c.sku = ? AND c.claim_id > ? ORDER BY c.claim_id LIMIT ?"
-            ))
-            .bind(sku)
-            .bind(&after)
-            .bind(page as u64)
-            .fetch_all(&mut **tx),
-        )
-        .await?;
+        let rows = ledger::rebuild::claims_page(tx, sku, &after, page, t).await?;
         let n = rows.len();
         if let Some(last) = rows.last() {
-            after = last.record.claim_id.clone();
+            after = last.claim.claim_id.clone();
         }
         out.extend(rows.into_iter().map(|r| Known {
-            record: consumer::rows::record(r.record),
-            seen: match r.status.as_str() {
-                "pending" | "confirmed" => Seen::Active,
-                _ => Seen::Released,
+            seen: if r.active() {
+                Seen::Active
+            } else {
+                Seen::Released
             },
+            record: consumer::rows::record(r.claim),
         }));
         if n < page {
             return Ok(out);
@@ -136,27 +97,11 @@ pub(super) async fn stream_floors(
         // the shard's claims under the campaign lock: the greatest id as text has the
         // greatest ms (13 digits until the year 2286); the seqs of that ms are then few, and
         // compared as numbers ("-10" sorts below "-9" as text).
-        let top: Option<String> = bounded(
-            "stream floor",
-            t,
-            sqlx::query_scalar(
-                "SELECT claim_id FROM claims WHERE claim_id LIKE ? ORDER BY claim_id DESC LIMIT 1",
-            )
-            .bind(format!("{shard}-%"))
-            .fetch_optional(&mut **tx),
-        )
-        .await?;
+        let top = ledger::rebuild::stream_top(tx, shard, t).await?;
         let Some(top) = top.as_deref().and_then(ClaimId::parse) else {
             continue;
         };
-        let same_ms: Vec<String> = bounded(
-            "stream floor seqs",
-            t,
-            sqlx::query_scalar("SELECT claim_id FROM claims WHERE claim_id LIKE ?")
-                .bind(format!("{shard}-{}-%", top.entry().0))
-                .fetch_all(&mut **tx),
-        )
-        .await?;
+        let same_ms = ledger::rebuild::stream_same_ms(tx, shard, top.entry().0, t).await?;
         let floor = same_ms
             .iter()
             .filter_map(|id| ClaimId::parse(id))

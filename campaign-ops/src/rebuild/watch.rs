@@ -42,23 +42,6 @@ pub async fn run(
     }
 }
 
-/// Campaigns not closed whose window is open, or that still have claims a release must
-/// finish after the end (a release needs the slice): filtered in SQL, so the cost does not
-/// grow with history.
-async fn candidates(pool: &MySqlPool, now: i64, t: Duration) -> Result<Vec<u64>, ConsumerError> {
-    consumer::db::bounded(
-        "rebuild candidates",
-        t,
-        sqlx::query_scalar(
-            "SELECT c.sku FROM campaigns c WHERE c.closing_ms IS NULL AND (c.end_ms > ? OR EXISTS \
-             (SELECT 1 FROM claims k WHERE k.sku = c.sku AND k.status IN ('pending', 'releasing')))",
-        )
-        .bind(now)
-        .fetch_all(pool),
-    )
-    .await
-}
-
 /// One round: the SKUs rebuilt.
 pub async fn check(
     pool: &MySqlPool,
@@ -68,7 +51,9 @@ pub async fn check(
     let t = opts.db_timeout;
     let now = shard_router::now_ms();
     let mut rebuilt = Vec::new();
-    for sku in candidates(pool, now, t).await? {
+    // Campaigns not closed whose window is open, or that still have claims a release must
+    // finish after the end (a release needs the slice).
+    for sku in ledger::rebuild::candidates(pool, now, t).await? {
         let c = ledger::campaigns::get(pool, sku, t).await?;
         let mut missing: Vec<u16> = client
             .slices(sku, c.width)
@@ -118,14 +103,7 @@ async fn behind_the_ledger(
     width: u16,
     t: Duration,
 ) -> Result<Vec<u16>, ConsumerError> {
-    let ledger: u64 = consumer::db::bounded(
-        "rebuild gen",
-        t,
-        sqlx::query_scalar("SELECT rebuild_gen FROM campaigns WHERE sku = ?")
-            .bind(sku)
-            .fetch_one(pool),
-    )
-    .await?;
+    let ledger = ledger::rebuild::rebuild_gen(pool, sku, t).await?;
     if ledger == 0 {
         return Ok(Vec::new());
     }
