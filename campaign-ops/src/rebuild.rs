@@ -20,9 +20,10 @@
 //!    (then a fixed pause, and what commits later is a late claim, `consumer/src/late.rs`),
 //!    are in `rebuild/handshake.rs`.
 //! 3. **Read under the campaign row, in one transaction:** `SELECT … FOR UPDATE` on the
-//!    campaign row (every batch takes it shared first, `ledger/src/claims.rs`), then the streams and
-//!    dead letters (the statements of this step: `ledger/src/rebuild.rs`); the claims found there are inserted into the ledger (`commit::store`,
-//!    the batches' own insert), `campaigns.rebuild_gen` is bumped, and the ledger is read
+//!    campaign row (every batch takes it shared first, `ledger/src/claims.rs`), then the
+//!    streams and dead letters (this step's statements: `ledger/src/rebuild.rs`); the
+//!    claims found there are inserted into the ledger (`commit::store`, the batches' own
+//!    insert), `campaigns.rebuild_gen` is bumped, and the ledger is read
 //!    by pages (waiting late claims included: counted here, marked applied only after
 //!    step 5). A batch commits either before that
 //!    (its rows are read) or after the commit, and then the records it inserts carry an
