@@ -24,17 +24,19 @@
 
 pub mod markdown;
 pub mod svg;
+pub mod verdict;
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::checks::invariants::InvariantReport;
 use crate::load::latency::Percentiles;
 use crate::load::loadgen::LoadResult;
 use crate::load::outcome::Outcome;
 use crate::scenario::Mode;
 use crate::stack::cpu::{total_us_per_answer, CpuUse};
+use crate::stack::external::ExternalReport;
+use verdict::InvariantReport;
 
 pub const SCHEMA: u32 = 1;
 
@@ -113,24 +115,6 @@ pub struct Report {
     pub first_second_claimed: Option<Percentiles>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub external: Option<ExternalReport>,
-}
-
-/// What an external client (wrk) measured on the same stack in the same run.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ExternalReport {
-    pub client: String,
-    pub connections: usize,
-    pub requests: u64,
-    pub duration_s: f64,
-    pub throughput_rps: f64,
-    pub p50_us: u64,
-    pub p99_us: u64,
-    pub max_us: u64,
-    /// Answers by HTTP status.
-    pub statuses: BTreeMap<u16, u64>,
-    /// Connect, read, write and timeout errors as the client counts them.
-    pub socket_errors: u64,
-    pub cpu: Vec<CpuUse>,
 }
 
 impl Report {

@@ -4,7 +4,6 @@
 mod claim;
 pub(crate) mod input;
 mod probes;
-pub(crate) mod reply;
 mod sku;
 
 use std::net::SocketAddr;
@@ -16,7 +15,7 @@ use hyper::{Method, Request, Response};
 
 use crate::app::App;
 use crate::metrics::{hot, status_label, REQUESTS, REQUEST_SECONDS};
-use reply::{Body, Reply};
+use crate::reply::{Body, Reply};
 
 /// The claim API listener: every request runs under its trace id (see `access.rs`).
 pub(crate) async fn api(app: Arc<App>, peer: SocketAddr, req: Request<Incoming>) -> Response<Body> {

@@ -20,7 +20,7 @@ use tokio::sync::OnceCell;
 
 use crate::live::LiveSkus;
 use crate::metrics::CACHE_EVENTS;
-use crate::replay_filter::ReplayFilter;
+use crate::replay_filter::{FilteredSku, ReplayFilter};
 
 /// What this gateway knows about one preheated SKU.
 #[derive(Debug)]
@@ -84,6 +84,20 @@ impl SkuState {
             self.set(*shard, matches!(slice, Some(v) if *v <= 0));
         }
         self.replay.drop_users();
+    }
+}
+
+impl FilteredSku for SkuState {
+    fn meta(&self) -> &SkuMeta {
+        &self.meta
+    }
+
+    fn all_empty(&self) -> bool {
+        SkuState::all_empty(self)
+    }
+
+    fn replay(&self) -> &ReplayFilter {
+        &self.replay
     }
 }
 

@@ -16,8 +16,8 @@ use hyper::{HeaderMap, StatusCode};
 use ipnet::IpNet;
 use shard_router::ApiStatus;
 
-use crate::api::reply::Reply;
 use crate::config::{AccessConfig, ConfigError};
+use crate::reply::Reply;
 pub(crate) use token::TokenVerifier;
 use token::{KeyFile, TokenError};
 

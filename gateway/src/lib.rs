@@ -4,8 +4,9 @@
 //! - [`config`]: flags / `FLASHGATE_*` variables and their validation.
 //! - accept loops, connection cap, header timeout and graceful drain come from the shared
 //!   `plumbing` crate (`plumbing/src/serve.rs`).
-//! - `api.rs` + `api/`: routing and one file per route (`claim`, `sku`, `probes`), request
-//!   parsing (`input`) and every response shape (`reply`).
+//! - `api.rs` + `api/`: routing and one file per route (`claim`, `sku`, `probes`) and
+//!   request parsing (`input`); `reply.rs`: every response shape, below `api/` because
+//!   `identity.rs` answers with it too.
 //! - `admission.rs`: in-flight cap and per-user rate limit; `limiter.rs`: the per-client
 //!   (address) rate limit in fixed memory.
 //! - `identity.rs` + `identity/`: who is claiming (bearer token, trusted header, or the
@@ -37,6 +38,7 @@ mod live;
 pub mod metrics;
 mod redis_runtime;
 mod replay_filter;
+mod reply;
 
 use std::future::Future;
 use std::sync::Arc;

@@ -3,7 +3,8 @@
 //! and a request id of any other user is answered 410 from memory instead of with a replay
 //! read (invariant `replay`, docs/DESIGN.md "Replay after sell-out").
 //!
-//! The set belongs to one [`crate::cache::SkuState`] and goes with it: dropped on every
+//! The set belongs to one SKU's state in the sold-out cache (`cache.rs`, through
+//! [`FilteredSku`]) and goes with it: dropped on every
 //! event about the SKU (`empty`, `restock`, `live`, `replay`), on a resync (the subscriber
 //! reconnected: events may have been missed), when the state is served stale, and with the
 //! cache entry when it expires. It is consulted only while the subscriber is connected.
@@ -26,9 +27,8 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use shard_router::{ReplayMarks, ReplayUsers, StockClient};
+use shard_router::{ReplayMarks, ReplayUsers, SkuMeta, StockClient};
 
-use crate::cache::SkuState;
 use crate::metrics::CACHE_EVENTS;
 
 /// How long a read that failed, or found no room, is not tried again; also the longest
@@ -56,6 +56,18 @@ fn moving_retry(streak: u32, scanned: u64) -> Duration {
         .max(PAUSE_PER_USER.saturating_mul(scanned));
     base.mul_f64(1.0 + rand::random::<f64>() / 2.0)
         .min(RETRY_AFTER)
+}
+
+/// What the filter needs of the SKU state that holds it (the cache's `SkuState`). A read
+/// or a check runs in a task of its own holding that state, not the filter alone: when it
+/// finishes it installs into the filter and first asks whether every shard is still empty.
+/// A trait, so that the filter sits below the cache that embeds it.
+pub(crate) trait FilteredSku: Send + Sync + 'static {
+    fn meta(&self) -> &SkuMeta;
+    /// Every shard of the SKU is known empty.
+    fn all_empty(&self) -> bool;
+    /// This SKU's filter.
+    fn replay(&self) -> &ReplayFilter;
 }
 
 /// How long a set is used after Redis last confirmed it (see the module doc).
@@ -157,9 +169,9 @@ impl ReplayFilter {
 
     /// True only when the set is read and `user` is not in it: no stored answer can exist
     /// for any request id of `user`. Starts a read when none is there yet.
-    pub(crate) fn never_won(
+    pub(crate) fn never_won<S: FilteredSku>(
         &self,
-        state: &Arc<SkuState>,
+        state: &Arc<S>,
         client: &StockClient,
         limits: &Arc<ReplayLimits>,
         user: &str,
@@ -187,7 +199,7 @@ impl ReplayFilter {
     }
 
     /// Checks a set past [`REVALIDATE_EVERY`] against Redis; kept only if nothing moved.
-    fn start_check(&self, state: &Arc<SkuState>, client: &StockClient) {
+    fn start_check<S: FilteredSku>(&self, state: &Arc<S>, client: &StockClient) {
         let mut known = self.known.write().unwrap_or_else(|e| e.into_inner());
         let Known::Users {
             marks,
@@ -207,11 +219,11 @@ impl ReplayFilter {
         let (state, client) = (state.clone(), client.clone());
         tokio::spawn(async move {
             let checked = Instant::now();
-            let meta = &state.meta;
+            let meta = state.meta();
             let still = client
                 .replay_users_unchanged(meta.sku, meta.width, &marks)
                 .await;
-            let f = &state.replay;
+            let f = state.replay();
             let mut known = f.known.write().unwrap_or_else(|e| e.into_inner());
             if f.epoch.load(Ordering::Acquire) != epoch {
                 return;
@@ -242,7 +254,12 @@ impl ReplayFilter {
         });
     }
 
-    fn start_read(&self, state: &Arc<SkuState>, client: &StockClient, limits: &Arc<ReplayLimits>) {
+    fn start_read<S: FilteredSku>(
+        &self,
+        state: &Arc<S>,
+        client: &StockClient,
+        limits: &Arc<ReplayLimits>,
+    ) {
         let mut known = self.known.write().unwrap_or_else(|e| e.into_inner());
         let retry = match &*known {
             Known::Unread => true,
@@ -260,10 +277,10 @@ impl ReplayFilter {
         event("replay_filter_read");
         tokio::spawn(async move {
             let started = Instant::now();
-            let meta = &state.meta;
+            let meta = state.meta();
             let cap = limits.per_sku.min(limits.room());
             let read = client.replay_users(meta.sku, meta.width, cap).await;
-            let f = &state.replay;
+            let f = state.replay();
             let mut known = f.known.write().unwrap_or_else(|e| e.into_inner());
             if f.epoch.load(Ordering::Acquire) != epoch || !state.all_empty() {
                 return;

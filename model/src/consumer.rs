@@ -3,16 +3,10 @@
 //! entries (make a committed reroute's answer final, delete the entry). Also its
 //! resolution of holds a crashed gateway left behind.
 
-use std::collections::BTreeSet;
-
 use crate::keyspace::{Answer, ClaimId, Record, ShardId, User};
 use crate::mutant::Mutant;
 use crate::scripts::{self, Verb};
 use crate::system::{Action, State, System};
-
-/// Claims committed to the ledger whose entries stayed in their stream: the consumer
-/// crashed between commit and ack, or a second consumer still holds them.
-pub type Unacked = BTreeSet<ClaimId>;
 
 impl System {
     pub(crate) fn consumer_actions(&self, st: &State, out: &mut Vec<Action>) {

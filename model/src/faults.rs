@@ -2,7 +2,7 @@
 //! its data, the clock moves on. Gateway and consumer crashes, lost events and replica lag
 //! are offered beside the steps they interrupt (`gateway`, `consumer`).
 
-use crate::gateway::Pc;
+use crate::gateway_state::Pc;
 use crate::keyspace::{ClaimId, Shard, ShardId};
 use crate::system::{Action, State, System};
 

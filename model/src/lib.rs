@@ -5,16 +5,18 @@
 //! gateways whose steps are `shard-router/src/protocol.rs`'s claim, hold, take walk and
 //! settle, with their sold-out cache and replay filter (`gateway`), the consumer and the
 //! operator's recovery steps (`consumer`), the faults (`faults`), and the invariants of
-//! docs/DESIGN.md as properties (`properties`). `system` ties them into one
-//! [`stateright::Model`]. It has no I/O: `tests/conformance.rs` holds the script functions to
-//! the real scripts on a real Redis, `tests/check.rs` runs the CI form of the check, and
-//! `tests/mutants.rs` proves the checker fails on known bugs.
+//! docs/DESIGN.md as properties (`properties`). `system` is the state they share (with
+//! `gateway_state`, the gateways' and requests' part of it) and its actions; `transitions`
+//! ties them into one [`stateright::Model`]. It has no I/O: `tests/conformance.rs` holds
+//! the script functions to the real scripts on a real Redis, `tests/check.rs` runs the CI
+//! form of the check, and `tests/mutants.rs` proves the checker fails on known bugs.
 
 pub mod check;
 pub mod config;
 pub mod consumer;
 pub mod faults;
 pub mod gateway;
+pub mod gateway_state;
 pub mod keyspace;
 pub mod ledger;
 pub mod mutant;
@@ -23,6 +25,7 @@ pub mod properties;
 pub mod scripts;
 pub mod system;
 pub mod trace;
+mod transitions;
 
 pub use config::Config;
 pub use mutant::Mutant;

@@ -1,15 +1,14 @@
-//! The whole system as one `stateright` model: its state (Redis nodes, the ledger,
+//! The whole system the `stateright` model checks: its state (Redis nodes, the ledger,
 //! gateways with their requests in flight, consumers, clients' answers) and every action
 //! that can happen next. Each action is one atomic step: one script on one shard, one
-//! consumer transaction, one event delivered, or one fault.
+//! consumer transaction, one event delivered, or one fault. The steps themselves are
+//! `System` methods in the modules of what takes them (`gateway`, `consumer`, `operator`,
+//! `faults`); `transitions` makes the whole a `stateright` model.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use stateright::{Model, Property};
-
 use crate::config::Config;
-use crate::consumer::Unacked;
-use crate::gateway::{Gateway, Reply, Request, Task};
+use crate::gateway_state::{Gateway, Reply, Request, Task};
 use crate::keyspace::{ClaimId, Event, Meta, Rid, Shard, ShardId, Units, User};
 use crate::ledger::Ledger;
 
@@ -34,6 +33,10 @@ pub enum Violation {
     RefusalAfterSuccess(User, Rid, Reply),
 }
 
+/// Claims committed to the ledger whose entries stayed in their stream: the consumer
+/// crashed between commit and ack, or a second consumer still holds them.
+pub type Unacked = BTreeSet<ClaimId>;
+
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct State {
     /// Redis's clock and the gateways' (skew is not modeled).
@@ -49,7 +52,7 @@ pub struct State {
     pub acked: BTreeSet<(ClaimId, User, Units)>,
     pub violations: BTreeSet<Violation>,
     /// Every answer, in order (user, request id, reply): what a counterexample shows.
-    pub answers: Vec<(User, Rid, crate::gateway::Reply)>,
+    pub answers: Vec<(User, Rid, Reply)>,
     /// Claims that were in Redis alone (in a stream, or taken and not yet settled) when
     /// their shard lost master and replica at once: beyond what `replica` durability
     /// covers (a failover), so the properties on acknowledgements leave them out.
@@ -116,7 +119,7 @@ impl System {
     }
 
     /// The sale as preheated by the rebuild path (generation 1), before any claim.
-    fn initial(&self) -> State {
+    pub(crate) fn initial(&self) -> State {
         let c = &self.cfg;
         let nodes = (0..c.shards)
             .map(|s| {
@@ -207,59 +210,5 @@ impl State {
         for g in &mut self.gateways {
             g.inbox.extend_from_slice(events);
         }
-    }
-}
-
-impl Model for System {
-    type State = State;
-    type Action = Action;
-
-    fn init_states(&self) -> Vec<State> {
-        vec![self.initial()]
-    }
-
-    fn actions(&self, st: &State, out: &mut Vec<Action>) {
-        self.gateway_actions(st, out);
-        self.consumer_actions(st, out);
-        self.operator_actions(st, out);
-        self.fault_actions(st, out);
-    }
-
-    fn next_state(&self, last: &State, action: Action) -> Option<State> {
-        let mut st = last.clone();
-        let changed = match action {
-            Action::Send { user, rid, gw } => self.send(&mut st, user, rid, gw),
-            Action::Step { task, lag } => self.step(&mut st, usize::from(task), lag),
-            Action::Deliver => self.deliver(&mut st),
-            Action::LoseEvent(g) => self.lose_event(&mut st, g),
-            Action::ReadFilter(g) => self.read_filter(&mut st, g),
-            Action::RevalidateFilter(g) => self.revalidate_filter(&mut st, g),
-            Action::CrashGateway(g) => self.crash_gateway(&mut st, g),
-            Action::Consume { shard, ack } => self.consume(&mut st, shard, ack),
-            Action::ResolveHold { shard, user, seq } => {
-                self.resolve_hold(&mut st, shard, user, seq)
-            }
-            Action::Replicate(s) => {
-                st.sync(s);
-                true
-            }
-            Action::Failover(s) => self.failover(&mut st, s),
-            Action::Lose(s) => self.lose(&mut st, s),
-            Action::Rebuild => self.rebuild(&mut st),
-            Action::Repreheat => self.repreheat(&mut st),
-            Action::ReleaseBegin(id) => self.release_begin(&mut st, id),
-            Action::ReleaseRedis(id) => self.release_redis(&mut st, id),
-            Action::WavePlace => self.wave_place(&mut st),
-            Action::WaveRedis => self.wave_redis(&mut st),
-            Action::Tick => {
-                st.now += 1;
-                true
-            }
-        };
-        changed.then_some(st)
-    }
-
-    fn properties(&self) -> Vec<Property<Self>> {
-        crate::properties::all(self)
     }
 }

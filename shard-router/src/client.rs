@@ -3,7 +3,8 @@
 //! the integer codes into the enums of `outcome.rs`. This file holds the client itself
 //! (connection, timeouts, batching); the calls are grouped by what they serve:
 //! `client/campaign.rs` (preheat, SKU metadata, slices), `client/claim.rs` (claim, take,
-//! settle) and `client/release.rs` (holds, releases, user counts).
+//! settle), `client/release.rs` (holds, releases, user counts) and `client/fence.rs`
+//! (fences and `INFO replication` on a shard's master).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -228,5 +229,6 @@ impl StockClient {
 
 mod campaign;
 mod claim;
+mod fence;
 mod release;
 mod retire;

@@ -15,8 +15,8 @@
 //! - [`conn`]: one connection type for single Redis and Redis Cluster.
 //! - `batch`: group commit of claim scripts per shard (one pipeline per batch, closed by
 //!   the batch's `WAIT` with replica durability).
-//! - [`replication`]: fences and `INFO replication`: replica checks that do not trust
-//!   the connection.
+//! - [`replication`]: what `INFO replication` and a fence say; the fences themselves
+//!   (replica checks that do not trust the connection) are `StockClient` calls.
 //! - [`health`]: which shards' masters answer right now (readiness, failover view).
 //! - [`rebuild`]: the Redis half of a rebuild from the ledger (fence, write, replay answers).
 //! - [`status`]: the `status` names of the gateway's answers, shared with bench and tests.

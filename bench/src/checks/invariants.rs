@@ -10,37 +10,12 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
 use shard_router::StockClient;
 
 use crate::load::recorder::AckedClaim;
+use crate::report::verdict::Check;
 use crate::scenario::Scenario;
 use crate::stack::mysql::Mysql;
-
-/// One named check and its evidence.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Check {
-    pub name: String,
-    pub passed: bool,
-    pub detail: String,
-}
-
-/// The verdict of a run.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct InvariantReport {
-    /// True when every check passed.
-    pub passed: bool,
-    pub checks: Vec<Check>,
-}
-
-impl InvariantReport {
-    pub fn new(checks: Vec<Check>) -> Self {
-        Self {
-            passed: checks.iter().all(|c| c.passed),
-            checks,
-        }
-    }
-}
 
 fn check(name: impl Into<String>, passed: bool, detail: impl Into<String>) -> Check {
     Check {

@@ -7,12 +7,13 @@ use std::time::Duration;
 
 use shard_router::{RedisArgs, SkuMeta, StockClient};
 
-use bench::checks::invariants::{self, InvariantReport};
+use bench::checks::invariants;
 use bench::load::http::Target;
 use bench::load::loadgen::{self, LoadSpec};
 use bench::load::outcome::Outcome;
 use bench::load::token::Tokens;
 use bench::load::workload::Workload;
+use bench::report::verdict::InvariantReport;
 use bench::report::{markdown, svg};
 use bench::report::{BaselineRatios, Report};
 use bench::scenario::cli::ScenarioArgs;

@@ -8,10 +8,9 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use tokio::io::AsyncReadExt;
 
-use crate::report::ExternalReport;
 use crate::stack::cpu::{cpu_seconds, CpuUse, Role, Watched};
 
 /// The wrk script, also committed as `bench/external/claims.lua` for use by hand.
@@ -34,6 +33,25 @@ pub enum ExternalError {
     NoSummary(String),
     #[error("wrk's summary is not valid: {0}")]
     BadSummary(#[from] serde_json::Error),
+}
+
+/// What an external client (wrk) measured on the same stack in the same run: the report's
+/// `external` field, defined beside the run that fills it (as `CpuUse` is in `cpu.rs`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExternalReport {
+    pub client: String,
+    pub connections: usize,
+    pub requests: u64,
+    pub duration_s: f64,
+    pub throughput_rps: f64,
+    pub p50_us: u64,
+    pub p99_us: u64,
+    pub max_us: u64,
+    /// Answers by HTTP status.
+    pub statuses: BTreeMap<u16, u64>,
+    /// Connect, read, write and timeout errors as the client counts them.
+    pub socket_errors: u64,
+    pub cpu: Vec<CpuUse>,
 }
 
 /// One wrk run.

@@ -5,11 +5,12 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bench::checks::invariants::{self, InvariantReport};
+use bench::checks::invariants;
 use bench::load::http::Target;
 use bench::load::loadgen::{self, LoadSpec};
 use bench::load::outcome::Outcome;
 use bench::load::workload::Workload;
+use bench::report::verdict::InvariantReport;
 use bench::report::{markdown, svg};
 use bench::report::{BaselineRatios, Report, SCHEMA};
 use bench::scenario::{Mode, Scenario};

@@ -17,10 +17,10 @@ use shard_router::protocol::{self, Confirmation, EmptyShards};
 use shard_router::{Claim, ClaimOutcome, StockError, StoredAnswer};
 
 use super::input::{read_claim, InputRules};
-use super::reply::Reply;
 use crate::access;
 use crate::app::App;
 use crate::metrics::hot;
+use crate::reply::Reply;
 
 mod finish;
 mod refusal;

@@ -17,8 +17,8 @@ use serde::Deserialize;
 use shard_router::outcome::MAX_ID_LEN;
 use shard_router::{ApiStatus, ClaimRequest};
 
-use super::reply::Reply;
 use crate::identity::{Identity, Who};
+use crate::reply::Reply;
 
 /// The JSON body of `POST /v1/claims`. Unknown fields are refused so a typo
 /// (`"quantity"`) is an error instead of a silent default.
@@ -210,5 +210,23 @@ mod tests {
         assert!(check_id("user", &"x".repeat(65)).is_err());
         assert!(check_id("user", &"x".repeat(64)).is_ok());
         assert!(check_id("user", "a\nb").is_err());
+    }
+
+    /// A verified user (a token's subject, which the verifier passes on as it is:
+    /// `odd_subjects_are_verified_as_they_are` in `identity/token/review.rs`) is held to the
+    /// body `user` rules, so a signed but odd `sub` never reaches a Redis key.
+    #[test]
+    fn odd_verified_users_stop_at_the_claim_checks() {
+        let long = "u".repeat(65);
+        for (user, ok) in [
+            ("a|b", true),
+            ("a\0b", false),
+            ("a\nb", false),
+            ("a\u{7f}b", false),
+            (long.as_str(), false),
+        ] {
+            let r = parse_claim(br#"{"sku":1}"#, Some(user));
+            assert_eq!(r.is_ok(), ok, "{user:?}");
+        }
     }
 }

@@ -4,8 +4,8 @@
 use hyper::{Response, StatusCode};
 use shard_router::ApiStatus;
 
-use super::reply::{status_only, text, Body, Reply};
 use crate::app::App;
+use crate::reply::{status_only, text, Body, Reply};
 
 /// The process is alive and serving HTTP.
 pub(crate) fn healthz() -> Reply {

@@ -6,8 +6,8 @@ use hyper::StatusCode;
 use serde_json::{Map, Value};
 use shard_router::ApiStatus;
 
-use super::reply::Reply;
 use crate::app::App;
+use crate::reply::Reply;
 
 pub(crate) async fn handle(app: &App, sku: &str) -> Reply {
     let Ok(sku) = sku.parse::<u64>() else {

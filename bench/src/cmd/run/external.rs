@@ -27,7 +27,7 @@ pub(super) async fn drive(
     s: &Scenario,
     st: &Stack,
     run_s: f64,
-) -> anyhow::Result<bench::report::ExternalReport> {
+) -> anyhow::Result<bench::stack::external::ExternalReport> {
     let mut copy = s.clone();
     for k in &mut copy.skus {
         k.id += EXTERNAL_SKU_OFFSET;
@@ -100,7 +100,7 @@ pub(super) async fn drive_baseline(
     sys: &SystemArgs,
     s: &Scenario,
     duration: Duration,
-) -> anyhow::Result<bench::report::ExternalReport> {
+) -> anyhow::Result<bench::stack::external::ExternalReport> {
     let tag = run_tag("wb");
     let tokens_file = tokens_file(sys, &tag)?;
     let server = tokio::task::spawn_blocking(BaselineProc::start).await??;

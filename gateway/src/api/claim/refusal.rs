@@ -8,9 +8,9 @@ use hyper::StatusCode;
 use shard_router::protocol::Confirmation;
 use shard_router::{ApiStatus, Claim, SkuMeta, StockError};
 
-use crate::api::reply::Reply;
 use crate::durability;
 use crate::metrics::outcome;
+use crate::reply::Reply;
 
 /// How a claim was made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,0 +1,62 @@
+//! The system as a `stateright::Model`: the sale's initial state, the actions each part
+//! enables in a state (`gateway`, `consumer`, `operator`, `faults`), the state each action
+//! leads to, and the properties checked (`properties`). Above every part, apart from
+//! `system`, which the parts build on.
+
+use stateright::{Model, Property};
+
+use crate::system::{Action, State, System};
+
+impl Model for System {
+    type State = State;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<State> {
+        vec![self.initial()]
+    }
+
+    fn actions(&self, st: &State, out: &mut Vec<Action>) {
+        self.gateway_actions(st, out);
+        self.consumer_actions(st, out);
+        self.operator_actions(st, out);
+        self.fault_actions(st, out);
+    }
+
+    fn next_state(&self, last: &State, action: Action) -> Option<State> {
+        let mut st = last.clone();
+        let changed = match action {
+            Action::Send { user, rid, gw } => self.send(&mut st, user, rid, gw),
+            Action::Step { task, lag } => self.step(&mut st, usize::from(task), lag),
+            Action::Deliver => self.deliver(&mut st),
+            Action::LoseEvent(g) => self.lose_event(&mut st, g),
+            Action::ReadFilter(g) => self.read_filter(&mut st, g),
+            Action::RevalidateFilter(g) => self.revalidate_filter(&mut st, g),
+            Action::CrashGateway(g) => self.crash_gateway(&mut st, g),
+            Action::Consume { shard, ack } => self.consume(&mut st, shard, ack),
+            Action::ResolveHold { shard, user, seq } => {
+                self.resolve_hold(&mut st, shard, user, seq)
+            }
+            Action::Replicate(s) => {
+                st.sync(s);
+                true
+            }
+            Action::Failover(s) => self.failover(&mut st, s),
+            Action::Lose(s) => self.lose(&mut st, s),
+            Action::Rebuild => self.rebuild(&mut st),
+            Action::Repreheat => self.repreheat(&mut st),
+            Action::ReleaseBegin(id) => self.release_begin(&mut st, id),
+            Action::ReleaseRedis(id) => self.release_redis(&mut st, id),
+            Action::WavePlace => self.wave_place(&mut st),
+            Action::WaveRedis => self.wave_redis(&mut st),
+            Action::Tick => {
+                st.now += 1;
+                true
+            }
+        };
+        changed.then_some(st)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        crate::properties::all(self)
+    }
+}
