@@ -63,7 +63,7 @@ struct BaselineOpts {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    telemetry::init(cli.log_format, "warn")?;
+    let _log = telemetry::init(cli.log_format, "warn")?;
     // `bench stack` waits for the signal itself, and the baseline server is a child that
     // its parent stops.
     if matches!(cli.cmd, Cmd::Stack { .. } | Cmd::ServeBaseline { .. }) {

@@ -16,10 +16,13 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() {
     let cli = Cli::parse();
-    if let Err(e) = telemetry::init(cli.common.log_format, "info,sqlx=warn") {
-        eprintln!("consumer: {e}");
-        std::process::exit(2);
-    }
+    let log = match telemetry::init(cli.common.log_format, "info,sqlx=warn") {
+        Ok(guard) => guard,
+        Err(e) => {
+            eprintln!("consumer: {e}");
+            std::process::exit(2);
+        }
+    };
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
         Err(e) => {
@@ -27,7 +30,10 @@ fn main() {
             std::process::exit(1);
         }
     };
-    if let Err(e) = runtime.block_on(real_main(cli)) {
+    let result = runtime.block_on(real_main(cli));
+    // `exit` skips destructors: the queued log lines are written out first.
+    drop(log);
+    if let Err(e) = result {
         eprintln!("consumer: {e:#}");
         std::process::exit(1);
     }

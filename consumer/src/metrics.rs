@@ -10,6 +10,8 @@ pub const CLAIMS_COMMITTED: &str = "flashgate_consumer_claims_committed_total";
 pub const REDELIVERED: &str = "flashgate_consumer_redelivered_total";
 pub use ledger::anomalies::ANOMALIES;
 pub const DB_ERRORS: &str = "flashgate_consumer_db_errors_total";
+/// Log lines of any kind dropped because stderr could not keep up (`telemetry`).
+pub const LOG_LINES_DROPPED: &str = "flashgate_log_lines_dropped_total";
 pub const STREAM_LAG: &str = "flashgate_consumer_stream_lag";
 pub const STREAM_PENDING: &str = "flashgate_consumer_stream_pending";
 /// Gauge `{shard}`: age of the oldest delivered-but-unacknowledged entry (0 when none).
@@ -56,6 +58,7 @@ pub const DESCRIPTIONS: &[(&str, &str)] = &[
     (REDELIVERED, "Claim records the ledger already held (a redelivery after a crash or takeover), skipped."),
     (ANOMALIES, "Anomalies recorded in the ledger by kind (duplicate, dead letter, drift, ...)."),
     (DB_ERRORS, "Ledger batches that failed on MySQL and will be retried."),
+    (LOG_LINES_DROPPED, "Log lines dropped because stderr was not read fast enough (the log never blocks the consumer)."),
     (STREAM_LAG, "Records in a shard's claims stream not yet committed to the ledger (XLEN)."),
     (STREAM_PENDING, "Records of a shard's stream delivered to the consumer group but not yet acknowledged."),
     (OLDEST_PENDING_SECONDS, "Age of a shard's oldest delivered but unacknowledged record, in seconds (0 when none)."),

@@ -34,10 +34,13 @@ fn main() -> ExitCode {
         eprintln!("{NAME}: {e}");
         return ExitCode::from(2);
     }
-    if let Err(e) = telemetry::init(cfg.log_format, "info") {
-        eprintln!("{NAME}: {e}");
-        return ExitCode::from(2);
-    }
+    let _log = match telemetry::init(cfg.log_format, "info") {
+        Ok(guard) => guard,
+        Err(e) => {
+            eprintln!("{NAME}: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let mut rt = tokio::runtime::Builder::new_multi_thread();
     if cfg.worker_threads > 0 {
         rt.worker_threads(cfg.worker_threads);

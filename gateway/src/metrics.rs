@@ -39,6 +39,8 @@ pub const CLOCK_SKEW_SECONDS: &str = "flashgate_clock_skew_seconds";
 pub const SHARDS_UNREACHABLE: &str = "flashgate_redis_shards_unreachable";
 /// Counter: access log lines dropped by the `--access-log-rate` bound.
 pub const ACCESS_LOG_DROPPED: &str = "flashgate_access_log_dropped_total";
+/// Log lines of any kind dropped because stderr could not keep up (`telemetry`).
+pub const LOG_LINES_DROPPED: &str = "flashgate_log_lines_dropped_total";
 
 /// Every series with its `# HELP` text: [`install`] describes them all, and the tests
 /// check that `/metrics` has a HELP line for each series it shows.
@@ -54,6 +56,7 @@ pub const DESCRIPTIONS: &[(&str, &str)] = &[
     (REPLICATION_UNCONFIRMED, "Claims in --durability replica whose WAIT saw no replica acknowledge; answered 503 with unconfirmed=true."),
     (READY, "1 while /readyz answers 200 (Redis reachable, scripts loaded, not draining), else 0."),
     (ACCESS_LOG_DROPPED, "Access log lines dropped because more than --access-log-rate lines per second were due."),
+    (LOG_LINES_DROPPED, "Log lines dropped because stderr was not read fast enough (the log never blocks a request)."),
     (SHARDS_UNREACHABLE, "Stock shards whose Redis master did not answer the last readiness probe; readiness fails only when every shard is unreachable."),
     (CLOCK_SKEW_SECONDS, "This gateway's clock minus Redis's TIME in seconds, from the readiness probe; past --max-clock-skew-ms claims answer 503."),
 ];
@@ -217,6 +220,7 @@ pub(crate) fn register_defaults() {
     metrics::counter!(PUBSUB_RECONNECTS).increment(0);
     metrics::counter!(REPLICATION_UNCONFIRMED).increment(0);
     metrics::counter!(ACCESS_LOG_DROPPED).increment(0);
+    metrics::counter!(LOG_LINES_DROPPED).increment(0);
     metrics::gauge!(IN_FLIGHT).increment(0.0);
     metrics::gauge!(CONNECTIONS).increment(0.0);
     metrics::gauge!(READY).set(0.0);

@@ -29,6 +29,8 @@ pub(crate) fn readyz(app: &App) -> Reply {
 }
 
 pub(crate) fn metrics(app: &App) -> Response<Body> {
+    // The log writer counts what it drops itself; read at each scrape.
+    metrics::counter!(crate::metrics::LOG_LINES_DROPPED).absolute(telemetry::dropped_lines());
     text(
         StatusCode::OK,
         "text/plain; version=0.0.4",

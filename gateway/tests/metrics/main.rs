@@ -11,4 +11,5 @@ mod common;
 mod claims;
 mod clock;
 mod events;
+mod log_backpressure;
 mod observability;
