@@ -6,10 +6,12 @@
 # throughput and CPU µs per answer by process, ours beside wrk's. The sold-out and
 # claims-100 rows also drive the bare hyper baseline with both clients, and print the
 # gateway's ratios to it under wrk (throughput, and server CPU per answer), the figures
-# the opening-second issue's goals are stated in.
+# the opening-second issue's goals are stated in. The claims-floor row is claims-100
+# against the Redis baseline instead ("hyper + one redis-rs round trip": the floor of a
+# claim's CPU, bench/src/stack/baseline.rs).
 #
 #   bench/external/compare.sh [rows...]     rows: sold-out claims-100 claims-1000 rush (default all),
-#                                            and claims-consumer rush-200
+#                                            and claims-floor claims-consumer rush-200
 #   REPS=5 OUT=/tmp/cmp bench/external/compare.sh rush
 #
 # Installs wrk and h2load (Debian packages wrk, nghttp2-client) when they are missing.
@@ -34,6 +36,7 @@ BENCH="$TARGET/release/bench"
 declare -A ROWS=(
   [sold-out]="--no-consumer --sku 1:1:1 --users 4000000 --limit 1 --repeat-ratio 0 --connections 100 --duration 8 --compare-baseline"
   [claims-100]="--no-consumer --sku 1:10000000:16 --users 4000000 --limit 1 --repeat-ratio 0 --connections 100 --duration 8 --compare-baseline"
+  [claims-floor]="--no-consumer --sku 1:10000000:16 --users 4000000 --limit 1 --repeat-ratio 0 --connections 100 --duration 8 --compare-baseline --baseline-kind redis"
   [claims-1000]="--no-consumer --sku 1:10000000:16 --users 4000000 --limit 1 --repeat-ratio 0 --connections 1000 --duration 8"
   [claims-consumer]="--sku 1:10000000:16 --users 4000000 --limit 1 --repeat-ratio 0 --connections 100 --duration 8"
   [rush]="--preset users-5k"
@@ -43,7 +46,7 @@ rows=("$@")
 [ ${#rows[@]} -eq 0 ] && rows=(sold-out claims-100 claims-1000 rush)
 
 for row in "${rows[@]}"; do
-  args="${ROWS[$row]:?unknown row $row (sold-out claims-100 claims-1000 claims-consumer rush rush-200)}"
+  args="${ROWS[$row]:?unknown row $row (sold-out claims-100 claims-floor claims-1000 claims-consumer rush rush-200)}"
   for i in $(seq 1 "$REPS"); do
     echo "== $row, run $i/$REPS" >&2
     # shellcheck disable=SC2086
@@ -79,14 +82,15 @@ for row in rows:
         if d.rsplit("-", 1)[0] == row and os.path.exists(f):
             bases.append(json.load(open(f)))
     if bases:
-        print(f'| bench, bare hyper | {med([b["throughput_rps"] for b in bases]):.0f} | {med([b["latency"]["p50_us"] for b in bases])/1e3:.2f} ms | {med([b["latency"]["p99_us"] for b in bases])/1e3:.2f} ms | {cpu([b["cpu"] for b in bases])} |')
+        name = next((c["process"] for c in bases[0]["cpu"] if c.get("role") == "baseline"), "bare hyper server")
+        print(f'| bench, {name} | {med([b["throughput_rps"] for b in bases]):.0f} | {med([b["latency"]["p50_us"] for b in bases])/1e3:.2f} ms | {med([b["latency"]["p99_us"] for b in bases])/1e3:.2f} ms | {cpu([b["cpu"] for b in bases])} |')
         bext = [b["external"] for b in bases if b.get("external")]
         if bext and ext:
-            print(f'| wrk, bare hyper | {med([x["throughput_rps"] for x in bext]):.0f} | {med([x["p50_us"] for x in bext])/1e3:.2f} ms | {med([x["p99_us"] for x in bext])/1e3:.2f} ms | {cpu([x["cpu"] for x in bext])} |')
+            print(f'| wrk, {name} | {med([x["throughput_rps"] for x in bext]):.0f} | {med([x["p50_us"] for x in bext])/1e3:.2f} ms | {med([x["p99_us"] for x in bext])/1e3:.2f} ms | {cpu([x["cpu"] for x in bext])} |')
             role_us = lambda x, role: sum(c["us_per_answer"] for c in x["cpu"] if c.get("role") == role)
             tput = med([e["throughput_rps"] / b["throughput_rps"] for e, b in zip(ext, bext)])
             cpu_ratio = med([role_us(e, "gateway") / role_us(b, "baseline") for e, b in zip(ext, bext) if role_us(b, "baseline") > 0])
-            print(f'\nunder wrk, gateway ÷ bare hyper: throughput {tput:.2f}×, server CPU per answer {cpu_ratio:.2f}×')
+            print(f'\nunder wrk, gateway ÷ {name}: throughput {tput:.2f}×, server CPU per answer {cpu_ratio:.2f}×')
     fs = [r["first_second_claimed"] for r in reps if r.get("first_second_claimed")]
     if fs:
         print(f'\nfirst second, claimed: p50 {med([p["p50_us"] for p in fs])/1e3:.2f} ms, p99 {med([p["p99_us"] for p in fs])/1e3:.2f} ms')

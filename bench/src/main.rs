@@ -46,6 +46,9 @@ enum Cmd {
     ServeBaseline {
         #[arg(long)]
         listen: std::net::SocketAddr,
+        /// Make one EVALSHA round trip to this Redis per request (the Redis baseline).
+        #[arg(long)]
+        redis_url: Option<String>,
     },
 }
 
@@ -92,7 +95,7 @@ async fn dispatch(cmd: Cmd) -> anyhow::Result<()> {
         }
         Cmd::Baseline(o) => {
             let s = o.scenario.scenario()?;
-            let r = cmd::run::baseline(&s, !o.quiet)
+            let r = cmd::run::baseline(&s, !o.quiet, None)
                 .await
                 .context("bench baseline")?;
             println!("{}", bench::report::markdown::run_summary(&r));
@@ -152,9 +155,11 @@ async fn dispatch(cmd: Cmd) -> anyhow::Result<()> {
             eprintln!("stopping ...");
             drop(st);
         }
-        Cmd::ServeBaseline { listen } => bench::stack::baseline::serve(listen)
-            .await
-            .with_context(|| format!("baseline server on {listen}"))?,
+        Cmd::ServeBaseline { listen, redis_url } => {
+            bench::stack::baseline::serve(listen, redis_url)
+                .await
+                .with_context(|| format!("baseline server on {listen}"))?
+        }
     }
     Ok(())
 }

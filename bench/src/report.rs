@@ -50,6 +50,9 @@ pub struct TimelinePoint {
 /// Baseline figures and the ratios of the run against them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BaselineRatios {
+    /// Which baseline server (`bench/src/stack/baseline.rs`): bare hyper unless named.
+    #[serde(default = "bare_baseline")]
+    pub server: String,
     pub baseline_rps: f64,
     pub baseline_p99_us: u64,
     /// run throughput / baseline throughput.
@@ -68,7 +71,13 @@ pub struct BaselineRatios {
 impl BaselineRatios {
     pub fn of(run: &Report, base: &Report) -> Self {
         let div = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
+        let server = base
+            .cpu
+            .iter()
+            .find(|c| c.role == crate::stack::cpu::Role::Baseline)
+            .map_or_else(bare_baseline, |c| c.process.clone());
         Self {
+            server,
             baseline_rps: base.throughput_rps,
             baseline_p99_us: base.latency.p99_us,
             throughput_ratio: div(run.throughput_rps, base.throughput_rps),
@@ -83,6 +92,12 @@ impl BaselineRatios {
             baseline_cpu_us_per_answer: total_us_per_answer(&base.cpu),
         }
     }
+}
+
+fn bare_baseline() -> String {
+    crate::stack::baseline::BaselineKind::Bare
+        .server_name()
+        .to_owned()
 }
 
 /// The report of one load run.

@@ -18,7 +18,7 @@ use bench::report::{markdown, svg};
 use bench::report::{BaselineRatios, Report};
 use bench::scenario::cli::ScenarioArgs;
 use bench::scenario::Scenario;
-use bench::stack::baseline::BaselineProc;
+use bench::stack::baseline::{BaselineKind, BaselineProc};
 use bench::stack::cpu::{Role, Sampler, Watched};
 use bench::stack::mysql::Mysql;
 
@@ -72,9 +72,14 @@ pub(crate) struct RunOpts {
     pub(crate) scenario: ScenarioArgs,
     #[command(flatten)]
     pub(crate) system: SystemArgs,
-    /// Also drive the bare hyper baseline with the same load, and print the ratios.
+    /// Also drive a baseline server with the same load, and print the ratios.
     #[arg(long)]
     pub(crate) compare_baseline: bool,
+    /// Which baseline `--compare-baseline` drives: `bare` (hyper alone, the sold-out
+    /// path's ceiling) or `redis` (hyper + one redis-rs EVALSHA round trip to the run's
+    /// Redis, the floor of a claim; a single Redis only).
+    #[arg(long, value_enum, default_value_t = BaselineKind::Bare)]
+    pub(crate) baseline_kind: BaselineKind,
     /// After the run, drive the same stack with an external client (wrk, with
     /// bench/external/claims.lua) for as long, on fresh copies of the SKUs, and report its
     /// figures and CPU by process beside ours. Needs `--stack`.
@@ -216,14 +221,21 @@ fn targets(urls: &[String]) -> anyhow::Result<Vec<Target>> {
         .collect()
 }
 
-/// Drives the bare baseline server with the scenario's load.
-pub(crate) async fn baseline(s: &Scenario, progress: bool) -> anyhow::Result<Report> {
-    let server = tokio::task::spawn_blocking(BaselineProc::start).await??;
+/// Drives a baseline server with the scenario's load: the bare one, or with `redis` the
+/// one making a round trip to that Redis per request.
+pub(crate) async fn baseline(
+    s: &Scenario,
+    progress: bool,
+    redis: Option<String>,
+) -> anyhow::Result<Report> {
+    let kind = baseline_kind(redis.as_deref());
+    let server =
+        tokio::task::spawn_blocking(move || BaselineProc::start_with(redis.as_deref())).await??;
     let mut spec = LoadSpec::from_scenario(s, targets(&[server.url()])?, run_tag("base"));
     spec.progress = progress;
     let cpu = Sampler::start(vec![
         Watched::load_generator(),
-        Watched::new(Role::Baseline, "bare hyper server", server.pid()),
+        Watched::new(Role::Baseline, kind.server_name(), server.pid()),
     ]);
     let r = loadgen::drive(spec, Arc::new(Workload::new(s))).await;
     let mut report = Report::from_load("baseline", &s.name, &r);
@@ -290,6 +302,29 @@ pub(crate) async fn against_system(
 
 mod external;
 
+/// The Redis URL the chosen baseline talks to (`None`: the bare one).
+fn baseline_redis(o: &RunOpts, sys: &SystemArgs) -> anyhow::Result<Option<String>> {
+    match o.baseline_kind {
+        BaselineKind::Bare => Ok(None),
+        BaselineKind::Redis if sys.redis.redis_cluster => {
+            anyhow::bail!("--baseline-kind redis needs a single Redis, not a cluster")
+        }
+        BaselineKind::Redis => {
+            Ok(Some(sys.redis.redis.clone().unwrap_or_else(|| {
+                shard_router::args::DEFAULT_REDIS.to_owned()
+            })))
+        }
+    }
+}
+
+fn baseline_kind(redis: Option<&str>) -> BaselineKind {
+    if redis.is_some() {
+        BaselineKind::Redis
+    } else {
+        BaselineKind::Bare
+    }
+}
+
 /// `bench run`.
 pub(crate) async fn run(o: &RunOpts) -> anyhow::Result<Report> {
     let mut s = o.scenario.scenario()?;
@@ -303,11 +338,13 @@ pub(crate) async fn run(o: &RunOpts) -> anyhow::Result<Report> {
         None
     };
     let base = if o.compare_baseline {
-        eprintln!("baseline: bare hyper server, same load ...");
-        let mut b = baseline(&s, !o.quiet).await?;
+        let redis = baseline_redis(o, &sys)?;
+        let kind = baseline_kind(redis.as_deref());
+        eprintln!("baseline: {}, same load ...", kind.server_name());
+        let mut b = baseline(&s, !o.quiet, redis.clone()).await?;
         if o.external {
             let d = std::time::Duration::from_secs_f64(b.measured_s.max(1.0));
-            b.external = Some(external::drive_baseline(o, &sys, &s, d).await?);
+            b.external = Some(external::drive_baseline(o, &sys, &s, d, redis).await?);
         }
         Some(b)
     } else {

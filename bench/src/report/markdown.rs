@@ -26,7 +26,8 @@ pub fn run_summary(r: &Report) -> String {
     if let Some(b) = &r.baseline {
         let _ = writeln!(
             s,
-            "| baseline (bare hyper) | {:.0} req/s, p99 {} |",
+            "| baseline ({}) | {:.0} req/s, p99 {} |",
+            b.server,
             b.baseline_rps,
             fmt_us(b.baseline_p99_us)
         );

@@ -1,9 +1,18 @@
-//! The baseline: a bare hyper HTTP/1.1 server that reads the request body and answers a
-//! constant JSON body. Driven by the same load generator with the same requests, it gives
-//! the machine's HTTP ceiling in the same run, so gateway figures become ratios that do
-//! not depend on how busy the shared machine is today.
+//! The baselines: a bare hyper HTTP/1.1 server that reads the request body and answers a
+//! constant JSON body, and the same server making one Redis round trip per request. Driven
+//! by the same load generator with the same requests, they give the machine's HTTP
+//! ceiling and the floor of a claim in the same run, so gateway figures become ratios that
+//! do not depend on how busy the shared machine is today.
 //!
-//! It runs as a child process (`bench serve-baseline`), like the gateway, so the load
+//! - [`BaselineKind::Bare`]: the sold-out path's ceiling (no Redis call).
+//! - [`BaselineKind::Redis`]: "hyper + one redis-rs round trip": after reading the body,
+//!   one `EVALSHA` through redis-rs's multiplexed connection, on the same runtime, then
+//!   201. The script does nothing (`return 1`), so Redis's own work is not in it; the
+//!   command carries a claim's 19 arguments (one key and 18 values, as
+//!   `shard-router/src/batch.rs` sends `claim.lua`), so the client side encodes and parses
+//!   what a claim's does. It is the honest floor of the gateway's CPU per claim.
+//!
+//! They run as a child process (`bench serve-baseline`), like the gateway, so the load
 //! generator and the server compete for the cores the same way in both measurements.
 
 use std::net::SocketAddr;
@@ -16,6 +25,7 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
+use redis::aio::MultiplexedConnection;
 
 use crate::stack::servers::{free_port, wait_until, ServerError};
 
@@ -25,25 +35,86 @@ pub const BODY: &str =
 /// Request bodies larger than this are cut, as the gateway caps them.
 const MAX_BODY: usize = 4096;
 
-/// Serves until the process is killed.
-pub async fn serve(listen: SocketAddr) -> std::io::Result<()> {
+/// Which baseline a server is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum BaselineKind {
+    /// Read the body, answer: no Redis.
+    #[default]
+    Bare,
+    /// Read the body, one EVALSHA round trip, answer 201.
+    Redis,
+}
+
+impl BaselineKind {
+    /// The name reports and CPU tables give the server.
+    pub fn server_name(self) -> &'static str {
+        match self {
+            Self::Bare => "bare hyper server",
+            Self::Redis => "hyper + one redis-rs round trip",
+        }
+    }
+}
+
+/// The script the Redis baseline runs: nothing, so only the round trip is measured.
+const NOOP: &str = "return 1";
+/// The key it names (one key, like a claim's), and the 18 values after it.
+const KEY: &str = "{fg-baseline}:noop";
+const VALUES: [&str; 18] = [
+    "1",
+    "alice",
+    "r-000001",
+    "1",
+    "1",
+    "0",
+    "0",
+    "1700000000000",
+    "1",
+    "0",
+    "86400000",
+    "0",
+    "0",
+    "1",
+    "0",
+    "0",
+    "0",
+    "0",
+];
+
+/// Serves until the process is killed; with `redis`, as the Redis baseline.
+pub async fn serve(listen: SocketAddr, redis: Option<String>) -> anyhow::Result<()> {
+    let redis = match redis {
+        Some(url) => Some(connect(&url).await?),
+        None => None,
+    };
     // The gateway's backlog, so a rush of connections meets the same accept queue.
     let listener = plumbing::listen::bind(listen, plumbing::listen::DEFAULT_BACKLOG)?;
     loop {
         let (stream, _) = listener.accept().await?;
         let _ = stream.set_nodelay(true);
+        let redis = redis.clone();
         tokio::spawn(async move {
-            let svc = service_fn(|req: Request<hyper::body::Incoming>| async move {
-                // Read the body like the gateway must, so both pay for it.
-                let _ = http_body_util::Limited::new(req.into_body(), MAX_BODY)
-                    .collect()
-                    .await;
-                Ok::<_, std::convert::Infallible>(
-                    Response::builder()
-                        .header("content-type", "application/json")
-                        .body(Full::new(Bytes::from_static(BODY.as_bytes())))
-                        .expect("static response"),
-                )
+            let svc = service_fn(move |req: Request<hyper::body::Incoming>| {
+                let redis = redis.clone();
+                async move {
+                    // Read the body like the gateway must, so both pay for it.
+                    let _ = http_body_util::Limited::new(req.into_body(), MAX_BODY)
+                        .collect()
+                        .await;
+                    let status = match redis {
+                        None => hyper::StatusCode::OK,
+                        Some((mut conn, sha)) => match round_trip(&mut conn, &sha).await {
+                            Ok(()) => hyper::StatusCode::CREATED,
+                            Err(_) => hyper::StatusCode::SERVICE_UNAVAILABLE,
+                        },
+                    };
+                    Ok::<_, std::convert::Infallible>(
+                        Response::builder()
+                            .status(status)
+                            .header("content-type", "application/json")
+                            .body(Full::new(Bytes::from_static(BODY.as_bytes())))
+                            .expect("static response"),
+                    )
+                }
             });
             let _ = http1::Builder::new()
                 .keep_alive(true)
@@ -53,6 +124,28 @@ pub async fn serve(listen: SocketAddr) -> std::io::Result<()> {
     }
 }
 
+/// The multiplexed connection (on this runtime) and the loaded script's SHA.
+async fn connect(url: &str) -> anyhow::Result<(MultiplexedConnection, String)> {
+    let client = redis::Client::open(url)?;
+    let mut conn = client.get_multiplexed_async_connection().await?;
+    let sha: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(NOOP)
+        .query_async(&mut conn)
+        .await?;
+    Ok((conn, sha))
+}
+
+/// One EVALSHA with a claim's arguments, built per request as the gateway builds its own.
+async fn round_trip(conn: &mut MultiplexedConnection, sha: &str) -> redis::RedisResult<()> {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(sha).arg(1).arg(KEY);
+    for v in VALUES {
+        cmd.arg(v);
+    }
+    cmd.query_async::<i64>(conn).await.map(drop)
+}
+
 /// The baseline server as a child process on a free port, killed on drop.
 pub struct BaselineProc {
     child: Child,
@@ -60,15 +153,25 @@ pub struct BaselineProc {
 }
 
 impl BaselineProc {
+    /// A bare baseline server.
     pub fn start() -> Result<Self, ServerError> {
+        Self::start_with(None)
+    }
+
+    /// The Redis baseline against `redis` (a single Redis URL), or a bare one.
+    pub fn start_with(redis: Option<&str>) -> Result<Self, ServerError> {
         let port = free_port();
         let addr = SocketAddr::from(([127, 0, 0, 1], port));
         let exe = std::env::current_exe().map_err(|source| ServerError::Spawn {
             program: "bench (self)",
             source,
         })?;
-        let child = Command::new(exe)
-            .args(["serve-baseline", "--listen", &addr.to_string()])
+        let mut cmd = Command::new(exe);
+        cmd.args(["serve-baseline", "--listen", &addr.to_string()]);
+        if let Some(url) = redis {
+            cmd.args(["--redis-url", url]);
+        }
+        let child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .spawn()

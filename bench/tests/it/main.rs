@@ -1,6 +1,7 @@
 //! One test binary for the crate (one link instead of one per file); each module is
 //! what was a test file, so `cargo test -p bench --test it NAME::` runs one of them.
 
+mod baseline;
 mod interrupt;
 mod latency;
 mod report;

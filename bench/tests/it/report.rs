@@ -18,7 +18,7 @@ use bench::stack::servers;
 
 async fn baseline_server() -> SocketAddr {
     let addr = SocketAddr::from(([127, 0, 0, 1], servers::free_port()));
-    tokio::spawn(bench::stack::baseline::serve(addr));
+    tokio::spawn(bench::stack::baseline::serve(addr, None));
     for _ in 0..100 {
         if tokio::net::TcpStream::connect(addr).await.is_ok() {
             return addr;

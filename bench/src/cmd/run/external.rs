@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use bench::load::token::Tokens;
 use bench::scenario::Scenario;
-use bench::stack::baseline::BaselineProc;
+use bench::stack::baseline::{BaselineKind, BaselineProc};
 use bench::stack::cpu::{Role, Watched};
 
 use super::{prepare, run_tag, RunOpts, SystemArgs, CLAIM_PATH};
@@ -100,10 +100,18 @@ pub(super) async fn drive_baseline(
     sys: &SystemArgs,
     s: &Scenario,
     duration: Duration,
+    redis: Option<String>,
 ) -> anyhow::Result<bench::stack::external::ExternalReport> {
     let tag = run_tag("wb");
     let tokens_file = tokens_file(sys, &tag)?;
-    let server = tokio::task::spawn_blocking(BaselineProc::start).await??;
+    let name = if redis.is_some() {
+        BaselineKind::Redis
+    } else {
+        BaselineKind::Bare
+    }
+    .server_name();
+    let server =
+        tokio::task::spawn_blocking(move || BaselineProc::start_with(redis.as_deref())).await??;
     let spec = bench::stack::external::WrkSpec {
         bin: o.wrk_bin.clone(),
         url: format!("{}{CLAIM_PATH}", server.url()),
@@ -116,16 +124,12 @@ pub(super) async fn drive_baseline(
         tokens_file: tokens_file.clone(),
     };
     eprintln!(
-        "external: wrk -t{} -c{} for {:.0} s against the bare hyper server ...",
+        "external: wrk -t{} -c{} for {:.0} s against the {name} ...",
         spec.threads,
         spec.connections,
         spec.duration.as_secs_f64().ceil()
     );
-    let watched = vec![Watched::new(
-        Role::Baseline,
-        "bare hyper server",
-        server.pid(),
-    )];
+    let watched = vec![Watched::new(Role::Baseline, name, server.pid())];
     let r = bench::stack::external::run_wrk(&spec, watched).await;
     drop(server);
     if let Some(p) = tokens_file {
