@@ -11,7 +11,7 @@
 //!
 //! A line is never written by the thread that logged it: it goes into a bounded queue of
 //! [`BUFFERED_LINES`] that one writer thread empties into stderr (tracing-appender's
-//! non-blocking writer, lossy). When whatever reads stderr stalls (a log shipper behind, a
+//! non-blocking writer, lossy), as many lines per write as the queue holds. When whatever reads stderr stalls (a log shipper behind, a
 //! full pipe), the queue fills and further lines are dropped and counted
 //! ([`dropped_lines`]) instead of blocking a request's worker thread on `write`: during
 //! the opening rush of a sale the log must give way, never the claims
@@ -25,6 +25,9 @@ use tracing_subscriber::EnvFilter;
 /// Lines the queue holds before new ones are dropped: several seconds of a busy process's
 /// log (a few MB at most), so a reader that only hiccups loses nothing.
 pub const BUFFERED_LINES: usize = 16_384;
+
+/// Bytes the writer thread gathers before a write to stderr.
+const WRITE_BUFFER: usize = 64 * 1024;
 
 /// The writer's count of dropped lines, once [`init`] has run.
 static DROPPED: OnceLock<ErrorCounter> = OnceLock::new();
@@ -76,7 +79,12 @@ pub fn init(format: LogFormat, default_filter: &str) -> Result<LogGuard, LogErro
         .lossy(true)
         .buffered_lines_limit(BUFFERED_LINES)
         .thread_name("log-writer")
-        .finish(std::io::stderr());
+        // The writer thread drains the queue, then flushes: under load many lines go out
+        // in one write instead of one write each.
+        .finish(std::io::BufWriter::with_capacity(
+            WRITE_BUFFER,
+            std::io::stderr(),
+        ));
     let dropped = writer.error_counter();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
