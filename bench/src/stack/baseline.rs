@@ -8,8 +8,8 @@
 //! - [`BaselineKind::Redis`]: "hyper + one redis-rs round trip": after reading the body,
 //!   one `EVALSHA` through redis-rs's multiplexed connection, on the same runtime, then
 //!   201. The script does nothing (`return 1`), so Redis's own work is not in it; the
-//!   command carries a claim's 19 arguments (one key and 18 values, as
-//!   `shard-router/src/batch.rs` sends `claim.lua`), so the client side encodes and parses
+//!   command carries as many keys and values as a claim's (19, `shard-router/src/client.rs`),
+//!   all but one as values so that it stays on one node, so the client side encodes about
 //!   what a claim's does. It is the honest floor of the gateway's CPU per claim.
 //!
 //! They run as a child process (`bench serve-baseline`), like the gateway, so the load
@@ -57,7 +57,7 @@ impl BaselineKind {
 
 /// The script the Redis baseline runs: nothing, so only the round trip is measured.
 const NOOP: &str = "return 1";
-/// The key it names (one key, like a claim's), and the 18 values after it.
+/// The one key it names, and the 18 values after it: a claim's 19 keys and values.
 const KEY: &str = "{fg-baseline}:noop";
 const VALUES: [&str; 18] = [
     "1",
