@@ -10,6 +10,8 @@ pub use shard_router::args::SettingError as ConfigError;
 use shard_router::{RecordForm, RedisArgs, Timeouts};
 pub use telemetry::LogFormat;
 
+pub use crate::redis_runtime::RedisRuntime;
+
 mod access;
 mod settings;
 pub use access::{AccessConfig, MAX_CLIENT_SLOTS};
@@ -194,6 +196,11 @@ pub struct Config {
         default_value_t = 1_000_000
     )]
     pub replay_filter_total_users: u64,
+    /// Where the Redis connection's tasks run: `own` (a thread of their own, so a
+    /// saturated request runtime does not delay Redis replies) or `shared` (the request
+    /// runtime: no cross-thread hop per claim; for measuring it, see docs/BENCHMARKS.md).
+    #[arg(long, env = "FLASHGATE_REDIS_RUNTIME", value_enum, default_value_t = RedisRuntime::Own)]
+    pub redis_runtime: RedisRuntime,
     /// Runtime worker threads; 0 = one per core. On a box shared with Redis, fewer threads
     /// than cores cost less switching (see docs/BENCHMARKS.md).
     #[arg(long, env = "FLASHGATE_WORKER_THREADS", default_value_t = 0)]

@@ -121,8 +121,8 @@ pub async fn run(
     background.spawn({
         let link = link.clone();
         let rx = bg_rx.clone();
-        let (stock, interval) = (settings.stock, settings.probe_interval);
-        async move { link.probe(stock, interval, rx).await }
+        let (stock, interval, on) = (settings.stock, settings.probe_interval, cfg.redis_runtime);
+        async move { link.probe(stock, interval, on, rx).await }
     });
     background.spawn(events::subscribe(
         settings.pubsub_nodes,

@@ -162,6 +162,7 @@ impl Link {
         &self,
         cfg: StockConfig,
         interval: Duration,
+        on: crate::redis_runtime::RedisRuntime,
         mut shutdown: watch::Receiver<bool>,
     ) {
         let mut tick = tokio::time::interval(interval);
@@ -173,7 +174,7 @@ impl Link {
             }
             let client = match self.client.get() {
                 Some(c) => c.clone(),
-                None => match crate::redis_runtime::connect(cfg.clone()).await {
+                None => match crate::redis_runtime::connect(cfg.clone(), on).await {
                     Ok(c) => {
                         let c = self.client.get_or_init(|| c).clone();
                         self.connected.notify_waiters();

@@ -10,13 +10,27 @@
 //! So the client is connected on a small runtime of its own: its background tasks (and
 //! the claim batches' flush tasks, spawned where the client was connected, see
 //! `shard-router/src/batch.rs`) get a thread the operating system schedules by itself,
-//! and only the caller's final wake-up is left to the request runtime. The runtime lives for the process (a static: a
-//! runtime cannot be dropped from async code); its tasks end when the last handle of the
-//! connection is dropped, and it then idles.
+//! and only the caller's final wake-up is left to the request runtime. The runtime lives
+//! for the process (a static: a runtime cannot be dropped from async code); its tasks end
+//! when the last handle of the connection is dropped, and it then idles.
+//!
+//! That hop between the two runtimes costs cross-thread wake-ups on every claim.
+//! `--redis-runtime shared` connects on the request runtime instead, so that the hop can
+//! be measured (docs/BENCHMARKS.md); `own` stays the default for the reason above.
 
 use std::sync::OnceLock;
 
 use shard_router::{StockClient, StockConfig, StockError};
+
+/// Where the Redis connection's tasks run (`--redis-runtime`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum RedisRuntime {
+    /// A runtime thread of their own (see the module doc).
+    #[default]
+    Own,
+    /// The request runtime: no hop, but behind every HTTP connection task in a rush.
+    Shared,
+}
 
 /// Threads of the connection runtime: its tasks only move bytes between sockets and
 /// channels.
@@ -50,8 +64,11 @@ fn unavailable(detail: String) -> StockError {
     }
 }
 
-/// [`StockClient::connect`] on the connection runtime.
-pub(crate) async fn connect(cfg: StockConfig) -> Result<StockClient, StockError> {
+/// [`StockClient::connect`] on the runtime `on` names.
+pub(crate) async fn connect(cfg: StockConfig, on: RedisRuntime) -> Result<StockClient, StockError> {
+    if on == RedisRuntime::Shared {
+        return StockClient::connect(cfg).await;
+    }
     let task = runtime()?.spawn(StockClient::connect(cfg));
     task.await
         .unwrap_or_else(|e| Err(unavailable(format!("connect task failed: {e}"))))

@@ -79,3 +79,28 @@ async fn a_saturated_request_runtime_does_not_time_out_redis_calls() {
         "Redis calls timed out: {unavailable:?}"
     );
 }
+
+/// `--redis-runtime shared` (for measuring the hop) connects on the request runtime and
+/// serves claims, replays and sold-out answers as the default does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shared_runtime_serves_claims() {
+    let redis = test_support::RedisServer::start();
+    let stock = stock_client(&redis.url(), false).await;
+    let meta = preheat(&stock, 8_802, 1, 1, 1).await;
+    let mut cfg = config(&redis.url(), false);
+    cfg.redis_runtime = gateway::config::RedisRuntime::Shared;
+    let gw = Gateway::start(cfg).await;
+    let won = gw
+        .claim(json!({"sku": meta.sku, "user": "ann", "request_id": "a1"}))
+        .await;
+    assert_eq!(won.status, StatusCode::CREATED, "{}", won.body);
+    let again = gw
+        .claim(json!({"sku": meta.sku, "user": "ann", "request_id": "a1"}))
+        .await;
+    assert_eq!(again.status, StatusCode::OK, "{}", again.body);
+    assert_eq!(again.body["claim_id"], won.body["claim_id"]);
+    let late = gw
+        .claim(json!({"sku": meta.sku, "user": "bob", "request_id": "b1"}))
+        .await;
+    assert_eq!(late.status, StatusCode::GONE, "{}", late.body);
+}
