@@ -8,6 +8,7 @@ use std::time::Duration;
 use crate::common::*;
 use consumer::{commit, stream};
 use shard_router::keys::ShardKeys;
+use shard_router::ClaimRecord;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reused_user_seq_keeps_both_acknowledged_claims() {
@@ -64,20 +65,20 @@ async fn a_reused_user_seq_keeps_both_acknowledged_claims() {
     assert_eq!(r.drift, 0, "{r:?}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_redelivered_collision_is_still_a_no_op() {
-    let s = Stack::start().await;
-    let c = campaign(&s, 7102, 10, 1, 2, 3600).await;
-    claim_all(&s.client, &c, vec!["bob".into()], 1).await;
+/// `user` claims a unit of a new campaign `sku`, Redis forgets the user's sequence, and the
+/// user claims again under the same one: the two records, in stream order, read back
+/// without a consumer.
+async fn one_seq_claimed_twice(s: &Stack, sku: u64, user: &str) -> Vec<ClaimRecord> {
+    let c = campaign(s, sku, 10, 1, 2, 3600).await;
+    claim_all(&s.client, &c, vec![user.into()], 1).await;
     let shard = s.client.placement().shards_of(c.sku, 1)[0];
     let k = ShardKeys::new(s.client.placement(), shard, c.sku);
-    let mut conn = s.redis.connection();
     let _: i64 = redis::cmd("HDEL")
         .arg(k.user_seq())
-        .arg("bob")
-        .query(&mut conn)
+        .arg(user)
+        .query(&mut s.redis.connection())
         .unwrap();
-    claim_all(&s.client, &c, vec!["bob".into()], 1).await;
+    claim_all(&s.client, &c, vec![user.into()], 1).await;
     let st = stream::ShardStream::new(&s.client, shard, &s.cfg.group);
     let records: Vec<_> = st
         .all_entries(&s.client, 100)
@@ -88,6 +89,13 @@ async fn a_redelivered_collision_is_still_a_no_op() {
         .collect();
     assert_eq!(records.len(), 2);
     assert_eq!(records[0].user_seq, records[1].user_seq);
+    records
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redelivered_collision_is_still_a_no_op() {
+    let s = Stack::start().await;
+    let records = one_seq_claimed_twice(&s, 7102, "bob").await;
 
     let one = commit::write_batch(&s.pool, &records, T).await.unwrap();
     assert_eq!((one.inserted, one.redelivered), (2, 0));
@@ -117,26 +125,7 @@ async fn a_redelivered_collision_is_still_a_no_op() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_duplicate_in_the_batch_does_not_shift_which_record_collided() {
     let s = Stack::start().await;
-    let c = campaign(&s, 7103, 10, 1, 2, 3600).await;
-    claim_all(&s.client, &c, vec!["cleo".into()], 1).await;
-    let shard = s.client.placement().shards_of(c.sku, 1)[0];
-    let k = ShardKeys::new(s.client.placement(), shard, c.sku);
-    let mut conn = s.redis.connection();
-    let _: i64 = redis::cmd("HDEL")
-        .arg(k.user_seq())
-        .arg("cleo")
-        .query(&mut conn)
-        .unwrap();
-    claim_all(&s.client, &c, vec!["cleo".into()], 1).await;
-    let st = stream::ShardStream::new(&s.client, shard, &s.cfg.group);
-    let records: Vec<_> = st
-        .all_entries(&s.client, 100)
-        .await
-        .unwrap()
-        .iter()
-        .map(|e| stream::decode(shard, e).unwrap().record)
-        .collect();
-    assert_eq!(records.len(), 2);
+    let records = one_seq_claimed_twice(&s, 7103, "cleo").await;
 
     // The first record twice (read, then recovered), then the one reusing its sequence.
     let batch = [records[0].clone(), records[0].clone(), records[1].clone()];

@@ -3,22 +3,12 @@
 //! and counted (`flashgate_log_lines_dropped_total`) instead of blocking the workers that
 //! wrote them (`telemetry/src/lib.rs`).
 
-use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use crate::binary::GatewayProc;
 use crate::common::*;
 use hyper::{Method, StatusCode};
-use test_support::{free_port, RedisServer};
-
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use test_support::RedisServer;
 
 /// Requests sent while stderr is never read: each writes an access line (`--access-log-rate`
 /// at its maximum), more than a pipe's 64 KiB and the writer's queue hold together.
@@ -29,34 +19,10 @@ const _: () = assert!(REQUESTS > telemetry::BUFFERED_LINES + 1_000);
 async fn a_stalled_log_reader_blocks_no_request() {
     let _one = crate::common::one_at_a_time().await;
     let redis = RedisServer::start();
-    let (api, admin) = (free_port(), free_port());
     // stderr is a pipe this test holds open and never reads.
-    let mut child = Proc(
-        Command::new(env!("CARGO_BIN_EXE_gateway"))
-            .args(["--listen", &format!("127.0.0.1:{api}")])
-            .args(["--admin-listen", &format!("127.0.0.1:{admin}")])
-            .args(["--redis", &redis.url()])
-            .args(["--user-rate", "0", "--client-rate", "0"])
-            .arg("--insecure-body-user")
-            .args(["--log-format", "json", "--access-log-rate", "100000"])
-            .args(["--drain-delay-ms", "0"])
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("gateway binary"),
-    );
-    let _unread = child.0.stderr.take().unwrap();
-    let api = SocketAddr::from(([127, 0, 0, 1], api));
-    let admin = SocketAddr::from(([127, 0, 0, 1], admin));
-    let started = Instant::now();
-    while !matches!(get(api, "/readyz").await, Ok((StatusCode::OK, _, _))) {
-        assert!(
-            started.elapsed() < drills::scaled(Duration::from_secs(20)),
-            "never ready"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let mut child = GatewayProc::start(&redis.url(), 100_000, &[]).await;
+    let _unread = child.child.stderr.take().unwrap();
+    let (api, admin) = (child.api, child.admin);
 
     // An unknown SKU: answered from memory, one access line each. Four clients at once.
     let bound = drills::scaled(Duration::from_secs(5));

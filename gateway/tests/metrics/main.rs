@@ -8,6 +8,7 @@
 #[path = "../it/common/mod.rs"]
 mod common;
 
+mod binary;
 mod claims;
 mod clock;
 mod events;

@@ -2,14 +2,14 @@
 //! in `X-Request-Id`, JSON log lines, and an access log that a rush cannot flood.
 
 use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Instant;
 
+use crate::binary::GatewayProc;
 use crate::common::*;
 use hyper::{Method, StatusCode};
 use serde_json::{json, Value};
-use test_support::{free_port, RedisServer};
+use test_support::RedisServer;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_series_on_metrics_has_help() {
@@ -96,15 +96,6 @@ async fn trace_id_is_echoed_or_generated() {
     gw.stop().await;
 }
 
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// A rush of 300 claims against `--access-log-rate 5`: at most the burst plus 5 lines a
 /// second reach the log, the rest are counted as dropped; every log line is one JSON
 /// object; the access lines carry method, route, status, latency, a hashed user (never
@@ -113,48 +104,23 @@ impl Drop for Proc {
 async fn access_log_is_json_bounded_and_hashes_users() {
     let _one = crate::common::one_at_a_time().await;
     let redis = RedisServer::start();
-    let (api, admin) = (free_port(), free_port());
     let key = std::env::temp_dir().join(format!("fg-access-key-{}", std::process::id()));
     std::fs::write(&key, "a shared secret\n").unwrap();
-    let mut child = Proc(
-        Command::new(env!("CARGO_BIN_EXE_gateway"))
-            .args(["--listen", &format!("127.0.0.1:{api}")])
-            .args(["--admin-listen", &format!("127.0.0.1:{admin}")])
-            .args([
-                "--redis",
-                &redis.url(),
-                "--user-rate",
-                "0",
-                "--client-rate",
-                "0",
-            ])
-            .arg("--insecure-body-user")
-            .args(["--log-format", "json", "--access-log-rate", "5"])
-            .args(["--access-log-key-file", key.to_str().unwrap()])
-            .args(["--drain-delay-ms", "0"])
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("gateway binary"),
-    );
-    let stderr = child.0.stderr.take().unwrap();
+    let mut child = GatewayProc::start(
+        &redis.url(),
+        5,
+        &["--access-log-key-file", key.to_str().unwrap()],
+    )
+    .await;
+    let stderr = child.child.stderr.take().unwrap();
     let lines = std::thread::spawn(move || {
         BufReader::new(stderr)
             .lines()
             .map_while(Result::ok)
             .collect::<Vec<String>>()
     });
-    let api = SocketAddr::from(([127, 0, 0, 1], api));
-    let admin = SocketAddr::from(([127, 0, 0, 1], admin));
-    let started = Instant::now();
-    while !matches!(get(api, "/readyz").await, Ok((StatusCode::OK, _, _))) {
-        assert!(
-            started.elapsed() < drills::scaled(Duration::from_secs(20)),
-            "never ready"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let (api, admin) = (child.api, child.admin);
+    let started = child.spawned;
 
     let rush = Instant::now();
     let body = r#"{"sku": 5, "user": "alice-real-name"}"#;
@@ -180,11 +146,11 @@ async fn access_log_is_json_bounded_and_hashes_users() {
     );
 
     let ok = Command::new("kill")
-        .args(["-TERM", &child.0.id().to_string()])
+        .args(["-TERM", &child.child.id().to_string()])
         .status()
         .unwrap();
     assert!(ok.success());
-    let _ = child.0.wait();
+    let _ = child.child.wait();
     let lines = lines.join().unwrap();
     let _ = std::fs::remove_file(&key);
 
