@@ -267,14 +267,7 @@ async fn a_winners_retry_while_the_slice_is_missing_is_not_refused() {
     assert_eq!(first.status, StatusCode::CREATED, "{}", first.body);
 
     // The shard loses its keys (the SKU's metadata, which gateways cache, stays).
-    let shard = stock.placement().home_shard(meta.sku, meta.width, "alice");
-    let keys = shard_router::keys::ShardKeys::new(stock.placement(), shard, meta.sku);
-    let mut conn = redis.connection();
-    let _: () = redis::cmd("DEL")
-        .arg(keys.stock())
-        .arg(keys.request("alice", Some("r1")))
-        .query(&mut conn)
-        .expect("DEL");
+    lose_home_slice_and_answer(&redis, &stock, &meta, "alice", "r1");
 
     let again = gw
         .claim(json!({"sku": meta.sku, "user": "alice", "request_id": "r1"}))
@@ -304,14 +297,7 @@ async fn a_winners_retry_after_a_loss_is_not_told_sold_out() {
     assert_eq!(first.status, StatusCode::CREATED, "{}", first.body);
     wait_sold_out(gw.api, meta.sku, true, "the sell-out event").await;
 
-    let shard = stock.placement().home_shard(meta.sku, meta.width, "alice");
-    let keys = shard_router::keys::ShardKeys::new(stock.placement(), shard, meta.sku);
-    let mut conn = redis.connection();
-    let _: () = redis::cmd("DEL")
-        .arg(keys.stock())
-        .arg(keys.request("alice", Some("r1")))
-        .query(&mut conn)
-        .expect("DEL");
+    lose_home_slice_and_answer(&redis, &stock, &meta, "alice", "r1");
 
     let again = gw
         .claim(json!({"sku": meta.sku, "user": "alice", "request_id": "r1"}))
@@ -323,4 +309,22 @@ async fn a_winners_retry_after_a_loss_is_not_told_sold_out() {
         again.body
     );
     gw.stop().await;
+}
+
+/// `user`'s home shard loses the SKU's slice and the stored answer of `rid`, as a shard that
+/// lost its data before the rebuild (the SKU's metadata, which gateways cache, stays).
+fn lose_home_slice_and_answer(
+    redis: &RedisServer,
+    stock: &shard_router::StockClient,
+    meta: &shard_router::SkuMeta,
+    user: &str,
+    rid: &str,
+) {
+    let shard = stock.placement().home_shard(meta.sku, meta.width, user);
+    let keys = shard_router::keys::ShardKeys::new(stock.placement(), shard, meta.sku);
+    let _: () = redis::cmd("DEL")
+        .arg(keys.stock())
+        .arg(keys.request(user, Some(rid)))
+        .query(&mut redis.connection())
+        .expect("DEL");
 }

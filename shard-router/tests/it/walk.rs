@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use shard_router::protocol::{self, EmptyShards, LocalEmptyShards};
-use shard_router::{ClaimOutcome, ShardId};
+use shard_router::{ClaimOutcome, ShardId, SkuMeta, StockClient};
 
 use crate::common::{claim_once, open_meta, req, users_with_home, Env};
 
@@ -164,6 +164,25 @@ impl EmptyShards for ResolvedBehindTheWalk {
     }
 }
 
+/// A SKU of 4 units on 2 shards, limit 1, whose slice on the home shard of `walker` two
+/// other users have sold: `walker`'s claim must walk. Returns the SKU, that home shard and
+/// the first shard of `walker`'s second chances.
+async fn walker_home_sold_out(client: &StockClient, sku: u64) -> (SkuMeta, ShardId, ShardId) {
+    let meta = open_meta(sku, 4, 2, 1);
+    client.preheat(&meta).await.expect("preheat");
+    let home = client
+        .placement()
+        .home_shard(meta.sku, meta.width, "walker");
+    for u in users_with_home(client, &meta, home, "h", 2) {
+        let out = claim_once(client, &meta, &req(meta.sku, &u, None)).await;
+        assert!(matches!(out, ClaimOutcome::Claimed { .. }), "{out:?}");
+    }
+    let other = client
+        .placement()
+        .second_chances(meta.sku, meta.width, "walker", |_| false)[0];
+    (meta, home, other)
+}
+
 /// Found by the model checker (model/, `replay`): a walk that stalled past its hold's TTL
 /// while the consumer resolved the hold and a retry of the same request id won must not
 /// answer "sold out" when it ends; the request's answer is no longer its own to give.
@@ -171,18 +190,7 @@ impl EmptyShards for ResolvedBehindTheWalk {
 async fn a_walk_whose_hold_was_resolved_meanwhile_refuses_nothing() {
     let env = Env::single();
     let client = env.client().await;
-    let meta = open_meta(1302, 4, 2, 1);
-    client.preheat(&meta).await.expect("preheat");
-    let home = client
-        .placement()
-        .home_shard(meta.sku, meta.width, "walker");
-    for u in users_with_home(&client, &meta, home, "h", 2) {
-        let out = claim_once(&client, &meta, &req(meta.sku, &u, None)).await;
-        assert!(matches!(out, ClaimOutcome::Claimed { .. }), "{out:?}");
-    }
-    let other = client
-        .placement()
-        .second_chances(meta.sku, meta.width, "walker", |_| false)[0];
+    let (meta, home, other) = walker_home_sold_out(&client, 1302).await;
     let view = ResolvedBehindTheWalk {
         view: LocalEmptyShards::default(),
         target: env.target(),
@@ -296,23 +304,12 @@ impl EmptyShards for HoldReplacedBehindTheWalk {
 /// starts again, so a retry's hold can take the very `user|seq` of a stalled attempt's
 /// hold that the loss removed. The stalled attempt's undo must not give back the retry's
 /// count (the user would then hold a unit the count does not show, and could claim past
-/// the limit): a settle names the hold it placed by its expiry.
+/// the limit): a settle names the hold it placed by its rebuild generation.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_walk_does_not_undo_a_retrys_hold_of_the_same_sequence() {
     let env = Env::single();
     let client = env.client().await;
-    let meta = open_meta(1303, 4, 2, 1);
-    client.preheat(&meta).await.expect("preheat");
-    let home = client
-        .placement()
-        .home_shard(meta.sku, meta.width, "walker");
-    for u in users_with_home(&client, &meta, home, "h", 2) {
-        let out = claim_once(&client, &meta, &req(meta.sku, &u, None)).await;
-        assert!(matches!(out, ClaimOutcome::Claimed { .. }), "{out:?}");
-    }
-    let other = client
-        .placement()
-        .second_chances(meta.sku, meta.width, "walker", |_| false)[0];
+    let (meta, home, other) = walker_home_sold_out(&client, 1303).await;
     let crate::common::Env::Single(server) = &env else {
         unreachable!("single")
     };
