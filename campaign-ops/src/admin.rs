@@ -192,7 +192,7 @@ impl Admin {
             }),
             (&Method::POST, ["v1", "campaigns", s, "reconcile"]) => respond(match sku(s) {
                 Ok(s) => match consumer::clock::redis_now(&self.client).await {
-                    Ok(now) => reconcile::run(&self.pool, &self.client, &self.cfg.group, s, now, t).await,
+                    Ok(now) => reconcile::run(&self.pool, &self.client, s, now, t).await,
                     Err(e) => Err(e.into()),
                 },
                 Err(e) => Err(e),

@@ -37,8 +37,6 @@ pub struct Common {
         global = true
     )]
     pub mysql: String,
-    #[arg(long, env = "FLASHGATE_GROUP", default_value = config::DEFAULT_GROUP, global = true)]
-    pub group: String,
     /// Log line format: `text` for terminals, `json` (one object per line) for a log
     /// pipeline. `RUST_LOG` sets the levels.
     #[arg(long, env = "FLASHGATE_LOG_FORMAT", value_enum, default_value_t = telemetry::LogFormat::Text, global = true)]
@@ -47,7 +45,7 @@ pub struct Common {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run the consumer service (streams → ledger, recovery, release, reconciliation).
+    /// Run the consumer service (streams → ledger, release, reconciliation).
     Run(Box<RunArgs>),
     /// Apply the migrations and exit.
     Migrate,
@@ -72,11 +70,12 @@ pub enum Command {
     Wave(WaveArgs),
     /// Close a finished campaign: closing report, Redis keys removed, no more reconciling.
     Close { sku: u64 },
-    /// Replay the dead-letter streams into the ledger and remove what it committed (idempotent).
-    Redrive {
-        /// Only these shards (repeatable); every shard when omitted.
-        #[arg(long = "shard")]
-        shards: Vec<u16>,
+    /// List the stream entries kept in the ledger instead of a claim row (`stream_poison`:
+    /// not claim records, or rows MySQL refused), oldest first.
+    Poison {
+        /// At most this many.
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
     },
 }
 
@@ -192,7 +191,6 @@ impl Cli {
         cfg.redis = redis;
         cfg.shards = shards;
         cfg.mysql_url = self.common.mysql.clone();
-        cfg.group = self.common.group.clone();
         Ok(cfg)
     }
 }

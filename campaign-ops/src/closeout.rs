@@ -128,9 +128,7 @@ pub async fn close(
         let shards = client.placement().shards_of(sku, c.width);
         let streams: Vec<_> = shards
             .iter()
-            .map(|&s| {
-                consumer::stream::ShardStream::new(client, s, consumer::config::DEFAULT_GROUP)
-            })
+            .map(|&s| consumer::stream::ShardStream::new(client, s))
             .collect();
         // The closing report must not count on a resolution a failover can take back: wait
         // until a replica holds it (the default replica policy; close-out has no config).

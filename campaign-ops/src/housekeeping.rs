@@ -1,6 +1,6 @@
 //! Background loops of the campaign lifecycle: due stock waves, automatic close-out (and
 //! the retirement of a closed SKU's metadata once its replay answers expired), and the
-//! Redis memory and dead-letter exports. Each stops on the shutdown signal.
+//! Redis memory and poison-count exports. Each stops on the shutdown signal.
 
 use std::time::Duration;
 
@@ -8,13 +8,13 @@ use shard_router::StockClient;
 use sqlx::MySqlPool;
 use tokio::sync::watch;
 
-use crate::{closeout, redrive, wave};
+use crate::{closeout, wave};
 use consumer::config::Config;
 use consumer::memory;
 
 /// How often due waves are applied; also bounds how late a scheduled wave starts selling.
 pub const WAVE_INTERVAL: Duration = Duration::from_secs(1);
-/// How often Redis memory use and the dead-letter counts are exported.
+/// How often Redis memory use and the poison entry count are exported.
 pub const MEMORY_INTERVAL: Duration = Duration::from_secs(10);
 
 /// A ticker that ends on shutdown: `next` is false once the signal came.
@@ -62,14 +62,22 @@ pub async fn wave_loop(
     }
 }
 
-pub async fn memory_loop(client: StockClient, mut shutdown: watch::Receiver<bool>) {
+/// Bound of the poison count's statement.
+const POISON_T: std::time::Duration = std::time::Duration::from_secs(2);
+
+pub async fn memory_loop(
+    client: StockClient,
+    pool: MySqlPool,
+    mut shutdown: watch::Receiver<bool>,
+) {
     let mut every = Every::new(MEMORY_INTERVAL, &mut shutdown);
     while every.next().await {
         if let Err(e) = memory::export(&client).await {
             tracing::warn!(error = %e, "redis memory export failed");
         }
-        if let Err(e) = redrive::export_lengths(&client).await {
-            tracing::warn!(error = %e, "dead-letter count export failed");
+        match ledger::poison::count(&pool, POISON_T).await {
+            Ok(n) => metrics::gauge!(consumer::metrics::POISON_ENTRIES).set(n as f64),
+            Err(e) => tracing::warn!(error = %e, "poison entry count export failed"),
         }
     }
 }

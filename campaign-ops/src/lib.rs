@@ -4,7 +4,8 @@
 //! This crate owns a campaign's life in the ledger and in Redis: creating it and preheating
 //! its stock, stock waves, the release of unpaid or cancelled claims, reconciliation of the
 //! books (invariant `books-close`, docs/DESIGN.md), rebuilding Redis from the ledger after a
-//! loss, close-out, the redrive of dead letters, the admin API and the operator CLI. Its
+//! loss, close-out, the admin API and the operator CLI (`consumer poison` lists the stream
+//! entries the ledger kept instead of a row). Its
 //! SQL goes through the `ledger` crate's pool, its Redis through `shard-router`'s
 //! `StockClient`; the streams themselves are the `consumer` crate's.
 //!
@@ -16,7 +17,6 @@
 //! - [`reconcile`]: invariant `books-close` per SKU, exact under load; excess removal;
 //!   stale holds.
 //! - [`rebuild`]: Redis written back from the ledger after a loss (preheat, CLI, watch).
-//! - [`redrive`]: `consumer redrive`, dead letters back into the ledger, idempotently.
 //! - [`housekeeping`]: the periodic waves, close-outs and memory checks of a running process.
 //! - [`admin`]: `/healthz`, `/metrics`, the token-protected admin API; [`health`]: the
 //!   MySQL and Redis probes behind `/healthz`; [`cli`]: the operator's command line.
@@ -31,7 +31,6 @@ pub mod health;
 pub mod housekeeping;
 pub mod rebuild;
 pub mod reconcile;
-pub mod redrive;
 pub mod release;
 pub mod series;
 pub mod service;

@@ -186,16 +186,20 @@ async fn real_main(cli: Cli) -> anyhow::Result<()> {
         Command::Reconcile { sku } => {
             let client = client().await?;
             let now = consumer::clock::redis_now(&client).await?;
-            serde_json::to_value(reconcile::run(&pool, &client, &cfg.group, sku, now, t).await?)?
+            serde_json::to_value(reconcile::run(&pool, &client, sku, now, t).await?)?
         }
-        Command::Redrive { shards } => {
-            if let Some(bad) = shards.iter().find(|s| **s >= cfg.shards) {
-                anyhow::bail!("--shard {bad}: must be below --shards {}", cfg.shards);
-            }
-            serde_json::to_value(
-                campaign_ops::redrive::run(&pool, &client().await?, &shards, cfg.replica_wait, t)
-                    .await?,
-            )?
+        Command::Poison { limit } => {
+            let kept = ledger::poison::list(&pool, limit, t).await?;
+            serde_json::json!({
+                "count": ledger::poison::count(&pool, t).await?,
+                "entries": kept.iter().map(|p| serde_json::json!({
+                    "stream": p.stream,
+                    "entry_id": p.entry_id,
+                    "reason": p.reason,
+                    "fields": serde_json::from_str::<serde_json::Value>(&p.fields)
+                        .unwrap_or_else(|_| serde_json::Value::String(p.fields.clone())),
+                })).collect::<Vec<_>>(),
+            })
         }
     };
     println!("{}", serde_json::to_string_pretty(&out)?);

@@ -188,7 +188,7 @@ pub async fn rebuild(
         opts.lease,
     );
     tracing::info!(sku, %token, shards = shards.len(), "rebuild: shards fenced");
-    let flush = handshake::flush(pool, client, sku, opts.flush_wait, t).await?;
+    let flush = handshake::flush(pool, sku, opts.flush_wait, t).await?;
     if !flush.complete() {
         tokio::time::sleep(opts.quiesce).await;
     }
@@ -210,7 +210,7 @@ pub async fn rebuild(
     let streams: Vec<ShardStream> = shards
         .iter()
         // Only XRANGE is used: every entry counts, whichever group holds it.
-        .map(|&s| ShardStream::new(client, s, ""))
+        .map(|&s| ShardStream::new(client, s))
         .collect();
     let found = in_flight(client, &streams, sku).await?;
     let refs: Vec<&shard_router::ClaimRecord> = found.iter().collect();

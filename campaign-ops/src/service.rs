@@ -71,6 +71,7 @@ pub async fn run(
     ));
     background.spawn(crate::housekeeping::memory_loop(
         client.clone(),
+        pool.clone(),
         shutdown.clone(),
     ));
     let health = Arc::new(Health::default());
@@ -174,8 +175,7 @@ async fn reconcile_loop(
         };
         for sku in skus {
             if let Err(e) =
-                reconcile::run_with(&pool, &client, &cfg.group, sku, now, cfg.db_timeout, opts)
-                    .await
+                reconcile::run_with(&pool, &client, sku, now, cfg.db_timeout, opts).await
             {
                 tracing::warn!(sku, error = %e, "reconcile failed");
             }

@@ -4,6 +4,9 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use ledger::claims::Written;
+use ledger::offsets::Advance;
+use ledger::poison::Poison;
 use ledger::{ClaimRow, Stored};
 use shard_router::ClaimRecord;
 use sqlx::{MySql, MySqlPool, Transaction};
@@ -66,6 +69,25 @@ pub async fn write_refs(
     let rows: Vec<ClaimRow<'_>> = records.iter().map(|r| row(r)).collect();
     let stored = ledger::claims::write(pool, &rows, timeout).await?;
     Ok(outcome(records, stored))
+}
+
+/// [`write_refs`] with the streams' places moved and the entries passed without a row kept,
+/// in the same transaction (`ledger::claims::write_at`): the outcome is empty when a place
+/// was refused (nothing committed).
+pub async fn write_at(
+    pool: &MySqlPool,
+    records: &[&ClaimRecord],
+    moves: &[Advance],
+    poison: &[Poison],
+    timeout: Duration,
+) -> Result<(Written, BatchOutcome), ConsumerError> {
+    let rows: Vec<ClaimRow<'_>> = records.iter().map(|r| row(r)).collect();
+    let written = ledger::claims::write_at(pool, &rows, moves, poison, timeout).await?;
+    let o = match &written {
+        Written::Committed(s) => outcome(records, s.clone()),
+        Written::Fenced(_) => BatchOutcome::default(),
+    };
+    Ok((written, o))
 }
 
 /// `ledger::claims::store` over records, inside `tx` (a rebuild's in-flight claims).

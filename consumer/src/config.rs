@@ -16,8 +16,6 @@ use crate::replica::ReplicaWait;
 pub use ledger::claims::{DEFAULT_BATCH_MAX_ROWS, MAX_BATCH_ROWS};
 /// Reconciliation runs kept in the ledger per SKU when not configured.
 pub const DEFAULT_RECONCILE_KEEP_RUNS: u32 = 1000;
-/// Default consumer group name.
-pub const DEFAULT_GROUP: &str = "ledger";
 /// Default `--mysql`.
 pub const DEFAULT_MYSQL_URL: &str = "mysql://root@127.0.0.1:3306/flashgate";
 
@@ -34,10 +32,8 @@ pub struct Config {
     /// From the global `--mysql`.
     #[arg(skip = DEFAULT_MYSQL_URL.to_owned())]
     pub mysql_url: String,
-    /// Consumer group read by every consumer process; from the global `--group`.
-    #[arg(skip = DEFAULT_GROUP.to_owned())]
-    pub group: String,
-    /// Unique consumer name; defaults to <host>-<pid>-<start ms>.
+    /// Unique consumer name (a stream's lease names its owner by it); defaults to
+    /// <host>-<pid>-<start ms>.
     #[arg(
         long,
         env = "FLASHGATE_CONSUMER_NAME",
@@ -51,29 +47,24 @@ pub struct Config {
     /// Longest a claim waits in an open batch when traffic is thin (ms).
     #[arg(long = "batch-max-wait-ms", env = "FLASHGATE_BATCH_MAX_WAIT_MS", value_name = "MS", default_value = "20", value_parser = millis)]
     pub batch_max_wait: Duration,
-    /// Capacity of the reader → writer channel, in reads (each up to `read_count` entries).
+    /// Capacity of each reader → writer channel, in reads (each up to `read_count` entries).
     #[arg(skip = 8_usize)]
     pub channel_capacity: usize,
-    /// Batches committed concurrently (one gathers while another commits); more than a few
-    /// only adds lock waits on the stock row.
+    /// Writer loops committing concurrently (one gathers while another commits), each
+    /// owning the shards equal to its index modulo their count; more than a few only adds
+    /// lock waits on the stock row.
     #[arg(skip = 2_usize)]
     pub writers: usize,
-    /// Entries one XREADGROUP asks for.
+    /// Entries one XREAD asks for.
     #[arg(skip = 500_usize)]
     pub read_count: usize,
-    /// How long one XREADGROUP blocks when a stream is idle.
+    /// How long one XREAD blocks when a stream is idle.
     #[arg(skip = Duration::from_millis(1000))]
     pub read_block: Duration,
-    /// Entries pending this long with a consumer that does not refresh them are taken
-    /// over (ms).
-    #[arg(long = "claim-idle-ms", env = "FLASHGATE_CLAIM_IDLE_MS", value_name = "MS", default_value = "15000", value_parser = millis)]
-    pub claim_idle: Duration,
-    /// How often pending entries are refreshed and idle ones recovered (ms).
-    #[arg(long = "recovery-interval-ms", env = "FLASHGATE_RECOVERY_INTERVAL_MS", value_name = "MS", default_value = "1000", value_parser = millis)]
-    pub recovery_interval: Duration,
-    /// Deliveries after which an entry goes to the dead-letter stream.
-    #[arg(long, env = "FLASHGATE_MAX_DELIVERIES", default_value_t = 10)]
-    pub max_deliveries: u64,
+    /// A shard's lease: renewed every third of it; another consumer takes the shard's
+    /// stream this long after its owner stopped renewing (ms).
+    #[arg(long = "lease-ms", env = "FLASHGATE_LEASE_MS", value_name = "MS", default_value = "5000", value_parser = millis)]
+    pub lease: Duration,
     /// Bounds of the backoff while MySQL or Redis is down.
     #[arg(skip = Duration::from_millis(50))]
     pub backoff_min: Duration,
@@ -180,17 +171,17 @@ impl Config {
                 "channel-capacity and read-count must be at least 1, writers in 1..=16".into(),
             );
         }
-        if self.claim_idle <= self.recovery_interval * 2 {
-            return Err(
-                "claim-idle must exceed twice the recovery interval, or live entries get stolen"
-                    .into(),
-            );
+        // A lease shorter than a blocked read would lapse between two renewals' worth of
+        // reads; the keeper renews every third of it.
+        if self.lease < self.read_block * 2 {
+            return Err(format!(
+                "lease-ms {} must be at least twice the read block ({} ms)",
+                self.lease.as_millis(),
+                self.read_block.as_millis()
+            ));
         }
-        if self.max_deliveries < 2 {
-            return Err("max-deliveries must be at least 2".into());
-        }
-        if self.group.is_empty() || self.consumer_name.is_empty() {
-            return Err("group and consumer name must not be empty".into());
+        if self.consumer_name.is_empty() {
+            return Err("consumer name must not be empty".into());
         }
         if matches!(&self.admin_token, Some(t) if t.len() < 16) {
             return Err("admin token must be at least 16 bytes".into());
@@ -208,7 +199,7 @@ impl Config {
         c
     }
 
-    /// Stock client settings for a stream reader: its XREADGROUP blocks, so it needs its own
+    /// Stock client settings for a stream reader: its XREAD blocks, so it needs its own
     /// connection whose response bound is above the block time.
     pub fn reader_stock(&self) -> StockConfig {
         let mut c = self.stock();
@@ -243,8 +234,8 @@ mod tests {
         let cases: [(&str, Breaker); 5] = [
             ("batch-max-rows", |c| c.batch_max_rows = MAX_BATCH_ROWS + 1),
             ("shards", |c| c.shards = 0),
-            ("claim-idle", |c| c.claim_idle = c.recovery_interval),
-            ("max-deliveries", |c| c.max_deliveries = 1),
+            ("lease-ms", |c| c.lease = Duration::from_millis(100)),
+            ("consumer name", |c| c.consumer_name.clear()),
             ("admin token", |c| c.admin_token = Some("short".into())),
         ];
         for (name, break_it) in cases {
@@ -261,10 +252,7 @@ mod tests {
         let c = cfg();
         let ms = Duration::from_millis;
         assert_eq!(c.batch_max_rows, DEFAULT_BATCH_MAX_ROWS);
-        assert_eq!(
-            [c.batch_max_wait, c.claim_idle, c.recovery_interval],
-            [ms(20), ms(15_000), ms(1_000)]
-        );
+        assert_eq!([c.batch_max_wait, c.lease], [ms(20), ms(5_000)]);
         assert_eq!(
             [c.release_interval, c.reconcile_interval],
             [ms(5_000), ms(60_000)]
@@ -275,12 +263,9 @@ mod tests {
             (ms(1_000), ms(5_000), ms(10_000))
         );
         assert_eq!((c.backoff_min, c.backoff_max), (ms(50), ms(2_000)));
-        assert_eq!(
-            (c.max_deliveries, c.auto_close, c.clock_offset_ms),
-            (10, true, 0)
-        );
+        assert_eq!((c.auto_close, c.clock_offset_ms), (true, 0));
         assert_eq!(c.replica_wait, ReplicaWait::default());
-        assert_eq!((c.group.as_str(), c.admin_token), (DEFAULT_GROUP, None));
+        assert_eq!(c.admin_token, None);
         assert!(!c.consumer_name.is_empty());
         assert_eq!(millis("12"), Ok(ms(12)));
         let bad = millis("1s").unwrap_err();

@@ -1,23 +1,23 @@
 //! flashgate consumer: the data path from the per-shard claims streams into the ledger.
 //!
 //! This crate owns what a claim passes through after Redis acknowledged it: reading each
-//! shard's stream, committing batches to the ledger exactly once (`ledger` crate), settling
-//! what committed, recovering entries another consumer left, and counting in Redis the
-//! late claims a rebuild did not. It is one of the parts of the consumer process; the
+//! shard's stream from the place the ledger keeps, committing each batch's rows and the
+//! place after them in one transaction (`ledger` crate: exactly once by construction),
+//! trimming what committed, and counting in Redis the late claims a rebuild did not. It is one of the parts of the consumer process; the
 //! campaign operations around it (preheat, waves, releases, reconciliation, rebuild,
 //! close-out, the admin API and the CLI) are the `campaign-ops` crate, which runs it.
 //!
 //! Layout (one concept per file):
 //! - [`config`]: settings of the consumer process and their documented defaults;
 //!   [`clock`]: Redis's clock decides.
-//! - [`stream`] (shard-router's): the stream operations on one shard (group, read,
-//!   ack+delete, XAUTOCLAIM, dead letters); [`reader`]: XREADGROUP loop per shard into the
-//!   bounded channel.
+//! - [`stream`] (shard-router's): the stream operations on one shard (XREAD after a place,
+//!   trim); [`shard`]: a shard's lease and its reader, from the ledger's place into the
+//!   writer's bounded channel, the new-master rule.
 //! - [`writer`]: batches (max rows / max wait) → [`commit`]: one ledger transaction per
-//!   batch, of records turned into rows ([`rows`]); [`late`]: claims committed after the rebuild that did not count them.
-//!   [`final_answers`]: rerouted claims' replay answers made final before the delete.
+//!   batch, of records turned into rows ([`rows`]) and the streams' places; [`late`]:
+//!   claims committed after the rebuild that did not count them; [`final_answers`]:
+//!   rerouted claims' replay answers made final after the commit.
 //! - [`replica`]: wait for a replica before committing (default wherever there is one).
-//! - [`recovery`]: refresh own pending entries, take over idle ones, dead-letter poison.
 //! - [`flush`]: the consumer's heartbeat and its half of the rebuild's flush handshake;
 //!   [`inflight`]: what this process read and has not settled.
 //! - [`startup`]: waiting out a Redis that is still coming up; [`streams`]: the data path
@@ -34,10 +34,9 @@ pub mod inflight;
 pub mod late;
 pub mod memory;
 pub mod metrics;
-pub mod reader;
-pub mod recovery;
 pub mod replica;
 pub mod rows;
+pub mod shard;
 pub mod startup;
 pub mod streams;
 pub mod writer;

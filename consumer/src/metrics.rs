@@ -13,14 +13,16 @@ pub const DB_ERRORS: &str = "flashgate_consumer_db_errors_total";
 /// Log lines of any kind dropped because stderr could not keep up (`telemetry`).
 pub const LOG_LINES_DROPPED: &str = "flashgate_log_lines_dropped_total";
 pub const STREAM_LAG: &str = "flashgate_consumer_stream_lag";
-pub const STREAM_PENDING: &str = "flashgate_consumer_stream_pending";
-/// Gauge `{shard}`: age of the oldest delivered-but-unacknowledged entry (0 when none).
+/// Gauge `{shard}`: age of the oldest entry past the committed place (0 when none).
 pub const OLDEST_PENDING_SECONDS: &str = "flashgate_consumer_stream_oldest_pending_seconds";
-pub const RECOVERED: &str = "flashgate_consumer_recovered_total";
-pub const DEAD_LETTERED: &str = "flashgate_consumer_dead_lettered_total";
-/// Gauge `{shard}`: entries in the shard's dead-letter stream (never trimmed by the
-/// consumer: redrive removes what it committed, see `redrive.rs`).
-pub const DEAD_LETTERS: &str = "flashgate_consumer_dead_letters";
+/// Gauge: entries kept in `stream_poison` (not claim records, or rows MySQL refused).
+pub const POISON_ENTRIES: &str = "flashgate_consumer_poison_entries";
+/// Counter: reads of a stream again from its start because its master changed.
+pub const NEW_MASTER_REREADS: &str = "flashgate_consumer_new_master_rereads_total";
+/// Counter: batches whose stream place was refused (the lease went elsewhere).
+pub const FENCED: &str = "flashgate_consumer_fenced_total";
+/// Counter: committed entries trimmed from the streams.
+pub const TRIMMED: &str = "flashgate_consumer_trimmed_total";
 pub const RELEASED: &str = "flashgate_consumer_released_total";
 pub const RECONCILE_DRIFT: &str = "flashgate_reconcile_drift";
 /// Gauge `{sku}`: shards whose slice is missing at the SKU's last reconciliation.
@@ -55,16 +57,16 @@ pub const DESCRIPTIONS: &[(&str, &str)] = &[
     (BATCH_ROWS, "Rows per committed ledger batch."),
     (COMMIT_SECONDS, "Time to commit one ledger batch (one MySQL transaction), in seconds."),
     (CLAIMS_COMMITTED, "Claim records newly written to the ledger."),
-    (REDELIVERED, "Claim records the ledger already held (a redelivery after a crash or takeover), skipped."),
-    (ANOMALIES, "Anomalies recorded in the ledger by kind (duplicate, dead letter, drift, ...)."),
+    (REDELIVERED, "Claim records the ledger already held (a stream read again after a new master, or a rebuild that committed them first), skipped."),
+    (ANOMALIES, "Anomalies recorded in the ledger by kind (collision, poison, drift, ...)."),
     (DB_ERRORS, "Ledger batches that failed on MySQL and will be retried."),
     (LOG_LINES_DROPPED, "Log lines dropped because stderr was not read fast enough (the log never blocks the consumer)."),
-    (STREAM_LAG, "Records in a shard's claims stream not yet committed to the ledger (XLEN)."),
-    (STREAM_PENDING, "Records of a shard's stream delivered to the consumer group but not yet acknowledged."),
-    (OLDEST_PENDING_SECONDS, "Age of a shard's oldest delivered but unacknowledged record, in seconds (0 when none)."),
-    (RECOVERED, "Pending records taken over from idle consumers (XAUTOCLAIM)."),
-    (DEAD_LETTERED, "Records moved to the dead-letter stream after too many deliveries."),
-    (DEAD_LETTERS, "Entries in a shard's dead-letter stream (XLEN): claims not in the ledger until `consumer redrive` commits and removes them."),
+    (STREAM_LAG, "Records in a shard's claims stream (XLEN): not committed yet, or committed and not trimmed yet (trimmed about every second)."),
+    (OLDEST_PENDING_SECONDS, "Age of the oldest record of a shard's stream past the place the ledger committed, in seconds (0 when none)."),
+    (POISON_ENTRIES, "Stream entries kept in the ledger's stream_poison table instead of a claim row (not a claim record, or refused by MySQL); `consumer poison` lists them."),
+    (NEW_MASTER_REREADS, "Reads of a shard's stream again from its start because its master's replication id changed (failover or restart)."),
+    (FENCED, "Batches whose stream place was refused because another consumer holds the shard's lease now; their reads are dropped and read again."),
+    (TRIMMED, "Committed entries trimmed from the claims streams (XTRIM MINID to the committed place)."),
     (RELEASED, "Claims released by reason (payment timeout, cancelled): units back to Redis."),
     (RECONCILE_DRIFT, "Units by which a SKU's last reconciliation missed stock = slices + in-flight + active ledger units − debts; 0 when it closes."),
     (RECONCILE_MISSING, "Shards whose stock slice was missing in Redis at the SKU's last reconciliation (claims there answer unknown_sku)."),

@@ -8,7 +8,6 @@ use tokio::sync::watch;
 
 use crate::backoff::Backoff;
 use crate::config::Config;
-use crate::stream::ShardStream;
 
 /// Errors no retry can fix: a bad shard count or address in the configuration.
 fn fatal(e: &StockError) -> bool {
@@ -41,31 +40,4 @@ pub async fn connect(
             }
         }
     }
-}
-
-/// Creates the consumer group of every stream (kept if it exists), retrying each through
-/// `CLUSTERDOWN` or `LOADING`. False when shutdown came first.
-pub async fn ensure_groups(
-    cfg: &Config,
-    client: &StockClient,
-    streams: &[ShardStream],
-    shutdown: &mut watch::Receiver<bool>,
-) -> Result<bool, StockError> {
-    let mut backoff = Backoff::new(cfg.backoff_min, cfg.backoff_max);
-    for st in streams {
-        loop {
-            match st.ensure_group(client).await {
-                Ok(()) => break,
-                Err(e) if fatal(&e) => return Err(e),
-                Err(e) => {
-                    tracing::warn!(shard = st.shard, error = %e, "consumer group not created yet (redis still coming up?); retrying");
-                    if !backoff.sleep(shutdown).await {
-                        return Ok(false);
-                    }
-                }
-            }
-        }
-        backoff.reset();
-    }
-    Ok(true)
 }

@@ -1,13 +1,11 @@
-//! The data path as one unit: one reader and one recovery loop per shard and one batch
-//! writer (streams into the ledger), and the heartbeat of the rebuild's flush handshake
-//! (`flush.rs`). [`Streams::start`] starts them; [`Streams::drain`] stops them in order:
-//! readers stop, then the writer flushes the open batch and acknowledges what committed,
-//! then the heartbeat deregisters. The process around them (`campaign-ops/src/service.rs`)
+//! The data path as one unit: one reader per shard (`shard.rs`, with its lease) and the
+//! writer loops (streams into the ledger), and the heartbeat of the rebuild's flush
+//! handshake (`flush.rs`). [`Streams::start`] starts them; [`Streams::drain`] stops them in
+//! order: readers stop, then the writer commits what it holds, then the leases are
+//! released (another consumer takes the shards at once) and the heartbeat deregisters. The process around them (`campaign-ops/src/service.rs`)
 //! runs the operations beside them under the same shutdown signal.
 
 use std::collections::HashMap;
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
 use std::time::Duration;
 
 use shard_router::StockClient;
@@ -20,11 +18,11 @@ use crate::config::Config;
 use crate::error::ConsumerError;
 use crate::flush::Heartbeat;
 use crate::inflight::InFlight;
-use crate::recovery::Recovery;
 use crate::replica::ShardReplica;
+use crate::shard::{ShardLease, ShardReader};
+use crate::startup;
 use crate::stream::ShardStream;
 use crate::writer::Writer;
-use crate::{reader, startup};
 
 /// Connects to MySQL and applies migrations, retrying with backoff until `shutdown`.
 pub async fn connect_db(
@@ -49,6 +47,8 @@ pub async fn connect_db(
 /// The running data path.
 pub struct Streams {
     cfg: Config,
+    pool: MySqlPool,
+    leases: Vec<ShardLease>,
     inflight: InFlight,
     feeders: JoinSet<()>,
     writer: JoinHandle<()>,
@@ -57,8 +57,8 @@ pub struct Streams {
 }
 
 impl Streams {
-    /// Creates the consumer groups, registers the heartbeat, and starts the writer and each
-    /// shard's reader and recovery loop. `None`: `shutdown` came first.
+    /// Waits for Redis, registers the heartbeat, and starts the writer loops and each
+    /// shard's reader. `None`: `shutdown` came first.
     pub async fn start(
         cfg: &Config,
         pool: &MySqlPool,
@@ -67,15 +67,10 @@ impl Streams {
     ) -> Result<Option<Self>, ConsumerError> {
         let mut sd = shutdown.clone();
         let shards: Vec<u16> = (0..cfg.shards).collect();
-        let list: Vec<ShardStream> = shards
+        let streams: HashMap<u16, ShardStream> = shards
             .iter()
-            .map(|&s| ShardStream::new(client, s, &cfg.group))
+            .map(|&s| (s, ShardStream::new(client, s)))
             .collect();
-        if !startup::ensure_groups(cfg, client, &list, &mut sd).await? {
-            return Ok(None);
-        }
-        let streams: HashMap<u16, ShardStream> =
-            list.into_iter().map(|st| (st.shard, st)).collect();
         tracing::info!(consumer = %cfg.consumer_name, shards = cfg.shards, "consumer started");
 
         let inflight = InFlight::default();
@@ -99,52 +94,50 @@ impl Streams {
         let (stop_beat, beat_stopped) = watch::channel(false);
         let mut heartbeat = JoinSet::new();
         heartbeat.spawn(beat.run(beat_stopped));
-        let db_healthy = Arc::new(AtomicBool::new(true));
-        let (tx, rx) = mpsc::channel(cfg.channel_capacity);
-
+        let leases: HashMap<u16, ShardLease> = streams
+            .iter()
+            .map(|(&s, st)| (s, ShardLease::new(s, st)))
+            .collect();
+        let loops = cfg.writers.max(1);
+        let (senders, receivers): (Vec<_>, Vec<_>) = (0..loops)
+            .map(|_| mpsc::channel(cfg.channel_capacity))
+            .unzip();
         let writer = Writer {
             cfg: cfg.clone(),
             pool: pool.clone(),
             client: client.clone(),
             streams: streams.clone(),
+            leases: leases.clone(),
             inflight: inflight.clone(),
-            db_healthy: db_healthy.clone(),
         };
-        let writer = tokio::spawn(writer.run(rx));
+        let writer = tokio::spawn(writer.run(receivers));
 
         let mut feeders = JoinSet::new();
         for &s in &shards {
-            // Own connection per reader: a blocked XREADGROUP would stall a shared one.
-            let Some(rclient) =
-                startup::connect(cfg, cfg.reader_stock(), "reader", &mut sd).await?
+            // Own connection per reader: a blocked XREAD would stall a shared one.
+            let Some(reader) = startup::connect(cfg, cfg.reader_stock(), "reader", &mut sd).await?
             else {
                 break;
             };
             let replica = ShardReplica::new(s, cfg.replica_wait);
             replica.remember(client).await;
-            feeders.spawn(reader::run(
-                cfg.clone(),
-                rclient,
-                streams[&s].clone(),
-                replica.clone(),
-                inflight.clone(),
-                tx.clone(),
-                shutdown.clone(),
-            ));
-            let rec = Recovery {
+            let r = ShardReader {
                 cfg: cfg.clone(),
                 client: client.clone(),
+                reader,
                 pool: pool.clone(),
                 stream: streams[&s].clone(),
                 replica,
                 inflight: inflight.clone(),
-                db_healthy: db_healthy.clone(),
+                lease: leases[&s].clone(),
             };
-            feeders.spawn(rec.run(tx.clone(), shutdown.clone()));
+            feeders.spawn(r.run(senders[usize::from(s) % loops].clone(), shutdown.clone()));
         }
-        drop(tx);
+        drop(senders);
         Ok(Some(Self {
             cfg: cfg.clone(),
+            pool: pool.clone(),
+            leases: leases.into_values().collect(),
             inflight,
             feeders,
             writer,
@@ -153,8 +146,8 @@ impl Streams {
         }))
     }
 
-    /// Stops the readers and recovery loops, lets the writer drain (within
-    /// `--drain-grace`), then deregisters the heartbeat.
+    /// Stops the readers, lets the writer drain (within `--drain-grace`), releases the
+    /// leases, then deregisters the heartbeat.
     pub async fn drain(mut self) {
         let drain = async {
             while self.feeders.join_next().await.is_some() {}
@@ -165,10 +158,19 @@ impl Streams {
             .is_err()
         {
             self.writer.abort();
-            // What is not acknowledged stays pending and is taken over after a restart.
+            // What is not committed is read again by the shard's next owner.
             tracing::warn!(grace = ?self.cfg.drain_grace, in_flight = self.inflight.len(), "drain grace passed; stopping anyway");
         }
         self.feeders.abort_all();
+        let t = self.cfg.db_timeout;
+        let releases = self.leases.iter().filter(|l| l.epoch() > 0).map(|l| {
+            ledger::offsets::release(&self.pool, &l.stream, &self.cfg.consumer_name, l.epoch(), t)
+        });
+        for r in futures::future::join_all(releases).await {
+            if let Err(e) = r {
+                tracing::warn!(error = %e, "shard lease not released; it runs out by itself");
+            }
+        }
         let _ = self.stop_beat.send(true);
         let grace = Duration::from_secs(2) + self.cfg.db_timeout;
         let _ = tokio::time::timeout(grace, self.heartbeat.join_next()).await;

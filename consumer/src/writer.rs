@@ -1,18 +1,30 @@
-//! The batch writer: gathers entries from the channel into batches (flushed at
-//! `batch_max_rows` or `batch_max_wait`), commits each batch in one transaction, and only
-//! then acknowledges and removes the entries, batch after batch in the order they were
-//! drawn (`Turn`). No unit ever goes back from here: every record is an acknowledged claim
-//! (a collision is kept too, see `ledger/src/claims.rs`).
-//! While MySQL is down it retries the same batch with exponential backoff: nothing is
-//! dropped, and the full channel stalls the readers. Late claims a batch found (committed
-//! after a rebuild that did not count them, `consumer/src/late.rs`) are counted in Redis right
-//! after the commit; a sweep beside the loops repairs any that could not be.
+//! The batch writer: gathers reads from its channel into batches (flushed at
+//! `batch_max_rows` or `batch_max_wait`) and commits each batch in one transaction with the
+//! places of its streams (`ledger::claims::write_at`): the rows of a read and the place
+//! after it commit together, conditional on the place it started from and on the lease
+//! epoch it was read under. No unit ever goes back from here: every record is an
+//! acknowledged claim (a collision is kept too, see `ledger/src/claims.rs`).
+//!
+//! Each shard's reads go to one writer loop (`streams.rs`: shard modulo loops), so a
+//! shard's reads commit in the order they were read, each from where the previous one
+//! ended; the loops commit concurrently, one gathering while another commits.
+//! While MySQL is down a loop retries the same batch with exponential backoff: nothing is
+//! dropped, and its full channel stalls its readers. A batch whose place is refused (the
+//! lease went to another consumer, or a zombie of this one) is rolled back whole; the
+//! refused shard's reads are dropped and its reader starts again from the ledger's place,
+//! the other shards' reads are committed without them. Late claims a batch found
+//! (committed after a rebuild that did not count them, `consumer/src/late.rs`) are counted
+//! in Redis right after the commit; a sweep beside the loops repairs any that could not be.
+//! After the commit the stream is trimmed to the committed place, at most once per
+//! [`TRIM_EVERY`] per shard (`stream_trim.lua`).
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
+use ledger::claims::Written;
+use ledger::offsets::{Advance, Offset};
+use ledger::poison::Poison as PoisonRow;
+use shard_router::stream::{Delivered, Poison, ShardStream};
 use shard_router::{ClaimRecord, ShardId, StockClient};
 use sqlx::MySqlPool;
 use tokio::sync::{mpsc, watch};
@@ -23,173 +35,234 @@ use crate::config::Config;
 use crate::inflight::InFlight;
 use crate::late;
 use crate::metrics as m;
-use crate::stream::{Delivered, ShardStream};
+use crate::shard::{Read, ShardLease};
 
-/// What the writer needs; shared with nothing but the in-flight set and the health flag.
+/// Shortest time between two trims of one shard's stream: one XTRIM then drops every
+/// listpack node below the place at once, instead of a call per batch.
+pub const TRIM_EVERY: Duration = Duration::from_secs(1);
+
+/// What the writer loops share.
+#[derive(Clone)]
 pub struct Writer {
     pub cfg: Config,
     pub pool: MySqlPool,
     pub client: StockClient,
     pub streams: HashMap<ShardId, ShardStream>,
+    pub leases: HashMap<ShardId, ShardLease>,
     pub inflight: InFlight,
-    /// False while MySQL refuses batches; recovery pauses then (taking over entries
-    /// would only raise their delivery counts toward the dead-letter limit).
-    pub db_healthy: Arc<AtomicBool>,
 }
 
-/// The receiving end, shared by the writer loops: one loop gathers a batch while another
-/// commits, so the network and fsync wait of one overlaps the work of the other.
+/// One loop's receiving end.
 struct Source {
-    rx: mpsc::Receiver<Vec<Delivered>>,
-    queue: VecDeque<Delivered>,
+    rx: mpsc::Receiver<Read>,
+    queue: std::collections::VecDeque<Read>,
     open: bool,
-    /// Batches drawn so far: the next batch's place in the settling order.
-    drawn: u64,
     /// Flush cuts (`inflight.rs`): a rebuild waits for what this process holds, so an open
     /// batch is closed at once instead of after `batch_max_wait`.
     cuts: watch::Receiver<u64>,
 }
 
 impl Source {
-    /// The next batch: at most `max_rows`, gathered for at most `max_wait` after its first
-    /// entry. `None` once every sender is gone and nothing is left.
-    async fn next_batch(
-        &mut self,
-        max_rows: usize,
-        max_wait: std::time::Duration,
-    ) -> Option<Vec<Delivered>> {
+    /// The next batch: reads of at most about `max_rows` entries (a read is never split),
+    /// gathered for at most `max_wait` after the first. `None` once every sender is gone
+    /// and nothing is left.
+    async fn next_batch(&mut self, max_rows: usize, max_wait: Duration) -> Option<Vec<Read>> {
         while self.queue.is_empty() {
             if !self.open {
                 return None;
             }
             match self.rx.recv().await {
-                Some(v) => self.queue.extend(v),
+                Some(r) => self.queue.push_back(r),
                 None => self.open = false,
             }
         }
         let deadline = tokio::time::Instant::now() + max_wait;
+        let rows = |q: &std::collections::VecDeque<Read>| -> usize {
+            q.iter().map(|r| r.entries.len()).sum()
+        };
         // A cut not seen yet closes this batch at once, also one taken while the queue was
         // empty: an entry that arrived since may come from a read sent before it (a reply
         // on its way, a replica wait), and the flush waits for it. At worst one batch
         // closes early.
-        while self.open && self.queue.len() < max_rows {
+        while self.open && rows(&self.queue) < max_rows {
             tokio::select! {
                 r = tokio::time::timeout_at(deadline, self.rx.recv()) => match r {
-                    Ok(Some(v)) => self.queue.extend(v),
+                    Ok(Some(r)) => self.queue.push_back(r),
                     Ok(None) => self.open = false,
                     Err(_) => break,
                 },
                 Ok(()) = self.cuts.changed() => break,
             }
         }
-        let n = self.queue.len().min(max_rows);
-        self.drawn += 1;
-        Some(self.queue.drain(..n).collect())
+        let mut out = Vec::new();
+        let mut n = 0;
+        while let Some(r) = self.queue.front() {
+            // Each read whole: at least one per batch, then while under the bound
+            // (`MAX_BATCH_ROWS` leaves room for one read over `batch_max_rows`, see config).
+            if !out.is_empty() && n + r.entries.len() > max_rows {
+                break;
+            }
+            n += r.entries.len();
+            out.extend(self.queue.pop_front());
+        }
+        Some(out)
     }
 }
 
 impl Writer {
-    /// Runs `cfg.writers` loops until every sender is gone and the last batch is committed
-    /// and acknowledged.
-    pub async fn run(self, rx: mpsc::Receiver<Vec<Delivered>>) {
-        let loops = self.cfg.writers.max(1);
-        let me = Arc::new(self);
-        let source = Arc::new(tokio::sync::Mutex::new(Source {
-            rx,
-            queue: VecDeque::new(),
-            open: true,
-            drawn: 0,
-            cuts: me.inflight.cuts(),
-        }));
-        let turns = Arc::new(watch::channel(0u64).0);
-        let (stop_sweep, sweeping) = tokio::sync::watch::channel(false);
+    /// Runs one loop per receiver until every sender is gone and the last batch is
+    /// committed; the late-claim sweep runs beside them.
+    pub async fn run(self, receivers: Vec<mpsc::Receiver<Read>>) {
+        let (stop_sweep, sweeping) = watch::channel(false);
         let sweep = tokio::spawn(late::sweep_loop(
-            me.pool.clone(),
-            me.client.clone(),
-            me.cfg.db_timeout,
-            me.cfg.replica_wait,
+            self.pool.clone(),
+            self.client.clone(),
+            self.cfg.db_timeout,
+            self.cfg.replica_wait,
             sweeping,
         ));
         let mut set = tokio::task::JoinSet::new();
-        for _ in 0..loops {
-            let me = me.clone();
-            let source = source.clone();
-            let turns = turns.clone();
+        for rx in receivers {
+            let me = self.clone();
+            let mut source = Source {
+                rx,
+                queue: Default::default(),
+                open: true,
+                cuts: me.inflight.cuts(),
+            };
             set.spawn(async move {
-                loop {
-                    let next = {
-                        let mut src = source.lock().await;
-                        let b = src
-                            .next_batch(me.cfg.batch_max_rows, me.cfg.batch_max_wait)
-                            .await;
-                        b.map(|b| (b, Turn::new(&turns, src.drawn - 1)))
-                    };
-                    match next {
-                        Some((b, turn)) => me.commit(b, turn).await,
-                        None => break,
-                    }
+                let mut trimmed: HashMap<ShardId, Instant> = HashMap::new();
+                while let Some(batch) = source
+                    .next_batch(me.cfg.batch_max_rows, me.cfg.batch_max_wait)
+                    .await
+                {
+                    me.commit(batch, &mut trimmed).await;
                 }
             });
         }
         while set.join_next().await.is_some() {}
+        // Every trim not due yet, done now: a stopped consumer leaves only what the ledger
+        // does not have.
+        for (shard, lease) in &self.leases {
+            if let (Some(at), Some(stream)) = (lease.committed_at(), self.streams.get(shard)) {
+                if let Err(e) = stream.trim_committed(&self.client, &at.last_id).await {
+                    tracing::warn!(shard, error = %e, "stream trim failed");
+                }
+            }
+        }
         let _ = stop_sweep.send(true);
         let _ = sweep.await;
         tracing::debug!("writer drained");
     }
 
-    /// Commits one batch (retrying through outages), then settles it with Redis.
-    async fn commit(&self, batch: Vec<Delivered>, turn: Turn) {
-        let records: Vec<&ClaimRecord> = batch.iter().map(|d| &d.record).collect();
+    /// Commits one batch (retrying through outages), then settles it.
+    async fn commit(&self, mut batch: Vec<Read>, trimmed: &mut HashMap<ShardId, Instant>) {
         let started = Instant::now();
-        let outcome = match self.write_retrying(&records).await {
-            Ok(o) => o,
-            Err(_) => {
-                // Not writable as a batch: write row by row so one bad row cannot block the
-                // rest; a row that fails alone stays pending and ends in the dead letters.
-                let mut total = BatchOutcome::default();
-                let mut failed = Vec::new();
-                for d in &batch {
-                    match self.write_retrying(&[&d.record]).await {
-                        Ok(o) => {
-                            total.inserted += o.inserted;
-                            total.redelivered += o.redelivered;
-                            total.collisions.extend(o.collisions);
-                            total.inserted_units += o.inserted_units;
-                            total.late.extend(o.late);
-                        }
-                        Err(e) => {
-                            tracing::error!(claim = %d.record.claim_id, error = %e, "row refused by MySQL; left pending");
-                            failed.push(d.entry_id.clone());
+        // Reads of a lease already lost (or of an older one) would only be refused.
+        self.drop_reads(&mut batch, |r, lease| r.epoch != lease.epoch());
+        let mut refused: Vec<PoisonRow> = Vec::new();
+        let outcome = loop {
+            if batch.is_empty() {
+                return;
+            }
+            let moves = moves(&batch, &self.leases);
+            let records: Vec<&ClaimRecord> = batch
+                .iter()
+                .flat_map(|r| r.entries.iter().map(|d| &d.record))
+                .collect();
+            let mut poison: Vec<PoisonRow> = batch
+                .iter()
+                .flat_map(|r| {
+                    r.poison
+                        .iter()
+                        .map(|p| poison_row(&self.lease(r.shard).stream, p))
+                })
+                .collect();
+            poison.extend(refused.iter().cloned());
+            match self.write_retrying(&records, &moves, &poison).await {
+                Ok((Written::Committed(_), o)) => break o,
+                Ok((Written::Fenced(which), _)) => {
+                    let lost: Vec<(ShardId, u64)> = which
+                        .iter()
+                        .map(|&i| (moves[i].1, moves[i].0.epoch))
+                        .collect();
+                    for &(shard, epoch) in &lost {
+                        tracing::warn!(
+                            shard,
+                            epoch,
+                            "stream place moved under this consumer: its reads are dropped"
+                        );
+                        metrics::counter!(m::FENCED).increment(1);
+                        self.lease(shard).lose(epoch);
+                    }
+                    self.drop_reads(&mut batch, |r, _| lost.contains(&(r.shard, r.epoch)));
+                }
+                Err(e) => {
+                    // Not writable as a batch: find the rows MySQL refuses on their own
+                    // (each written alone; rows are idempotent by claim id), keep those as
+                    // poison, and commit the batch again with them passed.
+                    tracing::error!(rows = records.len(), error = %e, "batch refused by MySQL; writing its rows one by one");
+                    let mut found = false;
+                    for r in &batch {
+                        for d in &r.entries {
+                            if let Err(e) = self.write_one(&d.record).await {
+                                tracing::error!(claim = %d.record.claim_id, error = %e, "row refused by MySQL; kept as poison");
+                                refused.push(PoisonRow {
+                                    stream: self.lease(r.shard).stream.to_string(),
+                                    entry_id: d.entry_id.clone(),
+                                    reason: format!("row refused: {e}"),
+                                    fields: record_json(&d.record),
+                                });
+                                found = true;
+                            }
                         }
                     }
+                    let refused_ids: Vec<String> =
+                        refused.iter().map(|p| p.entry_id.clone()).collect();
+                    for r in &mut batch {
+                        r.entries.retain(|d| !refused_ids.contains(&d.entry_id));
+                    }
+                    if !found {
+                        // Every row alone went in: try the batch again (the rows are there).
+                        tokio::time::sleep(self.cfg.backoff_max).await;
+                    }
                 }
-                for d in batch.iter().filter(|d| failed.contains(&d.entry_id)) {
-                    self.inflight.remove(d.shard, [d.entry_id.as_str()]);
-                }
-                let batch: Vec<Delivered> = batch
-                    .into_iter()
-                    .filter(|d| !failed.contains(&d.entry_id))
-                    .collect();
-                return self.settle(batch, total, started, turn).await;
             }
         };
-        self.settle(batch, outcome, started, turn).await;
+        self.settle(batch, outcome, started, trimmed).await;
+    }
+
+    fn lease(&self, shard: ShardId) -> &ShardLease {
+        &self.leases[&shard]
+    }
+
+    /// Drops the reads `gone` names, with their entries' in-flight marks.
+    fn drop_reads(&self, batch: &mut Vec<Read>, gone: impl Fn(&Read, &ShardLease) -> bool) {
+        batch.retain(|r| {
+            let drop = gone(r, self.lease(r.shard));
+            if drop {
+                self.inflight
+                    .remove(r.shard, r.entries.iter().map(|d| d.entry_id.as_str()));
+            }
+            !drop
+        });
     }
 
     /// Retries retryable errors forever (with backoff); returns non-retryable ones.
     async fn write_retrying(
         &self,
         records: &[&ClaimRecord],
-    ) -> Result<BatchOutcome, crate::ConsumerError> {
+        moves: &[(Advance, ShardId)],
+        poison: &[PoisonRow],
+    ) -> Result<(Written, BatchOutcome), crate::ConsumerError> {
         let mut backoff = Backoff::new(self.cfg.backoff_min, self.cfg.backoff_max);
+        let advances: Vec<Advance> = moves.iter().map(|(a, _)| a.clone()).collect();
         loop {
-            match commit::write_refs(&self.pool, records, self.cfg.db_timeout).await {
-                Ok(o) => {
-                    self.db_healthy.store(true, Ordering::Relaxed);
-                    return Ok(o);
-                }
+            match commit::write_at(&self.pool, records, &advances, poison, self.cfg.db_timeout)
+                .await
+            {
+                Ok(o) => return Ok(o),
                 Err(e) if e.is_retryable() => {
-                    self.db_healthy.store(false, Ordering::Relaxed);
                     metrics::counter!(m::DB_ERRORS).increment(1);
                     let wait = backoff.step();
                     tracing::warn!(rows = records.len(), error = %e, ?wait, "batch not committed; retrying");
@@ -200,18 +273,32 @@ impl Writer {
         }
     }
 
-    /// After the commit: late claims counted in Redis, then XACK + XDEL per shard.
+    /// One row alone, without any place (retrying outages): `Err` only when MySQL refuses
+    /// it for good.
+    async fn write_one(&self, record: &ClaimRecord) -> Result<(), crate::ConsumerError> {
+        let mut backoff = Backoff::new(self.cfg.backoff_min, self.cfg.backoff_max);
+        loop {
+            match commit::write_refs(&self.pool, &[record], self.cfg.db_timeout).await {
+                Ok(_) => return Ok(()),
+                Err(e) if e.is_retryable() => tokio::time::sleep(backoff.step()).await,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// After the commit: late claims counted in Redis, rerouted answers made final, the
+    /// places recorded, and the streams trimmed when due.
     async fn settle(
         &self,
-        batch: Vec<Delivered>,
+        batch: Vec<Read>,
         outcome: BatchOutcome,
         started: Instant,
-        turn: Turn,
+        trimmed: &mut HashMap<ShardId, Instant>,
     ) {
-        // Committed: no flush waits for these any more (the late apply and XACK below
-        // may take a while; a rebuild reads them from the ledger).
+        let entries: Vec<&Delivered> = batch.iter().flat_map(|r| r.entries.iter()).collect();
+        // Committed: no flush waits for these any more.
         self.inflight
-            .committed(batch.iter().map(|d| (d.shard, d.entry_id.as_str())));
+            .committed(entries.iter().map(|d| (d.shard, d.entry_id.as_str())));
         if !outcome.late.is_empty() {
             // First, so the rebuilt slices stop offering these units as soon as possible;
             // a failure here is repaired by the sweep (`late_claims` has them).
@@ -227,80 +314,84 @@ impl Writer {
                 tracing::warn!(late = outcome.late.len(), error = %e, "late claims not counted yet; the sweep retries");
             }
         }
-        crate::final_answers::finalize(&self.client, &batch).await;
-        let commit_time = started.elapsed();
-        let rows = batch.len();
+        crate::final_answers::finalize_records(&self.client, entries.iter().map(|d| &d.record))
+            .await;
         metrics::histogram!(m::COMMIT_SECONDS).record(started.elapsed().as_secs_f64());
-        metrics::histogram!(m::BATCH_ROWS).record(batch.len() as f64);
+        metrics::histogram!(m::BATCH_ROWS).record(entries.len() as f64);
         metrics::counter!(m::CLAIMS_COMMITTED).increment(outcome.inserted as u64);
         metrics::counter!(m::REDELIVERED).increment(outcome.redelivered as u64);
-
-        let mut by_shard: BTreeMap<ShardId, Vec<String>> = BTreeMap::new();
-        for d in &batch {
-            by_shard
-                .entry(d.shard)
-                .or_default()
-                .push(d.entry_id.clone());
+        for r in &batch {
+            self.inflight
+                .remove(r.shard, r.entries.iter().map(|d| d.entry_id.as_str()));
         }
-        // Shards are independent: acknowledge them concurrently.
-        let acks = by_shard.into_iter().map(|(shard, ids)| {
-            async move {
-                if let Some(stream) = self.streams.get(&shard) {
-                    let mut backoff = Backoff::new(self.cfg.backoff_min, self.cfg.backoff_max);
-                    for attempt in 0..5 {
-                        match stream.ack_and_delete(&self.client, &ids).await {
-                            Ok(_) => break,
-                            Err(e) => {
-                                // Unacknowledged entries are redelivered later; the ledger
-                                // ignores them then, so giving up here loses nothing.
-                                tracing::warn!(shard, attempt, error = %e, "xack failed");
-                                tokio::time::sleep(backoff.step()).await;
-                            }
-                        }
-                    }
-                }
-                self.inflight.remove(shard, ids.iter().map(String::as_str));
+        let mut last: BTreeMap<ShardId, &Offset> = BTreeMap::new();
+        for r in &batch {
+            last.insert(r.shard, &r.to);
+        }
+        for (shard, at) in last {
+            self.lease(shard).committed(at);
+            let due = trimmed
+                .get(&shard)
+                .is_none_or(|t| t.elapsed() >= TRIM_EVERY);
+            if !due {
+                continue;
             }
-        });
-        turn.wait().await;
-        futures::future::join_all(acks).await;
-        drop(turn);
-        tracing::debug!(rows, inserted = outcome.inserted, ?commit_time, total = ?started.elapsed(), "batch settled");
-    }
-}
-
-/// Longest wait for the batches drawn earlier to settle first; past it a batch settles out
-/// of order (correct, only dearer: its ids are deleted one by one).
-const TURN_WAIT: Duration = Duration::from_secs(1);
-
-/// A batch's place in the settling order. Batches settle in the order they were drawn, so
-/// each shard's entries are acknowledged oldest first and the settle script trims them
-/// (`lua/stream_ack.lua`); with two writer loops about one settle in six otherwise came
-/// after a newer batch's and had to delete by id. Dropping a turn passes it on, whether its
-/// batch settled or its task ended early, so no batch waits for one that never comes.
-struct Turn {
-    turns: Arc<watch::Sender<u64>>,
-    seq: u64,
-}
-
-impl Turn {
-    fn new(turns: &Arc<watch::Sender<u64>>, seq: u64) -> Self {
-        Self {
-            turns: turns.clone(),
-            seq,
+            trimmed.insert(shard, Instant::now());
+            if let Some(stream) = self.streams.get(&shard) {
+                match stream.trim_committed(&self.client, &at.last_id).await {
+                    Ok(n) => metrics::counter!(m::TRIMMED).increment(n),
+                    // The next trim covers it: nothing depends on this one.
+                    Err(e) => tracing::warn!(shard, error = %e, "stream trim failed"),
+                }
+            }
         }
-    }
-
-    /// Until every batch drawn before this one has settled (or [`TURN_WAIT`]).
-    async fn wait(&self) {
-        let mut rx = self.turns.subscribe();
-        let _ = tokio::time::timeout(TURN_WAIT, rx.wait_for(|&t| t >= self.seq)).await;
+        tracing::debug!(rows = entries.len(), inserted = outcome.inserted, total = ?started.elapsed(), "batch committed");
     }
 }
 
-impl Drop for Turn {
-    fn drop(&mut self) {
-        let next = self.seq + 1;
-        self.turns.send_modify(|t| *t = (*t).max(next));
+/// Each shard's move in `batch`: from the first read's place to the last read's, with
+/// its stream key from `leases`, sorted by stream (the lock order of `ledger::claims`).
+fn moves(batch: &[Read], leases: &HashMap<ShardId, ShardLease>) -> Vec<(Advance, ShardId)> {
+    let mut by: BTreeMap<ShardId, (u64, &Offset, &Offset)> = BTreeMap::new();
+    for r in batch {
+        by.entry(r.shard)
+            .and_modify(|m| m.2 = &r.to)
+            .or_insert((r.epoch, &r.from, &r.to));
     }
+    let mut out: Vec<(Advance, ShardId)> = by
+        .into_iter()
+        .map(|(shard, (epoch, from, to))| {
+            (
+                Advance {
+                    stream: leases[&shard].stream.to_string(),
+                    epoch,
+                    from: from.clone(),
+                    to: to.clone(),
+                },
+                shard,
+            )
+        })
+        .collect();
+    out.sort_by(|a, b| a.0.stream.cmp(&b.0.stream));
+    out
+}
+
+fn poison_row(stream: &str, p: &Poison) -> PoisonRow {
+    let fields: BTreeMap<&str, String> = p
+        .fields
+        .iter()
+        .map(|(k, v)| (k.as_str(), String::from_utf8_lossy(v).into_owned()))
+        .collect();
+    PoisonRow {
+        stream: stream.to_owned(),
+        entry_id: p.entry_id.clone(),
+        reason: p.reason.clone(),
+        fields: serde_json::to_string(&fields).unwrap_or_default(),
+    }
+}
+
+/// A record's stream fields as the JSON object of `stream_poison.fields`.
+fn record_json(r: &ClaimRecord) -> String {
+    let fields: BTreeMap<&str, String> = r.encode_pairs().into_iter().collect();
+    serde_json::to_string(&fields).unwrap_or_default()
 }

@@ -8,7 +8,8 @@
 //! rebuild generation: a rebuild holds the row exclusively while it reads the ledger, so a
 //! batch commits either before that read (the rebuild sees it) or after the rebuild's
 //! commit, and then every record it inserts from before that rebuild is a late claim
-//! (`late.rs`). Lock order everywhere: `campaigns`, then `sku_stock`.
+//! (`late.rs`). Lock order everywhere: `stream_offsets` (a consumer's batch, by stream), `campaigns`,
+//! then `sku_stock`.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::{BuildHasher, Hasher};
@@ -21,6 +22,8 @@ use sqlx::{MySql, MySqlPool, QueryBuilder, Transaction};
 use crate::anomalies::anomaly;
 use crate::error::LedgerError;
 use crate::late::{self, LateRow};
+use crate::offsets::{self, Advance};
+use crate::poison::{self, Poison};
 use crate::pool::bounded;
 use crate::row_buckets;
 
@@ -67,16 +70,56 @@ pub async fn write(
     rows: &[ClaimRow<'_>],
     timeout: Duration,
 ) -> Result<Stored, LedgerError> {
-    // A batch can carry the same entry twice (read, then recovered); one copy is enough.
+    match write_at(pool, rows, &[], &[], timeout).await? {
+        Written::Committed(s) => Ok(s),
+        Written::Fenced(_) => unreachable!("no stream moves, nothing to fence"),
+    }
+}
+
+/// What [`write_at`] did.
+#[derive(Debug)]
+pub enum Written {
+    /// Rows, poison entries and every stream move committed together.
+    Committed(Stored),
+    /// Nothing committed: these moves (indices into the slice given) found their stream
+    /// somewhere else (another consumer's epoch or place).
+    Fenced(Vec<usize>),
+}
+
+/// [`write`], with the streams' places moved in the same transaction
+/// (`offsets::advance`) and the entries passed without a row kept (`poison::keep`): the
+/// rows of a read commit exactly once, with the place after them, or not at all.
+pub async fn write_at(
+    pool: &MySqlPool,
+    rows: &[ClaimRow<'_>],
+    moves: &[Advance],
+    poison: &[Poison],
+    timeout: Duration,
+) -> Result<Written, LedgerError> {
+    // A batch can carry the same record twice (a stream read again from its start after a
+    // new master); one copy is enough.
     let mut seen = HashSet::new();
     let kept: Vec<usize> = (0..rows.len())
         .filter(|&i| seen.insert(rows[i].claim_id))
         .collect();
-    if kept.is_empty() {
-        return Ok(Stored::default());
+    if kept.is_empty() && moves.is_empty() && poison.is_empty() {
+        return Ok(Written::Committed(Stored::default()));
     }
     let distinct: Vec<ClaimRow<'_>> = kept.iter().map(|&i| rows[i]).collect();
     let mut tx = bounded("begin", timeout, pool.begin()).await?;
+    // Places first: a fenced batch stops before any row work (and before the campaign
+    // locks below). Stream rows are locked in the order given, the same for every caller
+    // (the consumer sorts them by stream).
+    let mut fenced = Vec::new();
+    for (i, m) in moves.iter().enumerate() {
+        if !offsets::advance(&mut tx, m, timeout).await? {
+            fenced.push(i);
+        }
+    }
+    if !fenced.is_empty() {
+        bounded("rollback", timeout, tx.rollback()).await?;
+        return Ok(Written::Fenced(fenced));
+    }
     let skus: Vec<u64> = distinct
         .iter()
         .map(|r| r.sku)
@@ -85,6 +128,7 @@ pub async fn write(
         .collect();
     let gens = late::campaign_gens(&mut tx, &skus, timeout).await?;
     let mut out = store(&mut tx, &distinct, Some(&gens), timeout).await?;
+    poison::keep(&mut tx, poison, timeout).await?;
     bounded("commit", timeout, tx.commit()).await?;
     // Indices into `distinct` back to indices into `rows`.
     for i in &mut out.collisions {
@@ -93,7 +137,7 @@ pub async fn write(
     for (i, _) in &mut out.late {
         *i = kept[*i];
     }
-    Ok(out)
+    Ok(Written::Committed(out))
 }
 
 /// Inserts `rows` (distinct claim ids) and takes their units from `sku_stock`, inside

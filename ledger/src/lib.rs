@@ -20,8 +20,9 @@
 //! - [`health`]: the liveness probe.
 //! - [`rebuild`]: a rebuild's reads under the campaign row, its generation bump, and the
 //!   watch's candidates.
-//! - [`consumers`]: the consumers' heartbeat rows, the flush handshake's counter, and
-//!   recovery's look-up of a claim id.
+//! - [`consumers`]: the consumers' heartbeat rows and the flush handshake's counter.
+//! - [`offsets`]: each claims stream's place and lease, moved with the rows read up to it;
+//!   [`poison`]: the entries passed without a row.
 //! - [`anomalies`]: what the books disagree on.
 
 pub mod anomalies;
@@ -33,6 +34,8 @@ pub mod consumers;
 mod error;
 pub mod health;
 pub mod late;
+pub mod offsets;
+pub mod poison;
 pub mod pool;
 pub mod rebuild;
 pub mod reconcile_runs;

@@ -173,7 +173,7 @@ impl StockClient {
     }
 
     /// claim id → units of `sku`'s records taken on `shard` up to `cutoff`: those still in
-    /// the claims stream, then those dead-lettered, in XRANGE pages of `page`.
+    /// the claims stream (committed ones not trimmed yet too), in XRANGE pages of `page`.
     pub async fn units_taken(
         &self,
         shard: ShardId,
@@ -188,18 +188,6 @@ impl StockClient {
         self.pages(&stream, &end, page, |id, map| {
             if let Some(q) = units_of(map, sku_text.as_bytes()) {
                 out.insert(ClaimId::new(shard, id).into(), q);
-            }
-        })
-        .await?;
-        let dead = keys::dead_letter_stream(self.placement(), shard);
-        self.pages(&dead, "+", page, |_, map| {
-            let original = field(map, "dead_entry")
-                .and_then(|b| std::str::from_utf8(b).ok())
-                .and_then(|id| Some((id, parse_entry_id(id)?)));
-            if let (Some((id, at)), Some(q)) = (original, units_of(map, sku_text.as_bytes())) {
-                if at <= cutoff {
-                    out.insert(ClaimId::new(shard, id).into(), q);
-                }
             }
         })
         .await?;
@@ -302,10 +290,6 @@ impl StockClient {
             }
         }
     }
-}
-
-fn field<'a>(map: &'a HashMap<String, Value>, name: &str) -> Option<&'a [u8]> {
-    bytes(map.get(name)?)
 }
 
 fn bytes(v: &Value) -> Option<&[u8]> {

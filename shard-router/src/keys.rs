@@ -124,11 +124,6 @@ pub fn claims_stream(placement: &Placement, shard: ShardId) -> String {
     key
 }
 
-/// The dead-letter stream of a shard (poison entries moved by the consumer).
-pub fn dead_letter_stream(placement: &Placement, shard: ShardId) -> String {
-    format!("{{{}}}:dead", placement.tag(shard))
-}
-
 /// A counter per shard that replication checks write before their `WAIT`, so the WAIT
 /// covers every earlier write of the master whatever connection made them (see
 /// `replication.rs`).

@@ -1,15 +1,14 @@
-//! The claims stream of one shard, as typed operations: consumer group (its consumers in
-//! `stream/consumers.rs`), reads, settling (ack + removal, `stream/settle.rs`), XAUTOCLAIM,
-//! dead letters, paging, depth. Every command names keys of that one shard only (they
-//! share the hash tag), so it runs on a cluster. The consumer, the rebuild and
-//! reconciliation use these instead of raw commands on shard-router's keys.
+//! The claims stream of one shard, as typed operations: reads after a place (XREAD, no
+//! consumer group: the consumer keeps its place in the ledger, `ledger/src/offsets.rs`),
+//! the trim of what the ledger committed (`stream/trim.rs`), paging, depth. Every command
+//! names keys of that one shard only (they share the hash tag), so it runs on a cluster. The
+//! consumer, the rebuild and reconciliation use these instead of raw commands on
+//! shard-router's keys.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
-use crate::error::has_code;
 use crate::{keys, ClaimRecord, ReplicationInfo, ShardId, StockClient, StockError};
-use redis::streams::{StreamAutoClaimReply, StreamId, StreamRangeReply, StreamReadReply};
+use redis::streams::{StreamId, StreamRangeReply};
 use redis::Value;
 
 /// One entry read from a shard stream.
@@ -29,202 +28,80 @@ pub struct Poison {
     pub fields: Vec<(String, Vec<u8>)>,
 }
 
-/// The stream key and group of one shard.
+/// The stream key of one shard.
 #[derive(Debug, Clone)]
 pub struct ShardStream {
     pub shard: ShardId,
     pub key: String,
-    pub dead_key: String,
-    pub group: String,
 }
 
 impl ShardStream {
-    pub fn new(client: &StockClient, shard: ShardId, group: &str) -> Self {
+    pub fn new(client: &StockClient, shard: ShardId) -> Self {
         Self {
             shard,
             key: keys::claims_stream(client.placement(), shard),
-            dead_key: keys::dead_letter_stream(client.placement(), shard),
-            group: group.to_owned(),
         }
     }
 
-    /// Creates the group (and the stream) if missing. From id 0, so claims written before
-    /// the first consumer ever started are read too.
-    pub async fn ensure_group(&self, client: &StockClient) -> Result<(), StockError> {
-        let mut conn = client.conn();
-        let r: Result<(), StockError> = client
-            .bounded(
-                "xgroup create",
-                redis::cmd("XGROUP")
-                    .arg("CREATE")
-                    .arg(&self.key)
-                    .arg(&self.group)
-                    .arg("0")
-                    .arg("MKSTREAM")
-                    .query_async(&mut conn),
-            )
-            .await;
-        match r {
-            Err(StockError::Redis { source, .. }) if has_code(&source, "BUSYGROUP") => Ok(()),
-            other => other,
-        }
-    }
-
-    /// XREADGROUP of new entries, blocking up to `block`.
-    pub async fn read_new(
+    /// The entries after entry id `after` (at most `count`, waiting up to `block` for one),
+    /// decoded as they come off the reply (`stream/read.rs`), poison ones named, with
+    /// `INFO replication` of the same node in the same pipeline: the replication id the
+    /// entries were read under (on a replica, its master's). XREAD writes nothing, so it
+    /// runs on a replica too.
+    pub async fn read_after_under(
         &self,
         client: &StockClient,
-        consumer: &str,
-        count: usize,
-        block: Duration,
-    ) -> Result<Vec<StreamId>, StockError> {
-        Ok(self.read_new_under(client, consumer, count, block).await?.0)
-    }
-
-    /// [`Self::read_new`] with `INFO replication` of the same master in the same pipeline:
-    /// the replication id under which the entries were read (see `replica.rs`).
-    pub async fn read_new_under(
-        &self,
-        client: &StockClient,
-        consumer: &str,
-        count: usize,
-        block: Duration,
-    ) -> Result<(Vec<StreamId>, ReplicationInfo), StockError> {
-        let mut conn = client.conn();
-        let (reply, info): (Option<StreamReadReply>, String) = client
-            .bounded(
-                "xreadgroup",
-                self.read_pipe(consumer, count, block)
-                    .query_async(&mut conn),
-            )
-            .await?;
-        let entries = reply
-            .map(|r| r.keys.into_iter().flat_map(|k| k.ids).collect())
-            .unwrap_or_default();
-        Ok((entries, ReplicationInfo::parse(&info)))
-    }
-
-    /// [`Self::read_new_under`] with the entries decoded as they come off the reply
-    /// (`stream/read.rs`), poison ones named: what the consumer's readers use.
-    pub async fn read_decoded_under(
-        &self,
-        client: &StockClient,
-        consumer: &str,
+        after: &str,
         count: usize,
         block: Duration,
     ) -> Result<(Vec<Result<Delivered, Poison>>, ReplicationInfo), StockError> {
-        let mut conn = client.conn();
-        let (reply, info): (Value, String) = client
-            .bounded(
-                "xreadgroup",
-                self.read_pipe(consumer, count, block)
-                    .query_async(&mut conn),
-            )
-            .await?;
-        Ok((
-            read::decode_reply(self.shard, reply),
-            ReplicationInfo::parse(&info),
-        ))
-    }
-
-    /// XREADGROUP of new entries and `INFO replication`, in one pipeline.
-    fn read_pipe(&self, consumer: &str, count: usize, block: Duration) -> redis::Pipeline {
         let mut pipe = redis::pipe();
-        pipe.cmd("XREADGROUP")
-            .arg("GROUP")
-            .arg(&self.group)
-            .arg(consumer)
+        pipe.cmd("XREAD")
             .arg("COUNT")
             .arg(count)
             .arg("BLOCK")
             .arg(block.as_millis() as u64)
             .arg("STREAMS")
             .arg(&self.key)
-            .arg(">");
+            .arg(after);
         pipe.cmd("INFO").arg("replication");
-        pipe
-    }
-
-    /// Resets the idle time of entries this process still works on (JUSTID does not count
-    /// as a delivery), so no other consumer's XAUTOCLAIM takes them.
-    pub async fn refresh(
-        &self,
-        client: &StockClient,
-        consumer: &str,
-        ids: &[String],
-    ) -> Result<(), StockError> {
-        for chunk in ids.chunks(500) {
-            let mut conn = client.conn();
-            client
-                .bounded(
-                    "xclaim refresh",
-                    redis::cmd("XCLAIM")
-                        .arg(&self.key)
-                        .arg(&self.group)
-                        .arg(consumer)
-                        .arg(0)
-                        .arg(chunk)
-                        .arg("JUSTID")
-                        .query_async::<Value>(&mut conn),
-                )
-                .await?;
-        }
-        Ok(())
-    }
-
-    /// Delivery counts of entries idle for at least `idle` (XPENDING extended form).
-    pub async fn idle_deliveries(
-        &self,
-        client: &StockClient,
-        idle: Duration,
-        count: usize,
-    ) -> Result<HashMap<String, u64>, StockError> {
         let mut conn = client.conn();
-        let rows: Vec<(String, String, u64, u64)> = client
+        let (reply, info): (Value, String) =
+            client.bounded("xread", pipe.query_async(&mut conn)).await?;
+        Ok((
+            read::decode_reply(self.shard, reply),
+            ReplicationInfo::parse(&info),
+        ))
+    }
+
+    /// The time part (ms) of the first entry after `after`, `None` when there is none: how
+    /// long the oldest claim not committed yet has waited.
+    pub async fn first_after_ms(
+        &self,
+        client: &StockClient,
+        after: &str,
+    ) -> Result<Option<i64>, StockError> {
+        let mut conn = client.conn();
+        let r: StreamRangeReply = client
             .bounded(
-                "xpending",
-                redis::cmd("XPENDING")
+                "xrange",
+                redis::cmd("XRANGE")
                     .arg(&self.key)
-                    .arg(&self.group)
-                    .arg("IDLE")
-                    .arg(idle.as_millis() as u64)
-                    .arg("-")
+                    .arg(format!("({after}"))
                     .arg("+")
-                    .arg(count)
+                    .arg("COUNT")
+                    .arg(1)
                     .query_async(&mut conn),
             )
             .await?;
-        Ok(rows.into_iter().map(|(id, _, _, n)| (id, n)).collect())
+        Ok(r.ids
+            .first()
+            .and_then(|e| e.id.split_once('-'))
+            .and_then(|(ms, _)| ms.parse().ok()))
     }
 
-    /// XAUTOCLAIM of entries idle for at least `idle`, from `start`.
-    pub async fn autoclaim(
-        &self,
-        client: &StockClient,
-        consumer: &str,
-        idle: Duration,
-        start: &str,
-        count: usize,
-    ) -> Result<StreamAutoClaimReply, StockError> {
-        let mut conn = client.conn();
-        client
-            .bounded(
-                "xautoclaim",
-                redis::cmd("XAUTOCLAIM")
-                    .arg(&self.key)
-                    .arg(&self.group)
-                    .arg(consumer)
-                    .arg(idle.as_millis() as u64)
-                    .arg(start)
-                    .arg("COUNT")
-                    .arg(count)
-                    .query_async(&mut conn),
-            )
-            .await
-    }
-
-    /// Every entry still in the stream (committed entries are deleted, so this is the
-    /// in-flight work), read in pages of `page`.
+    /// Every entry still in the stream (committed ones stay until a trim, so callers skip
+    /// what the ledger has), read in pages of `page`.
     pub async fn all_entries(
         &self,
         client: &StockClient,
@@ -243,31 +120,15 @@ impl ShardStream {
         }
     }
 
-    /// Stream length, the group's pending count, and when the oldest pending entry was
-    /// added (ms, from its id).
-    pub async fn depth(&self, client: &StockClient) -> Result<Depth, StockError> {
+    /// Stream length (committed entries not trimmed yet included).
+    pub async fn len(&self, client: &StockClient) -> Result<u64, StockError> {
         let mut conn = client.conn();
-        let len: u64 = client
+        client
             .bounded(
                 "xlen",
                 redis::cmd("XLEN").arg(&self.key).query_async(&mut conn),
             )
-            .await?;
-        let summary: Value = client
-            .bounded(
-                "xpending",
-                redis::cmd("XPENDING")
-                    .arg(&self.key)
-                    .arg(&self.group)
-                    .query_async(&mut conn),
-            )
-            .await?;
-        let (pending, oldest_ms) = pending_summary(&summary);
-        Ok(Depth {
-            len,
-            pending,
-            oldest_ms,
-        })
+            .await
     }
 }
 
@@ -341,11 +202,17 @@ async fn range_page(
     Ok(r.ids)
 }
 
-mod consumers;
-mod dead;
-mod depth;
 mod read;
-mod settle;
-use depth::pending_summary;
-pub use depth::Depth;
-pub use settle::Settled;
+mod trim;
+
+/// A script's body without its comment lines and blank lines: sent as EVAL, Redis hashes
+/// the body on each call (once per trim, not per claim), a restarted or promoted master
+/// never answers NOSCRIPT, and commandstats keep the step in a row of its own
+/// (`campaign-ops/tests/it/redis_cost.rs` reads them).
+pub(crate) fn body(script: &str) -> String {
+    script
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("--") && !l.trim().is_empty())
+        .collect::<Vec<_>>()
+        .join("\n")
+}

@@ -41,8 +41,6 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use shard_router::stream::ShardStream;
-use shard_router::StockClient;
 use sqlx::MySqlPool;
 
 use consumer::ConsumerError;
@@ -86,7 +84,6 @@ impl Flush {
 /// Then looks for stream readers that cannot answer.
 pub(crate) async fn flush(
     pool: &MySqlPool,
-    client: &StockClient,
     sku: u64,
     wait: Duration,
     t: Duration,
@@ -130,7 +127,7 @@ pub(crate) async fn flush(
             .map(|(name, _)| name.clone()),
     );
     let registered: HashSet<String> = recent.into_iter().map(|(name, _)| name).collect();
-    unanswered.extend(unregistered_readers(client, &registered).await);
+    unanswered.extend(unregistered_readers(pool, &registered, t).await);
     let unanswered: Vec<String> = unanswered.into_iter().collect();
     let waited_ms = started.elapsed().as_millis() as u64;
     if !unanswered.is_empty() {
@@ -163,45 +160,25 @@ async fn forget_silent(pool: &MySqlPool, t: Duration) {
     }
 }
 
-/// Consumers seen reading any claims stream within [`consumer::flush::STALE_AFTER`] (XINFO
-/// CONSUMERS of each shard's groups) that have no row in `registered` (beat within
-/// [`MAYBE_ALIVE`]): they cannot answer. An older release (a rolling upgrade to this one)
-/// reads without a row. Calling the handshake complete without them would drop the pause
-/// that covered them before it. Every shard is looked at, not only the SKU's: those are
-/// fenced and, after a loss, empty, while such a consumer keeps reading the others (a
-/// cluster that lost one master). Not seen: readers of streams that stayed empty since the
-/// loss (Redis 7.0 lists a consumer once a read delivered it something), so a single Redis
-/// that lost everything shows none. A consumer stopped cleanly a moment ago is named too
-/// (its row is gone, its reads are recent): that costs only the pause. The shards are
-/// asked concurrently, so a master that does not answer costs one timeout, not one per
-/// shard it holds.
+/// Stream lease owners (`ledger/src/offsets.rs`) with no heartbeat row: a consumer of a
+/// release without the flush handshake, or one whose row went stale while it still holds
+/// a lease. It may hold reads from before the loss that it commits later: named, so the
+/// rebuild keeps its pause. A lease that runs out names nobody.
 async fn unregistered_readers(
-    client: &StockClient,
+    pool: &MySqlPool,
     registered: &HashSet<String>,
+    t: Duration,
 ) -> BTreeSet<String> {
-    let asks = (0..client.placement().shard_count()).map(|shard| async move {
-        // Any group: the rebuild does not know the deployment's group name.
-        let stream = ShardStream::new(client, shard, "");
-        (
-            shard,
-            stream
-                .recent_readers(client, consumer::flush::STALE_AFTER)
-                .await,
-        )
-    });
-    let mut out = BTreeSet::new();
-    for (shard, found) in futures::future::join_all(asks).await {
-        match found {
-            Ok(names) => out.extend(names.into_iter().filter(|n| {
-                // The row keeps the first 128 characters of the name (`flush.rs`).
-                !registered.contains(&n.chars().take(128).collect::<String>())
-            })),
-            Err(e) => {
-                // Unknown readers may hold claims: no complete handshake on a guess.
-                tracing::warn!(shard, error = %e, "rebuild: stream readers not listed");
-                out.insert(format!("(readers of shard {shard} unknown)"));
-            }
+    match ledger::offsets::owners(pool, t).await {
+        Ok(owners) => owners
+            .into_iter()
+            // The row keeps the first 128 characters of the name (`flush.rs`).
+            .filter(|n| !registered.contains(&n.chars().take(128).collect::<String>()))
+            .collect(),
+        Err(e) => {
+            // Unknown readers may hold claims: no complete handshake on a guess.
+            tracing::warn!(error = %e, "rebuild: stream lease owners not listed");
+            BTreeSet::from(["(stream lease owners unknown)".to_owned()])
         }
     }
-    out
 }

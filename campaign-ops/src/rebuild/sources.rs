@@ -17,8 +17,9 @@ const PAGE: usize = 1000;
 /// Ledger rows per page of the rebuild's read (keyset pagination on the claim id).
 pub(super) const LEDGER_PAGE: usize = 5000;
 
-/// Claims of `sku` in the shard streams and their dead letters: acknowledged claims not
-/// (or not yet known to be) in the ledger, one record per claim id. Also what stale-hold
+/// Claims of `sku` in the shard streams: acknowledged claims not (or not yet known to be)
+/// in the ledger, one record per claim id (committed ones stay until a trim: the callers
+/// skip what the ledger holds). Also what stale-hold
 /// resolution (`reconcile/holds.rs`) looks in before undoing a hold.
 pub(crate) async fn in_flight(
     client: &StockClient,
@@ -29,20 +30,6 @@ pub(crate) async fn in_flight(
     for s in streams {
         for entry in s.all_entries(client, PAGE).await? {
             if let Ok(d) = stream::decode(s.shard, &entry) {
-                if d.record.sku == sku {
-                    out.insert(d.record.claim_id.clone(), d.record);
-                }
-            }
-        }
-        let mut dead = s.clone();
-        dead.key = s.dead_key.clone();
-        for entry in dead.all_entries(client, PAGE).await? {
-            // A dead letter carries its original entry id: that is the claim id.
-            let original = entry.get::<String>("dead_entry");
-            let Some(original) = original else { continue };
-            let mut e = entry.clone();
-            e.id = original;
-            if let Ok(d) = stream::decode(s.shard, &e) {
                 if d.record.sku == sku {
                     out.insert(d.record.claim_id.clone(), d.record);
                 }

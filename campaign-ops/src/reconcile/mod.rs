@@ -213,12 +213,11 @@ pub async fn measure_paged(
 pub async fn run(
     pool: &MySqlPool,
     client: &StockClient,
-    group: &str,
     sku: u64,
     now_ms: i64,
     t: Duration,
 ) -> Result<Report, ConsumerError> {
-    run_with(pool, client, group, sku, now_ms, t, Options::default()).await
+    run_with(pool, client, sku, now_ms, t, Options::default()).await
 }
 
 /// Reconciles `sku`: resolves stale holds, measures, removes excess, stores, exports, logs.
@@ -226,7 +225,6 @@ pub async fn run(
 pub async fn run_with(
     pool: &MySqlPool,
     client: &StockClient,
-    group: &str,
     sku: u64,
     now_ms: i64,
     t: Duration,
@@ -241,7 +239,7 @@ pub async fn run_with(
     let shards = client.placement().shards_of(sku, c.width);
     let streams: Vec<ShardStream> = shards
         .iter()
-        .map(|&s| ShardStream::new(client, s, group))
+        .map(|&s| ShardStream::new(client, s))
         .collect();
     let holds = holds::resolve_stale_holds(
         pool,

@@ -15,16 +15,9 @@ async fn claims_on_a_cluster_land_exactly_once() {
     assert_eq!(ids.len(), 1500, "stock 1500, 1600 users: never oversold");
     wait_rows(&s.pool, c.sku, 1500, Duration::from_secs(30)).await;
     consumer.stop().await;
-    let r = campaign_ops::reconcile::run(
-        &s.pool,
-        &s.client,
-        &s.cfg.group,
-        c.sku,
-        shard_router::now_ms(),
-        T,
-    )
-    .await
-    .unwrap();
+    let r = campaign_ops::reconcile::run(&s.pool, &s.client, c.sku, shard_router::now_ms(), T)
+        .await
+        .unwrap();
     assert_eq!((r.drift, r.in_flight, r.slices), (0, 0, 0), "{r:?}");
     let available: i64 = sqlx::query_scalar("SELECT available FROM sku_stock")
         .fetch_one(&s.pool)

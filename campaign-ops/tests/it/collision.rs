@@ -79,7 +79,7 @@ async fn one_seq_claimed_twice(s: &Stack, sku: u64, user: &str) -> Vec<ClaimReco
         .query(&mut s.redis.connection())
         .unwrap();
     claim_all(&s.client, &c, vec![user.into()], 1).await;
-    let st = stream::ShardStream::new(&s.client, shard, &s.cfg.group);
+    let st = stream::ShardStream::new(&s.client, shard);
     let records: Vec<_> = st
         .all_entries(&s.client, 100)
         .await

@@ -268,7 +268,7 @@ async fn close_out_stores_the_report_cleans_redis_and_survives_a_crash() {
     closeout::close(&s.pool, &s.client, c.sku, shard_router::now_ms(), T)
         .await
         .unwrap();
-    let e = campaign_ops::reconcile::run(&s.pool, &s.client, &s.cfg.group, c.sku, 0, T)
+    let e = campaign_ops::reconcile::run(&s.pool, &s.client, c.sku, 0, T)
         .await
         .unwrap_err();
     assert!(e.to_string().contains("closed"), "{e}");

@@ -4,12 +4,11 @@
 //! registered (an older release during a rolling upgrade).
 
 use std::collections::HashMap;
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use consumer::inflight::InFlight;
-use consumer::stream::{self, ShardStream};
+use consumer::shard::{Read, ShardLease};
+use consumer::stream::ShardStream;
 use consumer::writer::Writer;
 use shard_router::ClaimOutcome;
 
@@ -48,10 +47,10 @@ async fn rebuild_keeps_its_pause(
     r
 }
 
-/// Redis lost its streams (a restart without persistence): every reader's next
-/// XREADGROUP fails (no group) and it backs off, here 8 s, longer than a rebuild waits for
-/// an answer. A failed read delivered nothing, so it must not hold the flush back while
-/// its reader sleeps: the consumer answers at its next beat, not after the backoff.
+/// Every reader's next XREAD fails (here each stream key holds a string, WRONGTYPE) and it
+/// backs off, here 8 s, longer than a rebuild waits for an answer. A failed read delivered
+/// nothing, so it must not hold the flush back while its reader sleeps: the consumer
+/// answers at its next beat, not after the backoff.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reader_backing_off_after_a_failed_read_does_not_hold_the_flush() {
     let s = Stack::start().await;
@@ -61,7 +60,14 @@ async fn a_reader_backing_off_after_a_failed_read_does_not_hold_the_flush() {
     let consumer = start_consumer(cfg);
     wait_live(&s, 1, Duration::from_secs(5)).await;
 
-    flushall(&s);
+    let mut conn = s.redis.connection();
+    for shard in 0..SHARDS {
+        let _: () = redis::cmd("SET")
+            .arg(stream_key(&s, shard))
+            .arg("not a stream")
+            .query(&mut conn)
+            .unwrap();
+    }
     // Every reader's blocked read (200 ms) ended and the next one failed.
     tokio::time::sleep(Duration::from_millis(600)).await;
     let n = raise(&s).await;
@@ -85,49 +91,66 @@ async fn an_entry_read_before_the_cut_and_handed_on_after_it_is_committed_at_onc
     let c = campaign(&s, 12_111, 3, 1, 1, 3600).await;
     let shard = s.client.placement().shards_of(c.sku, c.width)[0];
     let streams: HashMap<u16, ShardStream> = (0..SHARDS)
-        .map(|sh| (sh, ShardStream::new(&s.client, sh, &s.cfg.group)))
+        .map(|sh| (sh, ShardStream::new(&s.client, sh)))
         .collect();
-    for st in streams.values() {
-        st.ensure_group(&s.client).await.unwrap();
-    }
+    let leases: HashMap<u16, ShardLease> = streams
+        .iter()
+        .map(|(&sh, st)| (sh, ShardLease::new(sh, st)))
+        .collect();
     let mut cfg = s.cfg.clone();
     cfg.batch_max_wait = Duration::from_secs(6);
+    let lease = ledger::offsets::acquire(
+        &s.pool,
+        &streams[&shard].key,
+        &cfg.consumer_name,
+        Duration::from_secs(60),
+        T,
+    )
+    .await
+    .unwrap()
+    .expect("a free lease");
+    leases[&shard].hold(lease.epoch, &lease.offset);
     let inflight = InFlight::default();
     let writer = Writer {
         cfg: cfg.clone(),
         pool: s.pool.clone(),
         client: s.client.clone(),
         streams: streams.clone(),
+        leases,
         inflight: inflight.clone(),
-        db_healthy: Arc::new(AtomicBool::new(true)),
     };
     let (tx, rx) = tokio::sync::mpsc::channel(8);
-    let writer = tokio::spawn(writer.run(rx));
+    let writer = tokio::spawn(writer.run(vec![rx]));
 
     assert_claimed(&s, &c, "alice").await;
     // The read is registered, then the heartbeat sees a request and cuts.
     let reading = inflight.begin();
     let cut = inflight.cut();
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let entries = streams[&shard]
-        .read_new(
-            &s.client,
-            &cfg.consumer_name,
-            10,
-            Duration::from_millis(100),
-        )
+    let (entries, under) = streams[&shard]
+        .read_after_under(&s.client, "0-0", 10, Duration::from_millis(100))
         .await
         .unwrap();
-    let batch: Vec<_> = entries
-        .iter()
-        .map(|e| stream::decode(shard, e).unwrap())
-        .collect();
+    let batch: Vec<_> = entries.into_iter().map(|e| e.unwrap()).collect();
     assert_eq!(batch.len(), 1);
     inflight.add(shard, batch.iter().map(|d| d.entry_id.as_str()), &reading);
     drop(reading);
     assert!(!inflight.flushed(cut), "alice was read before the cut");
     let handed = Instant::now();
-    tx.send(batch).await.unwrap();
+    let to = ledger::offsets::Offset {
+        last_id: batch[0].entry_id.clone(),
+        repl_id: under.replid,
+    };
+    tx.send(Read {
+        shard,
+        epoch: lease.epoch,
+        from: lease.offset.clone(),
+        to,
+        entries: batch,
+        poison: Vec::new(),
+    })
+    .await
+    .unwrap();
 
     let done = until(Duration::from_secs(2), || async { inflight.flushed(cut) }).await;
     assert!(
@@ -140,24 +163,28 @@ async fn an_entry_read_before_the_cut_and_handed_on_after_it_is_committed_at_onc
     writer.await.unwrap();
 }
 
-/// During a rolling upgrade an older consumer reads the streams without a heartbeat row:
-/// the handshake cannot hear from it. Here it holds alice's record, read just before the
-/// rebuild. Its read marks it in the stream's group, so the rebuild names it as unanswered
-/// and keeps the pause it took before the handshake, instead of calling the handshake
-/// complete because the one registered consumer answered.
+/// A consumer that holds a stream's lease without a heartbeat row (an older release during
+/// a rolling upgrade, or one whose row was lost): the handshake cannot hear from it, and it
+/// may hold alice's record, read just before the rebuild. Its lease names it, so the
+/// rebuild names it as unanswered and keeps the pause it took before the handshake, instead
+/// of calling the handshake complete because the one registered consumer answered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_reader_without_a_heartbeat_keeps_the_pause() {
     let s = Stack::start().await;
     let c = campaign(&s, 12_112, 4, 1, 1, 3600).await;
     let shard = s.client.placement().shards_of(c.sku, c.width)[0];
-    let old = ShardStream::new(&s.client, shard, &s.cfg.group);
-    old.ensure_group(&s.client).await.unwrap();
+    let old = ShardStream::new(&s.client, shard);
     assert_claimed(&s, &c, "alice").await;
-    let held = old
-        .read_new(&s.client, "old-release-1", 10, Duration::from_millis(10))
-        .await
-        .unwrap();
-    assert_eq!(held.len(), 1, "the older consumer holds alice's record");
+    let held = ledger::offsets::acquire(
+        &s.pool,
+        &old.key,
+        "old-release-1",
+        Duration::from_secs(60),
+        T,
+    )
+    .await
+    .unwrap();
+    assert!(held.is_some(), "the older consumer holds the stream");
     let consumer = start_consumer(s.cfg.clone());
     wait_live(&s, 1, Duration::from_secs(5)).await;
 
@@ -218,10 +245,12 @@ async fn a_consumer_reads_nothing_before_it_is_registered() {
     let consumer = start_consumer(s.cfg.clone());
     assert_claimed(&s, &c, "alice").await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(stream_depth(&s).await, (1, 1), "alice is not committed");
     assert_eq!(
-        stream_depth(&s).await,
-        (1, 0),
-        "alice was read by a consumer no rebuild knows of"
+        s.count("SELECT COUNT(*) FROM stream_offsets WHERE owner IS NOT NULL")
+            .await,
+        0,
+        "a reader started (it holds a lease) before any rebuild could know of it"
     );
     sqlx::query(&rename("flush_requests_away", "flush_requests"))
         .execute(&s.pool)
@@ -232,9 +261,9 @@ async fn a_consumer_reads_nothing_before_it_is_registered() {
     consumer.stop().await;
 }
 
-/// On a Redis Cluster the rebuild asks every master for its streams' readers: a registered
-/// consumer that answered is neither unknown nor unregistered, so the handshake is
-/// complete and no pause is taken; a reader with no row is named there too.
+/// On a Redis Cluster: a registered consumer that answered (and holds every stream's lease)
+/// is neither unknown nor unregistered, so the handshake is complete and no pause is
+/// taken; a lease owner with no row is named there too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_cluster_the_readers_are_listed_from_every_master() {
     let s = ClusterStack::start(0).await;
@@ -258,7 +287,7 @@ async fn on_a_cluster_the_readers_are_listed_from_every_master() {
 
     // An older release holds a record read from one of the SKU's shards.
     let shard = s.client.placement().shards_of(c.sku, c.width)[0];
-    let old = ShardStream::new(&s.client, shard, &s.cfg.group);
+    let old = ShardStream::new(&s.client, shard);
     consumer.stop().await;
     let home = s.client.placement().home_shard(c.sku, c.width, "alice");
     assert_eq!(home, shard, "width 1: one shard");
@@ -266,11 +295,16 @@ async fn on_a_cluster_the_readers_are_listed_from_every_master() {
         claim_on(&s.client, &c, "alice", None).await,
         ClaimOutcome::Claimed { .. }
     ));
-    let held = old
-        .read_new(&s.client, "old-release-2", 10, Duration::from_millis(10))
-        .await
-        .unwrap();
-    assert_eq!(held.len(), 1);
+    let held = ledger::offsets::acquire(
+        &s.pool,
+        &old.key,
+        "old-release-2",
+        Duration::from_secs(60),
+        T,
+    )
+    .await
+    .unwrap();
+    assert!(held.is_some(), "the stopped consumer released its lease");
     let r = campaign_ops::rebuild::rebuild(&s.pool, &s.client, c.sku, &opts)
         .await
         .unwrap();

@@ -222,7 +222,6 @@ async fn reconcile_runs_keep_a_bounded_history() {
         campaign_ops::reconcile::run_with(
             &s.pool,
             &s.client,
-            &s.cfg.group,
             c.sku,
             shard_router::now_ms(),
             T,
@@ -251,13 +250,12 @@ async fn concurrent_reconcilers_store_their_runs_without_deadlock() {
     };
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..4 {
-        let (pool, client, group) = (s.pool.clone(), s.client.clone(), s.cfg.group.clone());
+        let (pool, client) = (s.pool.clone(), s.client.clone());
         tasks.spawn(async move {
             for _ in 0..40 {
                 campaign_ops::reconcile::run_with(
                     &pool,
                     &client,
-                    &group,
                     9009,
                     shard_router::now_ms(),
                     T,
@@ -296,7 +294,7 @@ async fn excess_is_never_removed_without_its_anomaly_row() {
         .execute(&s.pool)
         .await
         .unwrap();
-    let failed = campaign_ops::reconcile::run(&s.pool, &s.client, &s.cfg.group, c.sku, 0, T).await;
+    let failed = campaign_ops::reconcile::run(&s.pool, &s.client, c.sku, 0, T).await;
     assert!(failed.is_err(), "{failed:?}");
     let now: i64 = redis::cmd("GET").arg(&key).query(&mut conn).unwrap();
     assert_eq!(now, slice, "removed without a record");

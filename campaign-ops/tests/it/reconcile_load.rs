@@ -37,7 +37,7 @@ fn runs() -> usize {
 
 /// Drives the sale on `sku` until the reconcilers are done; returns every report.
 async fn sale_with_reconciliations(
-    cfg: &Config,
+    _cfg: &Config,
     client: &StockClient,
     pool: &MySqlPool,
     c: &campaign_ops::campaign::Campaign,
@@ -155,7 +155,7 @@ async fn sale_with_reconciliations(
     let mut reconcilers = JoinSet::new();
     let total = runs();
     for r in 0..2 {
-        let (client, pool, group, sku) = (client.clone(), pool.clone(), cfg.group.clone(), c.sku);
+        let (client, pool, sku) = (client.clone(), pool.clone(), c.sku);
         reconcilers.spawn(async move {
             let mut out = Vec::new();
             for _ in 0..total / 2 + (total % 2) * (1 - r) {
@@ -166,7 +166,6 @@ async fn sale_with_reconciliations(
                 let rep = campaign_ops::reconcile::run_with(
                     &pool,
                     &client,
-                    &group,
                     sku,
                     shard_router::now_ms(),
                     T,

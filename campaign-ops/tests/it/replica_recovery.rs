@@ -140,16 +140,9 @@ async fn a_hold_is_kept_on_a_take_only_once_a_replica_of_its_shard_holds_it() {
     let _: String = add.query_async(&mut conn).await.unwrap();
 
     let reconcile = || async {
-        campaign_ops::reconcile::run(
-            &s.pool,
-            &s.client,
-            &s.cfg.group,
-            c.sku,
-            shard_router::now_ms(),
-            T,
-        )
-        .await
-        .expect("reconcile")
+        campaign_ops::reconcile::run(&s.pool, &s.client, c.sku, shard_router::now_ms(), T)
+            .await
+            .expect("reconcile")
     };
     let r = reconcile().await;
     let answer: Option<String> = redis::cmd("GET")
@@ -219,17 +212,11 @@ async fn a_stale_hold_resolution_counts_only_once_a_replica_holds_it() {
     assert_on_the_replica(&promoted, home, "the promoted replica has a replica").await;
     let mut resolved = 0;
     retry(async || {
-        resolved = campaign_ops::reconcile::run(
-            &s.pool,
-            &promoted,
-            &s.cfg.group,
-            c.sku,
-            shard_router::now_ms(),
-            T,
-        )
-        .await
-        .unwrap()
-        .stale_holds;
+        resolved =
+            campaign_ops::reconcile::run(&s.pool, &promoted, c.sku, shard_router::now_ms(), T)
+                .await
+                .unwrap()
+                .stale_holds;
         resolved > 0
     })
     .await;

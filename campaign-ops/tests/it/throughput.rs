@@ -87,10 +87,6 @@ async fn consumer_round(n: usize, round: usize) -> (f64, f64, Vec<ClaimRecord>) 
     };
     campaign::put(&s.pool, &c, SHARDS, T).await.unwrap();
     let recs = fill_backlog(&s, n, round);
-    for shard in 0..SHARDS {
-        let st = consumer::stream::ShardStream::new(&s.client, shard, &s.cfg.group);
-        st.ensure_group(&s.client).await.unwrap();
-    }
     assert_eq!(stream_depth(&s).await.0, n as u64);
     let mut cfg = s.cfg.clone();
     if let Some(rows) = env("FG_PERF_BATCH") {
@@ -101,15 +97,15 @@ async fn consumer_round(n: usize, round: usize) -> (f64, f64, Vec<ClaimRecord>) 
     }
     let t0 = Instant::now();
     let consumer = start_consumer(cfg);
-    // Polls Redis, not COUNT(*) (a scan every few ms would compete with the writers). An
-    // entry leaves the stream only after its batch committed.
+    // Polls the places the ledger committed against each stream's newest entry, not
+    // COUNT(*) (a scan every few ms would compete with the writers).
     let mut first: Option<(Instant, u64)> = None;
     loop {
-        let (len, pending) = stream_depth(&s).await;
-        if first.is_none() && len < n as u64 {
-            first = Some((Instant::now(), len));
+        let left = uncommitted_streams(&s).await;
+        if first.is_none() && left < u64::from(SHARDS) {
+            first = Some((Instant::now(), rows_left(&s, n).await));
         }
-        if (len, pending) == (0, 0) {
+        if left == 0 {
             break;
         }
         assert!(
@@ -125,6 +121,37 @@ async fn consumer_round(n: usize, round: usize) -> (f64, f64, Vec<ClaimRecord>) 
     let (t1, left) = first.unwrap();
     let steady = left as f64 / (end - t1).as_secs_f64();
     (cold, steady, recs)
+}
+
+/// Streams whose newest entry is past the place the ledger committed.
+async fn uncommitted_streams(s: &Stack) -> u64 {
+    let mut left = 0;
+    for shard in 0..SHARDS {
+        let st = consumer::stream::ShardStream::new(&s.client, shard);
+        let mut conn = s.client.conn();
+        let newest: Vec<(String, Vec<(String, String)>)> = redis::cmd("XREVRANGE")
+            .arg(&st.key)
+            .arg("+")
+            .arg("-")
+            .arg("COUNT")
+            .arg(1)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let at = ledger::offsets::get(&s.pool, &st.key, T)
+            .await
+            .unwrap()
+            .map(|(o, _, _)| o.last_id);
+        if newest.first().map(|(id, _)| id) != at.as_ref() && !newest.is_empty() {
+            left += 1;
+        }
+    }
+    left
+}
+
+/// Claims not in the ledger yet (one COUNT, taken once).
+async fn rows_left(s: &Stack, n: usize) -> u64 {
+    (n as i64 - s.count("SELECT COUNT(*) FROM claims").await).max(0) as u64
 }
 
 fn sql_str(s: &str) -> String {

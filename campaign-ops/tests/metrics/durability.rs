@@ -1,6 +1,6 @@
-//! Truth after loss, consumer side: the ledger holds only what a replica holds,
-//! nothing is dead-lettered because a replica is down, dead letters can be replayed, and
-//! holds and payment timeouts follow Redis's clock, not this process's.
+//! Truth after loss, consumer side: the ledger holds only what a replica holds, nothing is
+//! given up (kept as poison) because a replica is down, and holds and payment timeouts
+//! follow Redis's clock, not this process's.
 //!
 //! Drill `replica_down` (a replica down under load, then back) runs here in a short form; the long
 //! form: `FG_DRILL_REPLICA_DOWN_S=300 cargo test --release -p campaign-ops --test metrics durability::
@@ -11,101 +11,14 @@ use std::time::{Duration, Instant};
 
 use crate::common::*;
 use consumer::stream::ShardStream;
-use shard_router::{keys, ClaimRequest, HomeOutcome, StockClient};
+use shard_router::{ClaimRequest, HomeOutcome, StockClient};
 use test_support::RedisCluster;
 
-/// Every dead-letter stream's length, summed.
-async fn dead_letters(client: &StockClient) -> u64 {
-    let mut n = 0;
-    for shard in 0..SHARDS {
-        let mut conn = client.conn();
-        let len: u64 = redis::cmd("XLEN")
-            .arg(keys::dead_letter_stream(client.placement(), shard))
-            .query_async(&mut conn)
-            .await
-            .unwrap_or(0);
-        n += len;
-    }
-    n
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redrive_twice_gives_one_row_each() {
-    let _one = crate::common::one_at_a_time().await;
-    let s = Stack::start().await;
-    let c = campaign(&s, 13_001, 30, SHARDS, 1, 3600).await;
-    let ids = claim_all(&s.client, &c, users("d", 12), 4).await;
-    assert_eq!(ids.len(), 12);
-    assert_eq!(dead_letter_everything(&s).await, 12);
-    // One poison letter too: counted, left alone, no row.
-    let mut conn = s.client.conn();
-    let _: String = redis::cmd("XADD")
-        .arg(keys::dead_letter_stream(s.client.placement(), 0))
-        .arg("*")
-        .arg("garbage")
-        .arg("1")
-        .query_async(&mut conn)
+/// Entries kept in the ledger instead of a claim row.
+async fn poison(s: &ClusterStack) -> u64 {
+    ledger::poison::count(&s.pool, T)
         .await
-        .expect("xadd poison");
-
-    let first = campaign_ops::redrive::run(&s.pool, &s.client, &[], s.cfg.replica_wait, T)
-        .await
-        .expect("redrive");
-    assert_eq!(
-        (
-            first.inserted,
-            first.already,
-            first.undecodable,
-            first.removed
-        ),
-        (12, 0, 1, 12)
-    );
-    // The redriven letters are gone (the ledger holds them); the poison one stays, and
-    // the exported count says so.
-    let prom = consumer::metrics::install().expect("recorder");
-    campaign_ops::redrive::export_lengths(&s.client)
-        .await
-        .expect("export");
-    let mut letters = 0;
-    for shard in 0..SHARDS {
-        let mut conn = s.client.conn();
-        let n: i64 = redis::cmd("XLEN")
-            .arg(keys::dead_letter_stream(s.client.placement(), shard))
-            .query_async(&mut conn)
-            .await
-            .expect("xlen");
-        letters += n;
-    }
-    assert_eq!(letters, 1);
-    let text = prom.render();
-    assert!(
-        text.contains("flashgate_consumer_dead_letters{shard=\"0\"} 1"),
-        "{text}"
-    );
-    let second = campaign_ops::redrive::run(&s.pool, &s.client, &[], s.cfg.replica_wait, T)
-        .await
-        .expect("redrive again");
-    assert_eq!(
-        (second.entries, second.inserted, second.undecodable),
-        (1, 0, 1),
-        "{second:?}"
-    );
-    let rows = s
-        .count("SELECT COUNT(*) FROM claims WHERE sku = 13001")
-        .await;
-    assert_eq!(rows, 12, "one row per claim");
-    let ledger: HashSet<String> = sqlx::query_scalar("SELECT claim_id FROM claims")
-        .fetch_all(&s.pool)
-        .await
-        .expect("ids")
-        .into_iter()
-        .collect();
-    assert_eq!(ledger, ids.into_iter().collect::<HashSet<_>>());
-    assert_eq!(
-        s.reconcile(c.sku).await.drift,
-        0,
-        "the books close after redrive"
-    );
+        .expect("poison count")
 }
 
 /// The replica of the master serving `slot`, as an index into the cluster's nodes.
@@ -134,7 +47,7 @@ fn replicas(cluster: &RedisCluster) -> Vec<usize> {
 /// Drill `replica_down`: every replica stopped (SIGSTOP: connected, acknowledging nothing) while claims
 /// go on, then back. Every claim reaches the ledger once the replicas are back, nothing
 /// earlier (the ledger must not hold what a failover could take back), and nothing is
-/// dead-lettered although the entries idle far past `claim_idle × max_deliveries`.
+/// kept as poison although the entries wait far longer than a lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replica_down_nothing_dead_lettered() {
     let _one = crate::common::one_at_a_time().await;
@@ -143,10 +56,7 @@ async fn replica_down_nothing_dead_lettered() {
         .and_then(|v| v.parse().ok())
         .map_or(Duration::from_secs(8), Duration::from_secs);
     let s = ClusterStack::start(1).await;
-    let mut cfg = s.cfg.clone();
-    // Two deliveries 1.5 s apart would dead-letter within seconds if takeovers counted.
-    cfg.max_deliveries = 2;
-    let consumer = start_consumer(cfg);
+    let consumer = start_consumer(s.cfg.clone());
     let c = open_campaign(&s.pool, &s.client, 13_005, 1_000_000, SHARDS, 1, 3600).await;
     // Claims before the fault reach the ledger (and show the consumer its replicas).
     let before = claim_all(&s.client, &c, users("pre", 20), 4).await;
@@ -169,7 +79,7 @@ async fn replica_down_nothing_dead_lettered() {
         .fetch_one(&s.pool)
         .await
         .expect("count");
-    let dead_while_down = dead_letters(&s.client).await;
+    let dead_while_down = poison(&s).await;
     for &r in &stopped {
         s.cluster.nodes()[r].signal("CONT");
     }
@@ -187,7 +97,7 @@ async fn replica_down_nothing_dead_lettered() {
         .chain(&during)
         .filter(|id| !ledger.contains(*id))
         .count();
-    let dead = dead_letters(&s.client).await;
+    let dead = poison(&s).await;
     println!(
         "drill=replica-down-{}s acknowledged={acknowledged} recorded={} lost={lost} duplicated=0 oversold=0 committed_while_down={} dead_lettered={dead}",
         down.as_secs(),
@@ -204,7 +114,7 @@ async fn replica_down_nothing_dead_lettered() {
         before.len() as i64,
         "nothing unreplicated may reach the ledger"
     );
-    assert_eq!(dead_while_down + dead, 0, "nothing dead-lettered");
+    assert_eq!(dead_while_down + dead, 0, "nothing kept as poison");
     assert_eq!(lost, 0, "every acknowledged claim reaches the ledger");
 }
 
@@ -387,7 +297,7 @@ async fn failover_rollback_with_durability_none_is_bounded() {
     loop {
         let mut left = 0;
         for shard in 0..SHARDS {
-            let st = ShardStream::new(&check, shard, &s.cfg.group);
+            let st = ShardStream::new(&check, shard);
             left += st.all_entries(&check, 500).await.map_or(1, |e| e.len());
         }
         if left == 0 || settle.elapsed() > Duration::from_secs(60) {
@@ -426,7 +336,6 @@ async fn failover_rollback_with_durability_none_is_bounded() {
     let report = campaign_ops::reconcile::run(
         &s.pool,
         &check,
-        &s.cfg.group,
         c.sku,
         check.redis_time_ms(0).await.expect("time"),
         T,

@@ -9,5 +9,4 @@ mod replica_ack;
 mod scenarios;
 mod stock_cluster;
 mod stock_single;
-mod stream_ack;
 mod walk;

@@ -250,10 +250,12 @@ async fn a_claim_given_up_before_its_batch_left_is_not_sent() {
     );
 }
 
-/// A stream whose group is gone (Redis restarted empty) answers NOGROUP, which the consumer's
-/// reader recognises by its code and cures by creating the group again.
+/// The consumer's stream operations: a read after a place returns only what follows it,
+/// under the master's replication id; the trim removes entries below the committed place
+/// and keeps the place itself, and does nothing on a stream whose history went back below
+/// the place (its newer entries may not be committed yet, `lua/stream_trim.lua`).
 #[tokio::test]
-async fn a_lost_group_is_recognised_by_its_code() {
+async fn reads_follow_the_place_and_the_trim_keeps_what_is_not_committed() {
     use shard_router::stream::ShardStream;
     use shard_router::{RedisTarget, StockClient, StockConfig};
     let redis = test_support::RedisServer::start();
@@ -263,14 +265,63 @@ async fn a_lost_group_is_recognised_by_its_code() {
     ))
     .await
     .unwrap();
-    let stream = ShardStream::new(&client, 3, "g");
-    let block = std::time::Duration::from_millis(10);
-    let e = stream.read_new(&client, "c", 10, block).await.unwrap_err();
-    assert!(e.is_no_group(), "{e}");
-    stream.ensure_group(&client).await.unwrap();
-    assert!(stream
-        .read_new(&client, "c", 10, block)
-        .await
+    let stream = ShardStream::new(&client, 3);
+    let mut conn = redis::Client::open(redis.url())
         .unwrap()
-        .is_empty());
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    for i in 1..=5 {
+        let _: String = redis::cmd("XADD")
+            .arg(&stream.key)
+            .arg(format!("100-{i}"))
+            .arg("x")
+            .arg(i)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+    let block = std::time::Duration::from_millis(10);
+    let (read, under) = stream
+        .read_after_under(&client, "100-2", 10, block)
+        .await
+        .unwrap();
+    let ids: Vec<String> = read
+        .iter()
+        .map(|e| match e {
+            Ok(d) => d.entry_id.clone(),
+            Err(p) => p.entry_id.clone(),
+        })
+        .collect();
+    assert_eq!(ids, ["100-3", "100-4", "100-5"]);
+    assert!(read.iter().all(|e| e.is_err()), "not claim records: poison");
+    assert_eq!(under.replid.len(), 40, "{under:?}");
+
+    assert_eq!(stream.trim_committed(&client, "100-3").await.unwrap(), 3);
+    assert_eq!(
+        stream.len(&client).await.unwrap(),
+        2,
+        "100-4 and 100-5 stay"
+    );
+    // A history gone back (a master restarted from an older snapshot): the last generated
+    // id is below the place, so nothing is trimmed.
+    let _: () = redis::cmd("DEL")
+        .arg(&stream.key)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let _: String = redis::cmd("XADD")
+        .arg(&stream.key)
+        .arg("50-1")
+        .arg("x")
+        .arg(1)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(stream.trim_committed(&client, "100-3").await.unwrap(), 0);
+    assert_eq!(stream.len(&client).await.unwrap(), 1);
+    assert_eq!(
+        stream.first_after_ms(&client, "0-0").await.unwrap(),
+        Some(50)
+    );
 }

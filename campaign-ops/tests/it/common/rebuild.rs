@@ -63,7 +63,7 @@ pub(crate) fn rebuild_opts() -> Options {
 pub(crate) async fn read_like_a_consumer(s: &Stack, c: &Campaign) -> Vec<ClaimRecord> {
     let mut out = Vec::new();
     for shard in s.client.placement().shards_of(c.sku, c.width) {
-        let st = ShardStream::new(&s.client, shard, "");
+        let st = ShardStream::new(&s.client, shard);
         for e in st.all_entries(&s.client, 100).await.unwrap() {
             out.push(stream::decode(shard, &e).unwrap().record);
         }

@@ -1,0 +1,418 @@
+//! One shard's stream, read from the place the ledger keeps (`ledger/src/offsets.rs`):
+//! take the shard's lease, read after the committed place with XREAD (no consumer group,
+//! nothing written to Redis), wait for the replicas (`replica.rs`), and hand each read to
+//! the writer with the place it started from and the place after it. The writer commits
+//! the rows and the new place in one transaction, conditional on the old one
+//! (`writer.rs`): a read is committed exactly once, or not at all.
+//!
+//! **A new master.** The place carries the replication id of the master it was read under.
+//! A read under another id (a failover promoted a replica; a master restarted, with or
+//! without its data: Redis takes a new replication id at every start) reads the stream
+//! again from its start, and every entry goes to the ledger again, the ones it has ignored
+//! by claim id. The new master may not hold what the old one had past the place, and may
+//! hand out ids at or below it (a loss, then a clock behind the old master's): reading on
+//! from the place would skip those for good. Committed entries are trimmed
+//! (`stream_trim.lua`), so the stream read again is short.
+//!
+//! **The lease.** One consumer owns a shard at a time; [`keep`] renews the lease every
+//! third of its length, and a renewal that finds it taken (or the writer finding the place
+//! moved under it) stops the reads: the shard is acquired again, from the ledger's place.
+//! A consumer that stops renewing (dead, partitioned) hands the shard over when its lease
+//! runs out; one that stops cleanly releases it at once (`streams.rs`).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ledger::offsets::{self, Offset};
+use shard_router::stream::{Delivered, Poison, ShardStream};
+use shard_router::{ShardId, StockClient};
+use sqlx::MySqlPool;
+use tokio::sync::{mpsc, watch};
+
+use crate::backoff::Backoff;
+use crate::config::Config;
+use crate::inflight::InFlight;
+use crate::metrics as m;
+use crate::replica::{Replicated, ShardReplica};
+
+/// Shortest time from one read of a shard to the next, unless a read comes back full (or
+/// `batch_max_wait` is shorter). Without it a reader under load asks again as soon as its
+/// entries are handed on and gets the 3–4 that arrived meanwhile; each read costs Redis a
+/// call and an `INFO` whatever it returns (`campaign-ops/tests/it/redis_cost.rs`). An entry
+/// waits at most this long in Redis before it is read; the writer holds a batch open for
+/// `batch_max_wait` anyway. An idle shard still answers its first entry at once: the read
+/// blocks in Redis and returns as soon as one arrives.
+pub const READ_LINGER: Duration = Duration::from_millis(20);
+
+/// How often the lag gauges of a shard are refreshed.
+const GAUGES_EVERY: Duration = Duration::from_secs(5);
+
+/// One read of a shard, on its way to the writer.
+#[derive(Debug)]
+pub struct Read {
+    pub shard: ShardId,
+    /// The lease epoch it was read under.
+    pub epoch: u64,
+    /// The place the read started from (the previous read's `to`), and the place after it.
+    pub from: Offset,
+    pub to: Offset,
+    pub entries: Vec<Delivered>,
+    /// Entries that are not claim records: kept in the ledger, passed by the place.
+    pub poison: Vec<Poison>,
+}
+
+/// A shard's lease as its reader, its keeper and the writer share it.
+#[derive(Debug, Clone)]
+pub struct ShardLease {
+    pub shard: ShardId,
+    pub stream: Arc<str>,
+    inner: Arc<LeaseState>,
+}
+
+#[derive(Debug, Default)]
+struct LeaseState {
+    /// The epoch held (0: none yet).
+    epoch: AtomicU64,
+    /// Set when the lease was found taken or the place moved: the reader starts again.
+    lost: AtomicBool,
+    /// The place last committed (for the lag gauge and the trim).
+    committed: Mutex<Option<Offset>>,
+}
+
+impl ShardLease {
+    pub fn new(shard: ShardId, stream: &ShardStream) -> Self {
+        Self {
+            shard,
+            stream: stream.key.as_str().into(),
+            inner: Arc::default(),
+        }
+    }
+
+    /// The epoch held now (0: none).
+    pub fn epoch(&self) -> u64 {
+        self.inner.epoch.load(Ordering::Acquire)
+    }
+
+    /// Marks the lease of `epoch` lost (a stale epoch changes nothing).
+    pub fn lose(&self, epoch: u64) {
+        if self.epoch() == epoch {
+            self.inner.lost.store(true, Ordering::Release);
+        }
+    }
+
+    fn lost(&self) -> bool {
+        self.inner.lost.load(Ordering::Acquire)
+    }
+
+    /// Holds the lease of `epoch`, acquired at `at` (the reader, after acquiring it).
+    pub fn hold(&self, epoch: u64, at: &Offset) {
+        *self.committed_lock() = Some(at.clone());
+        self.inner.lost.store(false, Ordering::Release);
+        self.inner.epoch.store(epoch, Ordering::Release);
+    }
+
+    fn committed_lock(&self) -> std::sync::MutexGuard<'_, Option<Offset>> {
+        self.inner
+            .committed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records a committed place (the writer, after its commit).
+    pub fn committed(&self, at: &Offset) {
+        *self.committed_lock() = Some(at.clone());
+    }
+
+    /// The place last committed, if any is known.
+    pub fn committed_at(&self) -> Option<Offset> {
+        self.committed_lock().clone()
+    }
+}
+
+/// What a shard's reader needs.
+pub struct ShardReader {
+    pub cfg: Config,
+    /// Control-plane client: the replica fence, the lag gauges.
+    pub client: StockClient,
+    /// The reader's own connection: its XREAD blocks.
+    pub reader: StockClient,
+    pub pool: MySqlPool,
+    pub stream: ShardStream,
+    pub replica: ShardReplica,
+    pub inflight: InFlight,
+    pub lease: ShardLease,
+}
+
+impl ShardReader {
+    /// Reads the shard until `shutdown`, acquiring its lease first and again whenever it is
+    /// lost; returns dropping its sender, so the writer drains.
+    pub async fn run(self, tx: mpsc::Sender<Read>, mut shutdown: watch::Receiver<bool>) {
+        let mut backoff = Backoff::new(self.cfg.backoff_min, self.cfg.backoff_max);
+        while !*shutdown.borrow() {
+            let Some(lease) = self.acquire(&mut backoff, &mut shutdown).await else {
+                break;
+            };
+            tracing::info!(shard = self.lease.shard, epoch = lease.epoch, at = %lease.offset.last_id, "shard lease acquired");
+            self.lease.hold(lease.epoch, &lease.offset);
+            let (stop_keeper, keeper_stopped) = watch::channel(false);
+            let keeper = tokio::spawn(keep(
+                self.pool.clone(),
+                self.cfg.clone(),
+                self.lease.clone(),
+                lease.epoch,
+                keeper_stopped,
+            ));
+            let go_on = self
+                .read_lease(lease, &tx, &mut backoff, &mut shutdown)
+                .await;
+            let _ = stop_keeper.send(true);
+            let _ = keeper.await;
+            if !go_on {
+                break;
+            }
+        }
+        tracing::debug!(shard = self.lease.shard, "reader stopped");
+    }
+
+    /// Takes the lease, retrying while another consumer holds it or MySQL fails. `None`:
+    /// shutdown came first.
+    async fn acquire(
+        &self,
+        backoff: &mut Backoff,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> Option<offsets::Lease> {
+        loop {
+            match offsets::acquire(
+                &self.pool,
+                &self.lease.stream,
+                &self.cfg.consumer_name,
+                self.cfg.lease,
+                self.cfg.db_timeout,
+            )
+            .await
+            {
+                Ok(Some(l)) => {
+                    backoff.reset();
+                    return Some(l);
+                }
+                // Another consumer owns it: look again well within its lease.
+                Ok(None) => {
+                    let wait = self.cfg.lease / 3;
+                    tokio::select! {
+                        _ = tokio::time::sleep(wait) => {}
+                        _ = crate::signal::stopped(shutdown) => return None,
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(shard = self.lease.shard, error = %e, "shard lease not acquired; retrying");
+                    if !backoff.sleep(shutdown).await {
+                        return None;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Reads under one lease until it is lost (true: acquire again) or shutdown (false).
+    async fn read_lease(
+        &self,
+        lease: offsets::Lease,
+        tx: &mpsc::Sender<Read>,
+        backoff: &mut Backoff,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> bool {
+        let shard = self.lease.shard;
+        let linger = READ_LINGER.min(self.cfg.batch_max_wait);
+        // The place read up to (ahead of the one committed while the writer works).
+        let mut at = lease.offset;
+        // Set when a read showed a new master: the next read starts from the beginning.
+        let mut from_start = false;
+        let mut gauges_at = tokio::time::Instant::now();
+        loop {
+            if *shutdown.borrow() {
+                return false;
+            }
+            if self.lease.lost() {
+                tracing::warn!(
+                    shard,
+                    epoch = lease.epoch,
+                    "shard lease lost; acquiring it again"
+                );
+                return true;
+            }
+            if gauges_at.elapsed() >= GAUGES_EVERY {
+                gauges_at = tokio::time::Instant::now();
+                self.gauges().await;
+            }
+            let after = if from_start {
+                "0-0"
+            } else {
+                at.last_id.as_str()
+            };
+            // Registered before the read is sent and kept until its entries are in flight,
+            // so a flush cut taken meanwhile waits for them (`inflight.rs`, `flush.rs`).
+            let reading = self.inflight.begin();
+            let asked = reading.asked;
+            let read = self
+                .stream
+                .read_after_under(
+                    &self.reader,
+                    after,
+                    self.cfg.read_count,
+                    self.cfg.read_block,
+                )
+                .await;
+            let (entries, under) = match read {
+                Ok(r) => {
+                    backoff.reset();
+                    r
+                }
+                Err(e) => {
+                    drop(reading);
+                    tracing::warn!(shard, error = %e, "xread failed; backing off");
+                    if !backoff.sleep(shutdown).await {
+                        return false;
+                    }
+                    continue;
+                }
+            };
+            // Asked on every read, empty ones too, so a replica seen once is remembered
+            // before the first entry needs it (see `replica.rs`).
+            let must_wait = self.replica.required(&under);
+            if !from_start && !at.repl_id.is_empty() && under.replid != at.repl_id {
+                metrics::counter!(m::NEW_MASTER_REREADS).increment(1);
+                tracing::warn!(shard, was = %at.repl_id, now = %under.replid, at = %at.last_id, "new master: reading the stream again from its start");
+                from_start = true;
+                continue;
+            }
+            if entries.is_empty() {
+                continue;
+            }
+            let read_len = entries.len();
+            let mut good = Vec::with_capacity(read_len);
+            let mut poison = Vec::new();
+            let mut last = None;
+            for e in entries {
+                match e {
+                    Ok(d) => {
+                        last = Some(d.entry_id.clone());
+                        good.push(d);
+                    }
+                    Err(p) => {
+                        tracing::warn!(shard, entry = %p.entry_id, reason = %p.reason, "poison entry: kept in the ledger");
+                        last = Some(p.entry_id.clone());
+                        poison.push(p);
+                    }
+                }
+            }
+            let to = Offset {
+                last_id: last.unwrap_or_else(|| after.to_owned()),
+                repl_id: under.replid.clone(),
+            };
+            self.inflight
+                .add(shard, good.iter().map(|d| d.entry_id.as_str()), &reading);
+            drop(reading);
+            if must_wait {
+                match self
+                    .replica
+                    .confirm(&self.client, &under, backoff, shutdown)
+                    .await
+                {
+                    Replicated::Yes => backoff.reset(),
+                    Replicated::MasterChanged => {
+                        // Not committed; the place stays, and the next read, under the new
+                        // master's id, starts from the beginning.
+                        self.inflight
+                            .remove(shard, good.iter().map(|d| d.entry_id.as_str()));
+                        continue;
+                    }
+                    Replicated::Shutdown => {
+                        self.inflight
+                            .remove(shard, good.iter().map(|d| d.entry_id.as_str()));
+                        return false;
+                    }
+                }
+            }
+            let read = Read {
+                shard,
+                epoch: lease.epoch,
+                from: at.clone(),
+                to: to.clone(),
+                entries: good,
+                poison,
+            };
+            if tx.send(read).await.is_err() {
+                return false;
+            }
+            at = to;
+            from_start = false;
+            // A read that was not full took what had arrived: let the next one gather.
+            if read_len < self.cfg.read_count {
+                let until = tokio::time::Instant::from_std(asked + linger);
+                tokio::select! {
+                    _ = tokio::time::sleep_until(until) => {}
+                    _ = crate::signal::stopped(shutdown) => return false,
+                }
+            }
+        }
+    }
+
+    /// Stream length, and the age of the oldest entry past the committed place.
+    async fn gauges(&self) {
+        let shard = self.lease.shard.to_string();
+        if let Ok(len) = self.stream.len(&self.client).await {
+            metrics::gauge!(m::STREAM_LAG, "shard" => shard.clone()).set(len as f64);
+        }
+        let Some(at) = self.lease.committed_at() else {
+            return;
+        };
+        if let Ok(first) = self.stream.first_after_ms(&self.reader, &at.last_id).await {
+            let age_s = first.map_or(0.0, |ms| {
+                (shard_router::now_ms() - ms).max(0) as f64 / 1000.0
+            });
+            metrics::gauge!(m::OLDEST_PENDING_SECONDS, "shard" => shard).set(age_s);
+        }
+    }
+}
+
+/// Renews the lease of `epoch` every third of its length until `stop`; a renewal that
+/// finds it taken marks it lost. A renewal MySQL does not answer is retried at the next
+/// tick: the lease runs out only after three missed ones, and then the writer's commits
+/// are refused by the epoch anyway if another consumer took it.
+pub async fn keep(
+    pool: MySqlPool,
+    cfg: Config,
+    lease: ShardLease,
+    epoch: u64,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut tick = tokio::time::interval(cfg.lease / 3);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = crate::signal::stopped(&mut stop) => return,
+        }
+        match offsets::renew(
+            &pool,
+            &lease.stream,
+            &cfg.consumer_name,
+            epoch,
+            cfg.lease,
+            cfg.db_timeout,
+        )
+        .await
+        {
+            Ok(true) => {}
+            Ok(false) => {
+                lease.lose(epoch);
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(shard = lease.shard, error = %e, "shard lease not renewed; retrying")
+            }
+        }
+    }
+}
