@@ -12,6 +12,7 @@ mod common;
 mod faults;
 mod ledger;
 mod lifecycle;
+mod offsets;
 mod rebuild;
 mod rebuild_debt;
 mod rebuild_flush;

@@ -1,0 +1,170 @@
+//! The consumer's place in each stream, kept in the ledger (`ledger/src/offsets.rs`,
+//! `consumer/src/shard.rs`): the lease fences a consumer that lost it, a new master is read
+//! again from its start, and consumers hand shards over without losing or doubling a claim.
+
+use std::time::Duration;
+
+use consumer::stream::ShardStream;
+use ledger::claims::Written;
+use ledger::offsets::{self, Advance, Offset};
+use shard_router::ClaimRecord;
+
+use crate::common::*;
+
+fn record(sku: u64, user: &str, shard: u16, entry: &str) -> ClaimRecord {
+    ClaimRecord {
+        claim_id: format!("{shard}-{entry}"),
+        sku,
+        user: user.into(),
+        qty: 1,
+        user_seq: 1,
+        shard,
+        home: shard,
+        request_id: None,
+        ts_ms: shard_router::now_ms(),
+        gen: 0,
+    }
+}
+
+/// A consumer whose lease ran out and was taken (a pause longer than the lease) commits
+/// nothing: its rows go with its refused place, and the new owner's commit stands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_that_lost_its_lease_commits_nothing() {
+    let s = Stack::start().await;
+    let c = campaign(&s, 14_001, 10, 1, 1, 3600).await;
+    let shard = s.client.placement().shards_of(c.sku, 1)[0];
+    let stream = ShardStream::new(&s.client, shard).key;
+    let short = Duration::from_millis(300);
+    let a = offsets::acquire(&s.pool, &stream, "a", short, T)
+        .await
+        .unwrap()
+        .expect("free");
+    assert!(
+        offsets::acquire(&s.pool, &stream, "b", short, T)
+            .await
+            .unwrap()
+            .is_none(),
+        "held by a"
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let b = offsets::acquire(&s.pool, &stream, "b", short, T)
+        .await
+        .unwrap()
+        .expect("a's lease ran out");
+    assert!(b.epoch > a.epoch);
+    assert!(!offsets::renew(&s.pool, &stream, "a", a.epoch, short, T)
+        .await
+        .unwrap());
+
+    let rec = record(c.sku, "zed", shard, "100-1");
+    let rows = [consumer::rows::row(&rec)];
+    let to = Offset {
+        last_id: "100-1".into(),
+        repl_id: "r".into(),
+    };
+    let moved = |l: &offsets::Lease| Advance {
+        stream: stream.clone(),
+        epoch: l.epoch,
+        from: l.offset.clone(),
+        to: to.clone(),
+    };
+    let zombie = ledger::claims::write_at(&s.pool, &rows, &[moved(&a)], &[], T)
+        .await
+        .unwrap();
+    assert!(
+        matches!(zombie, Written::Fenced(ref w) if w == &[0]),
+        "{zombie:?}"
+    );
+    assert_eq!(
+        s.count("SELECT COUNT(*) FROM claims").await,
+        0,
+        "rolled back"
+    );
+    let owner = ledger::claims::write_at(&s.pool, &rows, &[moved(&b)], &[], T)
+        .await
+        .unwrap();
+    assert!(matches!(owner, Written::Committed(_)), "{owner:?}");
+    assert_eq!(s.count("SELECT COUNT(*) FROM claims").await, 1);
+    let (at, _, _) = offsets::get(&s.pool, &stream, T).await.unwrap().unwrap();
+    assert_eq!(at, to);
+    // The same read again (a retry after a timeout that did commit) is refused: its place
+    // is gone, and nothing is counted twice.
+    let again = ledger::claims::write_at(&s.pool, &rows, &[moved(&b)], &[], T)
+        .await
+        .unwrap();
+    assert!(matches!(again, Written::Fenced(_)), "{again:?}");
+    assert_eq!(
+        s.count("SELECT available FROM sku_stock WHERE sku = 14001")
+            .await,
+        9
+    );
+}
+
+/// The place says a master under another replication id had reached an id far ahead of
+/// what this master hands out (a restart that lost data, then a clock behind the old
+/// master's): reading on after the place would skip every claim of this master for good.
+/// The consumer reads the stream again from its start and commits them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_master_is_read_again_from_the_start() {
+    let s = Stack::start().await;
+    let c = campaign(&s, 14_002, 40, SHARDS, 1, 3600).await;
+    for shard in 0..SHARDS {
+        let key = ShardStream::new(&s.client, shard).key;
+        sqlx::query(
+            "INSERT INTO stream_offsets (stream, last_id, repl_id) VALUES (?, ?, 'an-old-master')",
+        )
+        .bind(&key)
+        .bind(format!("{}-0", shard_router::now_ms() + 86_400_000))
+        .execute(&s.pool)
+        .await
+        .unwrap();
+    }
+    let ids = claim_all(&s.client, &c, users("n", 40), 4).await;
+    assert_eq!(ids.len(), 40);
+    let consumer = start_consumer(s.cfg.clone());
+    wait_rows(&s.pool, c.sku, 40, Duration::from_secs(20)).await;
+    consumer.stop().await;
+    let replid = s
+        .count("SELECT COUNT(*) FROM stream_offsets WHERE repl_id = 'an-old-master'")
+        .await;
+    assert_eq!(replid, 0, "every place now names this master");
+    assert_eq!(s.count("SELECT COUNT(*) FROM anomalies").await, 0);
+}
+
+/// Two consumers under load: each shard is read by one of them at a time; one stops
+/// cleanly mid-sale (its leases are released and taken at once), later the other is
+/// killed (its leases run out, then a third takes them). Every claim lands once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consumers_hand_shards_over_without_losing_or_doubling_a_claim() {
+    let s = Stack::start().await;
+    let c = campaign(&s, 14_003, 600, SHARDS, 1, 3600).await;
+    let name = |n: &str| {
+        let mut cfg = s.cfg.clone();
+        cfg.consumer_name = n.into();
+        cfg
+    };
+    let a = start_consumer(name("a"));
+    let b = start_consumer(name("b"));
+    let first = claim_all(&s.client, &c, users("x", 200), 8).await;
+    a.stop().await;
+    let second = claim_all(&s.client, &c, users("y", 200), 8).await;
+    wait_rows(&s.pool, c.sku, 400, Duration::from_secs(20)).await;
+    b.kill();
+    let third = claim_all(&s.client, &c, users("z", 200), 8).await;
+    let d = start_consumer(name("d"));
+    wait_drained(&s, c.sku, 600, Duration::from_secs(30)).await;
+    d.stop().await;
+    assert_eq!(first.len() + second.len() + third.len(), 600);
+    assert_eq!(
+        s.count("SELECT COUNT(DISTINCT claim_id) FROM claims WHERE sku = 14003")
+            .await,
+        600
+    );
+    assert_eq!(
+        s.count("SELECT available FROM sku_stock WHERE sku = 14003")
+            .await,
+        0
+    );
+    assert_eq!(s.count("SELECT COUNT(*) FROM anomalies").await, 0);
+    assert_eq!(s.reconcile(c.sku).await.drift, 0);
+}
