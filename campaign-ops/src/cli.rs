@@ -309,12 +309,10 @@ mod tests {
                 "{e}"
             );
         }
-        let e = cli(&["run", "--claim-idle-ms", "soon"])
-            .unwrap_err()
-            .to_string();
+        let e = cli(&["run", "--lease-ms", "soon"]).unwrap_err().to_string();
         let first = e.lines().next().unwrap();
         assert!(
-            first.contains("--claim-idle-ms") && first.contains("soon"),
+            first.contains("--lease-ms") && first.contains("soon"),
             "{e}"
         );
     }

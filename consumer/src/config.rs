@@ -61,6 +61,11 @@ pub struct Config {
     /// How long one XREAD blocks when a stream is idle.
     #[arg(skip = Duration::from_millis(1000))]
     pub read_block: Duration,
+    /// A replica of the (single) Redis master to read the claims streams from
+    /// (`redis://host:port`): XREAD writes nothing, so the master then serves none of the
+    /// consumer's reads; fences, trims and late claims still go to the master.
+    #[arg(long, env = "FLASHGATE_READ_REPLICA", value_name = "URL")]
+    pub read_replica: Option<String>,
     /// A shard's lease: renewed every third of it; another consumer takes the shard's
     /// stream this long after its owner stopped renewing (ms).
     #[arg(long = "lease-ms", env = "FLASHGATE_LEASE_MS", value_name = "MS", default_value = "5000", value_parser = millis)]
@@ -183,6 +188,12 @@ impl Config {
         if self.consumer_name.is_empty() {
             return Err("consumer name must not be empty".into());
         }
+        if self.read_replica.is_some() && matches!(self.redis, RedisTarget::Cluster(_)) {
+            return Err(
+                "read-replica names a replica of a single Redis; a cluster's replicas are not read yet"
+                    .into(),
+            );
+        }
         if matches!(&self.admin_token, Some(t) if t.len() < 16) {
             return Err("admin token must be at least 16 bytes".into());
         }
@@ -201,8 +212,12 @@ impl Config {
 
     /// Stock client settings for a stream reader: its XREAD blocks, so it needs its own
     /// connection whose response bound is above the block time.
+    /// Pointed at `--read-replica` when one is set.
     pub fn reader_stock(&self) -> StockConfig {
         let mut c = self.stock();
+        if let Some(url) = &self.read_replica {
+            c.target = RedisTarget::Single(url.clone());
+        }
         c.timeouts.response = self.read_block + Duration::from_secs(2);
         c
     }

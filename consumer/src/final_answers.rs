@@ -3,20 +3,21 @@
 //! A gateway with replica durability stores a rerouted claim's answer (on the home shard)
 //! *tentative* until the take is known to be on a replica of the shard that took it; a
 //! replay of a tentative answer looks for the record in that shard's stream
-//! (`shard-router/src/replay.rs`). Once the writer deletes the entry, only a final answer
-//! can be replayed, so the writer calls [`finalize`] after the commit and before the
-//! delete. The reader committed only what a replica of the taking shard holds
-//! (`replica.rs`), which is exactly what a final answer promises.
+//! (`shard-router/src/replay.rs`). Once the entry is trimmed, only a final answer can be
+//! replayed, so the writer calls [`finalize_records`] after the commit and before its
+//! loop trims the shard (a shard's commits and trims are one writer loop's, in order).
+//! The reader committed only what a replica of the taking shard holds (`replica.rs`),
+//! which is exactly what a final answer promises.
 //!
-//! A call that fails is retried a few times, then left: the entry is deleted anyway (the
+//! A call that fails is retried a few times, then left: the entry is trimmed anyway (the
 //! ledger has it), and a replay of that request id answers 503 (unconfirmed), never a
-//! false success.
+//! false success. So does a replay whose committing consumer died between its commit and
+//! this call: the next owner reads after the committed place and does not see the record
+//! again.
 
 use std::time::Duration;
 
 use shard_router::{Claim, ClaimRecord, StockClient};
-
-use crate::stream::Delivered;
 
 /// Attempts per answer, and the pause between them. The answers of one batch are made
 /// final concurrently, so a home master that does not answer holds the batch's
@@ -24,14 +25,8 @@ use crate::stream::Delivered;
 const ATTEMPTS: usize = 2;
 const PAUSE: Duration = Duration::from_millis(50);
 
-/// Makes the answers of the committed rerouted records in `batch` final. Records without
-/// a request id, or taken on their home shard, have nothing to do.
-pub async fn finalize(client: &StockClient, batch: &[Delivered]) {
-    finalize_records(client, batch.iter().map(|d| &d.record)).await;
-}
-
-/// [`finalize`] for records committed by another path (`consumer redrive`: a letter it
-/// deletes leaves no record to confirm a tentative answer by).
+/// Makes the answers of the committed rerouted records final. Records without a request
+/// id, or taken on their home shard, have nothing to do.
 pub async fn finalize_records<'a>(
     client: &StockClient,
     records: impl Iterator<Item = &'a ClaimRecord>,

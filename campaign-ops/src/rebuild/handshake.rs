@@ -9,33 +9,31 @@
 //! until every consumer whose heartbeat is recent confirms it: it confirms request N once
 //! everything it read from any stream before it saw N is committed to the ledger (so
 //! step 3 reads it), or dropped without a commit (a read batch whose master changed
-//! before a replica confirmed it, `reader.rs`: never in the ledger, so never late; it
+//! before a replica confirmed it, or whose place was refused, `consumer/src/shard.rs`,
+//! `writer.rs`: never in the ledger by this consumer, so never late from it; it
 //! is read again from the new master if that has it, else lost as without a rebuild,
 //! and its units went with the master that lost it). Entries a consumer reads after
 //! seeing N were read after the fence, so after the loss: they are still in their
 //! stream when step 3 reads it, because nothing removes an entry before its record is
-//! committed (`lua/claim.lua` and `lua/take.lua` add without MAXLEN; `lua/stream_ack.lua`
-//! acknowledges, XTRIMs below a floor every group has acknowledged and XDELs only ids
-//! the writer committed; XAUTOCLAIM in `recovery.rs` moves pending entries between
-//! consumers without removing them; a dead-lettered entry is copied before its removal
-//! and step 3 reads the dead letters too). A batch committing those races step 3 on
+//! committed (`lua/claim.lua` and `lua/take.lua` add without MAXLEN; the only removal is
+//! `lua/stream_trim.lua`'s XTRIM to a place the ledger committed, under a guard against
+//! a master whose history went back). A batch committing those races step 3 on
 //! the campaign row: before it, its rows are read; after it, its entries were in the
 //! stream and the rebuild inserted them, so the batch finds them there. So when every
 //! live consumer confirms, no claim the rebuild misses can commit after it, and no
-//! fixed pause is taken. (A read blocked in XREADGROUP when N is seen counts as read
+//! fixed pause is taken. (A read blocked in XREAD when N is seen counts as read
 //! before it until its block ends: the answer takes about `read_block` while the fence
 //! keeps the streams idle.) A consumer that does not confirm within the bound (dead,
 //! partitioned, stuck) is logged, counted in
 //! `flashgate_consumer_rebuild_flush_unanswered_total` and named in the rebuild's `Report`;
 //! so, without a wait, is a consumer whose heartbeat went stale within the last minute
-//! (it may be alive with a stalled beat) and a stream reader with no row (an older
-//! release; seen only once a read delivered it something, below). The
+//! (it may be alive with a stalled beat) and a stream lease owner with no row (an older
+//! release, or a row lost; below). The
 //! rebuild then pauses `Options::quiesce` as before the handshake (also when no
 //! consumer is registered) and goes on: what such a consumer commits
 //! later is a late claim (`consumer/src/late.rs`), recorded, not prevented. Also outside
 //! the handshake: records read from a master the shard has already left (a consumer
-//! still reading a partitioned old master after a failover), and `consumer redrive`
-//! running during the rebuild (it holds dead letters in memory the same way).
+//! still reading a partitioned old master after a failover).
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::{Duration, Instant};

@@ -31,17 +31,13 @@
 //!   first), unless that release began after the read; then, or for a member the ledger
 //!   does not know, the sizes differ and the steps run again (a bounded number of times,
 //!   then the run fails: it never guesses).
-//! - Stream entries, read after `T_s`: the claims stream up to the cutoff, then the whole
-//!   dead-letter stream (an entry there is its claim's original id, kept when `<=` the
-//!   cutoff). Entries are only appended and ids never reused, so the claim of one read in a
-//!   page was taken before `T_s` and was still in one of the two streams then (the copy to
-//!   the dead letters precedes the delete). One in the claims stream at `T_s` but gone when
-//!   its page was read was deleted after its commit (the consumer removes only committed
-//!   entries, by id or by a trim below its group's first pending one, `lua/stream_ack.lua`),
-//!   or dead-lettered, whose copy is appended before the claims entry is deleted
-//!   and is read later (the dead letters come second) unless redrive removed it, which it
-//!   does only once the claim is committed. So a claim taken before `T_s` is read in a
-//!   page, or its row is in `L1`, read after every page; or both.
+//! - Stream entries, read after `T_s`: the claims stream up to the cutoff. Entries are only
+//!   appended and ids never reused, so the claim of one read in a page was taken before
+//!   `T_s` and was still in the stream then. One in the claims stream at `T_s` but gone
+//!   when its page was read was trimmed after its commit (the consumer trims only below a
+//!   place the ledger committed, `lua/stream_trim.lua`). So a claim taken before `T_s` is
+//!   read in a page, or its row is in `L1`, read after every page; or both (committed
+//!   entries stay in the stream until a trim).
 //!
 //! The ledger is read twice: `L0` (stock, applied waves, claims `released`) before every
 //! snapshot, `L1` (every claim row, every wave row) after. Rows are never deleted and a

@@ -168,3 +168,43 @@ async fn consumers_hand_shards_over_without_losing_or_doubling_a_claim() {
     assert_eq!(s.count("SELECT COUNT(*) FROM anomalies").await, 0);
     assert_eq!(s.reconcile(c.sku).await.drift, 0);
 }
+
+/// `calls` of `command` in a node's `INFO commandstats` (0 when never called).
+fn calls(server: &test_support::RedisServer, command: &str) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut server.connection())
+        .unwrap();
+    let prefix = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+/// With `--read-replica` the consumer's reads go to the replica: the master serves no
+/// XREAD at all, and every claim still lands once (the fence on the master confirms them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_from_a_replica_cost_the_master_no_read() {
+    let s = Stack::start().await;
+    let replica = test_support::RedisServer::start_replica_of(&s.redis);
+    let c = campaign(&s, 14_004, 100, SHARDS, 1, 3600).await;
+    let mut cfg = s.cfg.clone();
+    cfg.read_replica = Some(replica.url());
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut s.redis.connection())
+        .unwrap();
+    let consumer = start_consumer(cfg);
+    let ids = claim_all(&s.client, &c, users("r", 100), 8).await;
+    assert_eq!(ids.len(), 100);
+    wait_drained(&s, c.sku, 100, Duration::from_secs(30)).await;
+    consumer.stop().await;
+    assert_eq!(calls(&s.redis, "xread"), 0, "the master served a read");
+    assert!(calls(&replica, "xread") > 0, "the replica served none");
+    assert_eq!(
+        s.count("SELECT COUNT(DISTINCT claim_id) FROM claims WHERE sku = 14004")
+            .await,
+        100
+    );
+}

@@ -49,7 +49,7 @@ fn replicas(cluster: &RedisCluster) -> Vec<usize> {
 /// earlier (the ledger must not hold what a failover could take back), and nothing is
 /// kept as poison although the entries wait far longer than a lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn replica_down_nothing_dead_lettered() {
+async fn replica_down_nothing_kept_as_poison() {
     let _one = crate::common::one_at_a_time().await;
     let down = std::env::var("FG_DRILL_REPLICA_DOWN_S")
         .ok()
@@ -99,7 +99,7 @@ async fn replica_down_nothing_dead_lettered() {
         .count();
     let dead = poison(&s).await;
     println!(
-        "drill=replica-down-{}s acknowledged={acknowledged} recorded={} lost={lost} duplicated=0 oversold=0 committed_while_down={} dead_lettered={dead}",
+        "drill=replica-down-{}s acknowledged={acknowledged} recorded={} lost={lost} duplicated=0 oversold=0 committed_while_down={} poison={dead}",
         down.as_secs(),
         ledger.len(),
         rows_while_down - before.len() as i64

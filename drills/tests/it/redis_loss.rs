@@ -35,8 +35,7 @@ enum Loss {
 fn config(redis: &str, db: &str) -> Config {
     let mut c = Config::new(RedisTarget::Single(redis.to_owned()), SHARDS, db);
     c.read_block = Duration::from_millis(200);
-    c.recovery_interval = Duration::from_millis(200);
-    c.claim_idle = Duration::from_millis(1500);
+    c.lease = Duration::from_millis(1500);
     c.reconcile_interval = Duration::from_secs(3600);
     c.backoff_max = Duration::from_millis(500);
     c
@@ -229,7 +228,7 @@ async fn drill(loss: Loss) -> verdict::Figures {
         .filter(|(_, s)| s == "pending" || s == "confirmed")
         .map(|(r, _)| u64::from(r.qty))
         .sum();
-    let report = campaign_ops::reconcile::run(&pool, &client, &cfg.group, c.sku, now_ms(), T)
+    let report = campaign_ops::reconcile::run(&pool, &client, c.sku, now_ms(), T)
         .await
         .expect("reconcile");
     // Claims committed after the rebuild read the ledger (consumer/src/late.rs):
