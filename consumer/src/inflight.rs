@@ -1,30 +1,26 @@
-//! Entries this process has read but not yet acknowledged. The recovery loop refreshes
-//! their idle time (so no other consumer takes over live work) and skips them.
-//!
-//! Each entry carries the instant its idle time in Redis last started, or earlier: taken
-//! before the read (or refresh) that started it was sent. So its age here is never below
-//! its idle time in Redis, and recovery refreshes only entries old enough to need it
-//! ([`InFlight::due`]) instead of every entry every round: most are settled within
-//! milliseconds, and an XCLAIM looks every id up in the stream (issue 16).
-//!
-//! Each entry also carries the flush epoch of the read that delivered it, for the
+//! Entries this process has read and not yet committed (or dropped), for the
 //! rebuild's flush handshake (`flush.rs`): a read registers itself ([`InFlight::begin`])
 //! before its command is sent and stays registered until its entries are in this set, so
 //! "everything read before cut `c`" is exactly the reads open at an epoch below `c` and the
 //! entries of such an epoch not committed yet ([`InFlight::flushed`]).
+//!
+//! One id may be held by two reads at once (a read of a lost lease, or of an old master,
+//! still queued when the shard is read again): each holder is kept with its own epoch, and
+//! a removal takes one holder, the committed one first, else the newest, so an older read's
+//! epoch keeps holding a cut back until the last holder is gone (never too early).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use shard_router::ShardId;
 use tokio::sync::watch;
 
-/// An entry's delivery instant and flush epoch ([`COMMITTED`] once in the ledger).
-type Shards = HashMap<ShardId, HashMap<String, (Instant, u64)>>;
+/// The flush epoch of each read holding an entry ([`COMMITTED`] once in the ledger).
+type Shards = HashMap<ShardId, HashMap<String, Vec<u64>>>;
 
-/// The epoch of an entry already committed to the ledger, only its XACK left: it holds
-/// no flush back.
+/// The epoch of an entry already committed to the ledger, only its settling left: it
+/// holds no flush back.
 const COMMITTED: u64 = u64::MAX;
 
 #[derive(Debug, Default)]
@@ -62,7 +58,7 @@ impl Default for InFlight {
 pub struct Reading {
     set: InFlight,
     epoch: u64,
-    /// When the read was asked for (the entries' idle time starts after it).
+    /// When the read was asked for (the next read of its shard is paced from it).
     pub asked: Instant,
 }
 
@@ -119,7 +115,7 @@ impl InFlight {
         }
         g.shards
             .values()
-            .all(|s| s.values().all(|(_, epoch)| *epoch >= cut))
+            .all(|s| s.values().flatten().all(|&epoch| epoch >= cut))
     }
 
     /// Follows the cuts (see [`InFlight::cut`]).
@@ -127,79 +123,56 @@ impl InFlight {
         self.0.cuts.subscribe()
     }
 
-    /// Adds ids delivered by `read`; returns those that were not in flight already (an id
-    /// already in flight keeps its older instant and epoch).
-    pub fn add<'a>(
-        &self,
-        shard: ShardId,
-        ids: impl IntoIterator<Item = &'a str>,
-        read: &Reading,
-    ) -> Vec<String> {
+    /// Adds ids delivered by `read`, each one more holder.
+    pub fn add<'a>(&self, shard: ShardId, ids: impl IntoIterator<Item = &'a str>, read: &Reading) {
         let mut g = self.lock();
         let set = g.shards.entry(shard).or_default();
-        let mut added = Vec::new();
         for id in ids {
-            if let std::collections::hash_map::Entry::Vacant(v) = set.entry(id.to_owned()) {
-                v.insert((read.asked, read.epoch));
-                added.push(id.to_owned());
-            }
+            set.entry(id.to_owned()).or_default().push(read.epoch);
         }
-        added
     }
 
-    /// Marks `(shard, id)`s committed to the ledger (their acknowledgement still to come).
+    /// Marks one holder of each `(shard, id)` committed to the ledger (its settling still
+    /// to come): the oldest, which the commit covers as well as any.
     pub fn committed<'a>(&self, ids: impl IntoIterator<Item = (ShardId, &'a str)>) {
         let mut g = self.lock();
         for (shard, id) in ids {
-            if let Some(e) = g.shards.get_mut(&shard).and_then(|s| s.get_mut(id)) {
-                e.1 = COMMITTED;
+            if let Some(held) = g.shards.get_mut(&shard).and_then(|s| s.get_mut(id)) {
+                if let Some(e) = held.iter_mut().filter(|e| **e != COMMITTED).min() {
+                    *e = COMMITTED;
+                }
             }
         }
     }
 
+    /// Removes one holder of each id: a committed one first, else the newest.
     pub fn remove<'a>(&self, shard: ShardId, ids: impl IntoIterator<Item = &'a str>) {
         if let Some(set) = self.lock().shards.get_mut(&shard) {
             for id in ids {
-                set.remove(id);
-            }
-        }
-    }
-
-    pub fn contains(&self, shard: ShardId, id: &str) -> bool {
-        self.lock()
-            .shards
-            .get(&shard)
-            .is_some_and(|s| s.contains_key(id))
-    }
-
-    /// One shard's ids whose idle time may have reached `age`: those to refresh now.
-    pub fn due(&self, shard: ShardId, age: Duration) -> Vec<String> {
-        let now = Instant::now();
-        self.lock()
-            .shards
-            .get(&shard)
-            .map(|s| {
-                s.iter()
-                    .filter(|(_, (since, _))| now.saturating_duration_since(*since) >= age)
-                    .map(|(id, _)| id.clone())
-                    .collect()
-            })
-            .unwrap_or_default()
-    }
-
-    /// Records that `ids` (those still in flight) were refreshed by a call sent at `at`.
-    pub fn refreshed(&self, shard: ShardId, ids: &[String], at: Instant) {
-        if let Some(set) = self.lock().shards.get_mut(&shard) {
-            for id in ids {
-                if let Some((since, _)) = set.get_mut(id) {
-                    *since = (*since).max(at);
+                let Some(held) = set.get_mut(id) else {
+                    continue;
+                };
+                let at = held
+                    .iter()
+                    .position(|&e| e == COMMITTED)
+                    .or_else(|| (0..held.len()).max_by_key(|&i| held[i]));
+                if let Some(i) = at {
+                    held.swap_remove(i);
+                }
+                if held.is_empty() {
+                    set.remove(id);
                 }
             }
         }
     }
 
     pub fn len(&self) -> usize {
-        self.lock().shards.values().map(HashMap::len).sum()
+        self.lock()
+            .shards
+            .values()
+            .flat_map(HashMap::values)
+            .map(Vec::len)
+            .sum()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -211,32 +184,23 @@ impl InFlight {
 mod tests {
     use super::*;
 
-    /// A read registered at `since` (as if asked then).
-    fn read_at(f: &InFlight, since: Instant) -> Reading {
-        let mut r = f.begin();
-        r.asked = since;
-        r
-    }
-
+    /// An id read twice (a lost lease's read still queued when the shard is read again):
+    /// dropping or settling one read leaves the other holding the cut.
     #[test]
-    fn only_entries_as_old_as_the_threshold_are_due() {
+    fn an_id_held_by_two_reads_holds_the_cut_until_both_are_gone() {
         let f = InFlight::default();
-        let old = Instant::now() - Duration::from_secs(10);
-        f.add(0, ["1-0", "2-0"], &read_at(&f, old));
-        f.add(0, ["3-0"], &f.begin());
-        f.add(1, ["1-0"], &read_at(&f, old));
-        let mut due = f.due(0, Duration::from_secs(5));
-        due.sort();
-        assert_eq!(due, ["1-0", "2-0"]);
-        // Added again by a later read: still as old as its first delivery.
-        assert!(f.add(0, ["1-0"], &f.begin()).is_empty());
-        f.refreshed(0, &["1-0".to_owned()], Instant::now());
-        assert_eq!(f.due(0, Duration::from_secs(5)), ["2-0"]);
-        assert_eq!(f.due(0, Duration::ZERO).len(), 3);
-        f.remove(0, ["2-0"]);
-        assert!(f.due(0, Duration::from_secs(5)).is_empty());
-        assert_eq!(f.due(1, Duration::from_secs(5)), ["1-0"]);
-        assert_eq!(f.len(), 3);
+        f.add(0, ["1-0"], &f.begin());
+        let cut = f.cut();
+        f.add(0, ["1-0"], &f.begin());
+        f.remove(0, ["1-0"]);
+        assert!(
+            !f.flushed(cut),
+            "the read from before the cut still holds 1-0"
+        );
+        f.committed([(0, "1-0")]);
+        assert!(f.flushed(cut));
+        f.remove(0, ["1-0"]);
+        assert!(f.is_empty());
     }
 
     #[test]

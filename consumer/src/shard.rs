@@ -45,7 +45,7 @@ use crate::replica::{Replicated, ShardReplica};
 /// blocks in Redis and returns as soon as one arrives.
 pub const READ_LINGER: Duration = Duration::from_millis(20);
 
-/// How often the lag gauges of a shard are refreshed.
+/// How often the lag gauges are refreshed and idle streams trimmed.
 const GAUGES_EVERY: Duration = Duration::from_secs(5);
 
 /// One read of a shard, on its way to the writer.
@@ -103,6 +103,12 @@ impl ShardLease {
 
     fn lost(&self) -> bool {
         self.inner.lost.load(Ordering::Acquire)
+    }
+
+    /// True while a lease is held and not known lost: only then may this process trim to
+    /// the place it committed (one it lost may be read under another master by now).
+    pub fn held(&self) -> bool {
+        self.epoch() > 0 && !self.lost()
     }
 
     /// Holds the lease of `epoch`, acquired at `at` (the reader, after acquiring it).
@@ -228,7 +234,6 @@ impl ShardReader {
         let mut at = lease.offset;
         // Set when a read showed a new master: the next read starts from the beginning.
         let mut from_start = false;
-        let mut gauges_at = tokio::time::Instant::now();
         loop {
             if *shutdown.borrow() {
                 return false;
@@ -240,10 +245,6 @@ impl ShardReader {
                     "shard lease lost; acquiring it again"
                 );
                 return true;
-            }
-            if gauges_at.elapsed() >= GAUGES_EVERY {
-                gauges_at = tokio::time::Instant::now();
-                self.gauges().await;
             }
             let after = if from_start {
                 "0-0"
@@ -357,21 +358,47 @@ impl ShardReader {
             }
         }
     }
+}
 
-    /// Stream length, and the age of the oldest entry past the committed place.
-    async fn gauges(&self) {
-        let shard = self.lease.shard.to_string();
-        if let Ok(len) = self.stream.len(&self.client).await {
-            metrics::gauge!(m::STREAM_LAG, "shard" => shard.clone()).set(len as f64);
+/// Every [`GAUGES_EVERY`] until `shutdown`, for each shard: the stream's length, the age of
+/// its oldest entry past the committed place, and a trim to that place (a stream gone idle
+/// keeps the entries of its last second otherwise: the writer trims at most once a second,
+/// after a commit). Apart from the readers, so the gauges move while a reader waits (for a
+/// replica, or on a full channel while MySQL is down). The place is the one this process
+/// committed, recorded after its answers were made final (`writer.rs`), so the trim never
+/// runs ahead of them; a lease lost since only makes it lower.
+pub async fn watch(
+    client: StockClient,
+    streams: Vec<(ShardStream, ShardLease)>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut tick = tokio::time::interval(GAUGES_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = crate::signal::stopped(&mut shutdown) => return,
         }
-        let Some(at) = self.lease.committed_at() else {
-            return;
-        };
-        if let Ok(first) = self.stream.first_after_ms(&self.reader, &at.last_id).await {
-            let age_s = first.map_or(0.0, |ms| {
-                (shard_router::now_ms() - ms).max(0) as f64 / 1000.0
-            });
-            metrics::gauge!(m::OLDEST_PENDING_SECONDS, "shard" => shard).set(age_s);
+        for (stream, lease) in &streams {
+            let shard = lease.shard.to_string();
+            if let Ok(len) = stream.len(&client).await {
+                metrics::gauge!(m::STREAM_LAG, "shard" => shard.clone()).set(len as f64);
+            }
+            let Some(at) = lease.committed_at() else {
+                continue;
+            };
+            if let Ok(first) = stream.first_after_ms(&client, &at.last_id).await {
+                let age_s = first.map_or(0.0, |ms| {
+                    (shard_router::now_ms() - ms).max(0) as f64 / 1000.0
+                });
+                metrics::gauge!(m::OLDEST_PENDING_SECONDS, "shard" => shard).set(age_s);
+            }
+            if lease.held() {
+                match stream.trim_committed(&client, &at.last_id).await {
+                    Ok(n) => metrics::counter!(m::TRIMMED).increment(n),
+                    Err(e) => tracing::warn!(shard = lease.shard, error = %e, "stream trim failed"),
+                }
+            }
         }
     }
 }

@@ -134,6 +134,15 @@ impl Streams {
             feeders.spawn(r.run(senders[usize::from(s) % loops].clone(), shutdown.clone()));
         }
         drop(senders);
+        let watched = shards
+            .iter()
+            .map(|s| (streams[s].clone(), leases[s].clone()))
+            .collect();
+        feeders.spawn(crate::shard::watch(
+            client.clone(),
+            watched,
+            shutdown.clone(),
+        ));
         Ok(Some(Self {
             cfg: cfg.clone(),
             pool: pool.clone(),

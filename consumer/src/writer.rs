@@ -143,7 +143,7 @@ impl Writer {
         while set.join_next().await.is_some() {}
         // Every trim not due yet, done now: a stopped consumer leaves only what the ledger
         // does not have.
-        for (shard, lease) in &self.leases {
+        for (shard, lease) in self.leases.iter().filter(|(_, l)| l.held()) {
             if let (Some(at), Some(stream)) = (lease.committed_at(), self.streams.get(shard)) {
                 if let Err(e) = stream.trim_committed(&self.client, &at.last_id).await {
                     tracing::warn!(shard, error = %e, "stream trim failed");
@@ -159,11 +159,11 @@ impl Writer {
     async fn commit(&self, mut batch: Vec<Read>, trimmed: &mut HashMap<ShardId, Instant>) {
         let started = Instant::now();
         // Reads of a lease already lost (or of an older one) would only be refused.
-        self.drop_reads(&mut batch, |r, lease| r.epoch != lease.epoch());
+        let mut dropped = drop_reads(&mut batch, |r| r.epoch != self.lease(r.shard).epoch());
         let mut refused: Vec<PoisonRow> = Vec::new();
         let outcome = loop {
             if batch.is_empty() {
-                return;
+                break BatchOutcome::default();
             }
             let moves = moves(&batch, &self.leases);
             let records: Vec<&ClaimRecord> = batch
@@ -195,7 +195,9 @@ impl Writer {
                         metrics::counter!(m::FENCED).increment(1);
                         self.lease(shard).lose(epoch);
                     }
-                    self.drop_reads(&mut batch, |r, _| lost.contains(&(r.shard, r.epoch)));
+                    dropped.extend(drop_reads(&mut batch, |r| {
+                        lost.contains(&(r.shard, r.epoch))
+                    }));
                 }
                 Err(e) => {
                     // Not writable as a batch: find the rows MySQL refuses on their own
@@ -217,10 +219,21 @@ impl Writer {
                             }
                         }
                     }
-                    let refused_ids: Vec<String> =
-                        refused.iter().map(|p| p.entry_id.clone()).collect();
+                    // By stream and id: ids repeat across shards.
+                    let refused_ids: Vec<(&str, &str)> = refused
+                        .iter()
+                        .map(|p| (p.stream.as_str(), p.entry_id.as_str()))
+                        .collect();
                     for r in &mut batch {
-                        r.entries.retain(|d| !refused_ids.contains(&d.entry_id));
+                        let stream = self.lease(r.shard).stream.clone();
+                        let inflight = &self.inflight;
+                        r.entries.retain(|d| {
+                            let keep = !refused_ids.contains(&(&*stream, d.entry_id.as_str()));
+                            if !keep {
+                                inflight.remove(r.shard, [d.entry_id.as_str()]);
+                            }
+                            keep
+                        });
                     }
                     if !found {
                         // Every row alone went in: try the batch again (the rows are there).
@@ -229,23 +242,58 @@ impl Writer {
                 }
             }
         };
-        self.settle(batch, outcome, started, trimmed).await;
+        if !dropped.is_empty() {
+            self.commit_placeless(dropped).await;
+        }
+        if !batch.is_empty() {
+            self.settle(batch, outcome, started, trimmed).await;
+        }
+    }
+
+    /// Reads whose place was refused, or whose lease is gone: their records are claims
+    /// Redis acknowledged, read (and confirmed by a replica) by this consumer, so they are
+    /// committed without a place (ignored by claim id where the new owner, or the first
+    /// attempt of a commit that timed out, has them already) and their rerouted answers
+    /// made final; the place stays the owner's, and nothing is trimmed for them. Without
+    /// this a commit that timed out after it committed would leave its answers tentative,
+    /// and reads held while the lease moved would be lost with a Redis that lost them
+    /// meanwhile, where the earlier consumer-group design committed them as late claims.
+    async fn commit_placeless(&self, reads: Vec<Read>) {
+        let records: Vec<&ClaimRecord> = reads
+            .iter()
+            .flat_map(|r| r.entries.iter().map(|d| &d.record))
+            .collect();
+        let poison: Vec<PoisonRow> = reads
+            .iter()
+            .flat_map(|r| {
+                r.poison
+                    .iter()
+                    .map(|p| poison_row(&self.lease(r.shard).stream, p))
+            })
+            .collect();
+        match self.write_retrying(&records, &[], &poison).await {
+            Ok((_, outcome)) => {
+                self.after_commit(&reads, &outcome).await;
+                tracing::info!(
+                    rows = records.len(),
+                    inserted = outcome.inserted,
+                    "reads of a lost lease committed without their place"
+                );
+            }
+            Err(e) => {
+                // Not lost: the entries stay in the stream (nothing trims past the owner's
+                // place), and the owner reads them.
+                tracing::error!(rows = records.len(), error = %e, "reads of a lost lease not committed; the shard's owner reads them");
+            }
+        }
+        for r in &reads {
+            self.inflight
+                .remove(r.shard, r.entries.iter().map(|d| d.entry_id.as_str()));
+        }
     }
 
     fn lease(&self, shard: ShardId) -> &ShardLease {
         &self.leases[&shard]
-    }
-
-    /// Drops the reads `gone` names, with their entries' in-flight marks.
-    fn drop_reads(&self, batch: &mut Vec<Read>, gone: impl Fn(&Read, &ShardLease) -> bool) {
-        batch.retain(|r| {
-            let drop = gone(r, self.lease(r.shard));
-            if drop {
-                self.inflight
-                    .remove(r.shard, r.entries.iter().map(|d| d.entry_id.as_str()));
-            }
-            !drop
-        });
     }
 
     /// Retries retryable errors forever (with backoff); returns non-retryable ones.
@@ -286,19 +334,12 @@ impl Writer {
         }
     }
 
-    /// After the commit: late claims counted in Redis, rerouted answers made final, the
-    /// places recorded, and the streams trimmed when due.
-    async fn settle(
-        &self,
-        batch: Vec<Read>,
-        outcome: BatchOutcome,
-        started: Instant,
-        trimmed: &mut HashMap<ShardId, Instant>,
-    ) {
-        let entries: Vec<&Delivered> = batch.iter().flat_map(|r| r.entries.iter()).collect();
-        // Committed: no flush waits for these any more.
+    /// After a commit: no flush waits for these any more; late claims counted in Redis,
+    /// then rerouted answers made final.
+    async fn after_commit(&self, reads: &[Read], outcome: &BatchOutcome) {
+        let entries = || reads.iter().flat_map(|r| r.entries.iter());
         self.inflight
-            .committed(entries.iter().map(|d| (d.shard, d.entry_id.as_str())));
+            .committed(entries().map(|d| (d.shard, d.entry_id.as_str())));
         if !outcome.late.is_empty() {
             // First, so the rebuilt slices stop offering these units as soon as possible;
             // a failure here is repaired by the sweep (`late_claims` has them).
@@ -314,8 +355,19 @@ impl Writer {
                 tracing::warn!(late = outcome.late.len(), error = %e, "late claims not counted yet; the sweep retries");
             }
         }
-        crate::final_answers::finalize_records(&self.client, entries.iter().map(|d| &d.record))
-            .await;
+        crate::final_answers::finalize_records(&self.client, entries().map(|d| &d.record)).await;
+    }
+
+    /// After the commit: the above, the places recorded, and the streams trimmed when due.
+    async fn settle(
+        &self,
+        batch: Vec<Read>,
+        outcome: BatchOutcome,
+        started: Instant,
+        trimmed: &mut HashMap<ShardId, Instant>,
+    ) {
+        let entries: Vec<&Delivered> = batch.iter().flat_map(|r| r.entries.iter()).collect();
+        self.after_commit(&batch, &outcome).await;
         metrics::histogram!(m::COMMIT_SECONDS).record(started.elapsed().as_secs_f64());
         metrics::histogram!(m::BATCH_ROWS).record(entries.len() as f64);
         metrics::counter!(m::CLAIMS_COMMITTED).increment(outcome.inserted as u64);
@@ -347,6 +399,14 @@ impl Writer {
         }
         tracing::debug!(rows = entries.len(), inserted = outcome.inserted, total = ?started.elapsed(), "batch committed");
     }
+}
+
+/// Takes the reads `gone` names out of `batch` (their in-flight marks stay until they are
+/// committed without a place, `Writer::commit_placeless`).
+fn drop_reads(batch: &mut Vec<Read>, gone: impl Fn(&Read) -> bool) -> Vec<Read> {
+    let (out, keep): (Vec<Read>, Vec<Read>) = std::mem::take(batch).into_iter().partition(gone);
+    *batch = keep;
+    out
 }
 
 /// Each shard's move in `batch`: from the first read's place to the last read's, with

@@ -282,6 +282,16 @@ pub(crate) async fn stream_depth(s: &Stack) -> (u64, u64) {
     total
 }
 
+/// Total XLEN over every shard stream (Redis alone: usable while MySQL is down).
+pub(crate) async fn stream_len(s: &Stack) -> u64 {
+    let mut total = 0;
+    for shard in 0..SHARDS {
+        let st = consumer::stream::ShardStream::new(&s.client, shard);
+        total += st.len(&s.client).await.expect("xlen");
+    }
+    total
+}
+
 /// Polls until the ledger has `n` claims of `sku` and the streams hold nothing past the
 /// committed places.
 pub(crate) async fn wait_drained(s: &Stack, sku: u64, n: i64, limit: Duration) {
