@@ -1,26 +1,55 @@
 //! Redis CPU per claim, split by command (issue 16): what the claim script costs Redis, and
-//! what the consumer's stream work (reads, acks, deletes, recovery) adds on top.
+//! what the offset consumer's stream work (reads, replica fences, trims, lag gauges) adds
+//! on top, on the master it reads from and on a master whose replica it reads from.
 //!
 //! One round on a fresh Redis and database, with the production consumer settings and 16
-//! shards (what `bench run --stack` deploys):
-//! - A: `FG_COST_CLAIMS` claims through the claim script at `FG_COST_RATE` claims/s with no
-//!   consumer running: the claim path alone;
-//! - B: the consumer running and committing to MariaDB, the same load again, until the
-//!   consumer has drained every entry (acknowledged and deleted).
+//! shards (what `bench run --stack` deploys), four phases of `FG_COST_CLAIMS` claims at
+//! `FG_COST_RATE` claims/s through the claim script, each after a warm-up of 2000:
+//! - A: no consumer running: the claim path alone;
+//! - B: the consumer running, reading the master (XREAD + `INFO replication` in one
+//!   pipeline; no replica, so no fence) and committing to MariaDB, the trim script
+//!   (`lua/stream_trim.lua`: XINFO STREAM + XTRIM MINID, one EVAL at most once a second per
+//!   shard) and the lag gauges (XLEN and XRANGE every 5 s per shard).
 //!
-//! Each phase reads `INFO commandstats` and the Redis process CPU (`INFO cpu`, user + sys)
-//! before and after. B − A is the consumer's share by process CPU (it includes serving
-//! blocked reads, which Redis 7.0 does outside any command's timing). Commands that run
-//! inside a script are counted by Redis in their own rows too; the share "by command" sums
-//! only what was sent from outside (see `INNER_CLAIM`, `INNER_SETTLE`).
+//! Then a replica of the same master is started (`RedisServer::start_replica_of`), and:
+//! - A': the replica attached, no consumer: the claim path plus feeding a replica;
+//! - C: the consumer with `read_replica` pointing at the replica: its reads go to the
+//!   replica, and the master serves its fences before each commit (INCR of the shard's
+//!   fence key + WAIT + `INFO replication` in one pipeline, `consumer/src/replica.rs`), its
+//!   trims and gauges, and the replica's acknowledgements (REPLCONF) the WAITs ask for.
+//!
+//! A phase with the consumer ends when the ledger has committed every claim issued so far
+//! (`COUNT(*)` of claims, polled in MariaDB so the wait costs Redis nothing). Entries are
+//! no longer deleted one by one: a committed entry stays in its stream until the next trim
+//! of the shard (up to about a second later), so a window starts and ends with about a
+//! second of committed, untrimmed entries, and holds about one trim per shard per second
+//! of its length (steady state, not a final clean-up).
+//!
+//! Each phase reads `INFO commandstats` and the Redis process CPU (`INFO cpu`, user + sys:
+//! the whole process, as getrusage counts it) of the master, and in A' and C of the
+//! replica, before and after. B − A is the consumer's share of the master it reads; C − A'
+//! is its share of a master whose replica it reads (the replica's own cost is the claim
+//! path's too, so A' is the base, not A). The process CPU includes what no command row
+//! shows: reading requests, writing replies, waking blocked reads, feeding the replica.
+//! Commands that run inside a script are counted by Redis in their own rows too; the share
+//! "by command" sums only what was sent from outside (see `INNER_CLAIM`, `INNER_TRIM`),
+//! minus the same rows of the phase without the consumer (REPLCONF runs every second with
+//! or without it; the test's own `INFO` calls are in every phase).
+//!
+//! On a shared 2-core machine one phase's process CPU per claim moves by several µs from
+//! round to round (the claim pipelines' batching follows the scheduling), which is more
+//! than the consumer adds to a master it does not read: C − A' is within that noise, and
+//! its command rows say more. Medians are taken per figure (a difference's median is not
+//! the difference of the medians).
 //!
 //! Run: `cargo test -p campaign-ops --test it redis_cost:: -- --ignored --nocapture`
 //! (`FG_COST_ROUNDS`, default 3, prints medians over the rounds; `FG_COST_RECORDS=pairs`
 //! writes the nine-pair records instead of the compact ones; Redis's own cost does not
 //! depend on the build, but the consumer's read sizes do a little: release is closer to a
-//! deployment).
+//! deployment). Four Redis-heavy phases and a replica fit a 2-core machine at the default
+//! size; `FG_COST_CLAIMS` / `FG_COST_RATE` change it.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -29,17 +58,20 @@ use campaign_ops::campaign::{self, Campaign};
 use consumer::Config;
 use shard_router::protocol::{self, LocalEmptyShards};
 use shard_router::{ClaimOutcome, ClaimRequest, RecordForm, RedisTarget, StockClient};
+use sqlx::MySqlPool;
 use test_support::mariadb::TestDatabase;
 use test_support::RedisServer;
 
 const SKU: u64 = 1616;
 const COST_SHARDS: u16 = 16;
+const WARM_UP: usize = 2000;
 /// Commands `lua/claim.lua` runs inside its EVALSHA.
 const INNER_CLAIM: &[&str] = &[
     "hmget", "get", "expire", "hget", "hincrby", "hset", "set", "decrby", "xadd", "publish",
 ];
-/// Commands the consumer's settle script runs inside its EVAL (`shard-router/src/stream/settle.rs`).
-const INNER_SETTLE: &[&str] = &["xack", "xdel", "xtrim", "xpending", "xinfo|groups"];
+/// Commands the consumer's trim script runs inside its EVAL (`lua/stream_trim.lua`,
+/// `shard-router/src/stream/trim.rs`).
+const INNER_TRIM: &[&str] = &["exists", "xinfo|stream", "xtrim"];
 
 /// `FG_COST_RECORDS`: the form of the claim records, `compact` (default) or `pairs`.
 fn record_form() -> RecordForm {
@@ -127,14 +159,23 @@ impl PerClaim {
     fn calls(&self, cmd: &str) -> f64 {
         self.cmds.get(cmd).map_or(0.0, |c| c.0)
     }
-    /// µs per claim of commands sent from outside a script other than the claim script's.
-    fn consumer_commands(&self) -> f64 {
-        let settle_script = self.calls("eval") > 0.0;
+    /// Whether `cmd` is a row of the consumer's, not of the claim path: neither the claim
+    /// script nor what runs inside it, nor (when the trim script ran) what runs inside that.
+    fn consumer_row(&self, cmd: &str) -> bool {
+        cmd != "evalsha"
+            && !INNER_CLAIM.contains(&cmd)
+            && !(self.calls("eval") > 0.0 && INNER_TRIM.contains(&cmd))
+    }
+    /// µs per claim of the consumer's rows, minus the same rows of `base` (the phase
+    /// without the consumer: REPLCONF, the test's own INFO).
+    fn consumer_commands(&self, base: &PerClaim) -> f64 {
         self.cmds
-            .iter()
-            .filter(|(k, _)| k.as_str() != "evalsha" && !INNER_CLAIM.contains(&k.as_str()))
-            .filter(|(k, _)| !(settle_script && INNER_SETTLE.contains(&k.as_str())))
-            .map(|(_, c)| c.1)
+            .keys()
+            .chain(base.cmds.keys())
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .filter(|k| self.consumer_row(k))
+            .map(|k| self.us(k) - base.us(k))
             .sum()
     }
     fn print(&self, title: &str) {
@@ -143,13 +184,13 @@ impl PerClaim {
             self.claims, self.cpu
         );
         eprintln!(
-            "    {:<12} {:>12} {:>10} {:>10}",
+            "    {:<14} {:>12} {:>10} {:>10}",
             "command", "calls/claim", "µs/call", "µs/claim"
         );
         let mut rows: Vec<_> = self.cmds.iter().collect();
         rows.sort_by(|a, b| b.1 .1.total_cmp(&a.1 .1));
         for (k, (calls, us)) in rows {
-            eprintln!("    {k:<12} {calls:>12.4} {:>10.1} {us:>10.2}", us / calls);
+            eprintln!("    {k:<14} {calls:>12.4} {:>10.1} {us:>10.2}", us / calls);
         }
     }
 }
@@ -190,21 +231,30 @@ async fn drive(client: &StockClient, c: &Campaign, prefix: &str, n: usize, rate:
     while tasks.join_next().await.is_some() {}
 }
 
-/// Waits until every claims stream is empty with nothing pending.
-async fn drained(conn: &mut redis::Connection, client: &StockClient) {
+/// The claims of [`SKU`] the ledger has.
+async fn committed(pool: &MySqlPool) -> i64 {
+    sqlx::query_scalar("SELECT COUNT(*) FROM claims WHERE sku = ?")
+        .bind(SKU)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+/// Waits until the ledger has committed all `issued` claims. Asks MariaDB only, so the
+/// wait adds nothing to what Redis is measured for. (The streams still hold the entries
+/// committed since each shard's last trim: the consumer trims them within a second.)
+async fn drained(pool: &MySqlPool, issued: usize) {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        let mut left = 0u64;
-        for shard in 0..COST_SHARDS {
-            let key = shard_router::keys::claims_stream(client.placement(), shard);
-            let len: u64 = redis::cmd("XLEN").arg(&key).query(conn).unwrap();
-            left += len;
-        }
-        if left == 0 {
+        let rows = committed(pool).await;
+        if rows >= issued as i64 {
             return;
         }
-        assert!(Instant::now() < deadline, "{left} entries not drained");
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        assert!(
+            Instant::now() < deadline,
+            "{rows} of {issued} claims committed"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
@@ -226,7 +276,17 @@ fn favour(redis: &RedisServer) {
     }
 }
 
-async fn round(round: usize, n: usize, rate: usize) -> (PerClaim, PerClaim) {
+/// One round's phases, per claim: the master's in all four, the replica's in A' and C.
+struct Round {
+    a: PerClaim,
+    b: PerClaim,
+    a2: PerClaim,
+    c: PerClaim,
+    a2_replica: PerClaim,
+    c_replica: PerClaim,
+}
+
+async fn round(round: usize, n: usize, rate: usize) -> Round {
     let redis = RedisServer::start();
     favour(&redis);
     let db = TestDatabase::create();
@@ -241,7 +301,7 @@ async fn round(round: usize, n: usize, rate: usize) -> (PerClaim, PerClaim) {
     let c = Campaign {
         sku: SKU,
         name: "cost".into(),
-        stock: 10 * n as u64,
+        stock: 10 * (n + WARM_UP) as u64,
         width: COST_SHARDS,
         limit: 1,
         start_ms: now - 1000,
@@ -251,40 +311,93 @@ async fn round(round: usize, n: usize, rate: usize) -> (PerClaim, PerClaim) {
     campaign::put(&pool, &c, COST_SHARDS, T).await.unwrap();
     campaign::preheat(&pool, &client, SKU, T).await.unwrap();
     let mut conn = redis.connection();
+    let mut issued = 0;
 
     // Warm-up (scripts loaded, connections open), then A: the claim path alone.
-    drive(&client, &c, &format!("w{round}"), 2000, rate).await;
+    drive(&client, &c, &format!("w{round}"), WARM_UP, rate).await;
     let a0 = stats(&mut conn);
     drive(&client, &c, &format!("a{round}"), n, rate).await;
     let a1 = stats(&mut conn);
+    issued += WARM_UP + n;
 
-    // B: the consumer running; measured from its steady state to the last delete.
+    // B: the consumer reading the master; measured from its steady state (everything
+    // before committed) to the last claim committed.
     let consumer = start_consumer(cfg.clone());
-    drained(&mut conn, &client).await;
-    drive(&client, &c, &format!("v{round}"), 2000, rate).await;
-    drained(&mut conn, &client).await;
+    drained(&pool, issued).await;
+    drive(&client, &c, &format!("v{round}"), WARM_UP, rate).await;
+    issued += WARM_UP;
+    drained(&pool, issued).await;
     let b0 = stats(&mut conn);
     let t = Instant::now();
     drive(&client, &c, &format!("b{round}"), n, rate).await;
-    drained(&mut conn, &client).await;
+    issued += n;
+    drained(&pool, issued).await;
     let b1 = stats(&mut conn);
-    let took = t.elapsed();
+    let took_b = t.elapsed();
     consumer.stop().await;
-    let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM claims")
+
+    // A': a replica of the same master attached (full sync done), no consumer.
+    let replica = RedisServer::start_replica_of(&redis);
+    favour(&replica);
+    let mut rconn = replica.connection();
+    drive(&client, &c, &format!("x{round}"), WARM_UP, rate).await;
+    issued += WARM_UP;
+    let a2_0 = (stats(&mut conn), stats(&mut rconn));
+    drive(&client, &c, &format!("r{round}"), n, rate).await;
+    issued += n;
+    let a2_1 = (stats(&mut conn), stats(&mut rconn));
+
+    // C: the consumer reading the replica, fencing on the master before each commit.
+    let mut replica_cfg = cfg.clone();
+    replica_cfg.read_replica = Some(replica.url());
+    let consumer = start_consumer(replica_cfg);
+    drained(&pool, issued).await;
+    drive(&client, &c, &format!("y{round}"), WARM_UP, rate).await;
+    issued += WARM_UP;
+    drained(&pool, issued).await;
+    let c0 = (stats(&mut conn), stats(&mut rconn));
+    let t = Instant::now();
+    drive(&client, &c, &format!("c{round}"), n, rate).await;
+    issued += n;
+    drained(&pool, issued).await;
+    let c1 = (stats(&mut conn), stats(&mut rconn));
+    let took_c = t.elapsed();
+    consumer.stop().await;
+
+    let rows: i64 = sqlx::query_scalar("SELECT COUNT(DISTINCT claim_id) FROM claims")
         .fetch_one(&pool)
         .await
         .unwrap();
-    assert_eq!(rows, (2 * n + 4000) as i64, "every claim in the ledger");
-    eprintln!("round {round}: B took {took:?} for {n} claims");
-    (per_claim(&a0, &a1, n), per_claim(&b0, &b1, n))
+    assert_eq!(rows, issued as i64, "every claim in the ledger once");
+    assert_eq!(committed(&pool).await, issued as i64, "no claim twice");
+    eprintln!("round {round}: B took {took_b:?}, C took {took_c:?} for {n} claims each");
+    let r = Round {
+        a: per_claim(&a0, &a1, n),
+        b: per_claim(&b0, &b1, n),
+        a2: per_claim(&a2_0.0, &a2_1.0, n),
+        c: per_claim(&c0.0, &c1.0, n),
+        a2_replica: per_claim(&a2_0.1, &a2_1.1, n),
+        c_replica: per_claim(&c0.1, &c1.1, n),
+    };
+    assert_eq!(r.c.calls("xread"), 0.0, "the master served a read in C");
+    assert!(
+        r.c_replica.calls("xread") > 0.0,
+        "the replica served no read in C"
+    );
+    r
 }
 
-/// One summary figure from a round's two phases.
-type Figure = dyn Fn(&PerClaim, &PerClaim) -> f64;
+/// One summary figure from a round.
+type Figure = dyn Fn(&Round) -> f64;
 
 fn median(mut xs: Vec<f64>) -> f64 {
     xs.sort_by(f64::total_cmp);
     xs[xs.len() / 2]
+}
+
+/// µs per claim of `cmds` in `x`, minus the same rows in `base`.
+fn rows_over(x: &PerClaim, base: &PerClaim, cmds: &[&str]) -> f64 {
+    cmds.iter().map(|k| x.us(k) - base.us(k)).sum()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -295,66 +408,105 @@ async fn redis_cpu_per_claim_by_command() {
     let rounds = env("FG_COST_ROUNDS", 3);
     let mut all = Vec::new();
     for r in 0..rounds {
-        let (a, b) = round(r, n, rate).await;
-        a.print("A, no consumer");
-        b.print("B, consumer running");
-        all.push((a, b));
+        let round = round(r, n, rate).await;
+        round.a.print("A, master, no consumer");
+        round.b.print("B, master, consumer reading it");
+        round.a2.print("A', master, replica attached, no consumer");
+        round.c.print("C, master, consumer reading the replica");
+        round.a2_replica.print("A', replica, no consumer");
+        round.c_replica.print("C, replica, consumer reading it");
+        all.push(round);
     }
-    let med = |f: &Figure| median(all.iter().map(|(a, b)| f(a, b)).collect());
+    let med = |f: &Figure| median(all.iter().map(f).collect());
+    // What the consumer reads on a master with no replica, what it sends there, and the
+    // same on a master whose replica it reads.
+    const READS: &[&str] = &["xread", "info"];
+    const GAUGES: &[&str] = &["xlen", "xrange"];
+    const FENCE: &[&str] = &["incr", "wait", "info", "replconf"];
     eprintln!(
         "\nRedis CPU per claim, {n} claims at {rate}/s, 16 shards, medians of {rounds} rounds:"
     );
-    let rows: [(&str, &Figure); 12] = [
-        ("process CPU, no consumer (µs/claim)", &|a, _| a.cpu),
-        ("process CPU, consumer running", &|_, b| b.cpu),
-        ("consumer's share, B − A", &|a, b| b.cpu - a.cpu),
-        ("evalsha (claim script)", &|_, b| b.us("evalsha")),
-        ("xreadgroup", &|_, b| b.us("xreadgroup")),
-        ("info (read's replication check)", &|_, b| b.us("info")),
-        ("xack", &|_, b| {
-            if b.calls("eval") > 0.0 {
-                0.0
-            } else {
-                b.us("xack")
-            }
+    eprintln!(" master only (A, B: the consumer reads the master):");
+    let master_rows: &[(&str, &Figure)] = &[
+        ("process CPU, no consumer (µs/claim)", &|r| r.a.cpu),
+        ("process CPU, consumer running", &|r| r.b.cpu),
+        ("consumer's share, B − A", &|r| r.b.cpu - r.a.cpu),
+        ("evalsha (claim script), B", &|r| r.b.us("evalsha")),
+        ("xread", &|r| r.b.us("xread")),
+        ("info (read's replication id)", &|r| {
+            rows_over(&r.b, &r.a, &["info"])
         }),
-        ("xdel", &|_, b| {
-            if b.calls("eval") > 0.0 {
-                0.0
-            } else {
-                b.us("xdel")
-            }
+        ("eval (trim: xinfo stream + xtrim)", &|r| r.b.us("eval")),
+        ("xlen + xrange (lag gauges)", &|r| {
+            rows_over(&r.b, &r.a, GAUGES)
         }),
-        ("eval (settle script: xack + trim/xdel)", &|_, b| {
-            b.us("eval")
+        ("fence (incr + wait; none expected)", &|r| {
+            rows_over(&r.b, &r.a, &["incr", "wait"])
         }),
-        ("consumer's commands, sum", &|_, b| b.consumer_commands()),
-        ("entries per xreadgroup", &|_, b| {
-            1.0 / b.calls("xreadgroup").max(1e-9)
+        ("consumer's commands, sum", &|r| r.b.consumer_commands(&r.a)),
+        ("other consumer commands", &|r| {
+            r.b.consumer_commands(&r.a)
+                - rows_over(&r.b, &r.a, READS)
+                - r.b.us("eval")
+                - rows_over(&r.b, &r.a, GAUGES)
+                - rows_over(&r.b, &r.a, &["incr", "wait"])
         }),
-        ("claims per ack call", &|_, b| {
-            1.0 / if b.calls("eval") > 0.0 {
-                b.calls("eval")
-            } else {
-                b.calls("xack")
-            }
-            .max(1e-9)
+        ("entries per xread", &|r| 1.0 / r.b.calls("xread").max(1e-9)),
+        ("claims per trim", &|r| 1.0 / r.b.calls("eval").max(1e-9)),
+    ];
+    for &(name, f) in master_rows {
+        eprintln!("  {name:<44} {:>8.2}", med(f));
+    }
+    eprintln!(" replica attached (A', C: the consumer reads the replica, fences on the master):");
+    let replica_rows: &[(&str, &Figure)] = &[
+        ("master CPU, no consumer (µs/claim)", &|r| r.a2.cpu),
+        ("master CPU, consumer running", &|r| r.c.cpu),
+        ("consumer's share on the master, C − A'", &|r| {
+            r.c.cpu - r.a2.cpu
+        }),
+        ("replica's cost to the master, A' − A", &|r| {
+            r.a2.cpu - r.a.cpu
+        }),
+        ("evalsha (claim script), C", &|r| r.c.us("evalsha")),
+        ("xread on the master (0 expected)", &|r| r.c.us("xread")),
+        ("fence: incr", &|r| r.c.us("incr")),
+        ("fence: wait", &|r| r.c.us("wait")),
+        ("fence: info", &|r| rows_over(&r.c, &r.a2, &["info"])),
+        ("replconf (replica acks), C − A'", &|r| {
+            rows_over(&r.c, &r.a2, &["replconf"])
+        }),
+        ("eval (trim: xinfo stream + xtrim)", &|r| r.c.us("eval")),
+        ("xlen + xrange (lag gauges)", &|r| {
+            rows_over(&r.c, &r.a2, GAUGES)
+        }),
+        ("consumer's commands on the master, sum", &|r| {
+            r.c.consumer_commands(&r.a2)
+        }),
+        ("other consumer commands", &|r| {
+            r.c.consumer_commands(&r.a2)
+                - rows_over(&r.c, &r.a2, FENCE)
+                - r.c.us("eval")
+                - rows_over(&r.c, &r.a2, GAUGES)
+                - r.c.us("xread")
+        }),
+        ("claims per fence (wait)", &|r| {
+            1.0 / r.c.calls("wait").max(1e-9)
+        }),
+        ("claims per trim", &|r| 1.0 / r.c.calls("eval").max(1e-9)),
+        ("replica CPU, no consumer", &|r| r.a2_replica.cpu),
+        ("replica CPU, consumer reading it", &|r| r.c_replica.cpu),
+        ("consumer's share on the replica", &|r| {
+            r.c_replica.cpu - r.a2_replica.cpu
+        }),
+        ("replica: xread", &|r| r.c_replica.us("xread")),
+        ("replica: info (read's replication id)", &|r| {
+            rows_over(&r.c_replica, &r.a2_replica, &["info"])
+        }),
+        ("replica: entries per xread", &|r| {
+            1.0 / r.c_replica.calls("xread").max(1e-9)
         }),
     ];
-    for (name, f) in rows {
-        eprintln!("  {name:<42} {:>8.2}", med(f));
+    for &(name, f) in replica_rows {
+        eprintln!("  {name:<44} {:>8.2}", med(f));
     }
-    let others = med(&|_, b| {
-        b.consumer_commands()
-            - ["xreadgroup", "info", "eval"]
-                .iter()
-                .map(|k| b.us(k))
-                .sum::<f64>()
-            - if b.calls("eval") > 0.0 {
-                0.0
-            } else {
-                b.us("xack") + b.us("xdel")
-            }
-    });
-    eprintln!("  {:<42} {others:>8.2}", "other consumer commands");
 }
