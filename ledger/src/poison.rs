@@ -49,6 +49,20 @@ pub async fn keep(
     Ok(())
 }
 
+/// [`keep`] in a transaction of its own.
+pub async fn keep_now(
+    pool: &MySqlPool,
+    entries: &[Poison],
+    t: Duration,
+) -> Result<(), LedgerError> {
+    if entries.is_empty() {
+        return Ok(());
+    }
+    let mut tx = bounded("begin", t, pool.begin()).await?;
+    keep(&mut tx, entries, t).await?;
+    bounded("commit", t, tx.commit()).await
+}
+
 /// The poison entries kept, oldest first, at most `limit`.
 pub async fn list(pool: &MySqlPool, limit: u32, t: Duration) -> Result<Vec<Poison>, LedgerError> {
     bounded(

@@ -202,6 +202,7 @@ async fn range_page(
     Ok(r.ids)
 }
 
+mod dead;
 mod read;
 mod trim;
 
