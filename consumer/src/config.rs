@@ -66,6 +66,10 @@ pub struct Config {
     /// consumer's reads; fences, trims and late claims still go to the master.
     #[arg(long, env = "FLASHGATE_READ_REPLICA", value_name = "URL")]
     pub read_replica: Option<String>,
+    /// On a Redis Cluster, read the claims streams from a replica of each shard's master
+    /// (READONLY connections; a master without a replica serves them itself).
+    #[arg(long, env = "FLASHGATE_READ_FROM_REPLICAS", default_value_t = false, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub read_from_replicas: bool,
     /// A shard's lease: renewed every third of it; another consumer takes the shard's
     /// stream this long after its owner stopped renewing (ms).
     #[arg(long = "lease-ms", env = "FLASHGATE_LEASE_MS", value_name = "MS", default_value = "5000", value_parser = millis)]
@@ -190,7 +194,7 @@ impl Config {
         }
         if self.read_replica.is_some() && matches!(self.redis, RedisTarget::Cluster(_)) {
             return Err(
-                "read-replica names a replica of a single Redis; a cluster's replicas are not read yet"
+                "read-replica names a replica of a single Redis; on a cluster use --read-from-replicas"
                     .into(),
             );
         }
@@ -218,6 +222,7 @@ impl Config {
         if let Some(url) = &self.read_replica {
             c.target = RedisTarget::Single(url.clone());
         }
+        c.read_from_replicas = self.read_from_replicas;
         c.timeouts.response = self.read_block + Duration::from_secs(2);
         c
     }

@@ -42,6 +42,10 @@ pub struct StockConfig {
     pub replica_ack: Option<Duration>,
     /// The form of the claim records the scripts write.
     pub record_form: RecordForm,
+    /// On a cluster, read-only commands (the consumer's XREAD) go to a replica of the
+    /// slot's master where it has one (READONLY connections); writes still go to the
+    /// master. Only for a client that sends nothing else: the claim path must not.
+    pub read_from_replicas: bool,
 }
 
 impl StockConfig {
@@ -57,6 +61,7 @@ impl StockConfig {
             request_ttl: Self::DEFAULT_REQUEST_TTL,
             replica_ack: None,
             record_form: RecordForm::default(),
+            read_from_replicas: false,
         }
     }
 
@@ -80,7 +85,7 @@ impl StockClient {
     pub async fn connect(cfg: StockConfig) -> Result<Self, StockError> {
         let placement =
             Placement::new(cfg.shards).map_err(|e| StockError::InvalidArgument(e.to_string()))?;
-        let conn = RedisConn::connect(&cfg.target, cfg.timeouts).await?;
+        let conn = RedisConn::connect(&cfg.target, cfg.timeouts, cfg.read_from_replicas).await?;
         Ok(Self {
             conn,
             placement: Arc::new(placement),

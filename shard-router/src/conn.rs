@@ -78,7 +78,13 @@ pub fn install_tls_provider() {
 }
 
 impl RedisConn {
-    pub async fn connect(target: &RedisTarget, t: Timeouts) -> Result<Self, StockError> {
+    /// `read_from_replicas`: on a cluster, read-only commands go to a replica of the slot
+    /// (redis-rs's `read_from_replicas`); ignored for a single Redis.
+    pub async fn connect(
+        target: &RedisTarget,
+        t: Timeouts,
+        read_from_replicas: bool,
+    ) -> Result<Self, StockError> {
         install_tls_provider();
         let err = |source| StockError::Redis {
             op: "connect",
@@ -104,12 +110,16 @@ impl RedisConn {
                     // client never hears of. A dropped or redirected call surfaces as an
                     // error (a 503 for the claim, ambiguous when it was sent); the slot map
                     // is refreshed for the next call.
-                    let client = ClusterClientBuilder::new(nodes.iter().map(String::as_str))
+                    let mut builder = ClusterClientBuilder::new(nodes.iter().map(String::as_str))
                         .connection_timeout(t.connect)
                         .response_timeout(t.response)
-                        .retries(0)
-                        .build()
-                        .map_err(err)?;
+                        .retries(0);
+                    if read_from_replicas {
+                        builder = builder.read_routing_strategy(
+                            redis::cluster_read_routing::RandomReplicaStrategy,
+                        );
+                    }
+                    let client = builder.build().map_err(err)?;
                     Ok(Self::Cluster(
                         client.get_async_connection().await.map_err(err)?,
                     ))

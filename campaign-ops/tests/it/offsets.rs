@@ -264,3 +264,55 @@ async fn an_earlier_release_s_dead_letters_are_adopted_at_start() {
     assert_eq!(left, 0, "the letters went once handled");
     assert_eq!(s.reconcile(c.sku).await.drift, 0);
 }
+
+/// On a Redis Cluster with a replica per master, `--read-from-replicas` sends every
+/// stream read to a replica: no master serves an XREAD, every claim lands once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_reads_go_to_the_replicas() {
+    let s = ClusterStack::start(1).await;
+    let c = open_campaign(&s.pool, &s.client, 14_006, 120, SHARDS, 1, 3600).await;
+    let role = |n: &test_support::RedisServer| -> bool {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query(&mut n.connection())
+            .unwrap();
+        info.contains("role:master")
+    };
+    for n in s.cluster.nodes() {
+        let _: () = redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query(&mut n.connection())
+            .unwrap();
+    }
+    // The reader's client learns the replicas from CLUSTER SLOTS when it connects; a
+    // replica still attaching is not listed yet (its reads would go to the master until
+    // the client's next topology refresh).
+    let listed = || async {
+        let slots: Vec<Vec<redis::Value>> = redis::cmd("CLUSTER")
+            .arg("SLOTS")
+            .query(&mut s.cluster.nodes()[0].connection())
+            .unwrap();
+        slots.iter().all(|range| range.len() >= 4)
+    };
+    assert!(
+        crate::common::rebuild::until(Duration::from_secs(15), listed).await,
+        "replicas listed in CLUSTER SLOTS"
+    );
+    let mut cfg = s.cfg.clone();
+    cfg.read_from_replicas = true;
+    let consumer = start_consumer(cfg);
+    let ids = claim_all(&s.client, &c, users("c", 120), 8).await;
+    assert_eq!(ids.len(), 120);
+    wait_rows(&s.pool, c.sku, 120, Duration::from_secs(30)).await;
+    consumer.stop().await;
+    let (mut on_masters, mut on_replicas) = (0, 0);
+    for n in s.cluster.nodes() {
+        if role(n) {
+            on_masters += calls(n, "xread");
+        } else {
+            on_replicas += calls(n, "xread");
+        }
+    }
+    assert_eq!(on_masters, 0, "a master served a stream read");
+    assert!(on_replicas > 0, "no replica served one");
+}
