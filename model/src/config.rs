@@ -45,6 +45,14 @@ pub struct Ops {
     /// An operator preheat over a running sale.
     pub repreheat: bool,
     pub replay_filter: bool,
+    /// The rebuild raises a stream's last id to the highest id of the shard's claims in
+    /// the ledger (`lua/rebuild.lua`'s floor), so a lost stream hands out no id at or below
+    /// the consumer's offset. Off (the offset mutants' forms): a lost stream's ids start
+    /// again below the ones the lost master handed out, and the rebuild leaves them there:
+    /// the new master rule alone must keep them. What this stands for in a deployment: a
+    /// stream fed before a rebuild raised it (a SKU preheated on the shard after the loss
+    /// shares its stream), under a master whose clock is behind the old one's.
+    pub rebuild_floor: bool,
 }
 
 impl Ops {
@@ -59,6 +67,7 @@ impl Ops {
         releases: 1,
         repreheat: true,
         replay_filter: true,
+        rebuild_floor: true,
     };
 }
 

@@ -1,23 +1,45 @@
-//! The consumer's data path: read a shard's claims stream, commit what a replica holds
-//! into the ledger (insert ignored by claim id, a late claim applied), then settle the
-//! entries (make a committed reroute's answer final, delete the entry). Also its
+//! The offset consumer (`/work/notes/offset-design.md`): per shard, read the claims stream
+//! after the ledger's offset (from the start when the master's replication id is not the
+//! offset's: the new master rule), fence, commit the rows (insert ignored by claim id, a
+//! late claim applied) and move the offset in the same transaction, conditional on the
+//! offset the read started from and on the reader's lease epoch; then make committed
+//! reroutes' answers final and trim what is committed (`stream_trim.lua`). Also its
 //! resolution of holds a crashed gateway left behind.
 
 use crate::keyspace::{Answer, ClaimId, Record, ShardId, User};
+use crate::ledger::Offset;
 use crate::mutant::Mutant;
 use crate::scripts::{self, Verb};
-use crate::system::{Action, State, System};
+use crate::system::{Action, Stalled, State, System};
 
 impl System {
     pub(crate) fn consumer_actions(&self, st: &State, out: &mut Vec<Action>) {
         let crash = self.cfg.ops.consumer_crash && self.can_fault(st);
-        for (s, n) in st.nodes.iter().enumerate() {
-            if !n.master.stream.is_empty() {
-                let shard = s as ShardId;
-                out.push(Action::Consume { shard, ack: true });
+        for s in 0..self.cfg.shards {
+            if !self.read(st, s).3.is_empty() {
+                out.push(Action::Consume {
+                    shard: s,
+                    crash: false,
+                });
                 if crash {
-                    out.push(Action::Consume { shard, ack: false });
+                    out.push(Action::Consume {
+                        shard: s,
+                        crash: true,
+                    });
+                    if st.stalled.is_none() {
+                        out.push(Action::Read(s));
+                    }
                 }
+            }
+            if self.trimmable(st, s) {
+                out.push(Action::Trim(s));
+            }
+        }
+        if let Some(p) = &st.stalled {
+            out.push(Action::CommitStalled);
+            out.push(Action::DropStalled);
+            if p.epoch == st.ledger.streams[usize::from(p.shard)].epoch {
+                out.push(Action::Takeover(p.shard));
             }
         }
         for (s, n) in st.nodes.iter().enumerate() {
@@ -33,37 +55,181 @@ impl System {
         }
     }
 
-    /// One consumer round on a shard: XREADGROUP of every entry in its stream, a fence, the
-    /// ledger transaction, then the settle (`ack`). Without `ack`, the consumer crashed
-    /// between commit and ack (or a second consumer took the entries over and has not
-    /// settled them): the entries stay and are read again. The reader's pause between read
-    /// and commit, where a failover could roll the entries back, is closed by committing
-    /// only under a fence on the master it read (with [`Mutant::CommitBeforeReplica`],
-    /// without one).
-    pub(crate) fn consume(&self, st: &mut State, shard: ShardId, ack: bool) -> bool {
-        if !ack {
-            st.faults += 1;
-        }
-        let entries: Vec<_> = st.nodes[usize::from(shard)]
+    /// What the shard's live consumer reads next: `(from, to, epoch, entries)`. It holds
+    /// the lease; while its own earlier read is stalled (same epoch), its reader goes on
+    /// after that read (each read's `from` is the previous read's `to`), otherwise it starts
+    /// at the ledger's offset. A master whose replication id is not the offset's is read
+    /// from the start (with [`Mutant::OffsetKeptAcrossNewMaster`], after the offset).
+    fn read(&self, st: &State, s: ShardId) -> (Offset, Offset, u8, Vec<(u32, Record)>) {
+        let row = st.ledger.streams[usize::from(s)];
+        let from = match &st.stalled {
+            Some(p) if p.shard == s && p.epoch == row.epoch => p.to,
+            _ => row.offset,
+        };
+        let n = &st.nodes[usize::from(s)];
+        let new_master = from.repl.is_some_and(|r| r != n.replid)
+            && !self.cfg.mutant_is(Mutant::OffsetKeptAcrossNewMaster);
+        let after = if new_master { 0 } else { from.last };
+        let entries: Vec<_> = n
             .master
             .stream
-            .iter()
-            .map(|(&e, r)| (r.claim_id(e), *r))
+            .range(after + 1..)
+            .map(|(&e, r)| (e, *r))
             .collect();
+        let to = Offset {
+            last: entries.last().map_or(from.last, |(e, _)| *e),
+            repl: Some(n.replid),
+        };
+        (from, to, row.epoch, entries)
+    }
+
+    /// Nothing left for the shard's consumer to read.
+    pub fn caught_up(&self, st: &State, s: ShardId) -> bool {
+        self.read(st, s).3.is_empty()
+    }
+
+    /// One round of the live consumer on a shard: its read, fence and transaction in one
+    /// step (the fence on the master it read makes a failover between them harmless: the
+    /// promoted replica holds what was read); then, unless it `crash`es, the final answers
+    /// and the trim.
+    pub(crate) fn consume(&self, st: &mut State, shard: ShardId, crash: bool) -> bool {
+        if crash {
+            st.faults += 1;
+        }
+        let (from, to, epoch, entries) = self.read(st, shard);
         if !self.cfg.mutant_is(Mutant::CommitBeforeReplica) {
             st.sync(shard);
         }
-        for &(id, rec) in &entries {
+        if !self.commit(st, shard, from, to, epoch, &entries) {
+            // Rolled back: the reader starts again from the lease (its own: a new epoch).
+            let row = &mut st.ledger.streams[usize::from(shard)];
+            row.epoch = row.epoch.wrapping_add(1);
+            return true;
+        }
+        if !crash {
+            self.after_commit(st, shard, &entries);
+        }
+        true
+    }
+
+    /// A consumer reads the shard after the ledger's offset under its lease and pauses
+    /// before its commit (a GC pause, a partition, a writer that has not run the batch).
+    pub(crate) fn read_stall(&self, st: &mut State, shard: ShardId) -> bool {
+        st.faults += 1;
+        let (from, to, epoch, entries) = self.read(st, shard);
+        st.stalled = Some(Stalled {
+            shard,
+            from,
+            to,
+            epoch,
+            entries,
+        });
+        true
+    }
+
+    /// The paused consumer's lease expired; another consumer acquires it (a new epoch) and
+    /// reads from the ledger's offset.
+    pub(crate) fn takeover(&self, st: &mut State, shard: ShardId) -> bool {
+        let row = &mut st.ledger.streams[usize::from(shard)];
+        row.epoch = row.epoch.wrapping_add(1);
+        true
+    }
+
+    /// The paused consumer resumes: its fence drops the read when the master's replication
+    /// id changed since; otherwise its conditional commit, refused (nothing committed) when
+    /// the offset moved or the lease changed hands.
+    pub(crate) fn commit_stalled(&self, st: &mut State) -> bool {
+        let p = st.stalled.take().expect("listed");
+        if !self.cfg.mutant_is(Mutant::CommitBeforeReplica) {
+            if p.to.repl != Some(st.nodes[usize::from(p.shard)].replid) {
+                return true;
+            }
+            st.sync(p.shard);
+        }
+        if self.commit(st, p.shard, p.from, p.to, p.epoch, &p.entries) {
+            self.after_commit(st, p.shard, &p.entries);
+        }
+        true
+    }
+
+    /// The ledger transaction: `UPDATE stream_offsets SET last_id=<to>, repl_id=<to repl>
+    /// WHERE epoch=<epoch> AND last_id=<from> AND repl_id=<from repl>` (with
+    /// [`Mutant::UnconditionalOffset`], without the `from` terms), and on one row changed,
+    /// the rows. False: rolled back, nothing committed.
+    fn commit(
+        &self,
+        st: &mut State,
+        shard: ShardId,
+        from: Offset,
+        to: Offset,
+        epoch: u8,
+        entries: &[(u32, Record)],
+    ) -> bool {
+        let row = &mut st.ledger.streams[usize::from(shard)];
+        let placed = self.cfg.mutant_is(Mutant::UnconditionalOffset) || row.offset == from;
+        if row.epoch != epoch || !placed {
+            return false;
+        }
+        row.offset = to;
+        for &(e, rec) in entries {
+            let id = rec.claim_id(e);
             let late = rec.gen < st.ledger.rebuild_gen;
             if st.ledger.insert(id, rec, late) && late {
                 self.apply_late(st, id, rec);
             }
         }
-        if ack {
-            self.ack(st, shard, &entries);
-        } else {
-            st.unacked.extend(entries.iter().map(|(id, _)| *id));
+        true
+    }
+
+    /// After the commit: a committed reroute's answer is made final on its home, then the
+    /// amortized trim.
+    fn after_commit(&self, st: &mut State, shard: ShardId, entries: &[(u32, Record)]) {
+        for &(e, rec) in entries {
+            if rec.shard != rec.home {
+                if let Some(rid) = rec.rid {
+                    let fin = Answer::Done {
+                        claim: rec.claim_id(e),
+                        shard: rec.shard,
+                        qty: rec.qty,
+                        tentative: false,
+                    };
+                    scripts::settle(
+                        st.master(rec.home),
+                        rec.user,
+                        0,
+                        Verb::Final(fin),
+                        Some(rid),
+                        None,
+                    );
+                    st.sync(rec.home);
+                }
+            }
         }
+        self.trim(st, shard);
+    }
+
+    /// Whether `stream_trim.lua` would remove anything from the shard's master now, under
+    /// its guard: issued only for an offset committed under the master's current
+    /// replication id, and run only when the stream's last id is at or above the offset
+    /// (below, the master lost the history the offset was read in and may hold entries at
+    /// or below it that are not committed). [`Mutant::TrimPastCommitted`]: no guard.
+    pub(crate) fn trimmable(&self, st: &State, s: ShardId) -> bool {
+        let n = &st.nodes[usize::from(s)];
+        let off = st.ledger.streams[usize::from(s)].offset;
+        let guard = self.cfg.mutant_is(Mutant::TrimPastCommitted)
+            || (off.repl == Some(n.replid) && n.master.last_id >= off.last);
+        guard && n.master.stream.range(..off.last).next().is_some()
+    }
+
+    /// `XTRIM MINID <offset>`: the entries below the offset leave the master's stream (the
+    /// offset's own entry stays, as in `stream_trim.lua`).
+    pub(crate) fn trim(&self, st: &mut State, s: ShardId) -> bool {
+        if !self.trimmable(st, s) {
+            return false;
+        }
+        let last = st.ledger.streams[usize::from(s)].offset.last;
+        let sh = st.master(s);
+        sh.stream = sh.stream.split_off(&last);
         true
     }
 
@@ -98,35 +264,6 @@ impl System {
         }
         st.sync(rec.shard);
         st.sync(rec.home);
-    }
-
-    /// `stream_ack.lua`, after `final_answers`: a committed reroute's answer is made final
-    /// on its home, then its entry leaves the stream.
-    fn ack(&self, st: &mut State, shard: ShardId, entries: &[(ClaimId, Record)]) {
-        for &(id, rec) in entries {
-            st.unacked.remove(&id);
-            if rec.shard != rec.home {
-                if let Some(rid) = rec.rid {
-                    let fin = Answer::Done {
-                        claim: id,
-                        shard: rec.shard,
-                        qty: rec.qty,
-                        tentative: false,
-                    };
-                    scripts::settle(
-                        st.master(rec.home),
-                        rec.user,
-                        0,
-                        Verb::Final(fin),
-                        Some(rid),
-                        None,
-                    );
-                    st.sync(rec.home);
-                }
-            }
-            st.master(shard).stream.remove(&id.entry);
-        }
-        st.sync(shard);
     }
 
     /// A hold past its expiry (Redis's clock): kept when a record of its `(user, seq)` is

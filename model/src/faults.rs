@@ -26,17 +26,21 @@ impl System {
         }
     }
 
-    /// The replica is promoted: what it had not received is gone, and so is every
-    /// consumer's claim on what it read there (the replication id changed).
+    /// The replica is promoted: what it had not received is gone, and its ids after the
+    /// last it received may be handed out again. It runs under a new replication id, so a
+    /// read from before is not committed (the fence) and the consumer reads the stream again
+    /// from the start (the new master rule).
     pub(crate) fn failover(&self, st: &mut State, s: ShardId) -> bool {
         st.faults += 1;
         let n = &mut st.nodes[usize::from(s)];
         n.master = n.replica.clone();
-        n.epoch += 1;
+        n.replid = n.replid.wrapping_add(1);
         true
     }
 
-    /// A restart without persistence: master and replica empty.
+    /// A restart without persistence: master and replica empty, the stream's counter back
+    /// at 0 (ids at or below the consumer's offset are handed out again once the stream
+    /// takes entries; the rebuild's floor raises it first), a new replication id.
     pub(crate) fn lose(&self, st: &mut State, s: ShardId) -> bool {
         st.faults += 1;
         let shard = &st.nodes[usize::from(s)].master;
@@ -58,7 +62,7 @@ impl System {
         let n = &mut st.nodes[usize::from(s)];
         n.master = Shard::default();
         n.replica = Shard::default();
-        n.epoch += 1;
+        n.replid = n.replid.wrapping_add(1);
         true
     }
 }

@@ -6,7 +6,7 @@
 //! acknowledge (`lag`) is not acknowledged to the client.
 
 use crate::gateway_state::{Filter, Gateway, Pc, Reply, Task};
-use crate::keyspace::{Answer, Event, Rid, ShardId, Units, User};
+use crate::keyspace::{Answer, ClaimId, Event, Rid, ShardId, Units, User};
 use crate::mutant::Mutant;
 use crate::scripts::{self, ClaimArgs, ClaimReply, SettleReply, TakeArgs, TakeReply, Verb};
 use crate::system::{Action, State, System, Violation};
@@ -419,10 +419,11 @@ impl System {
             .get_mut(&(task.user, task.rid))
             .expect("every task has its request");
         // A claim void with its shard (master and replica lost at once) has no answer left
-        // to replay: beyond `replica` durability, like its acknowledgement.
-        let void = req
-            .success
-            .is_some_and(|c| st.voidable.contains(&(c, task.user)));
+        // to replay: beyond `replica` durability, like its acknowledgement. Either side: a
+        // stalled first send may name its void claim after a retry won another (the lost
+        // stream hands out ids again, and they differ from the lost ones).
+        let void_claim = |c: ClaimId| st.voidable.contains(&(c, task.user));
+        let void = req.success.is_some_and(void_claim) || reply.success().is_some_and(void_claim);
         match (req.success, reply.success()) {
             _ if void => {}
             (Some(first), Some(now)) if first != now => {

@@ -85,10 +85,11 @@ pub struct Shard {
     pub relstock: BTreeSet<ClaimId>,
     pub reluser: BTreeSet<ClaimId>,
     pub waves: BTreeMap<u8, Units>,
-    /// `{T}:claims`: entry id → record, in id order. Entries leave when the consumer settles
-    /// them (XACK + XDEL/XTRIM).
+    /// `{T}:claims`: entry id → record, in id order. Entries stay after their commit until
+    /// the consumer's trim (`stream_trim.lua`) removes those below its offset.
     pub stream: BTreeMap<u32, Record>,
-    /// The stream's last id (XADD hands out the next one; XSETID raises it).
+    /// The stream's last id (XADD hands out the next one; XSETID raises it; a loss sets it
+    /// back to 0).
     pub last_id: u32,
 }
 

@@ -1,5 +1,6 @@
 //! The ledger (MySQL) as model state: claims by claim id with their status, released
-//! stock (base plus waves), the rebuild generation, and what the books disagreed on.
+//! stock (base plus waves), the rebuild generation, each shard stream's offset and lease
+//! (`stream_offsets`), and what the books disagreed on.
 
 use std::collections::BTreeMap;
 
@@ -28,12 +29,30 @@ pub enum WaveState {
     Applied,
 }
 
+/// A place in a shard's stream: the newest entry committed and the replication id of the
+/// master it was read under (`None`: nothing committed yet, the stored `''`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Offset {
+    pub last: u32,
+    pub repl: Option<u8>,
+}
+
+/// One `stream_offsets` row: the offset and the lease epoch (raised by every acquisition;
+/// the owner and its expiry are the actions that raise it).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct StreamRow {
+    pub offset: Offset,
+    pub epoch: u8,
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Ledger {
     pub claims: BTreeMap<ClaimId, Row>,
     pub base_stock: Units,
     pub waves: BTreeMap<u8, (Units, WaveState)>,
     pub rebuild_gen: u32,
+    /// Per shard, its stream's offset and lease.
+    pub streams: Vec<StreamRow>,
     /// Inserts dropped because the claim id was taken by another record (a stream id
     /// Redis handed out twice).
     pub shadowed: u8,

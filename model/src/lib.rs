@@ -3,13 +3,15 @@
 //! The crate owns the abstract protocol: each Lua script of `lua/` as one atomic function
 //! over an abstract shard keyspace (`keyspace`, `scripts`), the ledger as state (`ledger`),
 //! gateways whose steps are `shard-router/src/protocol.rs`'s claim, hold, take walk and
-//! settle, with their sold-out cache and replay filter (`gateway`), the consumer and the
-//! operator's recovery steps (`consumer`), the faults (`faults`), and the invariants of
-//! docs/DESIGN.md as properties (`properties`). `system` is the state they share (with
-//! `gateway_state`, the gateways' and requests' part of it) and its actions; `transitions`
-//! ties them into one [`stateright::Model`]. It has no I/O: `tests/conformance.rs` holds
-//! the script functions to the real scripts on a real Redis, `tests/check.rs` runs the CI
-//! form of the check, and `tests/mutants.rs` proves the checker fails on known bugs.
+//! settle, with their sold-out cache and replay filter (`gateway`), the offset consumer
+//! (read after the ledger's offset, fence, conditional commit, trim) and its resolution of
+//! expired holds (`consumer`), the operator's recovery steps (`operator`), the faults
+//! (`faults`), and the invariants of docs/DESIGN.md as properties (`properties`). `system`
+//! is the state they share (with `gateway_state`, the gateways' and requests' part of it)
+//! and its actions; `transitions` ties them into one [`stateright::Model`]. It has no
+//! I/O: `tests/conformance.rs` holds the script functions to the real scripts on a real
+//! Redis, `tests/check.rs` runs the CI form of the check, and `tests/mutants.rs` proves
+//! the checker fails on known bugs.
 
 pub mod check;
 pub mod config;

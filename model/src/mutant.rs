@@ -10,7 +10,8 @@ pub enum Mutant {
     SettleKeepsFailedTake,
     /// A rebuild counts the ledger only, not the claims still in the streams.
     RebuildIgnoresStreams,
-    /// The consumer commits a batch without a fence confirming a replica holds it.
+    /// The consumer commits a batch without a fence confirming a replica holds it (nor that
+    /// the master's replication id is still the one read under).
     CommitBeforeReplica,
     /// preheat.lua writes the full slice over a live one.
     PreheatOverwrites,
@@ -18,10 +19,19 @@ pub enum Mutant {
     ReplayAfterCache,
     /// claim.lua without the per-user limit check.
     NoLimitCheck,
+    /// The consumer keeps reading after its offset when the master's replication id is not
+    /// the one the offset was read under (no new master rule: no read from the start).
+    OffsetKeptAcrossNewMaster,
+    /// The offset update ignores `from` (still conditional on the lease epoch): a read
+    /// commits whether or not the offset stands where it started.
+    UnconditionalOffset,
+    /// stream_trim.lua without its guard (the master's replication id the offset's, the
+    /// stream's last id at or above the offset).
+    TrimPastCommitted,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 7] = [
+    pub const ALL: [Mutant; 10] = [
         Mutant::TakeIgnoresDeadline,
         Mutant::SettleKeepsFailedTake,
         Mutant::RebuildIgnoresStreams,
@@ -29,5 +39,8 @@ impl Mutant {
         Mutant::PreheatOverwrites,
         Mutant::ReplayAfterCache,
         Mutant::NoLimitCheck,
+        Mutant::OffsetKeptAcrossNewMaster,
+        Mutant::UnconditionalOffset,
+        Mutant::TrimPastCommitted,
     ];
 }

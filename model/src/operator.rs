@@ -123,7 +123,9 @@ impl System {
                     }
                 }
                 if id.shard == s {
-                    sh.last_id = sh.last_id.max(id.entry);
+                    if self.cfg.ops.rebuild_floor {
+                        sh.last_id = sh.last_id.max(id.entry);
+                    }
                     if row.status == Status::Released {
                         sh.relstock.insert(*id);
                     }

@@ -111,13 +111,15 @@ fn ledger_truth(m: &System, st: &State) -> bool {
     })
 }
 
-/// Nothing in flight: no request, no hold, no stream entry, nothing read or committed
-/// unsettled, no release or wave half done, every slice live.
-pub fn quiescent(_: &System, st: &State) -> bool {
+/// Nothing in flight: no request, no hold, no stream entry the consumer would still read
+/// (committed entries may stay until a trim), no read paused before its commit, no release
+/// or wave half done, every slice live.
+pub fn quiescent(m: &System, st: &State) -> bool {
     st.tasks.is_empty()
+        && st.stalled.is_none()
+        && (0..m.cfg.shards).all(|s| m.caught_up(st, s))
         && st.nodes.iter().all(|n| {
             n.master.holds.is_empty()
-                && n.master.stream.is_empty()
                 && n.master.stock.is_some()
                 && n.master.gen() == st.ledger.rebuild_gen
         })

@@ -9,8 +9,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::config::Config;
 use crate::gateway_state::{Gateway, Reply, Request, Task};
-use crate::keyspace::{ClaimId, Event, Meta, Rid, Shard, ShardId, Units, User};
-use crate::ledger::Ledger;
+use crate::keyspace::{ClaimId, Event, Meta, Record, Rid, Shard, ShardId, Units, User};
+use crate::ledger::{Ledger, Offset, StreamRow};
 
 /// One shard's Redis: a master and its replica. The replica is the master as of its last
 /// sync (Redis replicates in order, so a replica always holds a prefix of the master's
@@ -19,9 +19,10 @@ use crate::ledger::Ledger;
 pub struct Node {
     pub master: Shard,
     pub replica: Shard,
-    /// Bumped by every failover and loss: what a reader saw under an older epoch may be
-    /// gone (the replication id changed).
-    pub epoch: u8,
+    /// The master's replication id (INFO replication `master_replid`): a new one at every
+    /// failover and every loss (Redis takes a new id at every master start), so what a
+    /// reader saw under an older one may be gone, and ids may be handed out again.
+    pub replid: u8,
 }
 
 /// A rule the run broke on the way (the properties read these).
@@ -33,9 +34,19 @@ pub enum Violation {
     RefusalAfterSuccess(User, Rid, Reply),
 }
 
-/// Claims committed to the ledger whose entries stayed in their stream: the consumer
-/// crashed between commit and ack, or a second consumer still holds them.
-pub type Unacked = BTreeSet<ClaimId>;
+/// A consumer's read of a shard's stream whose commit has not happened yet (a paused
+/// consumer, or a batch its writer has not committed): the transaction it will run.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Stalled {
+    pub shard: ShardId,
+    /// The offset the read started from; the commit is conditional on it.
+    pub from: Offset,
+    /// The newest entry read, under the replication id the read saw.
+    pub to: Offset,
+    /// The lease epoch the reader held.
+    pub epoch: u8,
+    pub entries: Vec<(u32, Record)>,
+}
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct State {
@@ -46,7 +57,8 @@ pub struct State {
     pub gateways: Vec<Gateway>,
     pub tasks: Vec<Task>,
     pub requests: BTreeMap<(User, Rid), Request>,
-    pub unacked: Unacked,
+    /// At most one read whose commit is pending (a fault: it counts against the budget).
+    pub stalled: Option<Stalled>,
     pub faults: u8,
     /// Every success answered: claim id, user, units.
     pub acked: BTreeSet<(ClaimId, User, Units)>,
@@ -83,11 +95,24 @@ pub enum Action {
     ReadFilter(u8),
     RevalidateFilter(u8),
     CrashGateway(u8),
-    /// A consumer round on a shard; `ack: false` is a crash between commit and ack.
+    /// A consumer round on a shard: read after the offset, fence, commit and move the
+    /// offset, final answers, trim. `crash`: the consumer dies after the commit, before
+    /// its final answers and the trim.
     Consume {
         shard: ShardId,
-        ack: bool,
+        crash: bool,
     },
+    /// A consumer reads a shard's stream and pauses before its commit.
+    Read(ShardId),
+    /// The paused consumer's lease runs out and another consumer takes the shard.
+    Takeover(ShardId),
+    /// The paused consumer resumes: its fence and conditional commit.
+    CommitStalled,
+    /// The paused consumer dies: its read is never committed.
+    DropStalled,
+    /// The amortized trim (`stream_trim.lua`) of a shard's master, after a crash left
+    /// committed entries behind.
+    Trim(ShardId),
     ResolveHold {
         shard: ShardId,
         user: User,
@@ -111,6 +136,10 @@ pub struct System {
 
 pub(crate) const WAVE_ID: u8 = 1;
 pub(crate) const START: i64 = 0;
+/// The streams' last id at the start: the first master's ids come after it, and a master
+/// that starts empty after a loss hands out ids from 1 again, below them (Redis's ids are
+/// its clock's; the new master's may be behind).
+pub(crate) const FIRST_LAST_ID: u32 = 10;
 pub(crate) const END: i64 = 1_000;
 
 impl System {
@@ -132,12 +161,13 @@ impl System {
                         gen: 1,
                         fenced: false,
                     }),
+                    last_id: FIRST_LAST_ID,
                     ..Shard::default()
                 };
                 Node {
                     replica: master.clone(),
                     master,
-                    epoch: 0,
+                    replid: 0,
                 }
             })
             .collect();
@@ -154,12 +184,13 @@ impl System {
             ledger: Ledger {
                 base_stock: c.stock,
                 rebuild_gen: 1,
+                streams: vec![StreamRow::default(); usize::from(c.shards)],
                 ..Ledger::default()
             },
             gateways: vec![Gateway::default(); usize::from(c.gateways)],
             tasks: Vec::new(),
             requests,
-            unacked: Unacked::new(),
+            stalled: None,
             faults: 0,
             acked: BTreeSet::new(),
             violations: BTreeSet::new(),

@@ -41,12 +41,16 @@ pub fn render(_m: &System, path: &Path<State, Action>) -> String {
         for (s, n) in last.nodes.iter().enumerate() {
             let _ = writeln!(
                 out,
-                "     shard {s}: slice {:?} debt {} users {:?} holds {:?} stream {:?}",
+                "     shard {s}: replid {} slice {:?} debt {} users {:?} holds {:?} stream {:?} last id {}, ledger offset {:?} lease {}",
+                n.replid,
                 n.master.stock,
                 n.master.debt,
                 n.master.users,
                 n.master.holds.keys().collect::<Vec<_>>(),
-                n.master.stream.keys().collect::<Vec<_>>()
+                n.master.stream.keys().collect::<Vec<_>>(),
+                n.master.last_id,
+                last.ledger.streams[s].offset,
+                last.ledger.streams[s].epoch
             );
         }
     }
@@ -82,11 +86,57 @@ pub fn describe(before: &State, a: &Action) -> String {
         Action::ReadFilter(g) => format!("gateway {g} reads the replay filter"),
         Action::RevalidateFilter(g) => format!("gateway {g} revalidates its replay filter"),
         Action::CrashGateway(g) => format!("FAULT: gateway {g} crashes"),
-        Action::Consume { shard, ack: true } => {
-            format!("consumer reads shard {shard}'s stream, commits it to the ledger and acks")
+        Action::Consume { shard, crash } => {
+            let row = before.ledger.streams[usize::from(shard)];
+            let replid = before.nodes[usize::from(shard)].replid;
+            let what = if crash {
+                "FAULT: consumer reads"
+            } else {
+                "consumer reads"
+            };
+            let end = if crash {
+                "commits, and crashes before its final answers and trim"
+            } else {
+                "commits, moves the offset and trims"
+            };
+            let at = match &before.stalled {
+                Some(p) if p.shard == shard && p.epoch == row.epoch => {
+                    format!("after its own paused read, from {:?}", p.to)
+                }
+                _ => format!("from the ledger offset {:?}", row.offset),
+            };
+            format!(
+                "{what} shard {shard}'s stream {at} (lease {}, master replid {replid}), {end}",
+                row.epoch
+            )
         }
-        Action::Consume { shard, ack: false } => format!(
-            "FAULT: consumer reads shard {shard}'s stream, commits it, and crashes before the ack"
+        Action::Read(s) => {
+            let row = before.ledger.streams[usize::from(s)];
+            format!(
+                "FAULT: a consumer reads shard {s}'s stream from the ledger offset {:?} (lease {}, master replid {}) and pauses before its commit",
+                row.offset,
+                row.epoch,
+                before.nodes[usize::from(s)].replid
+            )
+        }
+        Action::Takeover(s) => {
+            format!("the paused consumer's lease on shard {s} runs out; another consumer takes it")
+        }
+        Action::CommitStalled => {
+            let p = before.stalled.as_ref().expect("listed");
+            format!(
+                "the paused consumer commits entries {:?} of shard {} (from {:?} to {:?}, lease {})",
+                p.entries.iter().map(|(e, _)| e).collect::<Vec<_>>(),
+                p.shard,
+                p.from,
+                p.to,
+                p.epoch
+            )
+        }
+        Action::DropStalled => "FAULT: the paused consumer dies".to_owned(),
+        Action::Trim(s) => format!(
+            "consumer trims shard {s}'s stream below offset {:?}",
+            before.ledger.streams[usize::from(s)].offset
         ),
         Action::ResolveHold { shard, user, seq } => {
             format!("consumer resolves u{user}'s expired hold {seq} on shard {shard}")

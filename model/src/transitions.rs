@@ -32,7 +32,15 @@ impl Model for System {
             Action::ReadFilter(g) => self.read_filter(&mut st, g),
             Action::RevalidateFilter(g) => self.revalidate_filter(&mut st, g),
             Action::CrashGateway(g) => self.crash_gateway(&mut st, g),
-            Action::Consume { shard, ack } => self.consume(&mut st, shard, ack),
+            Action::Consume { shard, crash } => self.consume(&mut st, shard, crash),
+            Action::Read(s) => self.read_stall(&mut st, s),
+            Action::Takeover(s) => self.takeover(&mut st, s),
+            Action::CommitStalled => self.commit_stalled(&mut st),
+            Action::DropStalled => {
+                st.stalled = None;
+                true
+            }
+            Action::Trim(s) => self.trim(&mut st, s),
             Action::ResolveHold { shard, user, seq } => {
                 self.resolve_hold(&mut st, shard, user, seq)
             }

@@ -19,6 +19,7 @@ fn form(m: Mutant) -> Config {
         releases: 0,
         repreheat: false,
         replay_filter: false,
+        rebuild_floor: true,
     };
     // One user retries (the replay mutant needs it); the fault forms do without.
     let mut cfg = Config {
@@ -46,6 +47,19 @@ fn form(m: Mutant) -> Config {
         Mutant::NoLimitCheck => {
             cfg.retrying = 0;
             cfg.rids = 2;
+        }
+        Mutant::OffsetKeptAcrossNewMaster | Mutant::TrimPastCommitted => {
+            cfg.retrying = 0;
+            cfg.stock = 4;
+            cfg.faults = 1;
+            cfg.ops.loss = true;
+            cfg.ops.rebuild_floor = false;
+        }
+        Mutant::UnconditionalOffset => {
+            cfg.retrying = 0;
+            cfg.stock = 4;
+            cfg.faults = 1;
+            cfg.ops.consumer_crash = true;
         }
         Mutant::TakeIgnoresDeadline | Mutant::SettleKeepsFailedTake | Mutant::ReplayAfterCache => {}
     }
@@ -110,4 +124,51 @@ fn a_replay_checked_after_the_sold_out_cache_is_caught() {
 #[test]
 fn a_claim_without_the_limit_check_is_caught() {
     caught(Mutant::NoLimitCheck, &["user-limit"]);
+}
+
+#[test]
+fn an_offset_kept_across_a_new_master_is_caught() {
+    caught(
+        Mutant::OffsetKeptAcrossNewMaster,
+        &["nothing-lost", "books-close"],
+    );
+}
+
+#[test]
+fn an_offset_moved_from_where_it_does_not_stand_is_caught() {
+    caught(
+        Mutant::UnconditionalOffset,
+        &["nothing-lost", "books-close"],
+    );
+}
+
+#[test]
+fn a_trim_past_what_is_committed_is_caught() {
+    caught(
+        Mutant::TrimPastCommitted,
+        &["nothing-lost", "books-close", "ledger-truth"],
+    );
+}
+
+/// The offset mutants' forms (no rebuild floor; stock 4, so a shard's stream takes two
+/// entries) break nothing without their mutant: what catches each is the rule it drops.
+#[test]
+fn the_offset_forms_break_nothing_without_their_mutant() {
+    for m in [
+        Mutant::OffsetKeptAcrossNewMaster,
+        Mutant::UnconditionalOffset,
+    ] {
+        let cfg = Config {
+            mutant: None,
+            ..form(m)
+        };
+        // Stop at a broken `always`; this small form reaches no reroute or sell-out, so
+        // its `sometimes` properties are not asked for.
+        let report = check::run(cfg, 2, true, None);
+        println!("form of {m:?} without it: {}", report.summary());
+        for (name, trace) in &report.broken {
+            println!("BROKEN {name}\n{trace}");
+        }
+        assert!(report.broken.is_empty(), "{}", report.summary());
+    }
 }

@@ -35,6 +35,10 @@ struct Args {
     /// Stop after this many states (a measure of growth, not a check).
     #[arg(long)]
     max_states: Option<usize>,
+    /// Without the rebuild's stream floor: a lost stream's ids start again below the
+    /// consumer's offset (see `Ops::rebuild_floor`).
+    #[arg(long)]
+    no_floor: bool,
     /// Check a mutant instead (its counterexample is printed).
     #[arg(long, value_parser = parse_mutant)]
     mutant: Option<Mutant>,
@@ -60,6 +64,7 @@ fn main() {
         cfg.faults = f;
     }
     cfg.mutant = args.mutant;
+    cfg.ops.rebuild_floor = !args.no_floor;
     if let Some(u) = args.users {
         cfg.users = u;
     }
