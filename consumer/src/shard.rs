@@ -161,6 +161,7 @@ impl ShardReader {
             };
             tracing::info!(shard = self.lease.shard, epoch = lease.epoch, at = %lease.offset.last_id, "shard lease acquired");
             self.lease.hold(lease.epoch, &lease.offset);
+            self.finalize_committed(&lease.offset).await;
             let (stop_keeper, keeper_stopped) = watch::channel(false);
             let keeper = tokio::spawn(keep(
                 self.pool.clone(),
@@ -218,6 +219,40 @@ impl ShardReader {
                 }
             }
         }
+    }
+
+    /// Makes final the rerouted answers of the entries still in the stream at or below the
+    /// committed place: the consumer that committed them may have died before it did (its
+    /// place moved with the commit, so nobody reads them again), and a replay of such a
+    /// request would answer 503 until the answer expires. Idempotent (`settle.lua` final).
+    /// Only on the master the place was read under (the same replication id before and
+    /// after the look): on another one, entries at or below the place may not be committed.
+    async fn finalize_committed(&self, at: &Offset) {
+        if at.repl_id.is_empty() {
+            return;
+        }
+        let shard = self.lease.shard;
+        let under = |c: &StockClient| {
+            let c = c.clone();
+            async move { c.replication(shard).await.map(|i| i.replid).ok() }
+        };
+        if under(&self.client).await.as_deref() != Some(at.repl_id.as_str()) {
+            return;
+        }
+        let Ok(entries) = self.stream.all_entries(&self.client, 500).await else {
+            return;
+        };
+        if under(&self.client).await.as_deref() != Some(at.repl_id.as_str()) {
+            return;
+        }
+        let place = shard_router::stream::entry_order(&at.last_id);
+        let committed: Vec<_> = entries
+            .iter()
+            .filter(|e| shard_router::stream::entry_order(&e.id) <= place)
+            .filter_map(|e| shard_router::stream::decode(shard, e).ok())
+            .map(|d| d.record)
+            .collect();
+        crate::final_answers::finalize_records(&self.client, committed.iter()).await;
     }
 
     /// Reads under one lease until it is lost (true: acquire again) or shutdown (false).

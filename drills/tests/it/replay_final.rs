@@ -203,3 +203,113 @@ async fn rerouted_answers_stay_replayable_after_the_ledger_took_them() {
         );
     }
 }
+
+/// The consumer that committed a reroute's record died before it made the answer final:
+/// its place moved past the record with the commit, so no consumer reads the record
+/// again, and once it is trimmed a replay answers 503 until the answer expires. The next
+/// owner of the shard makes the answers of the committed records still in the stream
+/// final when it takes the lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_committed_reroute_left_tentative_is_made_final_by_the_next_owner() {
+    let master = RedisServer::start();
+    let _replica = RedisServer::start_replica_of(&master);
+    let db = TestDatabase::create();
+    let mut cfg = Config::new(RedisTarget::Single(master.url()), SHARDS, db.url());
+    cfg.read_block = Duration::from_millis(200);
+    cfg.reconcile_interval = Duration::from_secs(3600);
+    let mut stock_cfg = cfg.stock();
+    stock_cfg.replica_ack = Some(Duration::from_millis(200));
+    let gateway = StockClient::connect(stock_cfg).await.expect("redis");
+    let pool = ledger::pool::connect(&cfg.mysql_url, T).await.expect("db");
+    ledger::pool::migrate(&pool).await.expect("migrate");
+    let now = now_ms();
+    let c = Campaign {
+        sku: 1_402,
+        name: "replay_final_owner".into(),
+        stock: 2,
+        width: 2,
+        limit: 1,
+        start_ms: now - 60_000,
+        end_ms: now + 3_600_000,
+        payment_timeout_s: 3600,
+    };
+    campaign::put(&pool, &c, SHARDS, T).await.expect("campaign");
+    campaign::preheat(&pool, &gateway, c.sku, T)
+        .await
+        .expect("preheat");
+    let meta = campaign_ops::sku::meta(&c);
+    let shards = gateway.placement().shards_of(c.sku, 2);
+    let (home, other) = (shards[0], shards[1]);
+    let users: Vec<String> = (0..)
+        .map(|n| format!("v{n}"))
+        .filter(|u| gateway.placement().home_shard(c.sku, 2, u) == home)
+        .take(2)
+        .collect();
+    // The home slice (1 unit) goes to the first user; the second is rerouted to B.
+    let claimed = |user: String, second_chance: bool| {
+        let (gateway, meta) = (gateway.clone(), meta.clone());
+        async move {
+            protocol::claim_confirmed(
+                &gateway,
+                &meta,
+                &req(c.sku, &user),
+                protocol::ClaimOptions::new(&LocalEmptyShards::default(), now_ms())
+                    .second_chance(second_chance),
+            )
+            .await
+            .expect("claim")
+        }
+    };
+    claimed(users[0].clone(), false).await;
+    let (o, _) = claimed(users[1].clone(), true).await;
+    assert!(
+        matches!(o, ClaimOutcome::Claimed { rerouted: true, .. }),
+        "{o:?}"
+    );
+    assert!(answer_of(&master, &gateway, home, c.sku, &users[1]).starts_with('~'));
+
+    // What the dead consumer did: B's record committed with B's place after it, under this
+    // master; its answer not made final.
+    let stream = keys::claims_stream(gateway.placement(), other);
+    type Entry = (String, Vec<(String, Vec<u8>)>);
+    let entries: Vec<Entry> = redis::cmd("XRANGE")
+        .arg(&stream)
+        .arg("-")
+        .arg("+")
+        .query(&mut master.connection())
+        .expect("xrange");
+    assert_eq!(entries.len(), 1);
+    let (id, fields) = &entries[0];
+    let record = shard_router::ClaimRecord::decode(
+        id,
+        fields.iter().map(|(k, v)| (k.as_str(), v.as_slice())),
+    )
+    .expect("a claim record");
+    consumer::commit::write_batch(&pool, &[record], T)
+        .await
+        .expect("commit");
+    let replid = gateway.replication(other).await.expect("info").replid;
+    sqlx::query("INSERT INTO stream_offsets (stream, last_id, repl_id) VALUES (?, ?, ?)")
+        .bind(&stream)
+        .bind(id)
+        .bind(&replid)
+        .execute(&pool)
+        .await
+        .expect("place");
+
+    let (stop, rx) = consumer::signal::channel();
+    let service = tokio::spawn(service::run(cfg.clone(), None, rx));
+    let started = Instant::now();
+    while answer_of(&master, &gateway, home, c.sku, &users[1]).starts_with('~') {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the next owner left the committed reroute's answer tentative"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let _ = stop.send(true);
+    service
+        .await
+        .expect("service")
+        .expect("service ends cleanly");
+}
