@@ -3,11 +3,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use identity::Identity;
 use metrics_exporter_prometheus::PrometheusHandle;
 
 use crate::admission::Admission;
 use crate::cache::SoldOutCache;
-use crate::identity::Identity;
 use crate::limiter::ClientLimiter;
 use crate::link::Link;
 

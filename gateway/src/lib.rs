@@ -5,12 +5,13 @@
 //! - accept loops, connection cap, header timeout and graceful drain come from the shared
 //!   `plumbing` crate (`plumbing/src/serve.rs`).
 //! - `api.rs` + `api/`: routing and one file per route (`claim`, `sku`, `probes`) and
-//!   request parsing (`input`); `reply.rs`: every response shape, below `api/` because
-//!   `identity.rs` answers with it too.
+//!   request parsing (`input`); `reply.rs`: every response shape, below `api/` (it also
+//!   turns the `identity` crate's refusals into answers).
 //! - `admission.rs`: in-flight cap and per-user rate limit; `limiter.rs`: the per-client
 //!   (address) rate limit in fixed memory.
-//! - `identity.rs` + `identity/`: who is claiming (bearer token, trusted header, or the
-//!   body when explicitly allowed) and the client address behind trusted proxies.
+//! - who is claiming (bearer token, trusted header, or the body when explicitly allowed)
+//!   and the client address behind trusted proxies come from the `identity` crate, loaded
+//!   from [`config::AccessConfig`].
 //! - `cache.rs`: the sold-out cache, `live.rs`: the set of live SKUs; `events.rs`: the
 //!   Pub/Sub subscriber feeding both.
 //! - `link.rs`: the Redis connection and readiness probe; `durability.rs`: `WAIT`;
@@ -31,7 +32,6 @@ mod cache;
 pub mod config;
 mod durability;
 mod events;
-mod identity;
 mod limiter;
 mod link;
 mod live;
@@ -43,13 +43,13 @@ mod reply;
 use std::future::Future;
 use std::sync::Arc;
 
+use identity::Identity;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::admission::Admission;
 use crate::app::App;
 use crate::cache::SoldOutCache;
-use crate::identity::Identity;
 use crate::limiter::ClientLimiter;
 use crate::link::Link;
 
@@ -71,7 +71,8 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ConfigError> {
     let settings = cfg.validate()?;
-    let identity = Identity::load(&cfg.access)?;
+    let identity = Identity::load(&cfg.access.identity_sources())
+        .map_err(|e| ConfigError::new(e.setting, e.reason))?;
     if !cfg.access.has_identity_source() {
         tracing::warn!("no identity source configured: every claim answers 401");
     }

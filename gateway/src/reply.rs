@@ -6,6 +6,7 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::header::{HeaderValue, ALLOW, CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
 use hyper::{Response, StatusCode};
+use identity::Refusal;
 use serde_json::{Map, Value};
 use shard_router::{ApiStatus, StockError};
 
@@ -199,6 +200,18 @@ impl Reply {
             );
         }
         resp
+    }
+}
+
+/// The identity crate's refusals: 401 with the Bearer challenge, or 400.
+impl From<Refusal> for Reply {
+    fn from(refusal: Refusal) -> Self {
+        match refusal {
+            Refusal::Unauthorized(message) => {
+                Self::error(StatusCode::UNAUTHORIZED, ApiStatus::Unauthorized, message).challenge()
+            }
+            Refusal::BadRequest(message) => Self::bad_request(message),
+        }
     }
 }
 

@@ -1,5 +1,5 @@
 //! Reading and checking a claim request: content type, body size and time, JSON shape,
-//! field ranges, and the user (verified by `identity.rs`, or the body field where the
+//! field ranges, and the user (verified by the `identity` crate, or the body field where the
 //! operator allowed it). Everything here runs before
 //! any Redis call, and every failure is a [`Reply`] saying what was wrong.
 
@@ -13,11 +13,11 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use hyper::body::Incoming;
 use hyper::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use hyper::{Request, StatusCode};
+use identity::{Identity, Who};
 use serde::Deserialize;
 use shard_router::outcome::MAX_ID_LEN;
 use shard_router::{ApiStatus, ClaimRequest};
 
-use crate::identity::{Identity, Who};
 use crate::reply::Reply;
 
 /// The JSON body of `POST /v1/claims`. Unknown fields are refused so a typo
@@ -213,7 +213,7 @@ mod tests {
     }
 
     /// A verified user (a token's subject, which the verifier passes on as it is:
-    /// `odd_subjects_are_verified_as_they_are` in `identity/token/review.rs`) is held to the
+    /// `odd_subjects_are_verified_as_they_are` in `identity/src/token/review.rs`) is held to the
     /// body `user` rules, so a signed but odd `sub` never reaches a Redis key.
     #[test]
     fn odd_verified_users_stop_at_the_claim_checks() {

@@ -67,6 +67,20 @@ impl AccessConfig {
             || self.insecure_body_user
     }
 
+    /// What the `identity` crate loads its sources from.
+    pub(crate) fn identity_sources(&self) -> identity::Sources<'_> {
+        identity::Sources {
+            token_secret_file: self.token_secret_file.as_deref(),
+            token_public_key: self.token_public_key.as_deref(),
+            token_jwks: self.token_jwks.as_deref(),
+            token_audience: &self.token_audience,
+            token_issuer: self.token_issuer.as_deref(),
+            user_header: self.user_header.as_deref(),
+            trusted_proxies: &self.trusted_proxies,
+            insecure_body_user: self.insecure_body_user,
+        }
+    }
+
     pub(super) fn validate(&self, listen: SocketAddr) -> Result<(), ConfigError> {
         let sources = [
             self.token_secret_file.is_some(),

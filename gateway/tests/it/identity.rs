@@ -1,5 +1,5 @@
 //! Verified identity, secure by default, and per-client limits: real tokens (HS256 minted
-//! here; EdDSA / RS256 / JWKS are covered by the unit tests beside `identity/token.rs`),
+//! here; EdDSA / RS256 / JWKS are covered by the unit tests beside `identity/src/token.rs`),
 //! the trusted-proxy rules for the user header and `X-Forwarded-For`, the 429 per client
 //! address, and the refusal to start on a public address with no identity source.
 

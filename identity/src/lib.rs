@@ -1,5 +1,13 @@
-//! Who is claiming, and from where. The per-user limit keys on the user resolved here, so
-//! it must be one the gateway verified:
+//! flashgate's verified identity, for the gateway: who is claiming and from where. The
+//! crate owns the bearer tokens (HS256 verified here, EdDSA / RS256 / JWKS through
+//! `jsonwebtoken`, held to the same answers by differential tests), the trusted user header,
+//! the opt-in body user, and the client address behind trusted proxies. It knows nothing of
+//! the gateway: [`Identity::load`] takes its settings as [`Sources`] and reports a bad one
+//! as a [`LoadError`], and [`Identity::resolve`] refuses with a [`Refusal`] that the gateway
+//! turns into its answer.
+//!
+//! The per-user limit keys on the user resolved here, so it must be one the gateway
+//! verified:
 //! - a bearer token (`token.rs`), whose subject is the user;
 //! - or a header set by an auth layer, accepted only when the peer is a trusted proxy;
 //! - or, only with `--insecure-body-user`, the body's `user` field.
@@ -10,27 +18,56 @@
 mod token;
 
 use std::net::IpAddr;
+use std::path::Path;
 
 use hyper::header::{HeaderName, AUTHORIZATION};
-use hyper::{HeaderMap, StatusCode};
+use hyper::HeaderMap;
 use ipnet::IpNet;
-use shard_router::ApiStatus;
 
-use crate::config::{AccessConfig, ConfigError};
-use crate::reply::Reply;
 pub(crate) use token::TokenVerifier;
 use token::{KeyFile, TokenError};
 
 /// The user of a request, as far as headers tell.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Who {
+pub enum Who {
     /// Verified (token or trusted header); a body `user` must match it.
     Verified(String),
     /// Nothing verified, and the operator allowed the body's `user` field.
     FromBody,
 }
 
-pub(crate) struct Identity {
+/// The settings [`Identity::load`] reads: the gateway's `--token-secret-file`,
+/// `--token-public-key`, `--token-jwks` (at most one), `--token-audience`, `--token-issuer`,
+/// `--user-header`, `--trusted-proxies` and `--insecure-body-user`.
+#[derive(Debug, Clone, Copy)]
+pub struct Sources<'a> {
+    pub token_secret_file: Option<&'a Path>,
+    pub token_public_key: Option<&'a Path>,
+    pub token_jwks: Option<&'a Path>,
+    pub token_audience: &'a str,
+    pub token_issuer: Option<&'a str>,
+    pub user_header: Option<&'a str>,
+    pub trusted_proxies: &'a [IpNet],
+    pub insecure_body_user: bool,
+}
+
+/// A setting [`Identity::load`] could not use: which one (its flag), and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoadError {
+    pub setting: &'static str,
+    pub reason: String,
+}
+
+/// Why [`Identity::resolve`] refused a request; the gateway answers with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// 401, with `WWW-Authenticate: Bearer`: no verified user, or a token refused.
+    Unauthorized(String),
+    /// 400: the user header is there but not visible ASCII.
+    BadRequest(String),
+}
+
+pub struct Identity {
     tokens: Option<TokenVerifier>,
     header: Option<HeaderName>,
     trusted: TrustedProxies,
@@ -39,29 +76,29 @@ pub(crate) struct Identity {
 
 impl Identity {
     /// Loads the key files the configuration names.
-    pub(crate) fn load(cfg: &AccessConfig) -> Result<Self, ConfigError> {
+    pub fn load(cfg: &Sources<'_>) -> Result<Self, LoadError> {
         let source = [
             (
                 "--token-secret-file",
-                cfg.token_secret_file.as_deref().map(KeyFile::Secret),
+                cfg.token_secret_file.map(KeyFile::Secret),
             ),
             (
                 "--token-public-key",
-                cfg.token_public_key.as_deref().map(KeyFile::PublicKey),
+                cfg.token_public_key.map(KeyFile::PublicKey),
             ),
-            ("--token-jwks", cfg.token_jwks.as_deref().map(KeyFile::Jwks)),
+            ("--token-jwks", cfg.token_jwks.map(KeyFile::Jwks)),
         ]
         .into_iter()
         .find_map(|(setting, s)| Some((setting, s?)));
         let tokens = match source {
             Some((setting, s)) => Some(
-                TokenVerifier::load(s, &cfg.token_audience, cfg.token_issuer.as_deref())
-                    .map_err(|reason| ConfigError { setting, reason })?,
+                TokenVerifier::load(s, cfg.token_audience, cfg.token_issuer)
+                    .map_err(|reason| LoadError { setting, reason })?,
             ),
             None => None,
         };
-        let header = match &cfg.user_header {
-            Some(h) => Some(HeaderName::try_from(h.as_str()).map_err(|_| ConfigError {
+        let header = match cfg.user_header {
+            Some(h) => Some(HeaderName::try_from(h).map_err(|_| LoadError {
                 setting: "--user-header",
                 reason: format!("{h:?} is not a header name"),
             })?),
@@ -70,17 +107,17 @@ impl Identity {
         Ok(Self {
             tokens,
             header,
-            trusted: TrustedProxies(cfg.trusted_proxies.clone()),
+            trusted: TrustedProxies(cfg.trusted_proxies.to_vec()),
             body_user: cfg.insecure_body_user,
         })
     }
 
-    pub(crate) fn trusted(&self) -> &TrustedProxies {
+    pub fn trusted(&self) -> &TrustedProxies {
         &self.trusted
     }
 
     /// The user of a request from `peer`, or the 401 that says what is missing.
-    pub(crate) fn resolve(&self, headers: &HeaderMap, peer: IpAddr) -> Result<Who, Reply> {
+    pub fn resolve(&self, headers: &HeaderMap, peer: IpAddr) -> Result<Who, Refusal> {
         if let Some(tokens) = &self.tokens {
             if let Some(v) = headers.get(AUTHORIZATION) {
                 let token = v
@@ -106,7 +143,7 @@ impl Identity {
                     .to_str()
                     .map(|u| Who::Verified(u.to_owned()))
                     .map_err(|_| {
-                        Reply::bad_request(format!("header {name} is not visible ASCII"))
+                        Refusal::BadRequest(format!("header {name} is not visible ASCII"))
                     });
             }
         }
@@ -121,13 +158,13 @@ impl Identity {
     }
 }
 
-fn unauthorized(message: impl Into<String>) -> Reply {
-    Reply::error(StatusCode::UNAUTHORIZED, ApiStatus::Unauthorized, message).challenge()
+fn unauthorized(message: impl Into<String>) -> Refusal {
+    Refusal::Unauthorized(message.into())
 }
 
 /// `--trusted-proxies`: the peers whose identity and forwarding headers are believed.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct TrustedProxies(Vec<IpNet>);
+pub struct TrustedProxies(Vec<IpNet>);
 
 impl TrustedProxies {
     pub(crate) fn contains(&self, ip: IpAddr) -> bool {
@@ -139,7 +176,7 @@ impl TrustedProxies {
     /// the right-most `X-Forwarded-For` entry no trusted proxy added (entries further left
     /// were written by the client and prove nothing). An unreadable header from a trusted
     /// proxy leaves the peer's address.
-    pub(crate) fn client_ip(&self, headers: &HeaderMap, peer: IpAddr) -> IpAddr {
+    pub fn client_ip(&self, headers: &HeaderMap, peer: IpAddr) -> IpAddr {
         let peer = canonical(peer);
         if self.0.is_empty() || !self.contains(peer) {
             return peer;
