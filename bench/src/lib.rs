@@ -1,9 +1,11 @@
 //! flashgate's load generator and capacity-planning harness (library half; the `bench`
 //! binary's subcommands in `src/cmd/` orchestrate these parts).
 //!
+//! The load itself (workload, connections, closed and open loops, tokens, outcome
+//! recording) is the `loadgen` crate; [`scenario`] turns a scenario into its settings.
+//!
 //! Layout (one folder per part):
 //! - [`scenario`]: what a run offers (TOML scenarios, presets, flags).
-//! - [`load`]: workload, connections, closed and open loops, tokens, outcome recording.
 //! - [`stack`]: the processes under test, the baseline server, the external client, CPU.
 //! - [`checks`]: invariants against Redis and the ledger, regression against a reference.
 //! - [`report`]: JSON (stable fields), Markdown, SVG charts.
@@ -12,7 +14,6 @@
 
 pub mod capacity;
 pub mod checks;
-pub mod load;
 pub mod report;
 pub mod scenario;
 pub mod stack;

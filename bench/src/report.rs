@@ -28,11 +28,11 @@ pub mod verdict;
 
 use std::collections::BTreeMap;
 
+use loadgen::latency::Percentiles;
+use loadgen::outcome::Outcome;
+use loadgen::LoadResult;
 use serde::{Deserialize, Serialize};
 
-use crate::load::latency::Percentiles;
-use crate::load::loadgen::LoadResult;
-use crate::load::outcome::Outcome;
 use crate::scenario::Mode;
 use crate::stack::cpu::{total_us_per_answer, CpuUse};
 use crate::stack::external::ExternalReport;

@@ -21,7 +21,15 @@
 pub mod cli;
 pub mod presets;
 
+use std::time::Duration;
+
+use loadgen::http::Target;
+use loadgen::workload::{Workload, WorkloadSpec};
+use loadgen::LoadSpec;
 use serde::{Deserialize, Serialize};
+
+/// How load is offered (the load generator's; a scenario names it in `[load]`).
+pub use loadgen::Mode;
 
 /// One SKU on sale.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -35,17 +43,6 @@ pub struct SkuSpec {
 
 fn default_width() -> u16 {
     8
-}
-
-/// How load is offered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "snake_case")]
-pub enum Mode {
-    /// N connections, each sends its next request when the previous answer arrives.
-    Closed,
-    /// A fixed schedule of `rate` requests/s over up to N connections; latency is measured
-    /// from each request's scheduled time (coordinated-omission safe).
-    Open,
 }
 
 /// Load settings.
@@ -219,5 +216,42 @@ impl Scenario {
     /// Total units on sale.
     pub fn total_stock(&self) -> u64 {
         self.skus.iter().map(|s| s.stock).sum()
+    }
+
+    /// The load generator's settings for this scenario against `targets`; `tag` prefixes
+    /// users and request ids.
+    pub fn load_spec(&self, targets: Vec<Target>, tag: String) -> LoadSpec {
+        // Warm-up only makes sense for time-bound runs; a request-bound run (a fixed
+        // sale of N requests) measures every request.
+        let warmup = if self.duration_s > 0.0 {
+            Duration::from_secs_f64(self.warmup_s)
+        } else {
+            Duration::ZERO
+        };
+        LoadSpec {
+            targets,
+            mode: self.load.mode,
+            connections: self.load.connections,
+            rate: self.load.rate,
+            duration: Duration::from_secs_f64(self.duration_s.max(0.0)),
+            warmup,
+            max_requests: self.requests,
+            timeout: Duration::from_millis(self.load.timeout_ms),
+            tag,
+            progress: true,
+            tokens: None,
+        }
+    }
+
+    /// The request generator of this scenario.
+    pub fn workload(&self) -> Workload {
+        Workload::new(&WorkloadSpec {
+            skus: self.skus.iter().map(|k| k.id).collect(),
+            users: self.users,
+            qty: self.qty,
+            repeat_ratio: self.repeat_ratio,
+            zipf_s: self.zipf_s,
+            seed: self.seed,
+        })
     }
 }

@@ -14,11 +14,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
+use loadgen::latency::{self, Percentiles};
 use serde::Serialize;
 use shard_router::protocol::{self, LocalEmptyShards};
 use shard_router::{ClaimOutcome, ClaimRequest, SkuMeta, StockClient, StockConfig};
 
-use crate::load::latency::{self, Percentiles};
 use crate::stack::cpu::{us_per_answer_of, Role, Sampler, Watched};
 use crate::stack::servers::LocalRedis;
 

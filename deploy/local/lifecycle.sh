@@ -23,7 +23,7 @@ consumer_cli() {
     --shards "$FLASHGATE_SHARDS" --mysql "$FLASHGATE_MYSQL_URL" "$@"
 }
 
-# HS256 tokens as the gateways verify them (bench/src/load/token.rs mints the same): the secret
+# HS256 tokens as the gateways verify them (loadgen/src/token.rs mints the same): the secret
 # is the file's text, the audience the gateways' default.
 secret="$(tr -d ' \t\r\n' <"$FLASHGATE_TOKEN_SECRET_FILE")"
 b64url() { openssl base64 -A | tr '+/' '-_' | tr -d '='; }

@@ -10,9 +10,9 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
+use loadgen::recorder::AckedClaim;
 use shard_router::StockClient;
 
-use crate::load::recorder::AckedClaim;
 use crate::report::verdict::Check;
 use crate::scenario::Scenario;
 use crate::stack::mysql::Mysql;
@@ -135,7 +135,7 @@ pub async fn redis_checks(client: &StockClient, s: &Scenario, claims: &[AckedCla
 
 /// Waits (bounded) until the ledger holds every claim acknowledged to this run's users,
 /// then compares. `tag` is the run's user prefix. `ambiguous` counts the answers that were
-/// not definite (see [`crate::load::outcome::Outcome::is_ambiguous`]): each may be a claim
+/// not definite (see [`loadgen::outcome::Outcome::is_ambiguous`]): each may be a claim
 /// that was made but never acknowledged, so the ledger may hold up to that many more rows
 /// than were acknowledged, never fewer.
 pub async fn ledger_checks(

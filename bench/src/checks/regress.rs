@@ -2,7 +2,8 @@
 //! [`FACTOR`]× a stored reference run's fails. The first second of a flash sale decides it,
 //! and it is where a harness or scheduling change shows up first (see README, Benchmarks).
 
-use crate::load::latency::{fmt_us, Percentiles};
+use loadgen::latency::{fmt_us, Percentiles};
+
 use crate::report::Report;
 
 /// Allowed growth over the reference.

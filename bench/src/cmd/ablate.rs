@@ -5,9 +5,9 @@
 use std::fmt::Write;
 use std::path::PathBuf;
 
-use bench::load::latency::fmt_us;
 use bench::report::Report;
 use bench::scenario::cli::ScenarioArgs;
+use loadgen::latency::fmt_us;
 use shard_router::RedisArgs;
 
 use super::run::{self, SystemArgs};

@@ -5,14 +5,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use loadgen::http::Target;
+use loadgen::outcome::Outcome;
+use loadgen::token::Tokens;
 use shard_router::{RedisArgs, SkuMeta, StockClient};
 
 use bench::checks::invariants;
-use bench::load::http::Target;
-use bench::load::loadgen::{self, LoadSpec};
-use bench::load::outcome::Outcome;
-use bench::load::token::Tokens;
-use bench::load::workload::Workload;
 use bench::report::verdict::InvariantReport;
 use bench::report::{markdown, svg};
 use bench::report::{BaselineRatios, Report};
@@ -231,13 +229,13 @@ pub(crate) async fn baseline(
     let kind = baseline_kind(redis.as_deref());
     let server =
         tokio::task::spawn_blocking(move || BaselineProc::start_with(redis.as_deref())).await??;
-    let mut spec = LoadSpec::from_scenario(s, targets(&[server.url()])?, run_tag("base"));
+    let mut spec = s.load_spec(targets(&[server.url()])?, run_tag("base"));
     spec.progress = progress;
     let cpu = Sampler::start(vec![
         Watched::load_generator(),
         Watched::new(Role::Baseline, kind.server_name(), server.pid()),
     ]);
-    let r = loadgen::drive(spec, Arc::new(Workload::new(s))).await;
+    let r = loadgen::drive(spec, Arc::new(s.workload())).await;
     let mut report = Report::from_load("baseline", &s.name, &r);
     report.cpu = cpu.finish(report.requests);
     drop(server);
@@ -261,13 +259,13 @@ pub(crate) async fn against_system(
     progress: bool,
     watched: Vec<Watched>,
 ) -> anyhow::Result<Report> {
-    let mut spec = LoadSpec::from_scenario(s, targets(&sys.targets)?, tag.clone());
+    let mut spec = s.load_spec(targets(&sys.targets)?, tag.clone());
     spec.progress = progress;
     if let Some(path) = &sys.token_secret_file {
         spec.tokens = Some(Arc::new(Tokens::load(path, s.users)?));
     }
     let cpu = Sampler::start(watched);
-    let r = loadgen::drive(spec, Arc::new(Workload::new(s))).await;
+    let r = loadgen::drive(spec, Arc::new(s.workload())).await;
     let mut report = Report::from_load("run", &s.name, &r);
     report.cpu = cpu.finish(report.requests);
     let claims = &r.rec.claims;

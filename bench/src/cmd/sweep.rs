@@ -6,10 +6,10 @@
 use std::fmt::Write;
 use std::path::PathBuf;
 
+use loadgen::latency::fmt_us;
 use serde::Serialize;
 
 use bench::capacity::{self, Capacity, CPU_PLAN_UTILISATION};
-use bench::load::latency::fmt_us;
 use bench::report::svg;
 use bench::report::Report;
 use bench::scenario::cli::ScenarioArgs;

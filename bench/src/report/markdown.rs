@@ -2,7 +2,8 @@
 
 use std::fmt::Write;
 
-use crate::load::latency::fmt_us;
+use loadgen::latency::fmt_us;
+
 use crate::report::Report;
 use crate::stack::cpu::Role;
 

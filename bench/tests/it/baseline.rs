@@ -5,12 +5,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bench::load::http::Target;
-use bench::load::loadgen::{self, LoadSpec};
-use bench::load::outcome::Outcome;
-use bench::load::workload::Workload;
 use bench::scenario::Scenario;
 use bench::stack::servers;
+use loadgen::http::Target;
+use loadgen::outcome::Outcome;
 use test_support::RedisServer;
 
 fn evalsha_calls(redis: &RedisServer) -> u64 {
@@ -45,10 +43,10 @@ async fn each_answer_costs_one_evalsha() {
         ..Scenario::default()
     };
     let target = Target::parse(&format!("http://{addr}"), "/v1/claims").unwrap();
-    let mut spec = LoadSpec::from_scenario(&s, vec![target], "rb-".into());
+    let mut spec = s.load_spec(vec![target], "rb-".into());
     spec.progress = false;
     let before = evalsha_calls(&redis);
-    let r = loadgen::drive(spec, Arc::new(Workload::new(&s))).await;
+    let r = loadgen::drive(spec, Arc::new(s.workload())).await;
     assert_eq!(
         r.rec.count(Outcome::Claimed),
         1_000,

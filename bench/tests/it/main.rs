@@ -3,7 +3,6 @@
 
 mod baseline;
 mod interrupt;
-mod latency;
 mod report;
 mod scenario;
 mod stock_core;

@@ -6,15 +6,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bench::checks::invariants;
-use bench::load::http::Target;
-use bench::load::loadgen::{self, LoadSpec};
-use bench::load::outcome::Outcome;
-use bench::load::workload::Workload;
 use bench::report::verdict::InvariantReport;
 use bench::report::{markdown, svg};
 use bench::report::{BaselineRatios, Report, SCHEMA};
 use bench::scenario::{Mode, Scenario};
 use bench::stack::servers;
+use loadgen::http::Target;
+use loadgen::outcome::Outcome;
+use loadgen::LoadSpec;
 
 async fn baseline_server() -> SocketAddr {
     let addr = SocketAddr::from(([127, 0, 0, 1], servers::free_port()));
@@ -30,7 +29,7 @@ async fn baseline_server() -> SocketAddr {
 
 fn spec(addr: SocketAddr, s: &Scenario) -> LoadSpec {
     let target = Target::parse(&format!("http://{addr}"), "/v1/claims").unwrap();
-    let mut spec = LoadSpec::from_scenario(s, vec![target], "t-".into());
+    let mut spec = s.load_spec(vec![target], "t-".into());
     spec.progress = false;
     spec
 }
@@ -43,7 +42,7 @@ async fn closed_loop_report_has_the_documented_fields() {
         duration_s: 0.0,
         ..Scenario::default()
     };
-    let r = loadgen::drive(spec(addr, &s), Arc::new(Workload::new(&s))).await;
+    let r = loadgen::drive(spec(addr, &s), Arc::new(s.workload())).await;
     assert_eq!(
         r.rec.count(Outcome::Ok),
         2_000,
@@ -115,7 +114,7 @@ async fn open_loop_keeps_the_schedule_and_measures_from_it() {
         },
         ..Scenario::default()
     };
-    let r = loadgen::drive(spec(addr, &s), Arc::new(Workload::new(&s))).await;
+    let r = loadgen::drive(spec(addr, &s), Arc::new(s.workload())).await;
     let total = r.rec.total();
     // 1.2 s at 500/s is 600 scheduled requests.
     assert!((590..=600).contains(&total), "sent {total}");

@@ -1,6 +1,5 @@
 //! Scenario parsing: TOML, flag overrides, presets, and the errors that name the field.
 
-use bench::load::workload::Workload;
 use bench::scenario::cli::{parse_sku, ScenarioArgs};
 use bench::scenario::{Mode, Scenario};
 
@@ -128,7 +127,7 @@ fn flags_override_the_file_and_presets() {
 #[test]
 fn workload_is_deterministic_with_repeats_and_skew() {
     let s = Scenario::from_toml(HOT_DROP, "x").unwrap();
-    let w = Workload::new(&s);
+    let w = s.workload();
     let n = 100_000u64;
     let (mut repeats, mut sku1) = (0, 0);
     for k in 0..n {

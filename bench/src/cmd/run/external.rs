@@ -5,10 +5,10 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use bench::load::token::Tokens;
 use bench::scenario::Scenario;
 use bench::stack::baseline::{BaselineKind, BaselineProc};
 use bench::stack::cpu::{Role, Watched};
+use loadgen::token::Tokens;
 
 use super::{prepare, run_tag, RunOpts, SystemArgs, CLAIM_PATH};
 use crate::cmd::stack::Stack;

@@ -15,7 +15,7 @@ use hyper::{Method, Request, Uri};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
-use crate::load::outcome::Outcome;
+use crate::outcome::Outcome;
 
 /// Bound on connecting, so a dead target shows up as errors, not as a hang.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use bench::load::latency::{self, Percentiles};
+use loadgen::latency::{self, Percentiles};
 
 #[test]
 fn corrected_recording_backfills_a_stall() {

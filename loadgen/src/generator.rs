@@ -11,16 +11,28 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
+use serde::{Deserialize, Serialize};
 use tokio::sync::Barrier;
 
-use crate::load::http::{Conn, Target};
-use crate::load::outcome::{ClaimAnswer, Outcome};
-use crate::load::recorder::{AckedClaim, Live, Recorder};
-use crate::load::token::Tokens;
-use crate::load::workload::Workload;
-use crate::scenario::{Mode, Scenario};
+use crate::http::{Conn, Target};
+use crate::outcome::{ClaimAnswer, Outcome};
+use crate::recorder::{AckedClaim, Live, Recorder};
+use crate::token::Tokens;
+use crate::workload::Workload;
 
-/// Everything a load run needs besides the request generator.
+/// How load is offered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// N connections, each sends its next request when the previous answer arrives.
+    Closed,
+    /// A fixed schedule of `rate` requests/s over up to N connections; latency is measured
+    /// from each request's scheduled time (coordinated-omission safe).
+    Open,
+}
+
+/// Everything a load run needs besides the request generator (bench builds it from a
+/// scenario: `Scenario::load_spec`).
 #[derive(Debug, Clone)]
 pub struct LoadSpec {
     pub targets: Vec<Target>,
@@ -39,31 +51,6 @@ pub struct LoadSpec {
     pub progress: bool,
     /// Bearer tokens to send (gateways that verify identity), `None` for none.
     pub tokens: Option<Arc<Tokens>>,
-}
-
-impl LoadSpec {
-    pub fn from_scenario(s: &Scenario, targets: Vec<Target>, tag: String) -> Self {
-        // Warm-up only makes sense for time-bound runs; a request-bound run (a fixed
-        // sale of N requests) measures every request.
-        let warmup = if s.duration_s > 0.0 {
-            Duration::from_secs_f64(s.warmup_s)
-        } else {
-            Duration::ZERO
-        };
-        Self {
-            targets,
-            mode: s.load.mode,
-            connections: s.load.connections,
-            rate: s.load.rate,
-            duration: Duration::from_secs_f64(s.duration_s.max(0.0)),
-            warmup,
-            max_requests: s.requests,
-            timeout: Duration::from_millis(s.load.timeout_ms),
-            tag,
-            progress: true,
-            tokens: None,
-        }
-    }
 }
 
 /// The merged result of a load run.

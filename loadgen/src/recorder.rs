@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 
-use crate::load::latency;
-use crate::load::outcome::Outcome;
+use crate::latency;
+use crate::outcome::Outcome;
 
 /// One acknowledged claim as the client saw it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

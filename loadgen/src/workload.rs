@@ -1,10 +1,8 @@
-//! Turns a scenario into request bodies. Request `k` is a pure function of `(seed, k)`, so
+//! Turns a scenario's workload into request bodies. Request `k` is a pure function of `(seed, k)`, so
 //! every worker can build any request without shared state, two runs with the same seed
 //! send the same requests, and a repeat can rebuild the exact request it repeats.
 
 use bytes::Bytes;
-
-use crate::scenario::Scenario;
 
 /// How far back a repeat may reach: retries happen soon after the original.
 const REPEAT_WINDOW: u64 = 1_000;
@@ -38,6 +36,23 @@ impl ClaimReq {
     }
 }
 
+/// What the request generator takes from a scenario (bench's `Scenario::workload` fills it).
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkloadSpec {
+    /// SKU ids in rank order (the first is the most popular).
+    pub skus: Vec<u64>,
+    /// Distinct users; request k of the run is sent by user `k mod users`.
+    pub users: u64,
+    /// Units per claim.
+    pub qty: u32,
+    /// Share of requests that resend an earlier request unchanged.
+    pub repeat_ratio: f64,
+    /// Zipf exponent of SKU popularity (0 = uniform).
+    pub zipf_s: f64,
+    /// Seed of the request generator.
+    pub seed: u64,
+}
+
 /// The request generator of a run.
 #[derive(Debug, Clone)]
 pub struct Workload {
@@ -52,7 +67,7 @@ pub struct Workload {
 }
 
 impl Workload {
-    pub fn new(s: &Scenario) -> Self {
+    pub fn new(s: &WorkloadSpec) -> Self {
         let weights: Vec<f64> = (0..s.skus.len())
             .map(|i| 1.0 / ((i + 1) as f64).powf(s.zipf_s))
             .collect();
@@ -69,7 +84,7 @@ impl Workload {
             *last = 1.0;
         }
         Self {
-            skus: s.skus.iter().map(|k| k.id).collect(),
+            skus: s.skus.clone(),
             cdf,
             users: s.users,
             qty: s.qty,

@@ -1,0 +1,4 @@
+//! One test binary for the crate (one link instead of one per file); each module is
+//! what was a test file, so `cargo test -p loadgen --test it NAME::` runs one of them.
+
+mod latency;
