@@ -71,7 +71,7 @@ if floor ~= '' then
     end
   else
     -- XSETID needs a stream: one entry at the floor, deleted at once, leaves an empty
-    -- stream whose last id is the floor (the consumer creates its group on NOGROUP).
+    -- stream whose last id is the floor.
     redis.call('XADD', KEYS[11], floor, 'floor', '1')
     redis.call('XDEL', KEYS[11], floor)
   end

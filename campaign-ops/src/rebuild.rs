@@ -224,7 +224,20 @@ pub async fn rebuild(
     let late_counted = ledger::late::waiting(&mut tx, sku, t).await?;
     let claims: Vec<Known> =
         sources::ledger_claims(&mut tx, sku, opts.ledger_page.max(1), t).await?;
-    let floors = sources::stream_floors(&mut tx, &shards, t).await?;
+    let mut floors = sources::stream_floors(&mut tx, &shards, t).await?;
+    // The consumer's committed place too: it passes poison entries, which are no claims, so
+    // the claims' top can sit below it; a new master handing out ids at or below the place
+    // would be read only through the new-master rule (`consumer/src/shard.rs`).
+    for &shard in &shards {
+        let key = shard_router::keys::claims_stream(client.placement(), shard);
+        let place = ledger::offsets::get(pool, &key, t).await?;
+        let at = place.and_then(|(o, _, _)| shard_router::codec::parse_entry_id(&o.last_id));
+        // "0-0": nothing committed yet, no floor (XADD refuses an id of 0-0).
+        if let Some(at) = at.filter(|&at| at > (0, 0)) {
+            let f = floors.entry(shard).or_insert(at);
+            *f = (*f).max(at);
+        }
+    }
 
     let mut holds = HashMap::new();
     for &shard in &shards {

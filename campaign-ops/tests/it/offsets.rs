@@ -316,3 +316,51 @@ async fn on_a_cluster_reads_go_to_the_replicas() {
     assert_eq!(on_masters, 0, "a master served a stream read");
     assert!(on_replicas > 0, "no replica served one");
 }
+
+/// The rebuild raises each stream's last id to the consumer's committed place as well as
+/// to the claims the ledger holds: the place also passes poison entries, which are no
+/// claims, and a new master handing out ids at or below it would be read only through the
+/// new-master rule.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rebuild_floor_covers_the_committed_place() {
+    let s = Stack::start().await;
+    let c = campaign(&s, 14_007, 10, 1, 1, 3600).await;
+    let shard = s.client.placement().shards_of(c.sku, 1)[0];
+    let key = ShardStream::new(&s.client, shard).key;
+    let place = format!("{}-7", shard_router::now_ms() + 60_000);
+    sqlx::query("INSERT INTO stream_offsets (stream, last_id, repl_id) VALUES (?, ?, 'r')")
+        .bind(&key)
+        .bind(&place)
+        .execute(&s.pool)
+        .await
+        .unwrap();
+    crate::common::rebuild::flushall(&s);
+    campaign_ops::rebuild::rebuild(
+        &s.pool,
+        &s.client,
+        c.sku,
+        &crate::common::rebuild::rebuild_opts(),
+    )
+    .await
+    .unwrap();
+    let info: Vec<redis::Value> = redis::cmd("XINFO")
+        .arg("STREAM")
+        .arg(&key)
+        .query(&mut s.redis.connection())
+        .unwrap();
+    let last = info
+        .chunks(2)
+        .find_map(|kv| match (&kv[0], &kv[1]) {
+            (redis::Value::BulkString(k), redis::Value::BulkString(v))
+                if k.as_slice() == b"last-generated-id" =>
+            {
+                Some(String::from_utf8(v.clone()).unwrap())
+            }
+            _ => None,
+        })
+        .expect("last-generated-id");
+    assert_eq!(
+        shard_router::stream::entry_order(&last),
+        shard_router::stream::entry_order(&place)
+    );
+}
