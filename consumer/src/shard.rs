@@ -152,8 +152,14 @@ pub struct ShardReader {
 
 impl ShardReader {
     /// Reads the shard until `shutdown`, acquiring its lease first and again whenever it is
-    /// lost; returns dropping its sender, so the writer drains.
-    pub async fn run(self, tx: mpsc::Sender<Read>, mut shutdown: watch::Receiver<bool>) {
+    /// lost; returns dropping its sender, so the writer drains. On shutdown the lease's
+    /// keeper goes on renewing until the returned stop is sent or dropped: the writer may
+    /// still commit this shard's reads, under this lease (`streams.rs` stops it after).
+    pub async fn run(
+        self,
+        tx: mpsc::Sender<Read>,
+        mut shutdown: watch::Receiver<bool>,
+    ) -> Option<watch::Sender<bool>> {
         let mut backoff = Backoff::new(self.cfg.backoff_min, self.cfg.backoff_max);
         while !*shutdown.borrow() {
             let Some(lease) = self.acquire(&mut backoff, &mut shutdown).await else {
@@ -173,13 +179,15 @@ impl ShardReader {
             let go_on = self
                 .read_lease(lease, &tx, &mut backoff, &mut shutdown)
                 .await;
+            if !go_on {
+                tracing::debug!(shard = self.lease.shard, "reader stopped");
+                return Some(stop_keeper);
+            }
             let _ = stop_keeper.send(true);
             let _ = keeper.await;
-            if !go_on {
-                break;
-            }
         }
         tracing::debug!(shard = self.lease.shard, "reader stopped");
+        None
     }
 
     /// Takes the lease, retrying while another consumer holds it or MySQL fails. `None`:

@@ -50,7 +50,8 @@ pub struct Streams {
     pool: MySqlPool,
     leases: Vec<ShardLease>,
     inflight: InFlight,
-    feeders: JoinSet<()>,
+    /// Readers (each returns its lease keeper's stop) and the lag watch.
+    feeders: JoinSet<Option<watch::Sender<bool>>>,
     writer: JoinHandle<()>,
     stop_beat: watch::Sender<bool>,
     heartbeat: JoinSet<()>,
@@ -138,11 +139,11 @@ impl Streams {
             .iter()
             .map(|s| (streams[s].clone(), leases[s].clone()))
             .collect();
-        feeders.spawn(crate::shard::watch(
-            client.clone(),
-            watched,
-            shutdown.clone(),
-        ));
+        let (client_watch, watch_shutdown) = (client.clone(), shutdown.clone());
+        feeders.spawn(async move {
+            crate::shard::watch(client_watch, watched, watch_shutdown).await;
+            None
+        });
         Ok(Some(Self {
             cfg: cfg.clone(),
             pool: pool.clone(),
@@ -158,8 +159,13 @@ impl Streams {
     /// Stops the readers, lets the writer drain (within `--drain-grace`), releases the
     /// leases, then deregisters the heartbeat.
     pub async fn drain(mut self) {
+        // The keepers renew the leases until the writer drained: its last batches commit
+        // under them.
+        let mut keepers = Vec::new();
         let drain = async {
-            while self.feeders.join_next().await.is_some() {}
+            while let Some(r) = self.feeders.join_next().await {
+                keepers.extend(r.ok().flatten());
+            }
             let _ = (&mut self.writer).await;
         };
         if tokio::time::timeout(self.cfg.drain_grace, drain)
@@ -171,6 +177,9 @@ impl Streams {
             tracing::warn!(grace = ?self.cfg.drain_grace, in_flight = self.inflight.len(), "drain grace passed; stopping anyway");
         }
         self.feeders.abort_all();
+        for k in keepers {
+            let _ = k.send(true);
+        }
         let t = self.cfg.db_timeout;
         let releases = self.leases.iter().filter(|l| l.epoch() > 0).map(|l| {
             ledger::offsets::release(&self.pool, &l.stream, &self.cfg.consumer_name, l.epoch(), t)

@@ -161,6 +161,10 @@ impl Writer {
         // Reads of a lease already lost (or of an older one) would only be refused.
         let mut dropped = drop_reads(&mut batch, |r| r.epoch != self.lease(r.shard).epoch());
         let mut refused: Vec<PoisonRow> = Vec::new();
+        // Between attempts of a batch MySQL refuses as a whole while each row alone goes
+        // in (its places or poison rows then): the shard stalls here, loudly, until an
+        // operator fixes the cause; the rows are in the ledger meanwhile.
+        let mut stalled = Backoff::new(self.cfg.backoff_min, self.cfg.backoff_max);
         let outcome = loop {
             if batch.is_empty() {
                 break BatchOutcome::default();
@@ -237,7 +241,8 @@ impl Writer {
                     }
                     if !found {
                         // Every row alone went in: try the batch again (the rows are there).
-                        tokio::time::sleep(self.cfg.backoff_max).await;
+                        metrics::counter!(m::DB_ERRORS).increment(1);
+                        tokio::time::sleep(stalled.step()).await;
                     }
                 }
             }
