@@ -364,3 +364,84 @@ async fn the_rebuild_floor_covers_the_committed_place() {
         shard_router::stream::entry_order(&place)
     );
 }
+
+/// A consumer held a read while its lease went to another consumer (MySQL unreachable
+/// for longer than the lease), and Redis lost the entry meanwhile: its commit's place is
+/// refused, but the rows are acknowledged claims only it still has. They are committed
+/// without the place (the new owner's place stands), not dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_whose_lease_moved_is_committed_without_its_place() {
+    use consumer::inflight::InFlight;
+    use consumer::shard::{Read, ShardLease};
+    use consumer::writer::Writer;
+    use std::collections::HashMap;
+
+    let s = Stack::start().await;
+    let c = campaign(&s, 14_008, 10, 1, 1, 3600).await;
+    let shard = s.client.placement().shards_of(c.sku, 1)[0];
+    let streams: HashMap<u16, ShardStream> = (0..SHARDS)
+        .map(|sh| (sh, ShardStream::new(&s.client, sh)))
+        .collect();
+    let leases: HashMap<u16, ShardLease> = streams
+        .iter()
+        .map(|(&sh, st)| (sh, ShardLease::new(sh, st)))
+        .collect();
+    let key = streams[&shard].key.clone();
+    let mine = offsets::acquire(&s.pool, &key, "me", Duration::from_millis(200), T)
+        .await
+        .unwrap()
+        .expect("free");
+    leases[&shard].hold(mine.epoch, &mine.offset);
+
+    let ids = claim_all(&s.client, &c, users("m", 1), 1).await;
+    let (entries, under) = streams[&shard]
+        .read_after_under(&s.client, "0-0", 10, Duration::from_millis(100))
+        .await
+        .unwrap();
+    let batch: Vec<_> = entries.into_iter().map(|e| e.unwrap()).collect();
+    assert_eq!(batch.len(), 1);
+    // The lease runs out and another consumer takes the shard; Redis loses everything.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    offsets::acquire(&s.pool, &key, "other", Duration::from_secs(60), T)
+        .await
+        .unwrap()
+        .expect("expired");
+    crate::common::rebuild::flushall(&s);
+
+    let writer = Writer {
+        cfg: s.cfg.clone(),
+        pool: s.pool.clone(),
+        client: s.client.clone(),
+        streams,
+        leases,
+        inflight: InFlight::default(),
+    };
+    let (tx, rx) = tokio::sync::mpsc::channel(8);
+    let running = tokio::spawn(writer.run(vec![rx]));
+    tx.send(Read {
+        shard,
+        epoch: mine.epoch,
+        from: mine.offset.clone(),
+        to: Offset {
+            last_id: batch[0].entry_id.clone(),
+            repl_id: under.replid,
+        },
+        entries: batch,
+        poison: Vec::new(),
+    })
+    .await
+    .unwrap();
+    drop(tx);
+    running.await.unwrap();
+    let rows: Vec<String> = sqlx::query_scalar("SELECT claim_id FROM claims WHERE sku = 14008")
+        .fetch_all(&s.pool)
+        .await
+        .unwrap();
+    assert_eq!(rows, ids, "the acknowledged claim is in the ledger");
+    let (at, _, owner) = offsets::get(&s.pool, &key, T).await.unwrap().unwrap();
+    assert_eq!(
+        (at.last_id.as_str(), owner.as_deref()),
+        ("0-0", Some("other")),
+        "the new owner's place stands"
+    );
+}
