@@ -199,12 +199,19 @@ impl System {
 
     /// The Redis step (slice and user count back once per claim id), then `→ released`
     /// once both shards are confirmed on a replica. A step that found a shard fenced or
-    /// missing stays `releasing`.
+    /// missing stays `releasing`. As `StockClient::release` does
+    /// (`shard-router/src/client/release.rs`), a stock half that finds no slice (Redis lost
+    /// it, or a rebuild's fence holds it) leaves the user's count alone too: the retry after
+    /// the rebuild does both halves.
     pub(crate) fn release_redis(&self, st: &mut State, id: crate::keyspace::ClaimId) -> bool {
         let rec = st.ledger.claims[&id].rec;
         let mut ev = Vec::new();
         let stock = scripts::release_stock(st.master(id.shard), id, rec.qty, id.shard, &mut ev);
-        let user = scripts::release_user(st.master(rec.home), id, rec.user, rec.qty);
+        let user = if stock == scripts::ReleaseReply::NotPreheated {
+            scripts::ReleaseReply::NotPreheated
+        } else {
+            scripts::release_user(st.master(rec.home), id, rec.user, rec.qty)
+        };
         st.publish(&ev);
         st.sync(id.shard);
         st.sync(rec.home);

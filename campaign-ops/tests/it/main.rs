@@ -25,6 +25,7 @@ mod reconcile_load;
 mod reconcile_pages;
 mod redis_cost;
 mod release;
+mod release_loss;
 mod replica;
 mod replica_recovery;
 mod startup;
