@@ -3,10 +3,17 @@
 --
 -- KEYS[1] claims stream   {T}:claims
 -- ARGV[1] the committed place: an entry id; every entry up to it is in the ledger
--- Returns the number of entries removed (0 when the stream is missing or the guard holds).
+-- ARGV[2] the replication id of the master the place was read under
+-- Returns the number of entries removed (0 when the stream is missing or a guard holds).
 --
--- XTRIM MINID drops whole listpack nodes below the place, one call for many batches. The
--- guard: the stream's last generated id must be at or above the place. Below it, this
+-- First guard: this master's replication id must be the place's. Another master (a
+-- failover, a restart) may not hold the history the place was read in, and its entries at
+-- or below the place may not be committed yet: the consumer reads such a stream again
+-- from its start and trims once it committed under this master's id. Checked here, in the
+-- same atomic step as the trim, not by the caller before it.
+--
+-- XTRIM MINID drops whole listpack nodes below the place, one call for many batches.
+-- Second guard: the stream's last generated id must be at or above the place. Below it, this
 -- master does not have the history the place was read in (a restart from an older
 -- snapshot, a loss, and a clock behind the old master's): its newer entries may fall at
 -- or below the place, not committed yet, and the consumer reads them again from the start
@@ -23,6 +30,10 @@ end
 local pms, pseq = parse(ARGV[1])
 if not pseq then
   return redis.error_reply('ERR stream_trim: bad entry id ' .. tostring(ARGV[1]))
+end
+local replid = string.match(redis.call('INFO', 'replication'), 'master_replid:(%w+)')
+if not ARGV[2] or replid ~= ARGV[2] then
+  return 0
 end
 local info = redis.call('XINFO', 'STREAM', KEYS[1])
 local last

@@ -72,7 +72,32 @@ pub async fn dead_letters(
                     }),
                 }
             }
-            commit::write_batch(pool, &records, t).await?;
+            if let Err(e) = commit::write_batch(pool, &records, t).await {
+                if e.is_retryable() {
+                    return Err(e);
+                }
+                // One letter MySQL refuses (the earlier release dead-lettered such rows)
+                // must not hold back the rest: row by row, the refused ones kept as poison.
+                let mut kept = Vec::new();
+                for r in records.drain(..) {
+                    match commit::write_batch(pool, std::slice::from_ref(&r), t).await {
+                        Ok(_) => kept.push(r),
+                        Err(e) if e.is_retryable() => return Err(e),
+                        Err(e) => poison.push(ledger::poison::Poison {
+                            stream: key.clone(),
+                            entry_id: r.claim_id.clone(),
+                            reason: format!("dead letter of an earlier release refused: {e}"),
+                            fields: serde_json::to_string(
+                                &r.encode_pairs()
+                                    .into_iter()
+                                    .collect::<std::collections::BTreeMap<_, _>>(),
+                            )
+                            .unwrap_or_default(),
+                        }),
+                    }
+                }
+                records = kept;
+            }
             consumer::final_answers::finalize_records(client, records.iter()).await;
             ledger::poison::keep_now(pool, &poison, t).await?;
             let ids: Vec<&str> = page.iter().map(|e| e.id.as_str()).collect();
@@ -121,7 +146,7 @@ fn text(v: &Value) -> Option<Vec<u8>> {
 
 /// The claim record of a letter: its original fields under its original entry id
 /// (`dead_entry`), which the claim id is made of.
-fn decode(shard: ShardId, map: &HashMap<String, Value>) -> Option<ClaimRecord> {
+pub(crate) fn decode(shard: ShardId, map: &HashMap<String, Value>) -> Option<ClaimRecord> {
     let entry_id = String::from_utf8(text(map.get("dead_entry")?)?).ok()?;
     let fields: Vec<(&str, Vec<u8>)> = map
         .iter()

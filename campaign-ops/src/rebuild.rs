@@ -21,7 +21,7 @@
 //!    are in `rebuild/handshake.rs`.
 //! 3. **Read under the campaign row, in one transaction:** `SELECT … FOR UPDATE` on the
 //!    campaign row (every batch takes it shared first, `ledger/src/claims.rs`), then the
-//!    streams and dead letters (this step's statements: `ledger/src/rebuild.rs`); the
+//!    streams and an earlier release's dead letters not adopted yet (this step's statements: `ledger/src/rebuild.rs`); the
 //!    claims found there are inserted into the ledger (`commit::store`, the batches' own
 //!    insert), `campaigns.rebuild_gen` is bumped, and the ledger is read
 //!    by pages (waiting late claims included: counted here, marked applied only after
@@ -127,7 +127,7 @@ pub struct Report {
     pub slices: Vec<(u16, i64)>,
     /// Units of active ledger claims the rebuild found (before it added the in-flight ones).
     pub active_units: u64,
-    /// Units of claims found only in the streams or dead letters (inserted by the rebuild).
+    /// Units of claims found only in the streams (or an earlier release's dead letters) (inserted by the rebuild).
     pub in_flight_units: u64,
     /// The rebuild generation written to every shard.
     pub gen: u64,
@@ -230,8 +230,8 @@ pub async fn rebuild(
     // would be read only through the new-master rule (`consumer/src/shard.rs`).
     for &shard in &shards {
         let key = shard_router::keys::claims_stream(client.placement(), shard);
-        let place = ledger::offsets::get(pool, &key, t).await?;
-        let at = place.and_then(|(o, _, _)| shard_router::codec::parse_entry_id(&o.last_id));
+        let place = ledger::offsets::place_in(&mut tx, &key, t).await?;
+        let at = place.and_then(|id| shard_router::codec::parse_entry_id(&id));
         // "0-0": nothing committed yet, no floor (XADD refuses an id of 0-0).
         if let Some(at) = at.filter(|&at| at > (0, 0)) {
             let f = floors.entry(shard).or_insert(at);

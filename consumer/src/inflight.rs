@@ -39,7 +39,7 @@ struct Inner {
     cuts: watch::Sender<u64>,
 }
 
-/// Shared set of `(shard, entry id)` read by this process and not yet acknowledged.
+/// Shared set of `(shard, entry id)` read by this process and not yet committed (or dropped).
 #[derive(Debug, Clone)]
 pub struct InFlight(Arc<Inner>);
 
@@ -79,7 +79,7 @@ impl InFlight {
         self.0.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Registers a read about to be sent (XREADGROUP, XAUTOCLAIM); keep it until its
+    /// Registers a read about to be sent (an XREAD); keep it until its
     /// entries are added (or it returned none).
     pub fn begin(&self) -> Reading {
         let mut g = self.lock();

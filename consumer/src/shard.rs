@@ -111,9 +111,11 @@ impl ShardLease {
         self.epoch() > 0 && !self.lost()
     }
 
-    /// Holds the lease of `epoch`, acquired at `at` (the reader, after acquiring it).
-    pub fn hold(&self, epoch: u64, at: &Offset) {
-        *self.committed_lock() = Some(at.clone());
+    /// Holds the lease of `epoch`, acquired at `at` (the reader, after acquiring it). The
+    /// place is not recorded as this process's committed one yet: [`ShardLease::committed`]
+    /// does that once the answers below it are final, so no trim runs ahead of them.
+    pub fn hold(&self, epoch: u64, _at: &Offset) {
+        *self.committed_lock() = None;
         self.inner.lost.store(false, Ordering::Release);
         self.inner.epoch.store(epoch, Ordering::Release);
     }
@@ -167,7 +169,7 @@ impl ShardReader {
             };
             tracing::info!(shard = self.lease.shard, epoch = lease.epoch, at = %lease.offset.last_id, "shard lease acquired");
             self.lease.hold(lease.epoch, &lease.offset);
-            self.finalize_committed(&lease.offset).await;
+            // Renewed from now on: making answers final may take a while on a long stream.
             let (stop_keeper, keeper_stopped) = watch::channel(false);
             let keeper = tokio::spawn(keep(
                 self.pool.clone(),
@@ -176,11 +178,18 @@ impl ShardReader {
                 lease.epoch,
                 keeper_stopped,
             ));
+            self.finalize_committed(&lease.offset).await;
+            self.lease.committed(&lease.offset);
             let go_on = self
                 .read_lease(lease, &tx, &mut backoff, &mut shutdown)
                 .await;
             if !go_on {
                 tracing::debug!(shard = self.lease.shard, "reader stopped");
+                if self.lease.lost() {
+                    // Not a shutdown: the writer is gone; let the lease run out.
+                    let _ = stop_keeper.send(true);
+                    return None;
+                }
                 return Some(stop_keeper);
             }
             let _ = stop_keeper.send(true);
@@ -247,20 +256,31 @@ impl ShardReader {
         if under(&self.client).await.as_deref() != Some(at.repl_id.as_str()) {
             return;
         }
-        let Ok(entries) = self.stream.all_entries(&self.client, 500).await else {
-            return;
-        };
-        if under(&self.client).await.as_deref() != Some(at.repl_id.as_str()) {
-            return;
+        // Page by page up to the place, never past it (the backlog after it may be long).
+        let mut after: Option<String> = None;
+        loop {
+            let Ok(page) = self
+                .stream
+                .page_through(&self.client, after.as_deref(), &at.last_id, 500)
+                .await
+            else {
+                return;
+            };
+            // Each page read on the master the place was read under, or nothing is final.
+            if under(&self.client).await.as_deref() != Some(at.repl_id.as_str()) {
+                return;
+            }
+            let committed: Vec<_> = page
+                .iter()
+                .filter_map(|e| shard_router::stream::decode(shard, e).ok())
+                .map(|d| d.record)
+                .collect();
+            crate::final_answers::finalize_records(&self.client, committed.iter()).await;
+            match page.last() {
+                Some(last) if page.len() == 500 => after = Some(last.id.clone()),
+                _ => return,
+            }
         }
-        let place = shard_router::stream::entry_order(&at.last_id);
-        let committed: Vec<_> = entries
-            .iter()
-            .filter(|e| shard_router::stream::entry_order(&e.id) <= place)
-            .filter_map(|e| shard_router::stream::decode(shard, e).ok())
-            .map(|d| d.record)
-            .collect();
-        crate::final_answers::finalize_records(&self.client, committed.iter()).await;
     }
 
     /// Reads under one lease until it is lost (true: acquire again) or shutdown (false).
@@ -386,7 +406,14 @@ impl ShardReader {
                 entries: good,
                 poison,
             };
-            if tx.send(read).await.is_err() {
+            if let Err(gone) = tx.send(read).await {
+                // The writer loop is gone (it only ends once every reader stopped, so it
+                // died): nothing will commit this shard's reads. Their marks go, and so
+                // does the lease (`run`), or no other consumer could take the shard.
+                let r = gone.0;
+                self.inflight
+                    .remove(shard, r.entries.iter().map(|d| d.entry_id.as_str()));
+                self.lease.lose(r.epoch);
                 return false;
             }
             at = to;
@@ -437,7 +464,10 @@ pub async fn watch(
                 metrics::gauge!(m::OLDEST_PENDING_SECONDS, "shard" => shard).set(age_s);
             }
             if lease.held() {
-                match stream.trim_committed(&client, &at.last_id).await {
+                match stream
+                    .trim_committed(&client, &at.last_id, &at.repl_id)
+                    .await
+                {
                     Ok(n) => metrics::counter!(m::TRIMMED).increment(n),
                     Err(e) => tracing::warn!(shard = lease.shard, error = %e, "stream trim failed"),
                 }

@@ -145,7 +145,10 @@ impl Writer {
         // does not have.
         for (shard, lease) in self.leases.iter().filter(|(_, l)| l.held()) {
             if let (Some(at), Some(stream)) = (lease.committed_at(), self.streams.get(shard)) {
-                if let Err(e) = stream.trim_committed(&self.client, &at.last_id).await {
+                if let Err(e) = stream
+                    .trim_committed(&self.client, &at.last_id, &at.repl_id)
+                    .await
+                {
                     tracing::warn!(shard, error = %e, "stream trim failed");
                 }
             }
@@ -395,7 +398,10 @@ impl Writer {
             }
             trimmed.insert(shard, Instant::now());
             if let Some(stream) = self.streams.get(&shard) {
-                match stream.trim_committed(&self.client, &at.last_id).await {
+                match stream
+                    .trim_committed(&self.client, &at.last_id, &at.repl_id)
+                    .await
+                {
                     Ok(n) => metrics::counter!(m::TRIMMED).increment(n),
                     // The next trim covers it: nothing depends on this one.
                     Err(e) => tracing::warn!(shard, error = %e, "stream trim failed"),

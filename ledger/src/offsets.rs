@@ -210,6 +210,23 @@ pub async fn get(
     Ok(row.map(|(last_id, repl_id, epoch, owner)| (Offset { last_id, repl_id }, epoch, owner)))
 }
 
+/// The place of `stream` inside `tx` (a rebuild reads it under its campaign lock, without a
+/// second connection).
+pub async fn place_in(
+    tx: &mut Transaction<'_, MySql>,
+    stream: &str,
+    t: Duration,
+) -> Result<Option<String>, LedgerError> {
+    bounded(
+        "stream place",
+        t,
+        sqlx::query_scalar("SELECT last_id FROM stream_offsets WHERE stream = ?")
+            .bind(stream)
+            .fetch_optional(&mut **tx),
+    )
+    .await
+}
+
 /// The owners of every lease not run out yet (by MySQL's clock).
 pub async fn owners(pool: &MySqlPool, t: Duration) -> Result<Vec<String>, LedgerError> {
     bounded(

@@ -100,6 +100,33 @@ impl ShardStream {
             .and_then(|(ms, _)| ms.parse().ok()))
     }
 
+    /// One page of entries after `after` (from the start when `None`) up to `through`
+    /// included: at most `count`, oldest first. For walking the committed part of a stream
+    /// without reading what lies past it.
+    pub async fn page_through(
+        &self,
+        client: &StockClient,
+        after: Option<&str>,
+        through: &str,
+        count: usize,
+    ) -> Result<Vec<StreamId>, StockError> {
+        let start = after.map_or_else(|| "-".to_owned(), |id| format!("({id}"));
+        let mut conn = client.conn();
+        let r: StreamRangeReply = client
+            .bounded(
+                "xrange",
+                redis::cmd("XRANGE")
+                    .arg(&self.key)
+                    .arg(start)
+                    .arg(through)
+                    .arg("COUNT")
+                    .arg(count)
+                    .query_async(&mut conn),
+            )
+            .await?;
+        Ok(r.ids)
+    }
+
     /// Every entry still in the stream (committed ones stay until a trim, so callers skip
     /// what the ledger has), read in pages of `page`.
     pub async fn all_entries(

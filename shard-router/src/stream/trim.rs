@@ -13,12 +13,15 @@ static BODY: LazyLock<String> =
     LazyLock::new(|| crate::stream::body(include_str!("../../../lua/stream_trim.lua")));
 
 impl ShardStream {
-    /// Removes the entries below `committed` (an entry id whose record, and every older
-    /// one's, is in the ledger). Returns how many went; 0 when the guard held.
+    /// Removes the entries up to `committed` (an entry id whose record, and every older
+    /// one's, is in the ledger, read under the master whose replication id is
+    /// `repl_id`). Returns how many went; 0 when a guard held (another master now, or a
+    /// history below the place).
     pub async fn trim_committed(
         &self,
         client: &StockClient,
         committed: &str,
+        repl_id: &str,
     ) -> Result<u64, StockError> {
         let mut conn = client.conn();
         client
@@ -29,6 +32,7 @@ impl ShardStream {
                     .arg(1)
                     .arg(&self.key)
                     .arg(committed)
+                    .arg(repl_id)
                     .query_async(&mut conn),
             )
             .await

@@ -297,7 +297,22 @@ async fn reads_follow_the_place_and_the_trim_keeps_what_is_not_committed() {
     assert!(read.iter().all(|e| e.is_err()), "not claim records: poison");
     assert_eq!(under.replid.len(), 40, "{under:?}");
 
-    assert_eq!(stream.trim_committed(&client, "100-3").await.unwrap(), 3);
+    assert_eq!(
+        stream
+            .trim_committed(&client, "100-3", "another-master")
+            .await
+            .unwrap(),
+        0,
+        "a place read under another master trims nothing"
+    );
+    assert_eq!(stream.len(&client).await.unwrap(), 5);
+    assert_eq!(
+        stream
+            .trim_committed(&client, "100-3", &under.replid)
+            .await
+            .unwrap(),
+        3
+    );
     assert_eq!(
         stream.len(&client).await.unwrap(),
         2,
@@ -318,7 +333,13 @@ async fn reads_follow_the_place_and_the_trim_keeps_what_is_not_committed() {
         .query_async(&mut conn)
         .await
         .unwrap();
-    assert_eq!(stream.trim_committed(&client, "100-3").await.unwrap(), 0);
+    assert_eq!(
+        stream
+            .trim_committed(&client, "100-3", &under.replid)
+            .await
+            .unwrap(),
+        0
+    );
     assert_eq!(stream.len(&client).await.unwrap(), 1);
     assert_eq!(
         stream.first_after_ms(&client, "0-0").await.unwrap(),
