@@ -118,6 +118,21 @@ async fn drill(loss: Loss) -> verdict::Figures {
         assert!(registered.elapsed() < T, "the consumer never registered");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    // And reading: every shard's lease taken (then its first read follows at once).
+    while sqlx::query_scalar::<_, i64>(
+        "SELECT COUNT(*) FROM stream_offsets WHERE owner IS NOT NULL",
+    )
+    .fetch_one(&pool)
+    .await
+    .expect("stream leases")
+        < i64::from(SHARDS)
+    {
+        assert!(
+            registered.elapsed() < T,
+            "the consumer never took its leases"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 
     let load = {
         let (client, meta) = (client.clone(), meta.clone());
