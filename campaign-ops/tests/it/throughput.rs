@@ -70,9 +70,48 @@ fn fill_backlog(s: &Stack, n: usize, round: usize) -> Vec<ClaimRecord> {
     recs
 }
 
-/// One consumer round on a fresh stack: (claims/s from start, claims/s after the first
-/// commit, the records).
-async fn consumer_round(n: usize, round: usize) -> (f64, f64, Vec<ClaimRecord>) {
+/// One consumer round's figures.
+struct Round {
+    /// Claims per second from the consumer's start.
+    cold: f64,
+    /// Claims per second after the first commit.
+    steady: f64,
+    /// This process's CPU time (the consumer's, plus the drain polling) per claim, in µs.
+    cpu_us: f64,
+    /// The Redis server's CPU time per claim, in µs.
+    redis_cpu_us: f64,
+}
+
+/// This process's CPU time so far (user + system, all threads, live or ended), in µs:
+/// `/proc/self/stat` fields 14 and 15, in clock ticks of 10 ms.
+fn process_cpu_us() -> u64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    let fields: Vec<u64> = stat[stat.rfind(')').unwrap() + 2..]
+        .split(' ')
+        .skip(11)
+        .take(2)
+        .map(|v| v.parse().unwrap())
+        .collect();
+    (fields[0] + fields[1]) * 10_000
+}
+
+/// The Redis server's CPU time so far (user + system, `INFO cpu`), in µs.
+fn redis_cpu_us(s: &Stack) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("cpu")
+        .query(&mut s.redis.connection())
+        .unwrap();
+    info.lines()
+        .filter_map(|l| {
+            l.strip_prefix("used_cpu_sys:")
+                .or_else(|| l.strip_prefix("used_cpu_user:"))
+        })
+        .map(|v| (v.trim().parse::<f64>().unwrap() * 1e6) as u64)
+        .sum()
+}
+
+/// One consumer round on a fresh stack: its figures and the records.
+async fn consumer_round(n: usize, round: usize) -> (Round, Vec<ClaimRecord>) {
     let s = Stack::start().await;
     let now = shard_router::now_ms();
     let c = Campaign {
@@ -95,6 +134,7 @@ async fn consumer_round(n: usize, round: usize) -> (f64, f64, Vec<ClaimRecord>) 
     if let Some(w) = env("FG_PERF_WRITERS") {
         cfg.writers = w;
     }
+    let (cpu0, redis0) = (process_cpu_us(), redis_cpu_us(&s));
     let t0 = Instant::now();
     let consumer = start_consumer(cfg);
     // Polls the places the ledger committed against each stream's newest entry, not
@@ -112,15 +152,22 @@ async fn consumer_round(n: usize, round: usize) -> (f64, f64, Vec<ClaimRecord>) 
             t0.elapsed() < Duration::from_secs(120),
             "backlog not drained"
         );
-        tokio::time::sleep(Duration::from_millis(2)).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let end = Instant::now();
+    let (cpu1, redis1) = (process_cpu_us(), redis_cpu_us(&s));
     consumer.stop().await;
     assert_eq!(s.count("SELECT COUNT(*) FROM claims").await, n as i64);
     let cold = n as f64 / (end - t0).as_secs_f64();
     let (t1, left) = first.unwrap();
     let steady = left as f64 / (end - t1).as_secs_f64();
-    (cold, steady, recs)
+    let round = Round {
+        cold,
+        steady,
+        cpu_us: (cpu1 - cpu0) as f64 / n as f64,
+        redis_cpu_us: (redis1 - redis0) as f64 / n as f64,
+    };
+    (round, recs)
 }
 
 /// Streams whose newest entry is past the place the ledger committed.
@@ -269,9 +316,14 @@ async fn ledger_throughput_vs_raw_insert_and_row_per_transaction() {
     let (mut best_cold, mut best_steady, mut best_raw) = (0f64, 0f64, 0f64);
     let mut last = Vec::new();
     for round in 0..rounds {
-        let (cold, steady, recs) = consumer_round(n, round).await;
+        let (r, recs) = consumer_round(n, round).await;
+        let (cold, steady) = (r.cold, r.steady);
         let raw = raw_round(&recs).await;
         eprintln!("round {round}: consumer {cold:.0}/s from start, {steady:.0}/s after first commit; mariadb client {raw:.0} rows/s");
+        eprintln!(
+            "round {round}: consumer_cpu_us_per_claim={:.2} redis_cpu_us_per_claim={:.2}",
+            r.cpu_us, r.redis_cpu_us
+        );
         best_cold = best_cold.max(cold);
         best_steady = best_steady.max(steady);
         best_raw = best_raw.max(raw);
