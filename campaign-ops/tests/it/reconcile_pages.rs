@@ -129,7 +129,10 @@ async fn longest_redis_call_of_a_reconciliation_stays_short() {
         took.as_millis()
     );
     assert_eq!((r.in_flight, r.drift), (n as i64, 0), "{r:#?}");
-    assert!(us < 25_000, "a single call took {us} µs ({name})");
+    // Catches a call of the size the old script reached (~0.5 s); a page's XRANGE took
+    // 31 ms once on a machine busy with a whole test run beside it.
+    let bound = test_support::slack(std::time::Duration::from_millis(100)).as_micros() as u64;
+    assert!(us < bound, "a single call took {us} µs ({name})");
 }
 
 async fn run_paged(s: &Stack, sku: u64, page: usize) -> Report {
