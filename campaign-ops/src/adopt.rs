@@ -87,12 +87,7 @@ pub async fn dead_letters(
                             stream: key.clone(),
                             entry_id: r.claim_id.clone(),
                             reason: format!("dead letter of an earlier release refused: {e}"),
-                            fields: serde_json::to_string(
-                                &r.encode_pairs()
-                                    .into_iter()
-                                    .collect::<std::collections::BTreeMap<_, _>>(),
-                            )
-                            .unwrap_or_default(),
+                            fields: ledger::poison::fields_json(r.encode_pairs()),
                         }),
                     }
                 }
@@ -158,9 +153,5 @@ pub(crate) fn decode(shard: ShardId, map: &HashMap<String, Value>) -> Option<Cla
 }
 
 fn fields_json(map: &HashMap<String, Value>) -> String {
-    let fields: std::collections::BTreeMap<&str, String> = map
-        .iter()
-        .filter_map(|(k, v)| Some((k.as_str(), String::from_utf8_lossy(&text(v)?).into_owned())))
-        .collect();
-    serde_json::to_string(&fields).unwrap_or_default()
+    ledger::poison::fields_json(map.iter().filter_map(|(k, v)| Some((k, text(v)?))))
 }

@@ -220,7 +220,7 @@ impl Writer {
                                     stream: self.lease(r.shard).stream.to_string(),
                                     entry_id: d.entry_id.clone(),
                                     reason: format!("row refused: {e}"),
-                                    fields: record_json(&d.record),
+                                    fields: ledger::poison::fields_json(d.record.encode_pairs()),
                                 });
                                 found = true;
                             }
@@ -448,21 +448,10 @@ fn moves(batch: &[Read], leases: &HashMap<ShardId, ShardLease>) -> Vec<(Advance,
 }
 
 fn poison_row(stream: &str, p: &Poison) -> PoisonRow {
-    let fields: BTreeMap<&str, String> = p
-        .fields
-        .iter()
-        .map(|(k, v)| (k.as_str(), String::from_utf8_lossy(v).into_owned()))
-        .collect();
     PoisonRow {
         stream: stream.to_owned(),
         entry_id: p.entry_id.clone(),
         reason: p.reason.clone(),
-        fields: serde_json::to_string(&fields).unwrap_or_default(),
+        fields: ledger::poison::fields_json(p.fields.iter().map(|(k, v)| (k, v))),
     }
-}
-
-/// A record's stream fields as the JSON object of `stream_poison.fields`.
-fn record_json(r: &ClaimRecord) -> String {
-    let fields: BTreeMap<&str, String> = r.encode_pairs().into_iter().collect();
-    serde_json::to_string(&fields).unwrap_or_default()
 }

@@ -24,6 +24,21 @@ pub struct Poison {
     pub fields: String,
 }
 
+/// An entry's fields as the JSON object of `stream_poison.fields`, names sorted; bytes
+/// that are not UTF-8 replaced.
+pub fn fields_json<K: AsRef<str>, V: AsRef<[u8]>>(
+    fields: impl IntoIterator<Item = (K, V)>,
+) -> String {
+    let sorted: std::collections::BTreeMap<String, String> = fields
+        .into_iter()
+        .map(|(k, v)| {
+            let v = String::from_utf8_lossy(v.as_ref()).into_owned();
+            (k.as_ref().to_owned(), v)
+        })
+        .collect();
+    serde_json::to_string(&sorted).unwrap_or_default()
+}
+
 /// Keeps `entries` inside `tx` (a second copy of one is ignored), each with its anomaly.
 pub async fn keep(
     tx: &mut Transaction<'_, MySql>,
