@@ -159,13 +159,6 @@ impl ShardStream {
     }
 }
 
-/// An entry id as Redis orders them (`<ms>-<seq>`); `(0, 0)` for anything else.
-pub fn entry_order(id: &str) -> (u64, u64) {
-    id.split_once('-')
-        .and_then(|(ms, seq)| Some((ms.parse().ok()?, seq.parse().ok()?)))
-        .unwrap_or((0, 0))
-}
-
 /// Decodes an entry, or says why it is poison. Borrows the field bytes; they are copied
 /// only for a poison entry (which goes to the dead letters with its fields).
 pub fn decode(shard: ShardId, entry: &StreamId) -> Result<Delivered, Poison> {

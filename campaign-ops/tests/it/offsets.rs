@@ -365,8 +365,8 @@ async fn the_rebuild_floor_covers_the_committed_place() {
         })
         .expect("last-generated-id");
     assert_eq!(
-        shard_router::stream::entry_order(&last),
-        shard_router::stream::entry_order(&place)
+        shard_router::codec::parse_entry_id(&last),
+        shard_router::codec::parse_entry_id(&place)
     );
 }
 
