@@ -234,6 +234,8 @@ impl StockClient {
 
 mod campaign;
 mod claim;
+mod draw;
+pub use draw::GRANT_REQUEST;
 mod fence;
 mod release;
 mod retire;

@@ -75,10 +75,27 @@ impl ShardKeys {
     pub fn fix_epoch(&self) -> String {
         tagged(&self.tag, "epoch", self.sku, 0)
     }
+    /// A draw's state on this shard (campaign mode `draw`, `lua/draw_enter.lua`): state,
+    /// entry window, k, stock and the seed's HMAC pads.
+    pub fn draw_meta(&self) -> String {
+        tagged(&self.tag, "draw", self.sku, 0)
+    }
+    /// user → `E|<entry id>`, `R|<rank>` or `W|<claim id>|<shard>`: every user who entered a
+    /// draw on this (home) shard, and their standing once it ran.
+    pub fn entrants(&self) -> String {
+        tagged(&self.tag, "entrants", self.sku, 0)
+    }
+    /// The draw's best `k` entrants of this shard by priority (a sorted set).
+    pub fn top_k(&self) -> String {
+        tagged(&self.tag, "topk", self.sku, 0)
+    }
     /// Every key of the campaign on this shard but its stored answers (they expire by their
     /// TTL): what close-out removes. A key added above belongs here too.
-    pub fn campaign_keys(&self) -> [String; 10] {
+    pub fn campaign_keys(&self) -> [String; 13] {
         [
+            self.draw_meta(),
+            self.entrants(),
+            self.top_k(),
             self.meta(),
             self.users(),
             self.user_seq(),
@@ -122,6 +139,12 @@ pub fn claims_stream(placement: &Placement, shard: ShardId) -> String {
     key.push_str(tag);
     key.push_str("}:claims");
     key
+}
+
+/// The draw entries stream of a shard: one entry per accepted draw entry, of every SKU on
+/// the shard, read into the ledger by `campaign-ops/src/draw/entries.rs`.
+pub fn entries_stream(placement: &Placement, shard: ShardId) -> String {
+    format!("{{{}}}:entries", placement.tag(shard))
 }
 
 /// The dead-letter stream of a shard, written by releases before the offset consumer; this
@@ -191,6 +214,9 @@ mod tests {
             assert_eq!(k.released_user(), f("reluser"));
             assert_eq!(k.waves(), f("waves"));
             assert_eq!(k.fix_epoch(), f("epoch"));
+            assert_eq!(k.draw_meta(), f("draw"));
+            assert_eq!(k.entrants(), f("entrants"));
+            assert_eq!(k.top_k(), f("topk"));
             for user in ["", "u", "ü-名"] {
                 assert_eq!(
                     k.request(user, Some("r-1")),

@@ -30,6 +30,7 @@ mod client;
 mod clock;
 pub mod codec;
 pub mod conn;
+pub mod draw;
 mod error;
 pub mod health;
 pub mod keys;
@@ -49,7 +50,7 @@ pub mod stream;
 pub mod test_util;
 
 pub use args::RedisArgs;
-pub use client::{StockClient, StockConfig};
+pub use client::{StockClient, StockConfig, GRANT_REQUEST};
 pub use conn::{RedisConn, RedisTarget, Timeouts};
 pub use error::StockError;
 pub use health::ShardHealth;

@@ -32,9 +32,19 @@ pub(crate) static RECONCILE_FIX: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/reconcile_fix.lua")));
 pub(crate) static WAVE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/wave.lua")));
+pub(crate) static DRAW_OPEN: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/draw_open.lua")));
+pub(crate) static DRAW_ENTER: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/draw_enter.lua")));
+pub(crate) static DRAW_CLOSE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/draw_close.lua")));
+pub(crate) static DRAW_MARK: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/draw_mark.lua")));
+pub(crate) static DRAW_RESTORE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/draw_restore.lua")));
 
 /// Every script, for loading them all ahead of traffic (readiness).
-pub(crate) fn all() -> [&'static Script; 13] {
+pub(crate) fn all() -> [&'static Script; 18] {
     [
         &CLAIM,
         &TAKE,
@@ -49,6 +59,11 @@ pub(crate) fn all() -> [&'static Script; 13] {
         &RECONCILE,
         &RECONCILE_FIX,
         &WAVE,
+        &DRAW_OPEN,
+        &DRAW_ENTER,
+        &DRAW_CLOSE,
+        &DRAW_MARK,
+        &DRAW_RESTORE,
     ]
 }
 
@@ -82,4 +97,13 @@ pub(crate) mod code {
     pub(crate) const LATE_ALREADY: i64 = 71;
     pub(crate) const LATE_STALE: i64 = 72;
     pub(crate) const LATE_WAIT: i64 = 73;
+    pub(crate) const ENTERED: i64 = 80;
+    pub(crate) const WON: i64 = 81;
+    pub(crate) const WON_PENDING: i64 = 82;
+    pub(crate) const WAITLISTED: i64 = 83;
+    pub(crate) const LOST: i64 = 84;
+    pub(crate) const DRAW_CLOSED: i64 = 85;
+    pub(crate) const DRAW_LIST: i64 = 90;
+    pub(crate) const DRAW_MARKED: i64 = 91;
+    pub(crate) const DRAW_RESTORED: i64 = 92;
 }

@@ -2,6 +2,7 @@
 //! what was a test file, so `cargo test -p shard-router --test it NAME::` runs one of them.
 
 mod common;
+mod draw;
 mod record_forms;
 mod record_fuzz;
 mod replay_read;

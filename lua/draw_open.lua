@@ -1,0 +1,25 @@
+-- draw_open.lua: opens a draw on one shard of its SKU (part of the preheat of a `draw`
+-- campaign, and of restoring a shard Redis lost). Never moves a draw back: an existing
+-- state is kept, only the window, k and stock are written again.
+--
+-- KEYS[1] draw meta   {T}:draw:<sku>
+-- ARGV[1] entries open (ms)   ARGV[2] draw_at (ms): entries close   ARGV[3] k (stock + waitlist)
+-- ARGV[4] stock   ARGV[5] key XOR ipad (64 bytes)   ARGV[6] key XOR opad (64 bytes)
+-- ARGV[7] state for a new draw: open | closed | drawn (a restore passes the ledger's)
+-- Returns (never nil): {20, state} OPENED   {21, state} LIVE (existed)   {15} BAD_ARGUMENT
+
+local estart, draw_at = tonumber(ARGV[1]), tonumber(ARGV[2])
+local k, stock = tonumber(ARGV[3]), tonumber(ARGV[4])
+if not estart or not draw_at or draw_at <= estart or not k or k < 1 or not stock
+  or stock < 0 or #ARGV[5] ~= 64 or #ARGV[6] ~= 64
+  or not (ARGV[7] == 'open' or ARGV[7] == 'closed' or ARGV[7] == 'drawn') then
+  return {15}
+end
+local state = redis.call('HGET', KEYS[1], 'state')
+redis.call('HSET', KEYS[1], 'estart', ARGV[1], 'draw_at', ARGV[2], 'k', ARGV[3],
+  'stock', ARGV[4], 'ik', ARGV[5], 'ok', ARGV[6])
+if state then
+  return {21, state}
+end
+redis.call('HSET', KEYS[1], 'state', ARGV[7])
+return {20, ARGV[7]}
