@@ -12,5 +12,6 @@ pub fn meta(c: &Campaign) -> SkuMeta {
         limit: c.limit,
         start_ms: c.start_ms,
         end_ms: c.end_ms,
+        draw: None,
     }
 }

@@ -140,6 +140,7 @@ mod tests {
             limit: 1,
             start_ms: 0,
             end_ms: 1,
+            draw: None,
         };
         let claim = |id: &str| Claim {
             claim_id: id.into(),

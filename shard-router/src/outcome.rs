@@ -18,6 +18,21 @@ pub struct SkuMeta {
     /// Sale window `[start_ms, end_ms)`, gateway clock, ms since the epoch.
     pub start_ms: i64,
     pub end_ms: i64,
+    /// `Some` when the campaign's mode is `draw`: claims are entries (`crate::draw`).
+    /// Written in the same HSET as the fields above, so no gateway sees one without it.
+    pub draw: Option<SkuDraw>,
+}
+
+/// What gateways need of a draw: its entry window and its published seed digest (and the
+/// seed itself once the draw ran).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SkuDraw {
+    /// Entries open at `start_ms` and close here.
+    pub draw_at_ms: i64,
+    /// Lowercase hex SHA-256 of the seed, published from the campaign's creation.
+    pub seed_sha256: String,
+    /// The seed in hex, revealed once the draw ran.
+    pub seed: Option<String>,
 }
 
 impl SkuMeta {

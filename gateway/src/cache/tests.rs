@@ -8,6 +8,7 @@ fn state() -> SkuState {
         limit: 1,
         start_ms: 0,
         end_ms: 1,
+        draw: None,
     };
     SkuState::new(meta, vec![3, 4])
 }

@@ -55,13 +55,22 @@ impl StockClient {
     /// The SKU-wide metadata hash and the SKU set entry gateways resync from.
     pub async fn write_sku_meta(&self, meta: &SkuMeta) -> Result<(), StockError> {
         let mut conn = self.conn.clone();
-        let fields = [
+        let mut fields = vec![
             ("stock", meta.stock.to_string()),
             ("width", meta.width.to_string()),
             ("limit", meta.limit.to_string()),
             ("start", meta.start_ms.to_string()),
             ("end", meta.end_ms.to_string()),
         ];
+        // Mode is fixed at creation, so a draw's fields are never removed; absent = fcfs.
+        if let Some(d) = &meta.draw {
+            fields.push(("mode", "draw".into()));
+            fields.push(("draw_at", d.draw_at_ms.to_string()));
+            fields.push(("seed_sha256", d.seed_sha256.clone()));
+            if let Some(seed) = &d.seed {
+                fields.push(("seed", seed.clone()));
+            }
+        }
         self.bounded(
             "preheat meta",
             conn.hset_multiple::<_, _, _, ()>(keys::sku_meta(meta.sku), &fields),
@@ -84,16 +93,29 @@ impl StockClient {
     /// The SKU metadata written at preheat, or `None` when the SKU was never preheated.
     pub async fn sku_meta(&self, sku: u64) -> Result<Option<SkuMeta>, StockError> {
         let mut conn = self.conn.clone();
-        let vals: Vec<Option<i64>> = self
+        let vals: Vec<Option<String>> = self
             .bounded(
                 "sku meta",
                 redis::cmd("HMGET")
                     .arg(keys::sku_meta(sku))
-                    .arg(&["stock", "width", "limit", "start", "end"])
+                    .arg(&[
+                        "stock",
+                        "width",
+                        "limit",
+                        "start",
+                        "end",
+                        "mode",
+                        "draw_at",
+                        "seed_sha256",
+                        "seed",
+                    ])
                     .query_async(&mut conn),
             )
             .await?;
-        let [Some(stock), Some(width), Some(limit), Some(start), Some(end)] = vals[..] else {
+        let int = |i: usize| vals[i].as_deref().and_then(|v| v.parse::<i64>().ok());
+        let (Some(stock), Some(width), Some(limit), Some(start), Some(end)) =
+            (int(0), int(1), int(2), int(3), int(4))
+        else {
             return Ok(None);
         };
         let bad = || StockError::Protocol {
@@ -107,6 +129,16 @@ impl StockClient {
             limit: u32::try_from(limit).map_err(|_| bad())?,
             start_ms: start,
             end_ms: end,
+            draw: match vals[5].as_deref() {
+                None | Some("fcfs") => None,
+                Some("draw") => Some(SkuDraw {
+                    draw_at_ms: int(6).ok_or_else(bad)?,
+                    seed_sha256: vals[7].clone().ok_or_else(bad)?,
+                    seed: vals[8].clone(),
+                }),
+                // A mode this release does not know: never sold as first come, first served.
+                Some(_) => return Err(bad()),
+            },
         };
         self.placement.check_width(meta.width).map_err(|_| bad())?;
         Ok(Some(meta))
