@@ -24,6 +24,8 @@
 //! - [`offsets`]: each claims stream's place and lease, moved with the rows read up to it;
 //!   [`poison`]: the entries passed without a row.
 //! - [`anomalies`]: what the books disagree on.
+//! - [`draws`]: draw campaigns (a verifiable raffle): their terms, entries read from the
+//!   entries streams with the streams' places, the ranks drawn and how far they are granted.
 
 pub mod anomalies;
 pub mod books;
@@ -31,6 +33,7 @@ pub mod campaigns;
 pub mod claims;
 pub mod closing;
 pub mod consumers;
+pub mod draws;
 mod error;
 pub mod health;
 pub mod late;
