@@ -83,7 +83,10 @@ pub async fn preheat_with(
         .iter()
         .all(|(_, v)| v.is_some());
     if all_live && !crate::rebuild::any_claim(pool, sku, t).await? {
-        let out = client.preheat(&meta(&c)).await?;
+        let meta = crate::sku::meta_of(pool, &c, t).await?;
+        // A draw's shards before the metadata, which tells gateways the mode.
+        crate::draw::open(pool, client, &c, t).await?;
+        let out = client.preheat(&meta).await?;
         if !out
             .iter()
             .any(|(_, o)| matches!(o, PreheatOutcome::Rebuilding))

@@ -70,6 +70,11 @@ pub enum Command {
     Wave(WaveArgs),
     /// Close a finished campaign: closing report, Redis keys removed, no more reconciling.
     Close { sku: u64 },
+    /// A draw campaign: `show` its state (the seed once drawn), `verify` it from the ledger.
+    Draw {
+        #[command(subcommand)]
+        command: DrawCommand,
+    },
     /// List the stream entries kept in the ledger instead of a claim row (`stream_poison`:
     /// not claim records, or rows MySQL refused), oldest first.
     Poison {
@@ -77,6 +82,24 @@ pub enum Command {
         #[arg(long, default_value_t = 100)]
         limit: u32,
     },
+}
+
+/// `consumer draw ...`.
+#[derive(Debug, Subcommand)]
+pub enum DrawCommand {
+    /// The draw's state: draw time, seed digest, entrants, ranks granted, the seed once drawn.
+    Show { sku: u64 },
+    /// Recompute the draw from the ledger and the revealed seed; exits 1 unless verified.
+    Verify { sku: u64 },
+}
+
+/// How a campaign sells; fixed once it is preheated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ModeArg {
+    /// First come, first served.
+    Fcfs,
+    /// A raffle: entries until --draw-at, then a verifiable draw (docs/DESIGN.md "The draw").
+    Draw,
 }
 
 /// `consumer run`: the service's settings (config.rs) and where its admin token is.
@@ -126,6 +149,16 @@ pub struct CampaignArgs {
     /// for more. The consumer adds the units to the slices when the time comes.
     #[arg(long = "wave", value_name = "TIME=UNITS")]
     pub waves: Vec<String>,
+    /// How the campaign sells: fcfs, or draw (entries from --start to --draw-at, winners
+    /// claim until --end).
+    #[arg(long, value_enum, default_value_t = ModeArg::Fcfs)]
+    pub mode: ModeArg,
+    /// Draw mode: when entries close and the draw runs (same forms as --start).
+    #[arg(long = "draw-at")]
+    pub draw_at: Option<String>,
+    /// Draw mode: entrants ranked after the winners, served in order as units come back.
+    #[arg(long, default_value_t = 0)]
+    pub waitlist: u32,
 }
 
 impl CampaignArgs {
@@ -151,6 +184,22 @@ impl CampaignArgs {
             },
             waves,
         ))
+    }
+}
+
+impl CampaignArgs {
+    /// The draw's time and waitlist in draw mode; `None` in fcfs. A draw flag without
+    /// `--mode draw`, or draw mode without `--draw-at`, names the flag.
+    pub fn draw(&self, now_ms: i64) -> Result<Option<(i64, u32)>, String> {
+        match (self.mode, &self.draw_at) {
+            (ModeArg::Fcfs, None) if self.waitlist == 0 => Ok(None),
+            (ModeArg::Fcfs, _) => Err("--draw-at and --waitlist need --mode draw".into()),
+            (ModeArg::Draw, None) => Err("--mode draw needs --draw-at".into()),
+            (ModeArg::Draw, Some(at)) => {
+                let at = times::parse_ms(at, now_ms).map_err(|e| format!("--draw-at {e}"))?;
+                Ok(Some((at, self.waitlist)))
+            }
+        }
     }
 }
 

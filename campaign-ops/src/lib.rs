@@ -29,6 +29,7 @@ pub mod adopt;
 pub mod campaign;
 pub mod cli;
 pub mod closeout;
+pub mod draw;
 pub mod health;
 pub mod housekeeping;
 pub mod rebuild;

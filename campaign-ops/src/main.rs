@@ -2,8 +2,8 @@
 //! admin subcommand. Bad configuration exits non-zero with one line naming the setting.
 
 use anyhow::Context;
-use campaign_ops::cli::{Cli, Command};
-use campaign_ops::{campaign, closeout, rebuild, reconcile, release, service, wave};
+use campaign_ops::cli::{Cli, Command, DrawCommand};
+use campaign_ops::{campaign, closeout, draw, rebuild, reconcile, release, service, wave};
 use clap::Parser;
 use shard_router::StockClient;
 
@@ -76,7 +76,16 @@ async fn real_main(cli: Cli) -> anyhow::Result<()> {
                 Ok(x) => x,
                 Err(e) => anyhow::bail!("{e}"),
             };
-            campaign::put_checked(&pool, &client().await?, &c, cfg.shards, t).await?;
+            let draw = match a.draw(now) {
+                Ok(d) => d,
+                Err(e) => anyhow::bail!("{e}"),
+            };
+            let redis = client().await?;
+            campaign_ops::draw::check_mode(&pool, &redis, &c, draw.is_some(), t).await?;
+            campaign::put_checked(&pool, &redis, &c, cfg.shards, t).await?;
+            if let Some((draw_at, waitlist)) = draw {
+                campaign_ops::draw::create(&pool, &c, draw_at, waitlist, t).await?;
+            }
             let mut seen = std::collections::HashSet::new();
             if let Some(dup) = a.waves.iter().find(|f| !seen.insert(f.as_str())) {
                 anyhow::bail!("--wave {dup} is given twice; give one wave of the sum instead");
@@ -188,6 +197,18 @@ async fn real_main(cli: Cli) -> anyhow::Result<()> {
             let now = consumer::clock::redis_now(&client).await?;
             serde_json::to_value(reconcile::run(&pool, &client, sku, now, t).await?)?
         }
+        Command::Draw { command } => match command {
+            DrawCommand::Show { sku } => serde_json::to_value(draw::show(&pool, sku, t).await?)?,
+            DrawCommand::Verify { sku } => {
+                let v = draw::verify::verify(&pool, sku, t).await?;
+                let ok = v.verified;
+                println!("{}", serde_json::to_string_pretty(&v)?);
+                if !ok {
+                    anyhow::bail!("draw of sku {sku} did not verify");
+                }
+                return Ok(());
+            }
+        },
         Command::Poison { limit } => {
             let kept = ledger::poison::list(&pool, limit, t).await?;
             serde_json::json!({

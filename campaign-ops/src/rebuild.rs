@@ -193,6 +193,9 @@ pub async fn rebuild(
         tokio::time::sleep(opts.quiesce).await;
     }
 
+    // Read before the transaction, which keeps to its one connection (a draw does not
+    // change under a rebuild: its mode and seed are fixed at creation).
+    let draw = crate::sku::meta_of(pool, &c, t).await?.draw;
     let mut tx = ledger::rebuild::begin(pool, t).await?;
     // Batches of this SKU wait from here to the commit (they take the row shared first).
     // Everything below is read in this transaction, so the rebuild needs no second
@@ -202,7 +205,10 @@ pub async fn rebuild(
     // A stock wave takes the campaign row too, so the stock read here and the applied
     // waves below belong together.
     c.stock = stock;
-    let meta = crate::sku::meta(&c);
+    let meta = shard_router::SkuMeta {
+        draw,
+        ..crate::sku::meta(&c)
+    };
     // The only wave ids a rebuilt wave hash keeps, so a wave half applied before the
     // rebuild is applied again in full by its retry.
     let applied_waves = ledger::rebuild::applied_waves(&mut tx, sku, t).await?;
@@ -279,6 +285,8 @@ pub async fn rebuild(
             )));
         }
     }
+    // A draw's shards first: a gateway that sees the metadata finds the draw open.
+    crate::draw::open(pool, client, &c, t).await?;
     client.write_sku_meta(&meta).await?;
     drop(_renewal);
     // Nothing relies on the write before a replica holds it: a failover would bring back

@@ -80,6 +80,26 @@ pub async fn run(
         pool.clone(),
         shutdown.clone(),
     ));
+    // Draw campaigns: entries into the ledger, the draw and its grants, and a lost shard's
+    // draw restored (campaign-ops/src/draw.rs).
+    background.spawn(crate::draw::entries::run(
+        pool.clone(),
+        client.clone(),
+        cfg.db_timeout,
+        shutdown.clone(),
+    ));
+    background.spawn(crate::draw::run::run(
+        pool.clone(),
+        client.clone(),
+        cfg.db_timeout,
+        shutdown.clone(),
+    ));
+    background.spawn(crate::draw::restore::run(
+        pool.clone(),
+        client.clone(),
+        cfg.db_timeout,
+        shutdown.clone(),
+    ));
     let health = Arc::new(Health::default());
     background.spawn(health::run(
         health.clone(),

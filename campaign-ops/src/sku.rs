@@ -1,7 +1,12 @@
 //! A campaign as the Redis side knows it: the metadata a preheat or a rebuild writes.
 
+use std::time::Duration;
+
+use consumer::ConsumerError;
 use ledger::campaigns::Campaign;
-use shard_router::SkuMeta;
+use ledger::draws::{self, DrawState};
+use shard_router::{SkuDraw, SkuMeta};
+use sqlx::MySqlPool;
 
 /// The SKU metadata of `c`.
 pub fn meta(c: &Campaign) -> SkuMeta {
@@ -14,4 +19,20 @@ pub fn meta(c: &Campaign) -> SkuMeta {
         end_ms: c.end_ms,
         draw: None,
     }
+}
+
+/// [`meta`] with its draw, for a draw campaign: what a preheat and a rebuild write, so a
+/// gateway never sees the campaign without its mode. The seed is in it once drawn.
+pub async fn meta_of(
+    pool: &MySqlPool,
+    c: &Campaign,
+    t: Duration,
+) -> Result<SkuMeta, ConsumerError> {
+    let mut m = meta(c);
+    m.draw = draws::get(pool, c.sku, t).await?.map(|d| SkuDraw {
+        draw_at_ms: d.draw_at_ms,
+        seed: (d.state == DrawState::Drawn).then(|| hex::encode(&d.seed)),
+        seed_sha256: d.seed_sha256,
+    });
+    Ok(m)
 }

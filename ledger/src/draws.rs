@@ -652,3 +652,39 @@ pub async fn entry_count(pool: &MySqlPool, sku: u64, t: Duration) -> Result<u64,
     .await?;
     Ok(n as u64)
 }
+
+/// How a draw's claims stand in the ledger: the users who hold a grant (a claim under the
+/// grant's request id `draw`, any status), and the claims made any other way, which a
+/// draw campaign must never have (a sale first come, first served).
+pub async fn claims_of_draw(
+    pool: &MySqlPool,
+    sku: u64,
+    grant_request: &str,
+    t: Duration,
+) -> Result<(Vec<String>, u64), LedgerError> {
+    let granted: Vec<String> = bounded(
+        "draw grants",
+        t,
+        sqlx::query_scalar(
+            "SELECT CAST(user_id AS CHAR) FROM claims WHERE sku = ? AND request_id = ? \
+             ORDER BY user_id",
+        )
+        .bind(sku)
+        .bind(grant_request)
+        .fetch_all(pool),
+    )
+    .await?;
+    let other: i64 = bounded(
+        "draw other claims",
+        t,
+        sqlx::query_scalar(
+            "SELECT COUNT(*) FROM claims WHERE sku = ? \
+             AND (request_id IS NULL OR request_id <> ?)",
+        )
+        .bind(sku)
+        .bind(grant_request)
+        .fetch_one(pool),
+    )
+    .await?;
+    Ok((granted, other as u64))
+}

@@ -9,6 +9,7 @@ mod cluster;
 mod collision;
 #[allow(dead_code)]
 mod common;
+mod draw;
 mod faults;
 mod ledger;
 mod lifecycle;

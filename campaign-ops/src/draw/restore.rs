@@ -1,0 +1,107 @@
+//! A shard whose draw Redis lost (a restart without persistence, a failover that rolled
+//! back past its opening) gets it back from the ledger: the draw opened again, the
+//! entrants and the top-K from `draw_entries`, and, once drawn, the ranks from
+//! `draw_ranks`. The entries stream's lost tail is not the ledger's: with durability
+//! `none` an entry acknowledged and lost before its commit is gone, as a claim is.
+
+use std::time::Duration;
+
+use ledger::campaigns::Campaign;
+use ledger::draws::{self, Draw};
+use shard_router::{ShardId, StockClient};
+use sqlx::MySqlPool;
+use tokio::sync::watch;
+
+use consumer::ConsumerError;
+
+/// Entries put back per script call.
+const PAGE: u32 = 500;
+
+/// Every few seconds: each live draw's shards, restored where their draw is missing.
+pub async fn run(
+    pool: MySqlPool,
+    client: StockClient,
+    t: Duration,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut tick = tokio::time::interval(Duration::from_secs(2));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = consumer::signal::stopped(&mut shutdown) => break,
+        }
+        let live = match draws::live(&pool, t).await {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(error = %e, "draw restore: list draws failed");
+                continue;
+            }
+        };
+        for l in live {
+            if let Err(e) = check(&pool, &client, l.draw.sku, t).await {
+                tracing::warn!(sku = l.draw.sku, error = %e, "draw restore failed");
+            }
+        }
+    }
+}
+
+/// Restores the draw of `sku` on every shard that lost it, once the SKU is preheated (its
+/// metadata written: before that there is nothing to restore, only to open).
+pub async fn check(
+    pool: &MySqlPool,
+    client: &StockClient,
+    sku: u64,
+    t: Duration,
+) -> Result<(), ConsumerError> {
+    if client.sku_meta(sku).await?.is_none() {
+        return Ok(());
+    }
+    let c = ledger::campaigns::get(pool, sku, t).await?;
+    super::open(pool, client, &c, t).await
+}
+
+/// Opens the draw on `shard` and puts back what the ledger holds of it.
+pub async fn shard(
+    pool: &MySqlPool,
+    client: &StockClient,
+    c: &Campaign,
+    d: &Draw,
+    shard: ShardId,
+    t: Duration,
+) -> Result<(), ConsumerError> {
+    client
+        .draw_open(shard, &super::spec(c, d), super::state_for(d))
+        .await?;
+    let mut after: Option<String> = None;
+    let mut restored = 0u64;
+    loop {
+        let page = draws::entries_of_shard(pool, c.sku, shard, after.as_deref(), PAGE, t).await?;
+        let Some(last) = page.last() else { break };
+        after = Some(last.user.clone());
+        let batch: Vec<(String, u64, String)> = page
+            .iter()
+            .map(|e| {
+                // The ledger's entry id is `<shard>-<stream id>`; the shard keeps the
+                // stream id.
+                let id = e
+                    .entry_id
+                    .split_once('-')
+                    .map_or(e.entry_id.as_str(), |(_, id)| id);
+                (e.user.clone(), e.priority, id.to_owned())
+            })
+            .collect();
+        restored += client
+            .draw_restore(shard, c.sku, &batch)
+            .await?
+            .unwrap_or(0);
+        if page.len() < PAGE as usize {
+            break;
+        }
+    }
+    if d.state == draws::DrawState::Drawn {
+        super::run::mark_shard(pool, client, c, shard, t).await?;
+    }
+    tracing::info!(sku = c.sku, shard, restored, "draw restored on a shard");
+    Ok(())
+}

@@ -1,0 +1,299 @@
+//! The draw itself, one pass per tick over the draws that are due:
+//!
+//! 1. **Close** every shard (`draw_close.lua`: no entry lands after it) and read its top-K.
+//! 2. **Settle**: wait until the ledger holds as many entries as the shards accepted, so
+//!    the draw is made from every acknowledged entry (bounded by `SETTLE`; past it the
+//!    draw goes on from what the ledger has, with an anomaly).
+//! 3. **Draw** from the ledger, the truth: its best `stock + waitlist` entries by priority
+//!    (`draw_entries`' index). The shards' merged top-K must be the same list; a
+//!    difference (an entry Redis lost, or one the ledger never got) is an anomaly.
+//!    Recorded once (`ledger::draws::record`), with the seed now public.
+//! 4. **Mark** each shard's ranks (`draw_mark.lua`) and reveal the seed in the SKU
+//!    metadata.
+//! 5. **Grant** in rank order: each rank's user gets an ordinary one-unit claim under the
+//!    request id `draw` (so a retry, a crash between the claim and the ledger, a second
+//!    consumer, all replay it). The first rank the stock cannot cover stops the pass: the
+//!    waitlist waits for units a release or a wave brings back, in draw order.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+use ledger::campaigns::Campaign;
+use ledger::draws::{self, Draw, Ranked};
+use shard_router::draw::{draw_order, DrawState};
+use shard_router::protocol::{self, ClaimOptions, LocalEmptyShards};
+use shard_router::{ClaimOutcome, ClaimRequest, ShardId, StockClient, GRANT_REQUEST};
+use sqlx::MySqlPool;
+use tokio::sync::watch;
+
+use consumer::ConsumerError;
+
+/// How long the draw waits for the ledger to hold every entry the shards accepted.
+const SETTLE: Duration = Duration::from_secs(30);
+/// Ranks marked per script call, and read per page.
+const PAGE: u32 = 500;
+
+/// Runs the draws as they fall due, until shutdown.
+pub async fn run(
+    pool: MySqlPool,
+    client: StockClient,
+    t: Duration,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut closing: HashMap<u64, Instant> = HashMap::new();
+    let mut tick = tokio::time::interval(Duration::from_millis(500));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = consumer::signal::stopped(&mut shutdown) => break,
+        }
+        // The draw time by Redis's clock, the one every process shares.
+        let now = match consumer::clock::redis_now(&client).await {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::warn!(error = %e, "draw: no clock from redis; skipped");
+                continue;
+            }
+        };
+        let due = match draws::due(&pool, now, t).await {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::warn!(error = %e, "draw: list due draws failed");
+                continue;
+            }
+        };
+        for d in due {
+            if let Err(e) = step(&pool, &client, &d, now, &mut closing, t).await {
+                tracing::warn!(sku = d.sku, error = %e, "draw step failed");
+            }
+        }
+    }
+}
+
+/// One pass over one due draw.
+pub async fn step(
+    pool: &MySqlPool,
+    client: &StockClient,
+    d: &Draw,
+    now_ms: i64,
+    closing: &mut HashMap<u64, Instant>,
+    t: Duration,
+) -> Result<(), ConsumerError> {
+    let c = ledger::campaigns::get(pool, d.sku, t).await?;
+    if d.state == draws::DrawState::Open {
+        let since = *closing.entry(d.sku).or_insert_with(Instant::now);
+        if !close_and_draw(pool, client, &c, d, now_ms, since, t).await? {
+            return Ok(());
+        }
+        closing.remove(&d.sku);
+    }
+    mark(pool, client, &c, t).await?;
+    grant(pool, client, &c, now_ms, t).await
+}
+
+/// Steps 1 to 3; `false` while the draw waits (a shard to restore, entries to commit).
+async fn close_and_draw(
+    pool: &MySqlPool,
+    client: &StockClient,
+    c: &Campaign,
+    d: &Draw,
+    now_ms: i64,
+    since: Instant,
+    t: Duration,
+) -> Result<bool, ConsumerError> {
+    let k = c.stock + u64::from(d.waitlist);
+    let mut accepted = 0;
+    let mut merged = Vec::new();
+    for shard in client.placement().shards_of(c.sku, c.width) {
+        let Some(closed) = client.draw_close(shard, c.sku).await? else {
+            // Lost on this shard: the restore puts it back first.
+            return Ok(false);
+        };
+        accepted += closed.entrants;
+        merged.extend(closed.top);
+    }
+    let committed = draws::entry_count(pool, c.sku, t).await?;
+    if committed < accepted {
+        if since.elapsed() < SETTLE {
+            return Ok(false);
+        }
+        anomaly(
+            pool,
+            c.sku,
+            "draw_unsettled",
+            &format!(
+                "the shards accepted {accepted} entries, the ledger held {committed} after {}s; drawn from the ledger",
+                SETTLE.as_secs()
+            ),
+            t,
+        )
+        .await?;
+    }
+    let best =
+        draws::entries_in_order(pool, c.sku, None, k.min(u64::from(u32::MAX)) as u32, t).await?;
+    merged.sort_by(draw_order);
+    merged.truncate(k as usize);
+    let from_ledger: Vec<(String, u64)> =
+        best.iter().map(|e| (e.user.clone(), e.priority)).collect();
+    if merged != from_ledger {
+        let first = merged.iter().zip(&from_ledger).position(|(a, b)| a != b);
+        anomaly(
+            pool,
+            c.sku,
+            "draw_topk_mismatch",
+            &format!(
+                "the shards' top-K ({} entries) and the ledger's ({}) differ (first at index {first:?}); drawn from the ledger",
+                merged.len(),
+                from_ledger.len()
+            ),
+            t,
+        )
+        .await?;
+    }
+    let ranks: Vec<Ranked> = best
+        .into_iter()
+        .enumerate()
+        .map(|(i, e)| Ranked {
+            rank: i as u32 + 1,
+            user: e.user,
+            priority: e.priority,
+        })
+        .collect();
+    let total = draws::entry_count(pool, c.sku, t).await?;
+    if draws::record(pool, c.sku, &ranks, total, now_ms, t).await? {
+        metrics::counter!("flashgate_draws_total").increment(1);
+        tracing::info!(sku = c.sku, entrants = total, ranked = ranks.len(), "drawn");
+    }
+    Ok(true)
+}
+
+/// Step 4 on every shard not marked yet, and the seed revealed.
+async fn mark(
+    pool: &MySqlPool,
+    client: &StockClient,
+    c: &Campaign,
+    t: Duration,
+) -> Result<(), ConsumerError> {
+    let mut any = false;
+    for shard in client.placement().shards_of(c.sku, c.width) {
+        // Missing (lost): the restore opens it, puts the entries back and marks it.
+        if client.draw_state(shard, c.sku).await? == Some(DrawState::Closed) {
+            mark_shard(pool, client, c, shard, t).await?;
+            any = true;
+        }
+    }
+    if any {
+        let meta = crate::sku::meta_of(pool, c, t).await?;
+        client.write_sku_meta(&meta).await?;
+    }
+    Ok(())
+}
+
+/// Writes the ranks of the users whose home is `shard`, then its state `drawn`.
+pub async fn mark_shard(
+    pool: &MySqlPool,
+    client: &StockClient,
+    c: &Campaign,
+    shard: ShardId,
+    t: Duration,
+) -> Result<(), ConsumerError> {
+    let mut mine: Vec<(String, u32)> = Vec::new();
+    let mut after = 0;
+    loop {
+        let page = draws::ranks(pool, c.sku, after, PAGE, t).await?;
+        let Some(last) = page.last() else { break };
+        after = last.rank;
+        let full = page.len() == PAGE as usize;
+        mine.extend(
+            page.into_iter()
+                .filter(|r| client.placement().home_shard(c.sku, c.width, &r.user) == shard)
+                .map(|r| (r.user, r.rank)),
+        );
+        if !full {
+            break;
+        }
+    }
+    let mut chunks = mine.chunks(PAGE as usize).peekable();
+    if chunks.peek().is_none() {
+        client.draw_mark(shard, c.sku, &[], true).await?;
+    }
+    while let Some(chunk) = chunks.next() {
+        let last = chunks.peek().is_none();
+        client.draw_mark(shard, c.sku, chunk, last).await?;
+    }
+    Ok(())
+}
+
+/// Step 5: claims for the ranks not granted yet, in order, while the stock covers them.
+async fn grant(
+    pool: &MySqlPool,
+    client: &StockClient,
+    c: &Campaign,
+    now_ms: i64,
+    t: Duration,
+) -> Result<(), ConsumerError> {
+    let Some(d) = draws::get(pool, c.sku, t).await? else {
+        return Ok(());
+    };
+    let meta = crate::sku::meta(c);
+    let empties = LocalEmptyShards::default();
+    let ranks = draws::ranks(pool, c.sku, d.granted_rank, PAGE, t).await?;
+    let mut by_shard: BTreeMap<u16, u32> = BTreeMap::new();
+    for r in ranks {
+        let req = ClaimRequest {
+            sku: c.sku,
+            user: r.user.clone(),
+            qty: 1,
+            request_id: Some(GRANT_REQUEST.to_owned()),
+        };
+        let (outcome, confirmation) =
+            protocol::claim_confirmed(client, &meta, &req, ClaimOptions::new(&empties, now_ms))
+                .await?;
+        let claim = match outcome {
+            ClaimOutcome::Claimed { claim, .. } | ClaimOutcome::Replay(claim) => claim,
+            ClaimOutcome::LimitReached { held } => {
+                // Only grants claim in a draw, one per user: a user already holding the
+                // limit got their unit some other way. Passed over, for an operator.
+                anomaly(
+                    pool,
+                    c.sku,
+                    "draw_grant_limit",
+                    &format!("rank {} ({}) already holds {held}", r.rank, r.user),
+                    t,
+                )
+                .await?;
+                draws::set_granted(pool, c.sku, r.rank, t).await?;
+                continue;
+            }
+            // Sold out: the waitlist waits for units to come back. The rest: later.
+            _ => break,
+        };
+        if !confirmation.acknowledgeable() {
+            // Taken, not on a replica yet: the next pass replays it.
+            break;
+        }
+        client
+            .draw_won(c.sku, c.width, &r.user, &claim.claim_id, claim.shard)
+            .await?;
+        draws::set_granted(pool, c.sku, r.rank, t).await?;
+        *by_shard.entry(claim.shard).or_default() += 1;
+    }
+    let granted: u32 = by_shard.values().sum();
+    if granted > 0 {
+        metrics::counter!("flashgate_draw_grants_total").increment(u64::from(granted));
+        tracing::info!(sku = c.sku, granted, "draw: units granted");
+    }
+    Ok(())
+}
+
+async fn anomaly(
+    pool: &MySqlPool,
+    sku: u64,
+    kind: &str,
+    detail: &str,
+    t: Duration,
+) -> Result<(), ConsumerError> {
+    tracing::warn!(sku, kind, detail, "draw anomaly");
+    Ok(ledger::anomalies::anomaly(pool, kind, &sku.to_string(), Some(sku), detail, t).await?)
+}

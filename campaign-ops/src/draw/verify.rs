@@ -1,0 +1,126 @@
+//! `consumer draw verify <sku>`: recomputes a draw from the ledger and the revealed seed,
+//! as anyone holding the published digest, the seed and the entrant list could. Checks:
+//! the seed hashes to the digest published at creation; every entry's stored priority is
+//! HMAC-SHA1(seed, "<sku>:<user>") (`shard_router::draw::priority`); the ranks are exactly
+//! the best `stock + waitlist` entries in draw order; the units went only to ranked users
+//! by grant (no claim made any other way), and no more of them than there are ranks.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use ledger::draws::{self, DrawState};
+use serde::Serialize;
+use shard_router::draw::{draw_order, priority, seed_digest};
+use shard_router::GRANT_REQUEST;
+use sqlx::MySqlPool;
+
+use consumer::ConsumerError;
+
+/// Entries read per page.
+const PAGE: u32 = 5000;
+
+/// What verify found; `verified` is the conjunction of the checks.
+#[derive(Debug, Clone, Serialize)]
+pub struct Verdict {
+    pub sku: u64,
+    pub seed: String,
+    pub seed_sha256: String,
+    pub digest_matches: bool,
+    pub entrants: u64,
+    /// Entries whose stored priority is not the HMAC of the revealed seed.
+    pub wrong_priorities: u64,
+    pub ranks: u64,
+    /// The recorded ranks are the recomputed best `stock + waitlist`, in order.
+    pub ranks_match: bool,
+    /// Users holding a grant (claims under the request id `draw`).
+    pub granted: u64,
+    /// Grants to users without a rank.
+    pub granted_unranked: u64,
+    /// Claims of the SKU not made by a grant.
+    pub other_claims: u64,
+    pub verified: bool,
+}
+
+/// Recomputes the draw of `sku`. Refused before the draw: the seed is secret until then.
+pub async fn verify(pool: &MySqlPool, sku: u64, t: Duration) -> Result<Verdict, ConsumerError> {
+    let d = draws::get(pool, sku, t)
+        .await?
+        .ok_or_else(|| ConsumerError::NotFound(format!("sku {sku} is not a draw campaign")))?;
+    if d.state != DrawState::Drawn {
+        return Err(ConsumerError::Invalid(format!(
+            "sku {sku} has not been drawn yet; its seed stays secret until the draw"
+        )));
+    }
+    let c = ledger::campaigns::get(pool, sku, t).await?;
+    let k = (c.stock + u64::from(d.waitlist)) as usize;
+    let mut all: Vec<(String, u64)> = Vec::new();
+    let mut wrong = 0u64;
+    let mut after: Option<(u64, String)> = None;
+    loop {
+        let page = draws::entries_in_order(
+            pool,
+            sku,
+            after.as_ref().map(|(p, u)| (*p, u.as_str())),
+            PAGE,
+            t,
+        )
+        .await?;
+        let Some(last) = page.last() else { break };
+        after = Some((last.priority, last.user.clone()));
+        let full = page.len() == PAGE as usize;
+        for e in page {
+            let p = priority(&d.seed, sku, &e.user);
+            if p != e.priority {
+                wrong += 1;
+            }
+            all.push((e.user, p));
+        }
+        if !full {
+            break;
+        }
+    }
+    let entrants = all.len() as u64;
+    all.sort_by(draw_order);
+    all.truncate(k);
+    let mut recorded: Vec<String> = Vec::new();
+    let mut at = 0;
+    loop {
+        let page = draws::ranks(pool, sku, at, PAGE, t).await?;
+        let Some(last) = page.last() else { break };
+        at = last.rank;
+        let full = page.len() == PAGE as usize;
+        recorded.extend(page.into_iter().map(|r| r.user));
+        if !full {
+            break;
+        }
+    }
+    let ranks_match =
+        recorded.len() == all.len() && recorded.iter().zip(&all).all(|(r, (u, _))| r == u);
+    let ranked: HashSet<&str> = recorded.iter().map(String::as_str).collect();
+    let (granted, other_claims) = draws::claims_of_draw(pool, sku, GRANT_REQUEST, t).await?;
+    let granted_unranked = granted
+        .iter()
+        .filter(|u| !ranked.contains(u.as_str()))
+        .count() as u64;
+    let digest_matches = seed_digest(&d.seed) == d.seed_sha256;
+    let verified = digest_matches
+        && wrong == 0
+        && ranks_match
+        && granted_unranked == 0
+        && other_claims == 0
+        && granted.len() <= recorded.len();
+    Ok(Verdict {
+        sku,
+        seed: hex::encode(&d.seed),
+        seed_sha256: d.seed_sha256,
+        digest_matches,
+        entrants,
+        wrong_priorities: wrong,
+        ranks: recorded.len() as u64,
+        ranks_match,
+        granted: granted.len() as u64,
+        granted_unranked,
+        other_claims,
+        verified,
+    })
+}

@@ -1,0 +1,325 @@
+//! Draw campaigns end to end with the consumer service running, on real Redis and MariaDB:
+//! entries into the ledger, the draw at its time from the ledger, the winners' claims, the
+//! waitlist served as a winner's unpaid unit comes back, `verify` (and a tampered draw
+//! failing it), and a Redis loss before the draw that the draw still covers.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use campaign_ops::draw;
+use ledger::campaigns::Campaign;
+use ledger::draws::{self, DrawState};
+use shard_router::draw::{draw_order, priority, EntryOutcome};
+
+use crate::common::{start_consumer, users, Stack, SHARDS, T};
+
+const WIDTH: u16 = SHARDS;
+
+/// A draw campaign: entries open now, the draw in `draw_in`, stock `stock`.
+async fn draw_campaign(
+    s: &Stack,
+    sku: u64,
+    stock: u64,
+    waitlist: u32,
+    draw_in: Duration,
+    payment_timeout_s: u32,
+) -> Campaign {
+    let now = shard_router::now_ms();
+    let c = Campaign {
+        sku,
+        name: format!("draw {sku}"),
+        stock,
+        width: WIDTH,
+        limit: 1,
+        start_ms: now - 1000,
+        end_ms: now + 3_600_000,
+        payment_timeout_s,
+    };
+    campaign_ops::campaign::put(&s.pool, &c, SHARDS, T)
+        .await
+        .unwrap();
+    draw::create(&s.pool, &c, now + draw_in.as_millis() as i64, waitlist, T)
+        .await
+        .unwrap();
+    campaign_ops::campaign::preheat(&s.pool, &s.client, sku, T)
+        .await
+        .unwrap();
+    c
+}
+
+async fn enter_all(s: &Stack, sku: u64, who: &[String]) {
+    for u in who {
+        let got = s
+            .client
+            .draw_enter(sku, WIDTH, u, shard_router::now_ms())
+            .await
+            .unwrap();
+        assert!(matches!(got, EntryOutcome::Entered { .. }), "{u}: {got:?}");
+    }
+}
+
+/// Polls until `done` holds for the SKU's draw row (at most `limit`).
+async fn wait_draw(s: &Stack, sku: u64, limit: Duration, done: impl Fn(&draws::Draw) -> bool) {
+    let t0 = Instant::now();
+    loop {
+        let d = draws::get(&s.pool, sku, T).await.unwrap().unwrap();
+        if done(&d) {
+            return;
+        }
+        assert!(t0.elapsed() < limit, "draw of {sku} stuck at {d:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The best `k` of `who` by the revealed seed: the draw anyone can recompute.
+fn expected(seed: &[u8], sku: u64, who: &[String], k: usize) -> Vec<String> {
+    let mut all: Vec<(String, u64)> = who
+        .iter()
+        .map(|u| (u.clone(), priority(seed, sku, u)))
+        .collect();
+    all.sort_by(draw_order);
+    all.into_iter().take(k).map(|(u, _)| u).collect()
+}
+
+async fn ranked(s: &Stack, sku: u64) -> Vec<String> {
+    draws::ranks(&s.pool, sku, 0, 1000, T)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.user)
+        .collect()
+}
+
+async fn claim_of(s: &Stack, sku: u64, user: &str) -> Option<String> {
+    sqlx::query_scalar(
+        "SELECT claim_id FROM claims WHERE sku = ? AND user_id = ? AND request_id = 'draw' \
+         AND status IN ('pending', 'confirmed')",
+    )
+    .bind(sku)
+    .bind(user)
+    .fetch_optional(&s.pool)
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_draw_ranks_from_the_ledger_grants_the_winners_and_serves_the_waitlist() {
+    let s = Stack::start().await;
+    let sku = 9_101;
+    let (stock, waitlist) = (5u64, 3u32);
+    draw_campaign(&s, sku, stock, waitlist, Duration::from_secs(4), 2).await;
+    let consumer = start_consumer(s.cfg.clone());
+    let who = users("entrant", 120);
+    enter_all(&s, sku, &who).await;
+    // Before the draw the seed is secret: verify refuses, show hides it.
+    assert!(draw::verify::verify(&s.pool, sku, T).await.is_err());
+    assert_eq!(draw::show(&s.pool, sku, T).await.unwrap().seed, None);
+
+    wait_draw(&s, sku, Duration::from_secs(30), |d| {
+        d.state == DrawState::Drawn && d.granted_rank >= stock as u32
+    })
+    .await;
+    let d = draws::get(&s.pool, sku, T).await.unwrap().unwrap();
+    assert_eq!(d.entrants, Some(who.len() as u64));
+    let ranks = ranked(&s, sku).await;
+    assert_eq!(
+        ranks,
+        expected(&d.seed, sku, &who, (stock + u64::from(waitlist)) as usize)
+    );
+    let anomalies = s
+        .count("SELECT COUNT(*) FROM anomalies WHERE kind LIKE 'draw%'")
+        .await;
+    assert_eq!(anomalies, 0, "the shards' top-K is the ledger's");
+
+    // Winners hold one unit each, by grant; the waitlist waits; everyone else lost.
+    let mut winner_claims = Vec::new();
+    for (i, u) in ranks.iter().enumerate().take(stock as usize) {
+        let t0 = Instant::now();
+        let id = loop {
+            if let Some(id) = claim_of(&s, sku, u).await {
+                break id;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(15),
+                "rank {} has no claim",
+                i + 1
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        let got = s.client.draw_enter(sku, WIDTH, u, 0).await.unwrap();
+        assert!(
+            matches!(&got, EntryOutcome::Won { claim_id, .. } if *claim_id == id),
+            "rank {}: {got:?}",
+            i + 1
+        );
+        winner_claims.push(id);
+    }
+    assert_eq!(
+        s.client
+            .draw_enter(sku, WIDTH, &ranks[stock as usize], 0)
+            .await
+            .unwrap(),
+        EntryOutcome::Waitlisted { position: 1 }
+    );
+    let ranked_set: HashSet<&String> = ranks.iter().collect();
+    let loser = who.iter().find(|u| !ranked_set.contains(u)).unwrap();
+    assert_eq!(
+        s.client.draw_enter(sku, WIDTH, loser, 0).await.unwrap(),
+        EntryOutcome::Lost
+    );
+    assert_eq!(
+        s.client
+            .draw_enter(sku, WIDTH, "came-too-late", shard_router::now_ms())
+            .await
+            .unwrap(),
+        EntryOutcome::Closed
+    );
+
+    // Four winners pay; the first does not, and its unit goes to the waitlist's first.
+    for id in &winner_claims[1..] {
+        campaign_ops::release::confirm(&s.pool, id, T)
+            .await
+            .unwrap();
+    }
+    let next = &ranks[stock as usize];
+    let t0 = Instant::now();
+    let promoted = loop {
+        if let Some(id) = claim_of(&s, sku, next).await {
+            break id;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the waitlist's first got no unit"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    campaign_ops::release::confirm(&s.pool, &promoted, T)
+        .await
+        .unwrap();
+    assert!(claim_of(&s, sku, &ranks[0]).await.is_none(), "released");
+    assert!(
+        claim_of(&s, sku, &ranks[stock as usize + 1])
+            .await
+            .is_none(),
+        "one unit came back, one waitlisted user served"
+    );
+    // no-oversell and user-limit in the ledger.
+    let active = s
+        .count(&format!(
+            "SELECT CAST(COALESCE(SUM(qty), 0) AS SIGNED) FROM claims WHERE sku = {sku} AND status IN ('pending', 'confirmed')"
+        ))
+        .await;
+    assert_eq!(active, stock as i64);
+    let most = s
+        .count(&format!(
+            "SELECT CAST(COALESCE(MAX(n), 0) AS SIGNED) FROM (SELECT SUM(qty) AS n FROM claims WHERE sku = {sku} \
+             AND status IN ('pending', 'confirmed') GROUP BY user_id) x"
+        ))
+        .await;
+    assert_eq!(most, 1);
+    consumer.stop().await;
+
+    let v = draw::verify::verify(&s.pool, sku, T).await.unwrap();
+    assert!(v.verified, "{v:?}");
+    assert_eq!((v.entrants, v.ranks, v.granted), (120, 8, 6));
+    assert_eq!(
+        draw::show(&s.pool, sku, T).await.unwrap().seed,
+        Some(v.seed.clone())
+    );
+
+    // A draw that was not the seed's order fails verify: swap two ranks.
+    sqlx::query("UPDATE draw_ranks SET rnk = 1000 WHERE sku = ? AND rnk = 1")
+        .bind(sku)
+        .execute(&s.pool)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE draw_ranks SET rnk = 1 WHERE sku = ? AND rnk = 2")
+        .bind(sku)
+        .execute(&s.pool)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE draw_ranks SET rnk = 2 WHERE sku = ? AND rnk = 1000")
+        .bind(sku)
+        .execute(&s.pool)
+        .await
+        .unwrap();
+    let v = draw::verify::verify(&s.pool, sku, T).await.unwrap();
+    assert!(!v.verified && !v.ranks_match, "{v:?}");
+}
+
+/// Redis loses everything during the entry window: the entries already in the ledger come
+/// back to their shards (a returning entrant is told the same entry), and the draw covers
+/// every entry, before and after the loss.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_draw_covers_the_entries_of_a_redis_loss() {
+    let s = Stack::start().await;
+    let sku = 9_102;
+    let (stock, waitlist) = (3u64, 2u32);
+    draw_campaign(&s, sku, stock, waitlist, Duration::from_secs(15), 60).await;
+    let consumer = start_consumer(s.cfg.clone());
+    let before = users("before", 40);
+    enter_all(&s, sku, &before).await;
+    let t0 = Instant::now();
+    while draws::entry_count(&s.pool, sku, T).await.unwrap() < before.len() as u64 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "entries not committed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let first = s
+        .client
+        .draw_enter(sku, WIDTH, &before[0], shard_router::now_ms())
+        .await
+        .unwrap();
+    redis::cmd("FLUSHALL")
+        .query::<()>(&mut s.redis.connection())
+        .unwrap();
+    // Restored: the same user is told the same entry, not a new one.
+    let t0 = Instant::now();
+    loop {
+        let got = s
+            .client
+            .draw_enter(sku, WIDTH, &before[0], shard_router::now_ms())
+            .await
+            .unwrap();
+        if got != EntryOutcome::NotPreheated {
+            let EntryOutcome::Entered { entry_id, fresh } = got else {
+                panic!("{got:?}")
+            };
+            let EntryOutcome::Entered { entry_id: was, .. } = &first else {
+                panic!("{first:?}")
+            };
+            assert!(!fresh, "the ledger's entry came back before the user did");
+            assert_eq!(&entry_id, was);
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "draw not restored");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let after = users("after", 40);
+    enter_all(&s, sku, &after).await;
+    wait_draw(&s, sku, Duration::from_secs(40), |d| {
+        d.state == DrawState::Drawn && d.granted_rank >= stock as u32
+    })
+    .await;
+    let d = draws::get(&s.pool, sku, T).await.unwrap().unwrap();
+    let everyone: Vec<String> = before.iter().chain(&after).cloned().collect();
+    assert_eq!(d.entrants, Some(everyone.len() as u64));
+    assert_eq!(
+        ranked(&s, sku).await,
+        expected(
+            &d.seed,
+            sku,
+            &everyone,
+            (stock + u64::from(waitlist)) as usize
+        )
+    );
+    let mismatches = s
+        .count("SELECT COUNT(*) FROM anomalies WHERE kind = 'draw_topk_mismatch'")
+        .await;
+    assert_eq!(mismatches, 0, "the restored top-K is the ledger's");
+    consumer.stop().await;
+    let v = draw::verify::verify(&s.pool, sku, T).await.unwrap();
+    assert!(v.verified, "{v:?}");
+}
