@@ -47,7 +47,7 @@ pub const LOG_LINES_DROPPED: &str = "flashgate_log_lines_dropped_total";
 pub const DESCRIPTIONS: &[(&str, &str)] = &[
     (REQUESTS, "HTTP answers by route (claims, sku, healthz, readyz, probe, other, metrics, admin) and status code."),
     (REQUEST_SECONDS, "Server time per request by route, from the request head to the answer, in seconds."),
-    (CLAIMS, "Claims by outcome: claimed (home shard), rerouted (second chance), replay, sold_out_cache (no Redis call), sold_out_redis, limit_reached, rejected (before Redis), in_progress, unavailable (Redis trouble or unconfirmed replication)."),
+    (CLAIMS, "Claims by outcome: claimed (home shard), rerouted (second chance), replay, sold_out_cache (no Redis call), sold_out_redis, limit_reached, rejected (before Redis), in_progress, unavailable (Redis trouble or unconfirmed replication); on a draw SKU: entered, drawing, won, won_pending, waitlisted, lost, entries_closed."),
     (REDIS_SECONDS, "Redis time of a claim's scripts (op=claim) and of replica WAITs (op=wait), in seconds."),
     (IN_FLIGHT, "Requests being served now; past --max-in-flight claims are shed with 503."),
     (CONNECTIONS, "Open client connections, capped by --max-connections."),
@@ -75,6 +75,18 @@ pub mod outcome {
     pub const IN_PROGRESS: &str = "in_progress";
     /// Redis trouble: nothing (or, when ambiguous, possibly something) was taken.
     pub const UNAVAILABLE: &str = "unavailable";
+    /// A draw SKU (campaign mode `draw`): the user is entered (now or before).
+    pub const ENTERED: &str = "entered";
+    /// Entered; entries closed, the draw has not run yet.
+    pub const DRAWING: &str = "drawing";
+    /// Won, the unit claimed.
+    pub const WON: &str = "won";
+    /// Won, the claim not made yet.
+    pub const WON_PENDING: &str = "won_pending";
+    pub const WAITLISTED: &str = "waitlisted";
+    pub const LOST: &str = "lost";
+    /// Entries closed and the user never entered.
+    pub const ENTRIES_CLOSED: &str = "entries_closed";
 }
 
 // Buckets from 50µs: the sold-out path is answered in microseconds, the claim path in
@@ -102,7 +114,7 @@ pub(crate) struct Hot {
 
 /// Status codes of the claim route that get a pre-registered handle. Found by the number:
 /// comparing label strings was most of what counting an answer cost.
-const CLAIM_STATUSES: [u16; 10] = [200, 201, 400, 401, 403, 404, 409, 410, 429, 503];
+const CLAIM_STATUSES: [u16; 11] = [200, 201, 202, 400, 401, 403, 404, 409, 410, 429, 503];
 
 impl Hot {
     fn new() -> Self {
@@ -117,6 +129,13 @@ impl Hot {
             REJECTED,
             IN_PROGRESS,
             UNAVAILABLE,
+            ENTERED,
+            DRAWING,
+            WON,
+            WON_PENDING,
+            WAITLISTED,
+            LOST,
+            ENTRIES_CLOSED,
         ];
         Self {
             claims: outcomes
@@ -158,6 +177,7 @@ pub(crate) fn status_label(code: u16) -> &'static str {
     match code {
         200 => "200",
         201 => "201",
+        202 => "202",
         400 => "400",
         401 => "401",
         403 => "403",

@@ -7,36 +7,62 @@
 //! when the request has no request_id; with one, the replay check (one read) runs first,
 //! so a retried success is never told it lost, unless the SKU's replay filter shows the
 //! user has no stored answer at all (`crate::replay_filter`).
+//!
+//! A SKU in campaign mode `draw` takes entries here instead (`entry.rs`): the same checks
+//! up to the SKU lookup ([`admit`]), then `draw_enter.lua`, never the claim protocol.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Instant;
 
 use hyper::body::Incoming;
 use hyper::Request;
 use shard_router::protocol::{self, Confirmation, EmptyShards};
-use shard_router::{Claim, ClaimOutcome, StockError, StoredAnswer};
+use shard_router::{Claim, ClaimOutcome, ClaimRequest, StockClient, StockError, StoredAnswer};
 
 use super::input::{read_claim, InputRules};
 use crate::access;
+use crate::admission::InFlight;
 use crate::app::App;
+use crate::cache::SkuState;
 use crate::metrics::hot;
 use crate::reply::Reply;
 
+mod entry;
 mod finish;
 mod refusal;
 
 use refusal::{Claimed, How, Refusal, Window};
 
 pub(crate) async fn handle(app: &App, peer: SocketAddr, req: Request<Incoming>) -> Reply {
-    let (outcome, reply) = match claim(app, peer, req).await {
-        Ok(claimed) => (claimed.label(), Reply::from(claimed)),
+    let (outcome, reply) = match admit(app, peer, req).await {
+        // A draw SKU's request is an entry: never claim.lua (that would sell first come,
+        // first served), never the sold-out cache (`entry.rs`).
+        Ok(admitted) if admitted.state.meta.draw.is_some() => entry::enter(app, admitted).await,
+        Ok(admitted) => match claim(app, admitted).await {
+            Ok(claimed) => (claimed.label(), Reply::from(claimed)),
+            Err(refusal) => (refusal.label(), Reply::from(refusal)),
+        },
         Err(refusal) => (refusal.label(), Reply::from(refusal)),
     };
     hot().claim(outcome);
     reply
 }
 
-async fn claim(app: &App, peer: SocketAddr, req: Request<Incoming>) -> Result<Claimed, Refusal> {
+/// A request past the checks a claim and a draw entry share: input and identity, an
+/// in-flight slot (held until the answer), a connection, the clock, a known SKU.
+struct Admitted<'a> {
+    req: ClaimRequest,
+    client: &'a StockClient,
+    state: Arc<SkuState>,
+    _slot: InFlight,
+}
+
+async fn admit<'a>(
+    app: &'a App,
+    peer: SocketAddr,
+    req: Request<Incoming>,
+) -> Result<Admitted<'a>, Refusal> {
     let rules = InputRules {
         max_body: app.max_body,
         body_timeout: app.body_timeout,
@@ -48,7 +74,7 @@ async fn claim(app: &App, peer: SocketAddr, req: Request<Incoming>) -> Result<Cl
     // The in-flight slot is taken only once the body is in: a body that trickles in holds
     // a connection (bounded by --max-connections and the body timeout), never a slot, so
     // slow senders cannot shed everyone else's claims.
-    let _slot = app.admission.enter().ok_or(Refusal::Overloaded)?;
+    let slot = app.admission.enter().ok_or(Refusal::Overloaded)?;
     let client = app.link.client().ok_or(Refusal::NotConnected)?;
     if !app.link.clock_ok() {
         return Err(Refusal::ClockSkew {
@@ -61,6 +87,22 @@ async fn claim(app: &App, peer: SocketAddr, req: Request<Incoming>) -> Result<Cl
         .await
         .map_err(Refusal::Redis)?
         .ok_or(Refusal::UnknownSku(req.sku))?;
+    Ok(Admitted {
+        req,
+        client,
+        state,
+        _slot: slot,
+    })
+}
+
+/// The claim protocol, first come first served.
+async fn claim(app: &App, admitted: Admitted<'_>) -> Result<Claimed, Refusal> {
+    let Admitted {
+        req,
+        client,
+        state,
+        _slot,
+    } = admitted;
     let meta = &state.meta;
     if req.qty > meta.limit {
         return Err(Refusal::OverLimit {

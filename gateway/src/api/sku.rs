@@ -1,6 +1,7 @@
 //! `GET /v1/skus/{sku}`: availability as this gateway sees it. Served from the sold-out
 //! cache (one load from Redis on a miss), so it is as fresh as the cache: see `cache.rs`
-//! for the staleness bound.
+//! for the staleness bound. A draw SKU (campaign mode `draw`) also shows its draw time,
+//! its seed's digest, and the seed once revealed.
 
 use hyper::StatusCode;
 use serde_json::{Map, Value};
@@ -24,14 +25,15 @@ pub(crate) async fn handle(app: &App, sku: &str) -> Reply {
     let meta = &state.meta;
     let now = app.link.now_ms();
     let sold_out = state.all_empty();
-    let hint = if now < meta.start_ms {
-        "not_started"
-    } else if now >= meta.end_ms {
-        "ended"
-    } else if sold_out {
-        "sold_out"
-    } else {
-        "available"
+    let hint = match &meta.draw {
+        _ if now < meta.start_ms => "not_started",
+        // A draw's units go to its winners: availability is where its entries stand.
+        Some(d) if now < d.draw_at_ms => "entries_open",
+        Some(d) if d.seed.is_none() => "drawing",
+        Some(_) => "drawn",
+        None if now >= meta.end_ms => "ended",
+        None if sold_out => "sold_out",
+        None => "available",
     };
     let mut body = Map::new();
     body.insert("sku".into(), Value::from(sku));
@@ -42,5 +44,14 @@ pub(crate) async fn handle(app: &App, sku: &str) -> Reply {
     body.insert("limit".into(), Value::from(meta.limit));
     body.insert("start_ms".into(), Value::from(meta.start_ms));
     body.insert("end_ms".into(), Value::from(meta.end_ms));
+    let mode = if meta.draw.is_some() { "draw" } else { "fcfs" };
+    body.insert("mode".into(), Value::from(mode));
+    if let Some(d) = &meta.draw {
+        body.insert("draw_at_ms".into(), Value::from(d.draw_at_ms));
+        body.insert("seed_sha256".into(), Value::from(d.seed_sha256.as_str()));
+        if let Some(seed) = &d.seed {
+            body.insert("seed".into(), Value::from(seed.as_str()));
+        }
+    }
     Reply::json(StatusCode::OK, ApiStatus::Ok, body)
 }

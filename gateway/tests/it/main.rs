@@ -6,6 +6,7 @@ mod closed_replay;
 // Shared with `tests/metrics`, which uses the parts reading `/metrics`.
 #[allow(dead_code)]
 mod common;
+mod draw;
 mod drill_gateway_kill;
 mod drill_master_failover;
 mod drill_pubsub;

@@ -1,0 +1,229 @@
+//! Campaign mode `draw` through the gateway (README.md "HTTP API", "Draws"): a draw SKU's
+//! `POST /v1/claims` is an entry (`draw_enter.lua`), never a claim: no slice moves and no
+//! claim record is written. Its answers follow the draw through close, marks and the
+//! grant, one answer per user whatever the request id. The campaign is set up with
+//! shard-router's calls (`draw_open` on every shard, then the preheat), as campaign-ops does.
+
+use crate::common::*;
+use hyper::StatusCode;
+use serde_json::{json, Value};
+use shard_router::draw::{self, DrawSpec, DrawState};
+use shard_router::keys::{self, ShardKeys};
+use shard_router::{now_ms, test_util, SkuDraw, SkuMeta, StockClient};
+use test_support::RedisServer;
+
+const SEED: [u8; 32] = [7; 32];
+
+/// A draw campaign open for entries now (the draw an hour away): opened on every shard
+/// of the SKU, then preheated with its draw.
+async fn open_draw(client: &StockClient, sku: u64, stock: u64, width: u16) -> SkuMeta {
+    // Limit 2: a claim of qty 2 would pass it, an entry of qty 2 must not.
+    let mut meta = test_util::open_meta(sku, stock, width, 2);
+    let draw_at_ms = now_ms() + 3_600_000;
+    let spec = DrawSpec {
+        sku,
+        entries_open_ms: meta.start_ms,
+        draw_at_ms,
+        stock,
+        waitlist: 1,
+        seed: SEED.to_vec(),
+    };
+    for shard in client.placement().shards_of(sku, width) {
+        client
+            .draw_open(shard, &spec, DrawState::Open)
+            .await
+            .unwrap();
+    }
+    meta.draw = Some(SkuDraw {
+        draw_at_ms,
+        seed_sha256: draw::seed_digest(&SEED),
+        seed: None,
+    });
+    client.preheat(&meta).await.unwrap();
+    meta
+}
+
+/// Claim records on every shard of the SKU.
+async fn claim_records(client: &StockClient, redis: &RedisServer, meta: &SkuMeta) -> i64 {
+    let mut conn = redis.connection();
+    client
+        .placement()
+        .shards_of(meta.sku, meta.width)
+        .into_iter()
+        .map(|s| {
+            redis::cmd("XLEN")
+                .arg(keys::claims_stream(client.placement(), s))
+                .query::<i64>(&mut conn)
+                .unwrap()
+        })
+        .sum()
+}
+
+/// Entries on every shard's entries stream.
+async fn entries(client: &StockClient, meta: &SkuMeta) -> usize {
+    let mut n = 0;
+    for shard in client.placement().shards_of(meta.sku, meta.width) {
+        n += client
+            .read_entries(shard, "0-0", 1000)
+            .await
+            .unwrap()
+            .0
+            .len();
+    }
+    n
+}
+
+async fn enter(gw: &Gateway, sku: u64, user: &str) -> Answer {
+    gw.claim(json!({"sku": sku, "user": user})).await
+}
+
+fn expect(a: &Answer, code: StatusCode, status: &str) {
+    assert_eq!(a.status, code, "{}", a.body);
+    assert_eq!(a.body["status"], status, "{}", a.body);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn entries_follow_the_draw_and_never_claim() {
+    let redis = RedisServer::start();
+    let client = stock_client(&redis.url(), false).await;
+    let meta = open_draw(&client, 8801, 1, 2).await;
+    let sku = meta.sku;
+    let digest = draw::seed_digest(&SEED);
+    let gw = Gateway::start(config(&redis.url(), false)).await;
+    let slices = slices_left(&client, &meta).await;
+
+    // An entry: 202 entered; a repeat (with or without a request id) the same entry.
+    let first = enter(&gw, sku, "alice").await;
+    expect(&first, StatusCode::ACCEPTED, "entered");
+    let entry_id = first.body["entry_id"].as_str().unwrap().to_owned();
+    assert_eq!(first.body["sku"], sku);
+    assert_eq!(first.body["seed_sha256"], digest.as_str());
+    assert_eq!(
+        first.body["draw_at_ms"],
+        meta.draw.as_ref().unwrap().draw_at_ms
+    );
+    assert!(first.body.get("seed").is_none() && first.body.get("fresh").is_none());
+    let again = gw
+        .claim(json!({"sku": sku, "user": "alice", "request_id": "r1"}))
+        .await;
+    expect(&again, StatusCode::ACCEPTED, "entered");
+    assert_eq!(again.body, first.body);
+
+    // qty 2 is no entry: 400, nothing written.
+    let two = gw.claim(json!({"sku": sku, "user": "bob", "qty": 2})).await;
+    expect(&two, StatusCode::BAD_REQUEST, "bad_request");
+    assert!(
+        two.body["error"].as_str().unwrap().contains("one unit"),
+        "{}",
+        two.body
+    );
+    assert_eq!(entries(&client, &meta).await, 1);
+    let bob_home = client.placement().home_shard(sku, meta.width, "bob");
+    let bob: Option<String> = redis::cmd("HGET")
+        .arg(ShardKeys::new(client.placement(), bob_home, sku).entrants())
+        .arg("bob")
+        .query(&mut redis.connection())
+        .unwrap();
+    assert_eq!(bob, None);
+
+    for u in ["carol", "dave"] {
+        expect(&enter(&gw, sku, u).await, StatusCode::ACCEPTED, "entered");
+    }
+    assert_eq!(entries(&client, &meta).await, 3);
+    // No slice moved, no claim recorded.
+    assert_eq!(slices_left(&client, &meta).await, slices);
+    assert_eq!(claim_records(&client, &redis, &meta).await, 0);
+
+    let v = view(gw.api, sku).await;
+    assert_eq!(v["mode"], "draw");
+    assert_eq!(v["seed_sha256"], digest.as_str());
+    assert_eq!(v["hint"], "entries_open");
+    assert!(v.get("seed").is_none(), "{v}");
+
+    // Closed: an entrant hears the draw is coming, a stranger that entries are over.
+    for shard in client.placement().shards_of(sku, meta.width) {
+        client.draw_close(shard, sku).await.unwrap().unwrap();
+    }
+    let drawing = enter(&gw, sku, "alice").await;
+    expect(&drawing, StatusCode::ACCEPTED, "drawing");
+    assert_eq!(drawing.body["entry_id"], entry_id.as_str());
+    expect(
+        &enter(&gw, sku, "erin").await,
+        StatusCode::FORBIDDEN,
+        "entries_closed",
+    );
+
+    // Drawn: alice rank 1 (stock 1: won, claim pending), carol rank 2 (waitlist 1).
+    let ranks = [("alice", 1), ("carol", 2)];
+    for shard in client.placement().shards_of(sku, meta.width) {
+        let mine: Vec<(String, u32)> = ranks
+            .iter()
+            .filter(|(u, _)| client.placement().home_shard(sku, meta.width, u) == shard)
+            .map(|(u, r)| (u.to_string(), *r))
+            .collect();
+        assert!(client.draw_mark(shard, sku, &mine, true).await.unwrap());
+    }
+    expect(
+        &enter(&gw, sku, "alice").await,
+        StatusCode::ACCEPTED,
+        "won_pending",
+    );
+    let waiting = enter(&gw, sku, "carol").await;
+    expect(&waiting, StatusCode::OK, "waitlisted");
+    assert_eq!(waiting.body["position"], 1);
+    expect(&enter(&gw, sku, "dave").await, StatusCode::GONE, "lost");
+    expect(
+        &enter(&gw, sku, "erin").await,
+        StatusCode::FORBIDDEN,
+        "entries_closed",
+    );
+
+    // The grant recorded: the winner's answer is the claim.
+    let shard = client.placement().shards_of(sku, meta.width)[0];
+    let claim_id = format!("{shard}-1-0");
+    client
+        .draw_won(sku, meta.width, "alice", &claim_id, shard)
+        .await
+        .unwrap();
+    let won = enter(&gw, sku, "alice").await;
+    expect(&won, StatusCode::CREATED, "won");
+    assert_eq!(won.body["claim_id"], claim_id.as_str());
+    assert_eq!(won.body["shard"], shard);
+    assert_eq!(won.body["qty"], 1);
+    assert_eq!(slices_left(&client, &meta).await, slices);
+    assert_eq!(claim_records(&client, &redis, &meta).await, 0);
+}
+
+/// Before the window: `not_started` from memory. A draw missing on the user's home shard
+/// (never opened, or lost): 503, never a claim. A first-come SKU's view says `fcfs`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn draw_window_missing_draw_and_modes() {
+    let redis = RedisServer::start();
+    let client = stock_client(&redis.url(), false).await;
+    let mut early = open_draw(&client, 8802, 2, 1).await;
+    early.sku = 8803;
+    early.start_ms = now_ms() + 600_000;
+    client.preheat(&early).await.unwrap();
+    let mut missing = test_util::open_meta(8804, 2, 1, 1);
+    missing.draw = early.draw.clone();
+    client.preheat(&missing).await.unwrap();
+    let fcfs = preheat(&client, 8805, 2, 1, 1).await;
+    let gw = Gateway::start(config(&redis.url(), false)).await;
+
+    expect(
+        &enter(&gw, early.sku, "alice").await,
+        StatusCode::FORBIDDEN,
+        "not_started",
+    );
+    let slices = slices_left(&client, &missing).await;
+    let gone = enter(&gw, missing.sku, "alice").await;
+    expect(&gone, StatusCode::SERVICE_UNAVAILABLE, "unavailable");
+    assert!(gone.headers.contains_key("retry-after"));
+    assert_eq!(slices_left(&client, &missing).await, slices);
+    assert_eq!(claim_records(&client, &redis, &missing).await, 0);
+
+    let v: Value = view(gw.api, fcfs.sku).await;
+    assert_eq!(v["mode"], "fcfs");
+    assert!(v.get("seed_sha256").is_none(), "{v}");
+    assert_eq!(view(gw.api, early.sku).await["hint"], "not_started");
+}
