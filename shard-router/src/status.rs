@@ -65,6 +65,18 @@ api_statuses! {
     Ready => "ready",
     /// 503: `/readyz` while not ready.
     NotReady => "not_ready",
+    /// A draw's entry is in (docs/DESIGN.md "The draw").
+    Entered => "entered",
+    /// Entered; entries are closed and the draw is running.
+    Drawing => "drawing",
+    /// Drawn a winner, and the unit is claimed.
+    Won => "won",
+    /// Drawn a winner; the claim is being made.
+    WonPending => "won_pending",
+    Waitlisted => "waitlisted",
+    Lost => "lost",
+    /// Entries are closed and this user did not enter.
+    EntriesClosed => "entries_closed",
 }
 
 impl fmt::Display for ApiStatus {
@@ -146,6 +158,13 @@ mod tests {
                 "ok",
                 "ready",
                 "not_ready",
+                "entered",
+                "drawing",
+                "won",
+                "won_pending",
+                "waitlisted",
+                "lost",
+                "entries_closed",
             ]
         );
     }

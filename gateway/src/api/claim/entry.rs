@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use hyper::StatusCode;
 use shard_router::draw::EntryOutcome;
-use shard_router::{SkuDraw, SkuMeta, StockError};
+use shard_router::{ApiStatus, SkuDraw, SkuMeta, StockError};
 
 use super::refusal::Refusal;
 use super::Admitted;
@@ -106,33 +106,53 @@ fn answer(standing: &EntryOutcome, meta: &SkuMeta, draw: &SkuDraw) -> (&'static 
     let (label, code, status) = match standing {
         EntryOutcome::Entered { entry_id, .. } => {
             body.entry_id = Some(entry_id);
-            (outcome::ENTERED, StatusCode::ACCEPTED, "entered")
+            (
+                outcome::ENTERED,
+                StatusCode::ACCEPTED,
+                ApiStatus::Entered.as_str(),
+            )
         }
         EntryOutcome::Drawing { entry_id } => {
             body.entry_id = Some(entry_id);
-            (outcome::DRAWING, StatusCode::ACCEPTED, "drawing")
+            (
+                outcome::DRAWING,
+                StatusCode::ACCEPTED,
+                ApiStatus::Drawing.as_str(),
+            )
         }
         EntryOutcome::Won { claim_id, shard } => {
             body.claim_id = Some(claim_id);
             body.shard = Some(*shard);
             body.qty = Some(1);
-            (outcome::WON, StatusCode::CREATED, "won")
+            (outcome::WON, StatusCode::CREATED, ApiStatus::Won.as_str())
         }
-        EntryOutcome::WonPending => (outcome::WON_PENDING, StatusCode::ACCEPTED, "won_pending"),
+        EntryOutcome::WonPending => (
+            outcome::WON_PENDING,
+            StatusCode::ACCEPTED,
+            ApiStatus::WonPending.as_str(),
+        ),
         EntryOutcome::Waitlisted { position } => {
             body.position = Some(*position);
-            (outcome::WAITLISTED, StatusCode::OK, "waitlisted")
+            (
+                outcome::WAITLISTED,
+                StatusCode::OK,
+                ApiStatus::Waitlisted.as_str(),
+            )
         }
         EntryOutcome::Lost => {
             body.error = Some(format!("the draw of sku {sku} did not pick this user"));
-            (outcome::LOST, StatusCode::GONE, "lost")
+            (outcome::LOST, StatusCode::GONE, ApiStatus::Lost.as_str())
         }
         EntryOutcome::NotStarted => {
             body.error = Some(format!(
                 "entries to the draw of sku {sku} open at {} ms",
                 meta.start_ms
             ));
-            (outcome::REJECTED, StatusCode::FORBIDDEN, "not_started")
+            (
+                outcome::REJECTED,
+                StatusCode::FORBIDDEN,
+                ApiStatus::NotStarted.as_str(),
+            )
         }
         EntryOutcome::Closed => {
             body.error = Some(format!(
@@ -142,7 +162,7 @@ fn answer(standing: &EntryOutcome, meta: &SkuMeta, draw: &SkuDraw) -> (&'static 
             (
                 outcome::ENTRIES_CLOSED,
                 StatusCode::FORBIDDEN,
-                "entries_closed",
+                ApiStatus::EntriesClosed.as_str(),
             )
         }
         EntryOutcome::NotPreheated => unreachable!("answered by `enter`"),
