@@ -248,7 +248,7 @@ impl StockClient {
             .arg(count);
         pipe.cmd("INFO").arg("replication");
         let mut conn = self.conn.clone();
-        let (reply, info): (Vec<(String, Vec<(String, Value)>)>, String) = self
+        let (reply, info): (RawEntries, String) = self
             .bounded("draw entries", pipe.query_async(&mut conn))
             .await?;
         let entries = reply
@@ -258,6 +258,9 @@ impl StockClient {
         Ok((entries, ReplicationInfo::parse(&info)))
     }
 }
+
+/// XRANGE's reply: `(entry id, field/value pairs)` per entry.
+type RawEntries = Vec<(String, Vec<(String, Value)>)>;
 
 /// The request id a grant claims under: one grant per user and SKU, replayed on a retry.
 pub const GRANT_REQUEST: &str = "draw";
