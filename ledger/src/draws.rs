@@ -326,7 +326,9 @@ pub async fn live(pool: &MySqlPool, t: Duration) -> Result<Vec<Live>, LedgerErro
 /// from `from` to `to`. False, with nothing written, when the stream is not at `from` any
 /// more (another reader moved it): the caller reads again from [`place`]. Entries of a sku
 /// without a draw, or with fields too long for their columns, are skipped with a warning
-/// (Redis takes neither).
+/// (Redis takes neither); entries of a draw recorded already are skipped with an anomaly
+/// `draw_entry_after_draw` (they did not take part in it; the ledger's entries stay the
+/// list it was drawn from).
 pub async fn commit_entries(
     pool: &MySqlPool,
     stream: &str,
@@ -366,33 +368,61 @@ pub async fn commit_entries(
         return Ok(false);
     }
     let skus: HashSet<u64> = entries.iter().map(|(s, _)| *s).collect();
-    let mut drawn = HashSet::new();
+    let mut open = HashSet::new();
     if !skus.is_empty() {
-        // Shared: `create` cannot change a draw's terms under entries it has not seen.
-        let mut q = QueryBuilder::<MySql>::new("SELECT sku FROM draws WHERE sku IN (");
+        // Shared: `create` cannot change a draw's terms under entries it has not seen, and
+        // `record` (which locks the row for update) cannot draw past them: an entry is in
+        // the ledger before the draw's result, or never.
+        let mut q =
+            QueryBuilder::<MySql>::new("SELECT sku, CAST(state AS CHAR) FROM draws WHERE sku IN (");
         let mut sep = q.separated(", ");
         for s in &skus {
             sep.push_bind(*s);
         }
         q.push(") LOCK IN SHARE MODE");
-        let found: Vec<u64> = bounded(
+        let found: Vec<(u64, String)> = bounded(
             "draws of entries",
             t,
-            q.build_query_scalar().fetch_all(&mut *tx),
+            q.build_query_as().fetch_all(&mut *tx),
         )
         .await?;
-        drawn.extend(found);
+        for (sku, state) in found {
+            if state == "open" {
+                open.insert(sku);
+                continue;
+            }
+            // Drawn already (the draw stopped waiting for this reader): the entries did
+            // not take part, and the ledger's entries stay the list it was drawn from.
+            let late: Vec<&str> = entries
+                .iter()
+                .filter(|(s, _)| *s == sku)
+                .map(|(_, e)| e.entry_id.as_str())
+                .collect();
+            let first = late.first().copied().unwrap_or_default();
+            crate::anomalies::anomaly(
+                &mut *tx,
+                "draw_entry_after_draw",
+                &format!("{stream}/{first}"),
+                Some(sku),
+                &format!(
+                    "{} entries of sku {sku} reached the ledger after its draw and are not in it (first {first})",
+                    late.len()
+                ),
+                t,
+            )
+            .await?;
+        }
     }
     let fits = |e: &Entry| e.user.chars().count() <= 64 && e.entry_id.len() <= 64;
     let rows: Vec<&(u64, Entry)> = entries
         .iter()
-        .filter(|(s, e)| drawn.contains(s) && fits(e))
+        .filter(|(s, e)| open.contains(s) && fits(e))
         .collect();
     if rows.len() < entries.len() {
         tracing::warn!(
             stream,
             skipped = entries.len() - rows.len(),
-            "draw entries without a draw or too long for the ledger skipped"
+            "draw entries without an open draw or too long for the ledger skipped"
         );
     }
     for chunk in rows.chunks(CHUNK) {
@@ -436,7 +466,10 @@ pub async fn place(pool: &MySqlPool, stream: &str, t: Duration) -> Result<Offset
 }
 
 /// Records the draw's result once: false, with nothing written, when it is drawn already
-/// (a second drawer lost the race; the first result stands). `ranks` must be 1..=n in order.
+/// (a second drawer lost the race; the first result stands). `ranks` must be 1..=n in order,
+/// and computed from the ledger's entries when it held `entrants` of them: `Invalid`, with
+/// nothing written, when it holds another count now (entries came in meanwhile; draw
+/// again). Entries committed after the result are refused ([`commit_entries`]).
 pub async fn record(
     pool: &MySqlPool,
     sku: u64,
@@ -472,6 +505,22 @@ pub async fn record(
             return Ok(false);
         }
         Some(_) => {}
+    }
+    // The draw was computed from `entrants` entries; one committed since (the row lock
+    // now keeps any more out) would be in the ledger without having been drawn.
+    let now_entered: i64 = bounded(
+        "count draw entries",
+        t,
+        sqlx::query_scalar("SELECT COUNT(*) FROM draw_entries WHERE sku = ?")
+            .bind(sku)
+            .fetch_one(&mut *tx),
+    )
+    .await?;
+    if now_entered as u64 != entrants {
+        bounded("rollback", t, tx.rollback()).await?;
+        return Err(LedgerError::Invalid(format!(
+            "draw of sku {sku} computed from {entrants} entries; the ledger holds {now_entered} now: draw again"
+        )));
     }
     for chunk in ranks.chunks(CHUNK) {
         let mut q =

@@ -43,6 +43,18 @@ fn entry(user: &str, priority: u64) -> Entry {
     }
 }
 
+/// Commits `n` entries of `sku` (users u1..un), on a stream of their own.
+async fn enter(pool: &MySqlPool, sku: u64, n: u64) {
+    let rows: Vec<(u64, Entry)> = (1..=n).map(|i| (sku, entry(&format!("u{i}"), i))).collect();
+    let stream = format!("entries-of-{sku}");
+    let from = draws::place(pool, &stream, T).await.unwrap();
+    assert!(
+        draws::commit_entries(pool, &stream, &from, &at(&format!("{sku}-{n}")), &rows, T)
+            .await
+            .unwrap()
+    );
+}
+
 fn at(last_id: &str) -> Offset {
     Offset {
         last_id: last_id.into(),
@@ -198,6 +210,7 @@ async fn record_writes_once() {
     let (_db, pool) = ledger().await;
     campaign(&pool, 7, 2).await;
     draws::create(&pool, 7, 3_000, 1, SEED, T).await.unwrap();
+    enter(&pool, 7, 5).await;
     let ranked = |users: &[&str]| -> Vec<Ranked> {
         users
             .iter()
@@ -250,6 +263,7 @@ async fn record_writes_once() {
     // More than one INSERT chunk.
     campaign(&pool, 9, 2_000).await;
     draws::create(&pool, 9, 3_000, 600, SEED, T).await.unwrap();
+    enter(&pool, 9, 2_500).await;
     let many: Vec<Ranked> = (1..=2_500u32)
         .map(|r| Ranked {
             rank: r,
@@ -380,6 +394,7 @@ async fn granted_rank_never_moves_back_and_due_lists_the_work() {
             priority: r as u64,
         })
         .collect();
+    enter(&pool, 7, 3).await;
     assert!(draws::record(&pool, 7, &ranks, 3, 3_100, T).await.unwrap());
     draws::set_granted(&pool, 7, 2, T).await.unwrap();
     assert_eq!(
@@ -407,9 +422,54 @@ async fn granted_rank_never_moves_back_and_due_lists_the_work() {
     // Fewer entrants than stock + waitlist: nothing is due past the last rank.
     campaign(&pool, 9, 5).await;
     draws::create(&pool, 9, 3_000, 5, SEED, T).await.unwrap();
+    enter(&pool, 9, 2).await;
     assert!(draws::record(&pool, 9, &ranks[..2], 2, 3_100, T)
         .await
         .unwrap());
     draws::set_granted(&pool, 9, 2, T).await.unwrap();
     assert!(draws::due(&pool, 9_999, T).await.unwrap().is_empty());
+}
+
+/// The ledger's entries of a draw are the ones it was drawn from: a result computed from
+/// another count is refused, and entries committed after the result are kept out (with an
+/// anomaly) while the reader's place still moves past them.
+#[tokio::test]
+async fn the_entries_of_a_draw_are_the_ones_it_was_drawn_from() {
+    let (_db, pool) = ledger().await;
+    campaign(&pool, 7, 1).await;
+    draws::create(&pool, 7, 3_000, 1, SEED, T).await.unwrap();
+    enter(&pool, 7, 3).await;
+    let ranks = [Ranked {
+        rank: 1,
+        user: "u1".into(),
+        priority: 1,
+    }];
+    assert!(matches!(
+        draws::record(&pool, 7, &ranks, 2, 3_100, T).await,
+        Err(LedgerError::Invalid(_))
+    ));
+    assert_eq!(
+        draws::get(&pool, 7, T).await.unwrap().unwrap().state,
+        DrawState::Open
+    );
+    assert!(draws::record(&pool, 7, &ranks, 3, 3_100, T).await.unwrap());
+
+    let late = [(7, entry("late", 0))];
+    assert!(
+        draws::commit_entries(&pool, "late-stream", &Offset::start(), &at("9-0"), &late, T)
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        draws::place(&pool, "late-stream", T).await.unwrap(),
+        at("9-0")
+    );
+    assert_eq!(draws::entry_count(&pool, 7, T).await.unwrap(), 3);
+    let flagged: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM anomalies WHERE kind = 'draw_entry_after_draw' AND sku = 7",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(flagged, 1);
 }

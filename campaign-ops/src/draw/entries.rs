@@ -82,9 +82,22 @@ pub async fn round(
     let new_master = !place.repl_id.is_empty() && place.repl_id != info.replid;
     if new_master {
         // Another history: what this master holds at or below the place may not be in
-        // the ledger. Read it again from its start; the rows ignore what they have.
+        // the ledger. Read it again from its start; the rows ignore what they have. The
+        // new place is where that read ended, "0-0" when it found nothing: the old place
+        // means nothing on this master, whose ids may be below it (its clock behind, an
+        // old snapshot), and kept it would skip and then trim every later entry.
         let (again, _) = client.read_entries(shard, "0-0", BATCH).await?;
-        return commit(pool, &stream.key, &place, again, &info.replid, shard, t).await;
+        return commit(
+            pool,
+            &stream.key,
+            &place,
+            "0-0",
+            again,
+            &info.replid,
+            shard,
+            t,
+        )
+        .await;
     }
     let full = read.len() == BATCH;
     if read.is_empty() && place.repl_id == info.replid {
@@ -99,21 +112,34 @@ pub async fn round(
         }
         return Ok(false);
     }
-    commit(pool, &stream.key, &place, read, &info.replid, shard, t).await?;
+    commit(
+        pool,
+        &stream.key,
+        &place,
+        &place.last_id,
+        read,
+        &info.replid,
+        shard,
+        t,
+    )
+    .await?;
     Ok(full)
 }
 
+/// Commits `read`, the entries after `base` on `shard`, moving the place from `from`.
+#[allow(clippy::too_many_arguments)]
 async fn commit(
     pool: &MySqlPool,
     stream: &str,
     from: &Offset,
+    base: &str,
     read: Vec<Result<shard_router::draw::EntryRecord, shard_router::draw::BadEntry>>,
     repl_id: &str,
     shard: ShardId,
     t: Duration,
 ) -> Result<bool, ConsumerError> {
     let full = read.len() == BATCH;
-    let mut last = from.last_id.clone();
+    let mut last = base.to_owned();
     let mut rows = Vec::with_capacity(read.len());
     for e in read {
         match e {

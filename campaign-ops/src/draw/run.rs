@@ -130,6 +130,9 @@ async fn close_and_draw(
         )
         .await?;
     }
+    // Counted before the ranks are read: `record` refuses the result if the ledger holds
+    // another count by then (an entry committed meanwhile was not drawn from).
+    let total = draws::entry_count(pool, c.sku, t).await?;
     let best =
         draws::entries_in_order(pool, c.sku, None, k.min(u64::from(u32::MAX)) as u32, t).await?;
     merged.sort_by(draw_order);
@@ -160,7 +163,6 @@ async fn close_and_draw(
             priority: e.priority,
         })
         .collect();
-    let total = draws::entry_count(pool, c.sku, t).await?;
     if draws::record(pool, c.sku, &ranks, total, now_ms, t).await? {
         metrics::counter!("flashgate_draws_total").increment(1);
         tracing::info!(sku = c.sku, entrants = total, ranked = ranks.len(), "drawn");
@@ -183,7 +185,14 @@ async fn mark(
             any = true;
         }
     }
-    if any {
+    // Also when every shard is marked but the metadata still hides the seed: a pass that
+    // died between its last mark and this write left it so. Metadata that is missing is
+    // the rebuild's to write (from the ledger, with the seed).
+    let unrevealed = client
+        .sku_meta(c.sku)
+        .await?
+        .is_some_and(|m| m.draw.is_some_and(|d| d.seed.is_none()));
+    if any || unrevealed {
         let meta = crate::sku::meta_of(pool, c, t).await?;
         client.write_sku_meta(&meta).await?;
     }

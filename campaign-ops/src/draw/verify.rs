@@ -3,7 +3,9 @@
 //! the seed hashes to the digest published at creation; every entry's stored priority is
 //! HMAC-SHA1(seed, "<sku>:<user>") (`shard_router::draw::priority`); the ranks are exactly
 //! the best `stock + waitlist` entries in draw order; the units went only to ranked users
-//! by grant (no claim made any other way), and no more of them than there are ranks.
+//! by grant (no claim made any other way), no more of them than there are ranks, and in
+//! rank order (the granted users are ranks 1..=n); the entries are as many as the draw
+//! recorded it was made from.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -27,6 +29,8 @@ pub struct Verdict {
     pub seed_sha256: String,
     pub digest_matches: bool,
     pub entrants: u64,
+    /// The entries read are as many as the draw recorded it was made from.
+    pub entrants_match: bool,
     /// Entries whose stored priority is not the HMAC of the revealed seed.
     pub wrong_priorities: u64,
     pub ranks: u64,
@@ -36,6 +40,8 @@ pub struct Verdict {
     pub granted: u64,
     /// Grants to users without a rank.
     pub granted_unranked: u64,
+    /// The granted users are ranks 1..=n: no rank served before a better one.
+    pub grants_in_order: bool,
     /// Claims of the SKU not made by a grant.
     pub other_claims: u64,
     pub verified: bool,
@@ -102,11 +108,22 @@ pub async fn verify(pool: &MySqlPool, sku: u64, t: Duration) -> Result<Verdict, 
         .iter()
         .filter(|u| !ranked.contains(u.as_str()))
         .count() as u64;
+    // Grants go in rank order (the waitlist is served as units come back, never ahead of a
+    // better rank): the granted users are exactly ranks 1..=n for some n.
+    let granted_set: HashSet<&str> = granted.iter().map(String::as_str).collect();
+    let grants_in_order = recorded
+        .iter()
+        .take(granted_set.len())
+        .all(|u| granted_set.contains(u.as_str()));
+    // The entries are the ones the draw was made from: none added or removed since.
+    let entrants_match = d.entrants == Some(entrants);
     let digest_matches = seed_digest(&d.seed) == d.seed_sha256;
     let verified = digest_matches
         && wrong == 0
         && ranks_match
         && granted_unranked == 0
+        && grants_in_order
+        && entrants_match
         && other_claims == 0
         && granted.len() <= recorded.len();
     Ok(Verdict {
@@ -115,11 +132,13 @@ pub async fn verify(pool: &MySqlPool, sku: u64, t: Duration) -> Result<Verdict, 
         seed_sha256: d.seed_sha256,
         digest_matches,
         entrants,
+        entrants_match,
         wrong_priorities: wrong,
         ranks: recorded.len() as u64,
         ranks_match,
         granted: granted.len() as u64,
         granted_unranked,
+        grants_in_order,
         other_claims,
         verified,
     })
