@@ -1,9 +1,13 @@
 //! The draw itself, one pass per tick over the draws that are due:
 //!
 //! 1. **Close** every shard (`draw_close.lua`: no entry lands after it) and read its top-K.
-//! 2. **Settle**: wait until the ledger holds as many entries as the shards accepted, so
-//!    the draw is made from every acknowledged entry (bounded by `SETTLE`; past it the
-//!    draw goes on from what the ledger has, with an anomaly).
+//! 2. **Settle**: wait until, on every shard, the entries reader's place has passed the
+//!    entries stream's last id read after the close, under the same master, and the
+//!    ledger holds as many entries as the shards accepted, so the draw is made from every
+//!    acknowledged entry (bounded by `SETTLE`; past it the draw goes on from what the
+//!    ledger has, with an anomaly). Counts alone are not enough: a shard that lost entries
+//!    the ledger holds (a failover to a replica behind) while others wait to be committed
+//!    has as many as the ledger.
 //! 3. **Draw** from the ledger, the truth: its best `stock + waitlist` entries by priority
 //!    (`draw_entries`' index). The shards' merged top-K must be the same list; a
 //!    difference (an entry Redis lost, or one the ledger never got) is an anomaly.
@@ -33,6 +37,29 @@ const SETTLE: Duration = Duration::from_secs(30);
 /// Ranks marked per script call, and read per page.
 const PAGE: u32 = 500;
 
+/// A draw this service is closing: since when it waits, and per shard the entries
+/// stream's last id after the close, with the replication id it was read under.
+#[derive(Debug, Clone)]
+pub struct Closing {
+    pub since: Instant,
+    targets: HashMap<ShardId, (String, String)>,
+}
+
+impl Closing {
+    pub fn new(since: Instant) -> Self {
+        Self {
+            since,
+            targets: HashMap::new(),
+        }
+    }
+}
+
+/// A stream id `ms-seq` as numbers (ordered as Redis orders them).
+fn stream_id(id: &str) -> Option<(u64, u64)> {
+    let (ms, seq) = id.split_once('-')?;
+    Some((ms.parse().ok()?, seq.parse().ok()?))
+}
+
 /// Runs the draws as they fall due, until shutdown.
 pub async fn run(
     pool: MySqlPool,
@@ -40,7 +67,7 @@ pub async fn run(
     t: Duration,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let mut closing: HashMap<u64, Instant> = HashMap::new();
+    let mut closing: HashMap<u64, Closing> = HashMap::new();
     let mut tick = tokio::time::interval(Duration::from_millis(500));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -77,13 +104,15 @@ pub async fn step(
     client: &StockClient,
     d: &Draw,
     now_ms: i64,
-    closing: &mut HashMap<u64, Instant>,
+    closing: &mut HashMap<u64, Closing>,
     t: Duration,
 ) -> Result<(), ConsumerError> {
     let c = ledger::campaigns::get(pool, d.sku, t).await?;
     if d.state == draws::DrawState::Open {
-        let since = *closing.entry(d.sku).or_insert_with(Instant::now);
-        if !close_and_draw(pool, client, &c, d, now_ms, since, t).await? {
+        let cl = closing
+            .entry(d.sku)
+            .or_insert_with(|| Closing::new(Instant::now()));
+        if !close_and_draw(pool, client, &c, d, now_ms, cl, t).await? {
             return Ok(());
         }
         closing.remove(&d.sku);
@@ -99,12 +128,13 @@ async fn close_and_draw(
     c: &Campaign,
     d: &Draw,
     now_ms: i64,
-    since: Instant,
+    cl: &mut Closing,
     t: Duration,
 ) -> Result<bool, ConsumerError> {
     let k = c.stock + u64::from(d.waitlist);
     let mut accepted = 0;
     let mut merged = Vec::new();
+    let mut unread = Vec::new();
     for shard in client.placement().shards_of(c.sku, c.width) {
         let Some(closed) = client.draw_close(shard, c.sku).await? else {
             // Lost on this shard: the restore puts it back first.
@@ -112,10 +142,31 @@ async fn close_and_draw(
         };
         accepted += closed.entrants;
         merged.extend(closed.top);
+        // Read after the close: no entry of this draw lands on the shard past it. Kept
+        // while the master is the same, so entries of other draws do not move it on.
+        let (last, info) = client.entries_last(shard).await?;
+        let target = match cl.targets.get(&shard) {
+            Some((repl, id)) if *repl == info.replid => id.clone(),
+            _ => {
+                cl.targets
+                    .insert(shard, (info.replid.clone(), last.clone()));
+                last
+            }
+        };
+        let place = draws::place(pool, &client.entries_stream(shard).key, t).await?;
+        let read = info.is_master
+            && place.repl_id == info.replid
+            && matches!(
+                (stream_id(&place.last_id), stream_id(&target)),
+                (Some(p), Some(t)) if p >= t
+            );
+        if !read {
+            unread.push(shard);
+        }
     }
     let committed = draws::entry_count(pool, c.sku, t).await?;
-    if committed < accepted {
-        if since.elapsed() < SETTLE {
+    if committed < accepted || !unread.is_empty() {
+        if cl.since.elapsed() < SETTLE {
             return Ok(false);
         }
         anomaly(
@@ -123,7 +174,8 @@ async fn close_and_draw(
             c.sku,
             "draw_unsettled",
             &format!(
-                "the shards accepted {accepted} entries, the ledger held {committed} after {}s; drawn from the ledger",
+                "the shards accepted {accepted} entries, the ledger held {committed} after {}s \
+                 (entries of shards {unread:?} not read up to their close); drawn from the ledger",
                 SETTLE.as_secs()
             ),
             t,

@@ -77,7 +77,7 @@ async fn step(s: &Stack, sku: u64, waited: Duration) {
     let since = Instant::now()
         .checked_sub(waited)
         .unwrap_or_else(Instant::now);
-    let mut closing = HashMap::from([(sku, since)]);
+    let mut closing = HashMap::from([(sku, run::Closing::new(since))]);
     run::step(
         &s.pool,
         &s.client,
@@ -311,5 +311,52 @@ async fn a_crash_between_the_marks_and_the_metadata_still_reveals_the_seed() {
         meta.draw.unwrap().seed,
         Some(hex::encode(&d.seed)),
         "the seed is revealed once drawn"
+    );
+}
+
+/// A shard lost an entry the ledger holds (a failover to a replica that had not got it;
+/// modeled by removing it from the shard), and another entry waits on the shard to be
+/// committed: the shards' count equals the ledger's, so the settle took the ledger as
+/// complete and drew without the waiting entry, acknowledged and never counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_draw_waits_for_every_entry_even_when_the_counts_agree() {
+    let s = Stack::start().await;
+    let sku = 9_206;
+    draw_campaign(&s, sku, 1, 1, Duration::from_secs(600)).await;
+    let first = users("u", 6);
+    enter_all(&s, sku, &first).await;
+    read_entries(&s).await;
+    let lost = &first[0];
+    let home = s.client.placement().home_shard(sku, WIDTH, lost);
+    let k = shard_router::keys::ShardKeys::new(s.client.placement(), home, sku);
+    let mut conn = s.redis.connection();
+    redis::cmd("HDEL")
+        .arg(k.entrants())
+        .arg(lost)
+        .query::<()>(&mut conn)
+        .unwrap();
+    redis::cmd("ZREM")
+        .arg(k.top_k())
+        .arg(lost)
+        .query::<()>(&mut conn)
+        .unwrap();
+    let waiting = "entered-last".to_owned();
+    enter_all(&s, sku, std::slice::from_ref(&waiting)).await;
+
+    step(&s, sku, Duration::ZERO).await;
+    assert_eq!(
+        the_draw(&s, sku).await.state,
+        DrawState::Open,
+        "an entry accepted by a shard is not in the ledger yet"
+    );
+    read_entries(&s).await;
+    step(&s, sku, Duration::ZERO).await;
+    let d = the_draw(&s, sku).await;
+    assert_eq!((d.state, d.entrants), (DrawState::Drawn, Some(7)));
+    assert!(
+        draw::verify::verify(&s.pool, sku, T)
+            .await
+            .unwrap()
+            .verified
     );
 }

@@ -262,6 +262,36 @@ impl StockClient {
 /// XRANGE's reply: `(entry id, field/value pairs)` per entry.
 type RawEntries = Vec<(String, Vec<(String, Value)>)>;
 
+impl StockClient {
+    /// The last id `shard`'s entries stream holds ("0-0" when it holds none), with the
+    /// replication id it was read under (one pipeline on one node). Read after a draw's
+    /// close, it bounds every entry of that draw on the shard: the draw waits until the
+    /// entries reader's place passes it under the same master.
+    pub async fn entries_last(
+        &self,
+        shard: ShardId,
+    ) -> Result<(String, ReplicationInfo), StockError> {
+        let key = keys::entries_stream(&self.placement, shard);
+        let mut pipe = redis::pipe();
+        pipe.cmd("XREVRANGE")
+            .arg(&key)
+            .arg("+")
+            .arg("-")
+            .arg("COUNT")
+            .arg(1);
+        pipe.cmd("INFO").arg("replication");
+        let mut conn = self.conn.clone();
+        let (reply, info): (RawEntries, String) = self
+            .bounded("draw entries last", pipe.query_async(&mut conn))
+            .await?;
+        let last = reply
+            .into_iter()
+            .next()
+            .map_or_else(|| "0-0".to_owned(), |(id, _)| id);
+        Ok((last, ReplicationInfo::parse(&info)))
+    }
+}
+
 /// The request id a grant claims under: one grant per user and SKU, replayed on a retry.
 pub const GRANT_REQUEST: &str = "draw";
 
