@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use ledger::campaigns::Campaign;
 use ledger::draws::{self, Draw};
+use shard_router::draw::DrawState;
 use shard_router::{ShardId, StockClient};
 use sqlx::MySqlPool;
 use tokio::sync::watch;
@@ -70,9 +71,14 @@ pub async fn shard(
     shard: ShardId,
     t: Duration,
 ) -> Result<(), ConsumerError> {
-    client
-        .draw_open(shard, &super::spec(c, d), super::state_for(d))
-        .await?;
+    // Past the draw time (by this shard's clock, the one the draw loop closes by) a draw
+    // the ledger still has open comes back closed: reopened, it would take entries from a
+    // gateway whose clock is behind after the other shards closed.
+    let mut state = super::state_for(d);
+    if state == DrawState::Open && client.redis_time_ms(shard).await? >= d.draw_at_ms {
+        state = DrawState::Closed;
+    }
+    client.draw_open(shard, &super::spec(c, d), state).await?;
     let mut after: Option<String> = None;
     let mut restored = 0u64;
     loop {

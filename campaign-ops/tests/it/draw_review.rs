@@ -360,3 +360,38 @@ async fn the_draw_waits_for_every_entry_even_when_the_counts_agree() {
             .verified
     );
 }
+
+/// A shard lost its draw after the draw time, before the draw ran: the restore opened it
+/// again as `open`, so a gateway whose clock is behind Redis's got a fresh entry accepted
+/// there after every other shard had closed (a late entry joining the draw).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_draw_restored_after_its_time_takes_no_entry() {
+    let s = Stack::start().await;
+    let sku = 9_207;
+    let c = draw_campaign(&s, sku, 1, 1, Duration::from_secs(2)).await;
+    enter_all(&s, sku, &users("u", 4)).await;
+    read_entries(&s).await;
+    let d = the_draw(&s, sku).await;
+    while shard_router::now_ms() <= d.draw_at_ms + 50 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let late = "late-by-a-slow-clock";
+    let home = s.client.placement().home_shard(sku, WIDTH, late);
+    let k = shard_router::keys::ShardKeys::new(s.client.placement(), home, sku);
+    redis::cmd("DEL")
+        .arg(k.draw_meta())
+        .arg(k.entrants())
+        .arg(k.top_k())
+        .query::<()>(&mut s.redis.connection())
+        .unwrap();
+    draw::restore::shard(&s.pool, &s.client, &c, &d, home, T)
+        .await
+        .unwrap();
+    // The gateway's clock says the window is still open.
+    let got = s
+        .client
+        .draw_enter(sku, WIDTH, late, d.draw_at_ms - 1)
+        .await
+        .unwrap();
+    assert_eq!(got, EntryOutcome::Closed);
+}
