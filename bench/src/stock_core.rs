@@ -196,6 +196,7 @@ async fn one_rep(
         start_ms: now - 60_000,
         end_ms: now + 3_600_000,
         draw: None,
+        queue: false,
     };
     client.preheat(&meta).await?;
     let next = Arc::new(AtomicU64::new(0));

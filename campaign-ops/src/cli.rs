@@ -100,6 +100,9 @@ pub enum ModeArg {
     Fcfs,
     /// A raffle: entries until --draw-at, then a verifiable draw (docs/DESIGN.md "The draw").
     Draw,
+    /// First come, first served behind a waiting room that admits users as the stock
+    /// allows (docs/DESIGN.md "The waiting room").
+    Queue,
 }
 
 /// `consumer run`: the service's settings (config.rs) and where its admin token is.
@@ -192,8 +195,10 @@ impl CampaignArgs {
     /// `--mode draw`, or draw mode without `--draw-at`, names the flag.
     pub fn draw(&self, now_ms: i64) -> Result<Option<(i64, u32)>, String> {
         match (self.mode, &self.draw_at) {
-            (ModeArg::Fcfs, None) if self.waitlist == 0 => Ok(None),
-            (ModeArg::Fcfs, _) => Err("--draw-at and --waitlist need --mode draw".into()),
+            (ModeArg::Fcfs | ModeArg::Queue, None) if self.waitlist == 0 => Ok(None),
+            (ModeArg::Fcfs | ModeArg::Queue, _) => {
+                Err("--draw-at and --waitlist need --mode draw".into())
+            }
             (ModeArg::Draw, None) => Err("--mode draw needs --draw-at".into()),
             (ModeArg::Draw, Some(at)) => {
                 let at = times::parse_ms(at, now_ms).map_err(|e| format!("--draw-at {e}"))?;

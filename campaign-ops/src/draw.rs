@@ -101,13 +101,13 @@ pub async fn check_mode(
     pool: &MySqlPool,
     client: &StockClient,
     c: &Campaign,
-    draw: bool,
+    want: draws::Mode,
     t: Duration,
 ) -> Result<(), ConsumerError> {
     let Some(mode) = draws::mode(pool, c.sku, t).await? else {
         return Ok(());
     };
-    if (mode == draws::Mode::Draw) == draw {
+    if mode == want {
         return Ok(());
     }
     let old = ledger::campaigns::get(pool, c.sku, t).await?;
@@ -116,7 +116,8 @@ pub async fn check_mode(
         .await?
         .iter()
         .any(|(_, s)| s.is_some());
-    if live || (mode == draws::Mode::Draw) {
+    // A draw's seed and entries, or a queue's places, belong to that mode for good.
+    if live || mode != draws::Mode::Fcfs {
         return Err(ConsumerError::Invalid(format!(
             "sku {} is a {} campaign{}; its mode cannot change",
             c.sku,

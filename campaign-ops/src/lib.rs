@@ -32,6 +32,7 @@ pub mod closeout;
 pub mod draw;
 pub mod health;
 pub mod housekeeping;
+pub mod queue;
 pub mod rebuild;
 pub mod reconcile;
 pub mod release;

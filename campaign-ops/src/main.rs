@@ -2,7 +2,7 @@
 //! admin subcommand. Bad configuration exits non-zero with one line naming the setting.
 
 use anyhow::Context;
-use campaign_ops::cli::{Cli, Command, DrawCommand};
+use campaign_ops::cli::{Cli, Command, DrawCommand, ModeArg};
 use campaign_ops::{campaign, closeout, draw, rebuild, reconcile, release, service, wave};
 use clap::Parser;
 use shard_router::StockClient;
@@ -81,10 +81,18 @@ async fn real_main(cli: Cli) -> anyhow::Result<()> {
                 Err(e) => anyhow::bail!("{e}"),
             };
             let redis = client().await?;
-            campaign_ops::draw::check_mode(&pool, &redis, &c, draw.is_some(), t).await?;
+            let mode = match a.mode {
+                ModeArg::Fcfs => ledger::draws::Mode::Fcfs,
+                ModeArg::Draw => ledger::draws::Mode::Draw,
+                ModeArg::Queue => ledger::draws::Mode::Queue,
+            };
+            campaign_ops::draw::check_mode(&pool, &redis, &c, mode, t).await?;
             campaign::put_checked(&pool, &redis, &c, cfg.shards, t).await?;
             if let Some((draw_at, waitlist)) = draw {
                 campaign_ops::draw::create(&pool, &c, draw_at, waitlist, t).await?;
+            }
+            if mode == ledger::draws::Mode::Queue {
+                ledger::queues::create(&pool, c.sku, t).await?;
             }
             let mut seen = std::collections::HashSet::new();
             if let Some(dup) = a.waves.iter().find(|f| !seen.insert(f.as_str())) {

@@ -195,7 +195,7 @@ pub async fn rebuild(
 
     // Read before the transaction, which keeps to its one connection (a draw does not
     // change under a rebuild: its mode and seed are fixed at creation).
-    let draw = crate::sku::meta_of(pool, &c, t).await?.draw;
+    let mode = crate::sku::meta_of(pool, &c, t).await?;
     let mut tx = ledger::rebuild::begin(pool, t).await?;
     // Batches of this SKU wait from here to the commit (they take the row shared first).
     // Everything below is read in this transaction, so the rebuild needs no second
@@ -206,7 +206,8 @@ pub async fn rebuild(
     // waves below belong together.
     c.stock = stock;
     let meta = shard_router::SkuMeta {
-        draw,
+        draw: mode.draw,
+        queue: mode.queue,
         ..crate::sku::meta(&c)
     };
     // The only wave ids a rebuilt wave hash keeps, so a wave half applied before the

@@ -100,6 +100,14 @@ pub async fn run(
         cfg.db_timeout,
         shutdown.clone(),
     ));
+    // Queue campaigns: the waiting room's admission step (campaign-ops/src/queue.rs).
+    background.spawn(crate::queue::run(
+        pool.clone(),
+        client.clone(),
+        cfg.queue_admit_rate,
+        cfg.db_timeout,
+        shutdown.clone(),
+    ));
     let health = Arc::new(Health::default());
     background.spawn(health::run(
         health.clone(),

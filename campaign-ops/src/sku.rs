@@ -18,6 +18,7 @@ pub fn meta(c: &Campaign) -> SkuMeta {
         start_ms: c.start_ms,
         end_ms: c.end_ms,
         draw: None,
+        queue: false,
     }
 }
 
@@ -29,6 +30,7 @@ pub async fn meta_of(
     t: Duration,
 ) -> Result<SkuMeta, ConsumerError> {
     let mut m = meta(c);
+    m.queue = draws::mode(pool, c.sku, t).await? == Some(draws::Mode::Queue);
     m.draw = draws::get(pool, c.sku, t).await?.map(|d| SkuDraw {
         draw_at_ms: d.draw_at_ms,
         seed: (d.state == DrawState::Drawn).then(|| hex::encode(&d.seed)),

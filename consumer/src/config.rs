@@ -82,6 +82,14 @@ pub struct Config {
     /// Bound on every MySQL statement or transaction.
     #[arg(skip = Duration::from_secs(5))]
     pub db_timeout: Duration,
+    /// Queue campaigns: the most waiting-room positions admitted per second, per SKU,
+    /// after the first step (campaign-ops/src/queue.rs).
+    #[arg(
+        long = "queue-admit-rate",
+        env = "FLASHGATE_QUEUE_ADMIT_RATE",
+        default_value_t = 2000
+    )]
+    pub queue_admit_rate: u64,
     /// How often pending claims past their payment timeout are released (ms).
     #[arg(long = "release-interval-ms", env = "FLASHGATE_RELEASE_INTERVAL_MS", value_name = "MS", default_value = "5000", value_parser = millis)]
     pub release_interval: Duration,

@@ -141,6 +141,7 @@ mod tests {
             start_ms: 0,
             end_ms: 1,
             draw: None,
+            queue: false,
         };
         let claim = |id: &str| Claim {
             claim_id: id.into(),

@@ -30,4 +30,6 @@ pub(crate) struct App {
     /// `--replay-filter-max-users` (0: off) and `--replay-filter-total-users`.
     pub(crate) replay_limits: std::sync::Arc<crate::replay_filter::ReplayLimits>,
     pub(crate) metrics: PrometheusHandle,
+    /// The waiting room of queue SKUs (`--queue-secret-file`).
+    pub(crate) queue: crate::api::claim::queue::QueueGate,
 }

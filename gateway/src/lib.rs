@@ -114,6 +114,15 @@ pub async fn run(
             cfg.replay_filter_total_users,
         ),
         metrics: handle.clone(),
+        queue: api::claim::queue::QueueGate::new(match &cfg.access.queue_secret_file {
+            Some(path) => {
+                let bad = |e: String| ConfigError::new("--queue-secret-file", e);
+                let bytes =
+                    std::fs::read(path).map_err(|e| bad(format!("{}: {e}", path.display())))?;
+                Some(shard_router::queue::QueueKey::new(bytes.trim_ascii_end()).map_err(bad)?)
+            }
+            None => None,
+        }),
     });
 
     // Background tasks stop last (they serve the draining requests too).

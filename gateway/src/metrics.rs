@@ -87,6 +87,8 @@ pub mod outcome {
     pub const LOST: &str = "lost";
     /// Entries closed and the user never entered.
     pub const ENTRIES_CLOSED: &str = "entries_closed";
+    /// A queue SKU (campaign mode `queue`): the user waits in the waiting room.
+    pub const QUEUED: &str = "queued";
 }
 
 // Buckets from 50µs: the sold-out path is answered in microseconds, the claim path in
@@ -136,6 +138,7 @@ impl Hot {
             WAITLISTED,
             LOST,
             ENTRIES_CLOSED,
+            QUEUED,
         ];
         Self {
             claims: outcomes

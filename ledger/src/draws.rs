@@ -39,6 +39,8 @@ pub enum Mode {
     #[default]
     Fcfs,
     Draw,
+    /// A waiting room in front of first come, first served (`crate::queues`).
+    Queue,
 }
 
 impl Mode {
@@ -46,6 +48,7 @@ impl Mode {
         match self {
             Self::Fcfs => "fcfs",
             Self::Draw => "draw",
+            Self::Queue => "queue",
         }
     }
 
@@ -54,6 +57,7 @@ impl Mode {
         match s {
             "fcfs" => Some(Self::Fcfs),
             "draw" => Some(Self::Draw),
+            "queue" => Some(Self::Queue),
             _ => None,
         }
     }

@@ -23,6 +23,7 @@
 //! - [`consumers`]: the consumers' heartbeat rows and the flush handshake's counter.
 //! - [`offsets`]: each claims stream's place and lease, moved with the rows read up to it;
 //!   [`poison`]: the entries passed without a row.
+//! - [`queues`]: a queue campaign's admitted watermark and marks, kept past a Redis loss.
 //! - [`anomalies`]: what the books disagree on.
 //! - [`draws`]: draw campaigns (a verifiable raffle): their terms, entries read from the
 //!   entries streams with the streams' places, the ranks drawn and how far they are granted.
@@ -40,6 +41,7 @@ pub mod late;
 pub mod offsets;
 pub mod poison;
 pub mod pool;
+pub mod queues;
 pub mod rebuild;
 pub mod reconcile_runs;
 pub mod releases;

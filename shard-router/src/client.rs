@@ -235,7 +235,9 @@ impl StockClient {
 mod campaign;
 mod claim;
 mod draw;
+mod queue;
 pub use draw::GRANT_REQUEST;
+pub use queue::Joined;
 mod fence;
 mod release;
 mod retire;

@@ -141,6 +141,13 @@ pub fn claims_stream(placement: &Placement, shard: ShardId) -> String {
     key
 }
 
+/// A SKU's waiting room (campaign mode `queue`, `lua/queue_join.lua`): its state hash,
+/// pre-queue HyperLogLog and tickets hash, under one hash tag of their own so one script
+/// names them all on a cluster.
+pub fn queue_keys(sku: u64) -> [String; 3] {
+    ["state", "pre", "tickets"].map(|k| format!("{{fgq:{sku}}}:{k}"))
+}
+
 /// The draw entries stream of a shard: one entry per accepted draw entry, of every SKU on
 /// the shard, read into the ledger by `campaign-ops/src/draw/entries.rs`.
 pub fn entries_stream(placement: &Placement, shard: ShardId) -> String {

@@ -37,6 +37,7 @@ pub mod keys;
 pub mod outcome;
 pub mod placement;
 pub mod protocol;
+pub mod queue;
 pub mod rebuild;
 pub mod record;
 mod replay;
@@ -50,7 +51,7 @@ pub mod stream;
 pub mod test_util;
 
 pub use args::RedisArgs;
-pub use client::{StockClient, StockConfig, GRANT_REQUEST};
+pub use client::{Joined, StockClient, StockConfig, GRANT_REQUEST};
 pub use conn::{RedisConn, RedisTarget, Timeouts};
 pub use error::StockError;
 pub use health::ShardHealth;

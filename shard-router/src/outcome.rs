@@ -21,6 +21,9 @@ pub struct SkuMeta {
     /// `Some` when the campaign's mode is `draw`: claims are entries (`crate::draw`).
     /// Written in the same HSET as the fields above, so no gateway sees one without it.
     pub draw: Option<SkuDraw>,
+    /// Campaign mode `queue`: claims pass a waiting room first (`crate::queue`). Written
+    /// with the fields above, like `draw`.
+    pub queue: bool,
 }
 
 /// What gateways need of a draw: its entry window and its published seed digest (and the

@@ -42,9 +42,13 @@ pub(crate) static DRAW_MARK: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/draw_mark.lua")));
 pub(crate) static DRAW_RESTORE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/draw_restore.lua")));
+pub(crate) static QUEUE_JOIN: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/queue_join.lua")));
+pub(crate) static QUEUE_ADMIT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/queue_admit.lua")));
 
 /// Every script, for loading them all ahead of traffic (readiness).
-pub(crate) fn all() -> [&'static Script; 18] {
+pub(crate) fn all() -> [&'static Script; 20] {
     [
         &CLAIM,
         &TAKE,
@@ -64,6 +68,8 @@ pub(crate) fn all() -> [&'static Script; 18] {
         &DRAW_CLOSE,
         &DRAW_MARK,
         &DRAW_RESTORE,
+        &QUEUE_JOIN,
+        &QUEUE_ADMIT,
     ]
 }
 
@@ -106,4 +112,7 @@ pub(crate) mod code {
     pub(crate) const DRAW_LIST: i64 = 90;
     pub(crate) const DRAW_MARKED: i64 = 91;
     pub(crate) const DRAW_RESTORED: i64 = 92;
+    pub(crate) const PRE_QUEUED: i64 = 100;
+    pub(crate) const TICKET: i64 = 101;
+    pub(crate) const QUEUE_STATE: i64 = 102;
 }

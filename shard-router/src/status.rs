@@ -77,6 +77,10 @@ api_statuses! {
     Lost => "lost",
     /// Entries are closed and this user did not enter.
     EntriesClosed => "entries_closed",
+    /// Waiting in a queue SKU's waiting room.
+    Queued => "queued",
+    /// A queue token that is not this gateway's, this user's or this SKU's.
+    InvalidQueueToken => "invalid_queue_token",
 }
 
 impl fmt::Display for ApiStatus {
@@ -165,6 +169,8 @@ mod tests {
                 "waitlisted",
                 "lost",
                 "entries_closed",
+                "queued",
+                "invalid_queue_token",
             ]
         );
     }

@@ -15,6 +15,7 @@ mod faults;
 mod ledger;
 mod lifecycle;
 mod offsets;
+mod queue;
 mod rebuild;
 mod rebuild_debt;
 mod rebuild_flush;

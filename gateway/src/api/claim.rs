@@ -30,6 +30,7 @@ use crate::reply::Reply;
 
 mod entry;
 mod finish;
+pub(crate) mod queue;
 mod refusal;
 
 use refusal::{Claimed, How, Refusal, Window};
@@ -39,6 +40,14 @@ pub(crate) async fn handle(app: &App, peer: SocketAddr, req: Request<Incoming>) 
         // A draw SKU's request is an entry: never claim.lua (that would sell first come,
         // first served), never the sold-out cache (`entry.rs`).
         Ok(admitted) if admitted.state.meta.draw.is_some() => entry::enter(app, admitted).await,
+        // A queue SKU's request passes the waiting room first (`queue.rs`).
+        Ok(admitted) if admitted.state.meta.queue => match queue::gate(app, &admitted).await {
+            queue::Gate::Claim => match claim(app, admitted).await {
+                Ok(claimed) => (claimed.label(), Reply::from(claimed)),
+                Err(refusal) => (refusal.label(), Reply::from(refusal)),
+            },
+            queue::Gate::Answer(label, reply) => (label, reply),
+        },
         Ok(admitted) => match claim(app, admitted).await {
             Ok(claimed) => (claimed.label(), Reply::from(claimed)),
             Err(refusal) => (refusal.label(), Reply::from(refusal)),
@@ -53,6 +62,8 @@ pub(crate) async fn handle(app: &App, peer: SocketAddr, req: Request<Incoming>) 
 /// in-flight slot (held until the answer), a connection, the clock, a known SKU.
 struct Admitted<'a> {
     req: ClaimRequest,
+    /// The `Queue-Token` header (a queue SKU's waiting room, `queue.rs`).
+    queue_token: Option<String>,
     client: &'a StockClient,
     state: Arc<SkuState>,
     _slot: InFlight,
@@ -69,6 +80,11 @@ async fn admit<'a>(
         identity: &app.identity,
         peer: peer.ip(),
     };
+    let queue_token = req
+        .headers()
+        .get("queue-token")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
     let req = read_claim(req, &rules).await.map_err(Refusal::Input)?;
     access::set_user(&req.user);
     // The in-flight slot is taken only once the body is in: a body that trickles in holds
@@ -89,6 +105,7 @@ async fn admit<'a>(
         .ok_or(Refusal::UnknownSku(req.sku))?;
     Ok(Admitted {
         req,
+        queue_token,
         client,
         state,
         _slot: slot,
@@ -102,6 +119,7 @@ async fn claim(app: &App, admitted: Admitted<'_>) -> Result<Claimed, Refusal> {
         client,
         state,
         _slot,
+        ..
     } = admitted;
     let meta = &state.meta;
     if req.qty > meta.limit {

@@ -9,6 +9,7 @@ fn state() -> SkuState {
         start_ms: 0,
         end_ms: 1,
         draw: None,
+        queue: false,
     };
     SkuState::new(meta, vec![3, 4])
 }

@@ -50,6 +50,11 @@ pub struct AccessConfig {
     /// Burst allowance of the per-client limit.
     #[arg(long, env = "FLASHGATE_CLIENT_BURST", default_value_t = 100)]
     pub client_burst: u32,
+    /// File holding the secret (at least 16 bytes) that signs queue tokens and keys the
+    /// pre-queue's shuffle; every gateway of a deployment needs the same one. Without it,
+    /// a SKU in campaign mode `queue` answers 503.
+    #[arg(long, env = "FLASHGATE_QUEUE_SECRET_FILE")]
+    pub queue_secret_file: Option<PathBuf>,
     /// Slots of the per-client limiter (rounded up to a power of two, 8 bytes each). Its
     /// memory is fixed whatever the number of clients; clients that hash to one slot share
     /// a budget, so keep it well above the number of clients active at once.

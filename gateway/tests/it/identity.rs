@@ -110,6 +110,7 @@ async fn bearer_tokens_decide_who_claims() {
                 start_ms: 0,
                 end_ms: 1,
                 draw: None,
+                queue: false,
             }
         )
         .await,

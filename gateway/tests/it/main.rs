@@ -17,6 +17,7 @@ mod hostile;
 mod identity;
 mod input;
 mod lifecycle;
+mod queue;
 mod redis_runtime;
 mod replay;
 mod replay_filter;

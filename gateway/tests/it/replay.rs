@@ -110,6 +110,7 @@ async fn replay_after_the_window_closed() {
         start_ms: now_ms() - 60_000,
         end_ms: now_ms() + 1_500,
         draw: None,
+        queue: false,
     };
     stock.preheat(&meta).await.unwrap();
     let gw = Gateway::start(config(&redis.url(), false)).await;
@@ -205,6 +206,7 @@ async fn a_missed_live_event_heals_within_the_cache_ttl() {
         start_ms: now_ms() - 60_000,
         end_ms: now_ms() + 3_600_000,
         draw: None,
+        queue: false,
     };
     let mut conn = redis.connection();
     for (shard, slice) in stock

@@ -63,6 +63,9 @@ impl StockClient {
             ("end", meta.end_ms.to_string()),
         ];
         // Mode is fixed at creation, so a draw's fields are never removed; absent = fcfs.
+        if meta.queue {
+            fields.push(("mode", "queue".into()));
+        }
         if let Some(d) = &meta.draw {
             fields.push(("mode", "draw".into()));
             fields.push(("draw_at", d.draw_at_ms.to_string()));
@@ -129,8 +132,9 @@ impl StockClient {
             limit: u32::try_from(limit).map_err(|_| bad())?,
             start_ms: start,
             end_ms: end,
+            queue: vals[5].as_deref() == Some("queue"),
             draw: match vals[5].as_deref() {
-                None | Some("fcfs") => None,
+                None | Some("fcfs") | Some("queue") => None,
                 Some("draw") => Some(SkuDraw {
                     draw_at_ms: int(6).ok_or_else(bad)?,
                     seed_sha256: vals[7].clone().ok_or_else(bad)?,

@@ -41,6 +41,7 @@ fn meta() -> SkuMeta {
         start_ms: 1_000,
         end_ms: 2_000,
         draw: None,
+        queue: false,
     }
 }
 

@@ -1,0 +1,160 @@
+//! The waiting room's admission step (campaign mode `queue`, docs/DESIGN.md "The waiting
+//! room"): twice a second, for each queue campaign that has started, it moves the
+//! admitted watermark so that the admitted users who have not claimed yet can just cover
+//! the stock left, given how many admitted users turn into claims.
+//!
+//! With `sold` units claimed of the stock, `left` in the slices and `conversion` =
+//! sold / admitted (the share of admitted positions that claimed; 1 until enough were
+//! admitted to tell), the watermark aims at `(sold + left × HEADROOM) / conversion`: the
+//! first step admits the stock's worth at once, later ones follow the conversion as it
+//! shows. It never goes back, and grows by at most `max_rate` positions a second after the
+//! first step, so a wrong estimate cannot flood the claim path. Once the slices are empty
+//! the watermark stops: the gateways tell every waiting client "sold out" from their
+//! sold-out cache. The watermark, the pre-queue's length and the tickets' high-water are
+//! kept in the ledger (`ledger::queues`) and written back after a Redis loss.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use ledger::queues::{self, Marks};
+use shard_router::StockClient;
+use sqlx::MySqlPool;
+use tokio::sync::watch;
+
+use consumer::ConsumerError;
+
+/// Admitted positions per unit left, beyond what the conversion alone asks for.
+pub const HEADROOM: f64 = 1.2;
+/// Below this many admitted positions the conversion is not measured yet (taken as 1).
+const MIN_SAMPLE: u64 = 20;
+/// The lowest conversion believed: a stall in claims does not open the whole queue.
+const MIN_CONVERSION: f64 = 0.05;
+
+/// Runs the admission step until shutdown.
+pub async fn run(
+    pool: MySqlPool,
+    client: StockClient,
+    max_rate: u64,
+    t: Duration,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut last: HashMap<u64, (Instant, u64)> = HashMap::new();
+    let mut tick = tokio::time::interval(Duration::from_millis(500));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = consumer::signal::stopped(&mut shutdown) => break,
+        }
+        let now = match consumer::clock::redis_now(&client).await {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::warn!(error = %e, "queue: no clock from redis; skipped");
+                continue;
+            }
+        };
+        let live = match queues::live(&pool, t).await {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(error = %e, "queue: list queues failed");
+                continue;
+            }
+        };
+        for (sku, marks) in live {
+            if let Err(e) = step(&pool, &client, sku, marks, now, max_rate, &mut last, t).await {
+                tracing::warn!(sku, error = %e, "queue admission failed");
+            }
+        }
+    }
+}
+
+/// The watermark aimed at (before the rate cap).
+pub fn target(sold: u64, left: u64, admitted: u64) -> u64 {
+    let conversion = if admitted < MIN_SAMPLE {
+        1.0
+    } else {
+        (sold as f64 / admitted as f64).clamp(MIN_CONVERSION, 1.0)
+    };
+    ((sold as f64 + left as f64 * HEADROOM) / conversion).ceil() as u64
+}
+
+/// One admission step for `sku`.
+#[allow(clippy::too_many_arguments)]
+pub async fn step(
+    pool: &MySqlPool,
+    client: &StockClient,
+    sku: u64,
+    marks: Marks,
+    now_ms: i64,
+    max_rate: u64,
+    last: &mut HashMap<u64, (Instant, u64)>,
+    t: Duration,
+) -> Result<(), ConsumerError> {
+    let c = ledger::campaigns::get(pool, sku, t).await?;
+    if now_ms < c.start_ms || now_ms >= c.end_ms {
+        return Ok(());
+    }
+    let slices = client.slices(sku, c.width).await?;
+    if slices.iter().any(|(_, s)| s.is_none()) {
+        // Not preheated, or lost: the rebuild writes the slices back first.
+        return Ok(());
+    }
+    let left: u64 = slices
+        .iter()
+        .map(|(_, s)| s.unwrap_or(0).max(0) as u64)
+        .sum();
+    let sold = c.stock.saturating_sub(left);
+    let now = Instant::now();
+    let mut want = marks.admitted;
+    if left > 0 {
+        let aim = target(sold, left, marks.admitted);
+        want = match last.get(&sku) {
+            // After the first step: at most max_rate positions a second.
+            Some((at, _)) if marks.admitted > 0 => {
+                let cap = (at.elapsed().as_secs_f64() * max_rate as f64).ceil() as u64;
+                aim.min(marks.admitted + cap.max(1))
+            }
+            _ => aim,
+        }
+        .max(marks.admitted);
+    }
+    let rate = match last.get(&sku) {
+        Some((at, before)) if want > *before => {
+            ((want - before) as f64 / at.elapsed().as_secs_f64().max(0.1)).round() as u64
+        }
+        _ => 0,
+    };
+    let state = client
+        .queue_admit(sku, want, rate, marks.pre, marks.next_hw)
+        .await?;
+    queues::advance(
+        pool,
+        sku,
+        &Marks {
+            admitted: state.admitted,
+            pre: state.pre,
+            next_hw: state.next,
+        },
+        t,
+    )
+    .await?;
+    last.insert(sku, (now, state.admitted));
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_target_follows_the_conversion() {
+        // At the start: the stock's worth and the headroom.
+        assert_eq!(target(0, 100, 0), 120);
+        // Half the admitted claimed: twice as many positions for what is left.
+        assert_eq!(target(60, 40, 120), 216);
+        // Nobody converts: bounded by the lowest conversion believed.
+        assert_eq!(target(0, 10, 1000), (12.0 / MIN_CONVERSION).ceil() as u64);
+        // Sold out: only what was sold.
+        assert_eq!(target(100, 0, 130), 130);
+    }
+}
