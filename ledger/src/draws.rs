@@ -741,3 +741,25 @@ pub async fn claims_of_draw(
     .await?;
     Ok((granted, other as u64))
 }
+
+/// Every grant of a draw: `(user, claim id, shard the unit came from)`, for putting the
+/// wins back on a shard Redis lost (`campaign-ops/src/draw/restore.rs`).
+pub async fn grants(
+    pool: &MySqlPool,
+    sku: u64,
+    grant_request: &str,
+    t: Duration,
+) -> Result<Vec<(String, String, u16)>, LedgerError> {
+    bounded(
+        "draw grants with claims",
+        t,
+        sqlx::query_as(
+            "SELECT CAST(user_id AS CHAR), claim_id, shard FROM claims \
+             WHERE sku = ? AND request_id = ? ORDER BY user_id",
+        )
+        .bind(sku)
+        .bind(grant_request)
+        .fetch_all(pool),
+    )
+    .await
+}

@@ -323,3 +323,62 @@ async fn a_draw_covers_the_entries_of_a_redis_loss() {
     let v = draw::verify::verify(&s.pool, sku, T).await.unwrap();
     assert!(v.verified, "{v:?}");
 }
+
+/// A shard restored after the grants tells each winner `won` with their claim from the
+/// ledger, not only while the grant's stored answer lasts (24 h): here the stored answers
+/// are removed after the restore, as their TTL would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restored_shard_still_tells_the_winners_their_claims() {
+    let s = Stack::start().await;
+    let sku = 9_103;
+    draw_campaign(&s, sku, 2, 0, Duration::from_secs(3), 600).await;
+    let consumer = start_consumer(s.cfg.clone());
+    let who = users("w", 12);
+    enter_all(&s, sku, &who).await;
+    wait_draw(&s, sku, Duration::from_secs(30), |d| {
+        d.state == DrawState::Drawn && d.granted_rank >= 2
+    })
+    .await;
+    let ranks = ranked(&s, sku).await;
+    let mut claims = Vec::new();
+    for u in &ranks {
+        let t0 = Instant::now();
+        loop {
+            if let Some(id) = claim_of(&s, sku, u).await {
+                claims.push(id);
+                break;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(15), "{u} has no claim");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    let mut conn = s.redis.connection();
+    redis::cmd("FLUSHALL").query::<()>(&mut conn).unwrap();
+    let t0 = Instant::now();
+    loop {
+        let got = s.client.draw_enter(sku, WIDTH, &ranks[0], 0).await.unwrap();
+        if matches!(got, EntryOutcome::Won { .. }) {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "not restored: {got:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let answers: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("*:req:{sku}:*"))
+        .query(&mut conn)
+        .unwrap();
+    for k in answers {
+        redis::cmd("DEL").arg(k).query::<()>(&mut conn).unwrap();
+    }
+    for (u, id) in ranks.iter().zip(&claims) {
+        let got = s.client.draw_enter(sku, WIDTH, u, 0).await.unwrap();
+        assert!(
+            matches!(&got, EntryOutcome::Won { claim_id, .. } if claim_id == id),
+            "{u}: {got:?}"
+        );
+    }
+    consumer.stop().await;
+}
