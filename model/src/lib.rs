@@ -16,6 +16,7 @@
 pub mod check;
 pub mod config;
 pub mod consumer;
+pub mod draw;
 pub mod faults;
 pub mod gateway;
 pub mod gateway_state;

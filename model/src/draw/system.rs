@@ -1,0 +1,763 @@
+//! The draw's state (shards with master and replica, the ledger's draw tables and a
+//! simplified claim side for grants, the entries readers, the draw service, the restore
+//! loop) and its actions, each one atomic step: one script on one shard, one ledger
+//! transaction, or one fault. `DrawSystem` is the `stateright::Model`.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use stateright::{Model, Property};
+
+use super::config::{DrawConfig, DrawMutant, DRAW_AT, ESTART, FIRST_LAST_ID};
+use super::scripts::{
+    ClaimRef, CloseReply, DrawShard, DrawState, EntryId, GrantAnswer, OpenArgs, Prio, User,
+};
+
+/// One shard's Redis: the master and a replica holding a prefix of its writes.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Node {
+    pub master: DrawShard,
+    pub replica: DrawShard,
+    /// New at every failover and loss.
+    pub replid: u8,
+}
+
+/// `stream_offsets`' row of a shard's entries stream: the last id committed, under which
+/// master (`None`: never committed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Place {
+    pub last: EntryId,
+    pub replid: Option<u8>,
+}
+
+/// A `draw_entries` row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct LedgerEntry {
+    pub prio: Prio,
+    pub shard: u8,
+    pub id: EntryId,
+}
+
+/// A claim of the grants (the claim protocol, checked by the claim model, as one step).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Claim {
+    pub user: User,
+    pub released: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Ledger {
+    /// `draw_entries`, keyed by user (the row's key `(sku, user)`).
+    pub entries: BTreeMap<User, LedgerEntry>,
+    pub places: Vec<Place>,
+    /// `draw_ranks` once recorded (`draws.state = 'drawn'`): rank i+1 is `ranks[i]`.
+    pub ranks: Option<Vec<(User, Prio)>>,
+    pub granted: u32,
+    /// The claim side: claims by id, units not claimed, the stored answers of request id
+    /// `draw` per user.
+    pub claims: BTreeMap<u32, Claim>,
+    pub left: u32,
+    pub answers: BTreeMap<User, ClaimRef>,
+}
+
+impl Ledger {
+    pub fn rank_of(&self, u: User) -> Option<u32> {
+        self.ranks
+            .as_ref()?
+            .iter()
+            .position(|&(v, _)| v == u)
+            .map(|i| i as u32 + 1)
+    }
+
+    /// The best `k` entries in draw order: what `entries_in_order` returns.
+    pub fn best(&self, k: u32) -> Vec<(User, Prio)> {
+        let mut all: Vec<(Prio, User)> = self.entries.iter().map(|(&u, e)| (e.prio, u)).collect();
+        all.sort();
+        all.into_iter()
+            .take(k as usize)
+            .map(|(p, u)| (u, p))
+            .collect()
+    }
+}
+
+/// An entries reader's read not committed yet.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Read {
+    pub shard: u8,
+    pub from: Place,
+    pub to: Place,
+    pub rows: Vec<(User, Prio, EntryId)>,
+}
+
+/// Where the draw service (`draw::run::step`) stands in its pass.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Svc {
+    Idle,
+    /// Closing shard `next`; `accepted` entrants so far.
+    Closing {
+        next: u8,
+        accepted: u32,
+    },
+    /// Every shard closed: waiting for the ledger's count.
+    Settle {
+        accepted: u32,
+    },
+    /// Ranked from the ledger, to record.
+    Record {
+        ranks: Vec<(User, Prio)>,
+    },
+    Marking {
+        next: u8,
+    },
+    /// The grant pass: the next rank to claim for.
+    Granting {
+        next: u32,
+    },
+    /// Claimed (or replayed) for `rank`: the win mark next.
+    Won {
+        rank: u32,
+        user: User,
+        claim: ClaimRef,
+    },
+    /// Marked: `set_granted` next.
+    Granted {
+        rank: u32,
+    },
+}
+
+/// The restore loop (`draw::restore`): which shard, with the ledger's state as read when
+/// it started (`drawn`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Restore {
+    Idle,
+    Found { shard: u8, drawn: bool },
+    Opened { shard: u8, drawn: bool },
+    Restored { shard: u8 },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Actor {
+    Service,
+    Restore,
+    Reader(u8),
+}
+
+/// A rule broken on the way (at the step that broke it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Violation {
+    /// The ranks recorded are not the ledger's best k at the time.
+    RanksNotBest,
+    /// The draw was recorded without an acknowledged entry that survived, the settle not
+    /// timed out.
+    MissedEntry(User),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct State {
+    /// The draw time has passed (Redis's clock and the gateways' are one).
+    pub past: bool,
+    pub nodes: Vec<Node>,
+    pub ledger: Ledger,
+    pub readers: Vec<Option<Read>>,
+    pub svc: Svc,
+    pub restore: Restore,
+    /// Users told `entered` by a fresh entry.
+    pub acked: BTreeSet<User>,
+    pub timed_out: bool,
+    pub violations: BTreeSet<Violation>,
+    pub faults: u8,
+    pub releases: u8,
+    pub next_replid: u8,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// A user enters (draw_enter.lua on the home shard).
+    Enter(User),
+    /// The clock passes the draw time.
+    Tick,
+    /// Reader `reader` reads shard `shard`'s entries after the ledger's place.
+    Read {
+        reader: u8,
+        shard: u8,
+    },
+    /// Reader `reader` commits its read (rows and the place's compare-and-set).
+    Commit(u8),
+    /// The guarded trim of a shard's entries stream to the committed place.
+    Trim(u8),
+    Replicate(u8),
+    /// The draw service's next step.
+    Service,
+    /// The settle wait runs out: the draw goes on from the ledger.
+    SettleTimeout,
+    /// The restore loop's next step.
+    Restore,
+    /// A granted unit comes back (a release of an unpaid claim).
+    Release(u32),
+    Lose(u8),
+    Failover(u8),
+    Crash(Actor),
+}
+
+pub struct DrawSystem {
+    pub cfg: DrawConfig,
+}
+
+impl DrawSystem {
+    pub fn new(cfg: DrawConfig) -> Self {
+        Self { cfg }
+    }
+
+    fn open_args(&self, state: DrawState) -> OpenArgs {
+        OpenArgs {
+            estart: ESTART,
+            draw_at: DRAW_AT,
+            k: self.cfg.k(),
+            stock: self.cfg.stock,
+            state,
+        }
+    }
+
+    /// Preheated: every shard's draw open, its stream at its first id.
+    pub fn initial(&self) -> State {
+        let c = &self.cfg;
+        let nodes = (0..c.shards)
+            .map(|_| {
+                let mut master = DrawShard {
+                    last_id: FIRST_LAST_ID,
+                    ..DrawShard::default()
+                };
+                master.open(self.open_args(DrawState::Open));
+                Node {
+                    replica: master.clone(),
+                    master,
+                    replid: 0,
+                }
+            })
+            .collect();
+        State {
+            past: false,
+            nodes,
+            ledger: Ledger {
+                entries: BTreeMap::new(),
+                places: vec![
+                    Place {
+                        last: 0,
+                        replid: None
+                    };
+                    usize::from(c.shards)
+                ],
+                ranks: None,
+                granted: 0,
+                claims: BTreeMap::new(),
+                left: c.stock,
+                answers: BTreeMap::new(),
+            },
+            readers: vec![None; usize::from(c.readers)],
+            svc: Svc::Idle,
+            restore: Restore::Idle,
+            acked: BTreeSet::new(),
+            timed_out: false,
+            violations: BTreeSet::new(),
+            faults: 0,
+            releases: 0,
+            next_replid: 1,
+        }
+    }
+
+    fn now(st: &State) -> i64 {
+        if st.past {
+            DRAW_AT
+        } else {
+            ESTART
+        }
+    }
+
+    /// What a reader's round on `s` would read: `None` when it has nothing to commit (an
+    /// empty read under the place's master).
+    pub fn read_of(&self, st: &State, s: u8) -> Option<Read> {
+        let place = st.ledger.places[usize::from(s)];
+        let node = &st.nodes[usize::from(s)];
+        let new_master = place.replid.is_some_and(|r| r != node.replid)
+            && !self.cfg.mutant_is(DrawMutant::PlaceKeptAcrossNewMaster);
+        let after = if new_master { 0 } else { place.last };
+        let rows: Vec<(User, Prio, EntryId)> = node
+            .master
+            .stream
+            .range(after + 1..)
+            .map(|(&id, e)| (e.user, e.prio, id))
+            .collect();
+        let to = Place {
+            last: rows.last().map_or(place.last, |r| r.2),
+            replid: Some(node.replid),
+        };
+        if to == place {
+            return None;
+        }
+        Some(Read {
+            shard: s,
+            from: place,
+            to,
+            rows,
+        })
+    }
+
+    fn commit(&self, st: &mut State, r: Read) -> bool {
+        let place = &mut st.ledger.places[usize::from(r.shard)];
+        if *place != r.from && !self.cfg.mutant_is(DrawMutant::UnconditionalPlace) {
+            // Refused: another reader moved the place; the next round reads from there.
+            return true;
+        }
+        *place = r.to;
+        for (u, prio, id) in r.rows {
+            st.ledger.entries.entry(u).or_insert(LedgerEntry {
+                prio,
+                shard: r.shard,
+                id,
+            });
+        }
+        true
+    }
+
+    /// stream_trim.lua's guard: the master is the place's, and its stream reached it.
+    fn trim_due(&self, st: &State, s: u8) -> bool {
+        let place = st.ledger.places[usize::from(s)];
+        let node = &st.nodes[usize::from(s)];
+        place.replid == Some(node.replid)
+            && node.master.last_id >= place.last
+            && node.master.stream.range(..=place.last).next().is_some()
+            && self.read_of(st, s).is_none()
+    }
+
+    /// The draw is due: open and past its time, or drawn with ranks not granted yet.
+    fn due(&self, st: &State) -> bool {
+        match &st.ledger.ranks {
+            None => st.past,
+            Some(r) => (st.ledger.granted as usize) < r.len(),
+        }
+    }
+
+    fn record(&self, st: &mut State, ranks: Vec<(User, Prio)>) {
+        if st.ledger.ranks.is_some() {
+            return;
+        }
+        // Past the settle's timeout the draw is from what the ledger has when it reads.
+        if !st.timed_out && ranks != st.ledger.best(self.cfg.k()) {
+            st.violations.insert(Violation::RanksNotBest);
+        }
+        if !st.timed_out {
+            for &u in &st.acked {
+                let home = &st.nodes[usize::from(self.cfg.home(u))].master;
+                let survived = home.stream.values().any(|e| e.user == u);
+                if survived && !st.ledger.entries.contains_key(&u) {
+                    st.violations.insert(Violation::MissedEntry(u));
+                }
+            }
+        }
+        st.ledger.ranks = Some(ranks);
+    }
+
+    /// mark_shard: the ranks of the users whose home is `s`, the last batch.
+    fn mark_shard(&self, st: &mut State, s: u8) {
+        let mine: Vec<(User, u32)> = st
+            .ledger
+            .ranks
+            .iter()
+            .flatten()
+            .enumerate()
+            .filter(|(_, (u, _))| self.cfg.home(*u) == s)
+            .map(|(i, (u, _))| (*u, i as u32 + 1))
+            .collect();
+        st.nodes[usize::from(s)].master.mark(true, &mine);
+    }
+
+    fn service(&self, st: &mut State) -> bool {
+        let shards = self.cfg.shards;
+        match st.svc.clone() {
+            Svc::Idle => {
+                if !self.due(st) {
+                    return false;
+                }
+                st.svc = if st.ledger.ranks.is_none() {
+                    Svc::Closing {
+                        next: 0,
+                        accepted: 0,
+                    }
+                } else {
+                    Svc::Marking { next: 0 }
+                };
+            }
+            Svc::Closing { next, accepted } => {
+                match st.nodes[usize::from(next)].master.close() {
+                    // Lost: the restore puts it back first.
+                    CloseReply::NotPreheated => st.svc = Svc::Idle,
+                    CloseReply::Closed { entrants, .. } => {
+                        let accepted = accepted + entrants;
+                        st.svc = if next + 1 == shards {
+                            Svc::Settle { accepted }
+                        } else {
+                            Svc::Closing {
+                                next: next + 1,
+                                accepted,
+                            }
+                        };
+                    }
+                }
+            }
+            Svc::Settle { accepted } => {
+                let committed = st.ledger.entries.len() as u32;
+                st.svc = if committed < accepted && !self.cfg.mutant_is(DrawMutant::NoSettle) {
+                    // Waits: the next tick closes and counts again.
+                    Svc::Idle
+                } else {
+                    Svc::Record {
+                        ranks: st.ledger.best(self.cfg.k()),
+                    }
+                };
+            }
+            Svc::Record { ranks } => {
+                self.record(st, ranks);
+                st.svc = Svc::Marking { next: 0 };
+            }
+            Svc::Marking { next } => {
+                if st.nodes[usize::from(next)].master.state() == Some(DrawState::Closed) {
+                    self.mark_shard(st, next);
+                }
+                st.svc = if next + 1 == shards {
+                    Svc::Granting {
+                        next: st.ledger.granted + 1,
+                    }
+                } else {
+                    Svc::Marking { next: next + 1 }
+                };
+            }
+            Svc::Granting { next } => {
+                let Some(&(user, _)) = st
+                    .ledger
+                    .ranks
+                    .as_ref()
+                    .and_then(|r| r.get(next as usize - 1))
+                else {
+                    st.svc = Svc::Idle;
+                    return true;
+                };
+                // The grant: one unit under request id `draw`, replayed when made before.
+                let claim = if let Some(&c) = st.ledger.answers.get(&user) {
+                    Some(c)
+                } else if st.ledger.left > 0 {
+                    st.ledger.left -= 1;
+                    let id = st.ledger.claims.len() as u32 + 1;
+                    st.ledger.claims.insert(
+                        id,
+                        Claim {
+                            user,
+                            released: false,
+                        },
+                    );
+                    let c = ClaimRef {
+                        id,
+                        shard: self.cfg.home(user),
+                    };
+                    st.ledger.answers.insert(user, c);
+                    Some(c)
+                } else {
+                    None
+                };
+                st.svc = match claim {
+                    Some(claim) => Svc::Won {
+                        rank: next,
+                        user,
+                        claim,
+                    },
+                    // Sold out: the waitlist waits for units to come back.
+                    None if self.cfg.mutant_is(DrawMutant::GrantsPastSoldOut) => {
+                        Svc::Granting { next: next + 1 }
+                    }
+                    None => Svc::Idle,
+                };
+            }
+            Svc::Won { rank, user, claim } => {
+                let home = self.cfg.home(user);
+                st.nodes[usize::from(home)].master.won(user, claim);
+                st.svc = Svc::Granted { rank };
+            }
+            Svc::Granted { rank } => {
+                st.ledger.granted = st.ledger.granted.max(rank);
+                st.svc = Svc::Granting { next: rank + 1 };
+            }
+        }
+        true
+    }
+
+    fn restore_step(&self, st: &mut State) -> bool {
+        match st.restore {
+            Restore::Idle => {
+                let Some(shard) =
+                    (0..self.cfg.shards).find(|&s| st.nodes[usize::from(s)].master.meta.is_none())
+                else {
+                    return false;
+                };
+                st.restore = Restore::Found {
+                    shard,
+                    drawn: st.ledger.ranks.is_some(),
+                };
+            }
+            Restore::Found { shard, drawn } => {
+                let state = if drawn {
+                    DrawState::Closed
+                } else {
+                    DrawState::Open
+                };
+                st.nodes[usize::from(shard)]
+                    .master
+                    .open(self.open_args(state));
+                st.restore = Restore::Opened { shard, drawn };
+            }
+            Restore::Opened { shard, drawn } => {
+                let batch: Vec<(User, Prio, EntryId)> = st
+                    .ledger
+                    .entries
+                    .iter()
+                    .filter(|(_, e)| e.shard == shard)
+                    .map(|(&u, e)| (u, e.prio, e.id))
+                    .collect();
+                st.nodes[usize::from(shard)].master.restore(&batch);
+                st.restore = if drawn && !self.cfg.mutant_is(DrawMutant::RestoreWithoutMark) {
+                    Restore::Restored { shard }
+                } else {
+                    Restore::Idle
+                };
+            }
+            Restore::Restored { shard } => {
+                self.mark_shard(st, shard);
+                st.restore = Restore::Idle;
+            }
+        }
+        true
+    }
+
+    fn fresh_replid(st: &mut State) -> u8 {
+        let r = st.next_replid;
+        st.next_replid += 1;
+        r
+    }
+
+    /// States that differ in nothing that matters made equal: the readers are alike (their
+    /// reads sorted), and once no failover can come, a replica is its master.
+    fn canonical(&self, st: &mut State) {
+        st.readers.sort();
+        if !self.failover_possible(st) {
+            for n in &mut st.nodes {
+                if n.replica != n.master {
+                    n.replica = n.master.clone();
+                }
+            }
+        }
+    }
+
+    fn failover_possible(&self, st: &State) -> bool {
+        self.cfg.ops.failover && st.faults < self.cfg.faults
+    }
+
+    /// The grant answer draw_enter reads for `u` on its home shard.
+    pub fn grant_answer(st: &State, u: User) -> Option<GrantAnswer> {
+        st.ledger.answers.get(&u).map(|&c| GrantAnswer::Claim(c))
+    }
+}
+
+impl Model for DrawSystem {
+    type State = State;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<State> {
+        vec![self.initial()]
+    }
+
+    fn actions(&self, st: &State, out: &mut Vec<Action>) {
+        let c = &self.cfg;
+        if !st.past {
+            for u in 0..c.users {
+                if !st.nodes[usize::from(c.home(u))]
+                    .master
+                    .entrants
+                    .contains_key(&u)
+                {
+                    out.push(Action::Enter(u));
+                }
+            }
+            out.push(Action::Tick);
+        }
+        for (r, read) in st.readers.iter().enumerate() {
+            let r = r as u8;
+            match read {
+                Some(_) => out.push(Action::Commit(r)),
+                None => {
+                    for s in 0..c.shards {
+                        if self.read_of(st, s).is_some() {
+                            out.push(Action::Read {
+                                reader: r,
+                                shard: s,
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        for s in 0..c.shards {
+            if self.trim_due(st, s) {
+                out.push(Action::Trim(s));
+            }
+            let n = &st.nodes[usize::from(s)];
+            if n.master != n.replica && self.failover_possible(st) {
+                out.push(Action::Replicate(s));
+            }
+        }
+        if st.svc != Svc::Idle || self.due(st) {
+            out.push(Action::Service);
+        }
+        if c.ops.timeout && !st.timed_out {
+            if let Svc::Settle { accepted } = st.svc {
+                if (st.ledger.entries.len() as u32) < accepted {
+                    out.push(Action::SettleTimeout);
+                }
+            }
+        }
+        if st.restore != Restore::Idle || st.nodes.iter().any(|n| n.master.meta.is_none()) {
+            out.push(Action::Restore);
+        }
+        if st.releases < c.releases {
+            for (&id, cl) in &st.ledger.claims {
+                if !cl.released {
+                    out.push(Action::Release(id));
+                }
+            }
+        }
+        if st.faults < c.faults {
+            for s in 0..c.shards {
+                if c.ops.loss {
+                    out.push(Action::Lose(s));
+                }
+                let n = &st.nodes[usize::from(s)];
+                if c.ops.failover && n.master != n.replica {
+                    out.push(Action::Failover(s));
+                }
+            }
+            if c.ops.crash {
+                if st.svc != Svc::Idle {
+                    out.push(Action::Crash(Actor::Service));
+                }
+                if st.restore != Restore::Idle {
+                    out.push(Action::Crash(Actor::Restore));
+                }
+                for (r, read) in st.readers.iter().enumerate() {
+                    if read.is_some() {
+                        out.push(Action::Crash(Actor::Reader(r as u8)));
+                    }
+                }
+            }
+        }
+    }
+
+    fn next_state(&self, last: &State, action: Action) -> Option<State> {
+        let mut st = last.clone();
+        let c = &self.cfg;
+        let changed = match action {
+            Action::Enter(u) => {
+                let now = Self::now(&st);
+                let grant = Self::grant_answer(&st, u);
+                let reply = st.nodes[usize::from(c.home(u))]
+                    .master
+                    .enter(u, c.prio(u), now, grant);
+                if let super::scripts::EnterReply::Entered { fresh: true, .. } = reply {
+                    st.acked.insert(u);
+                }
+                true
+            }
+            Action::Tick => {
+                st.past = true;
+                true
+            }
+            Action::Read { reader, shard } => {
+                st.readers[usize::from(reader)] = self.read_of(&st, shard);
+                true
+            }
+            Action::Commit(r) => {
+                let read = st.readers[usize::from(r)].take().expect("listed");
+                self.commit(&mut st, read)
+            }
+            Action::Trim(s) => {
+                let last = st.ledger.places[usize::from(s)].last;
+                let m = &mut st.nodes[usize::from(s)].master;
+                m.stream = m.stream.split_off(&(last + 1));
+                true
+            }
+            Action::Replicate(s) => {
+                let n = &mut st.nodes[usize::from(s)];
+                n.replica = n.master.clone();
+                true
+            }
+            Action::Service => self.service(&mut st),
+            Action::SettleTimeout => {
+                st.timed_out = true;
+                st.svc = Svc::Record {
+                    ranks: st.ledger.best(c.k()),
+                };
+                true
+            }
+            Action::Restore => self.restore_step(&mut st),
+            Action::Release(id) => {
+                st.releases += 1;
+                st.ledger.claims.get_mut(&id).expect("listed").released = true;
+                st.ledger.left += 1;
+                true
+            }
+            Action::Lose(s) => {
+                st.faults += 1;
+                let replid = Self::fresh_replid(&mut st);
+                let n = &mut st.nodes[usize::from(s)];
+                let last_id = if c.ids_restart_after_loss {
+                    0
+                } else {
+                    n.master.last_id
+                };
+                n.master = DrawShard {
+                    last_id,
+                    ..DrawShard::default()
+                };
+                n.replica = n.master.clone();
+                n.replid = replid;
+                true
+            }
+            Action::Failover(s) => {
+                st.faults += 1;
+                let replid = Self::fresh_replid(&mut st);
+                let n = &mut st.nodes[usize::from(s)];
+                let handed_out = n.master.last_id;
+                n.master = n.replica.clone();
+                if !c.ids_restart_after_loss {
+                    // Ids are the clock's: the new master's are past every id handed out.
+                    n.master.last_id = handed_out;
+                }
+                n.replid = replid;
+                true
+            }
+            Action::Crash(a) => {
+                st.faults += 1;
+                match a {
+                    Actor::Service => st.svc = Svc::Idle,
+                    Actor::Restore => st.restore = Restore::Idle,
+                    Actor::Reader(r) => st.readers[usize::from(r)] = None,
+                }
+                true
+            }
+        };
+        if !changed {
+            return None;
+        }
+        self.canonical(&mut st);
+        (st != *last).then_some(st)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        super::properties::all()
+    }
+}
