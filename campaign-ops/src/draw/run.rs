@@ -90,9 +90,28 @@ pub async fn run(
                 continue;
             }
         };
+        let due_skus: Vec<u64> = due.iter().map(|d| d.sku).collect();
         for d in due {
             if let Err(e) = step(&pool, &client, &d, now, &mut closing, t).await {
                 tracing::warn!(sku = d.sku, error = %e, "draw step failed");
+            }
+        }
+        // Every drawn draw's marks, also once nothing is left to grant: a crash between
+        // two shards' marks, or a failover that rolled a shard back to before its close
+        // or its mark, must not leave its entrants without their standing (both found by
+        // the draw model, model/src/draw).
+        if let Ok(live) = draws::live(&pool, t).await {
+            for l in live {
+                if l.draw.state != draws::DrawState::Drawn || due_skus.contains(&l.draw.sku) {
+                    continue;
+                }
+                let marked = match ledger::campaigns::get(&pool, l.draw.sku, t).await {
+                    Ok(c) => mark(&pool, &client, &c, t).await,
+                    Err(e) => Err(e.into()),
+                };
+                if let Err(e) = marked {
+                    tracing::warn!(sku = l.draw.sku, error = %e, "draw marks failed");
+                }
             }
         }
     }
@@ -232,10 +251,17 @@ async fn mark(
     let mut any = false;
     for shard in client.placement().shards_of(c.sku, c.width) {
         // Missing (lost): the restore opens it, puts the entries back and marks it.
-        if client.draw_state(shard, c.sku).await? == Some(DrawState::Closed) {
-            mark_shard(pool, client, c, shard, t).await?;
-            any = true;
+        match client.draw_state(shard, c.sku).await? {
+            Some(DrawState::Closed) => {}
+            // Open after the draw: a failover rolled it back past its close. Closed first,
+            // so no entry lands after the ranks are marked.
+            Some(DrawState::Open) => {
+                client.draw_close(shard, c.sku).await?;
+            }
+            Some(DrawState::Drawn) | None => continue,
         }
+        mark_shard(pool, client, c, shard, t).await?;
+        any = true;
     }
     // Also when every shard is marked but the metadata still hides the seed: a pass that
     // died between its last mark and this write left it so. Metadata that is missing is

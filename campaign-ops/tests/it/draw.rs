@@ -382,3 +382,61 @@ async fn a_restored_shard_still_tells_the_winners_their_claims() {
     }
     consumer.stop().await;
 }
+
+/// Found by the draw model: a drawn shard rolled back by a failover to `open` (before its
+/// close) or `closed` (before its mark) is marked again, also once every rank is granted
+/// and the draw is no longer due; its entrants hear their standing, not `entered`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drawn_shard_rolled_back_is_marked_again() {
+    let s = Stack::start().await;
+    let sku = 9_104;
+    draw_campaign(&s, sku, 1, 0, Duration::from_secs(3), 600).await;
+    let consumer = start_consumer(s.cfg.clone());
+    let who = users("r", 10);
+    enter_all(&s, sku, &who).await;
+    wait_draw(&s, sku, Duration::from_secs(30), |d| {
+        d.state == DrawState::Drawn && d.granted_rank >= 1
+    })
+    .await;
+    let winner = ranked(&s, sku).await.remove(0);
+    let t0 = Instant::now();
+    while claim_of(&s, sku, &winner).await.is_none() {
+        assert!(t0.elapsed() < Duration::from_secs(15), "no grant");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut conn = s.redis.connection();
+    for rolled_to in ["open", "closed"] {
+        for shard in s.client.placement().shards_of(sku, WIDTH) {
+            let k = shard_router::keys::ShardKeys::new(s.client.placement(), shard, sku);
+            redis::cmd("HSET")
+                .arg(k.draw_meta())
+                .arg("state")
+                .arg(rolled_to)
+                .query::<()>(&mut conn)
+                .unwrap();
+        }
+        let t0 = Instant::now();
+        'wait: loop {
+            let mut settled = true;
+            for u in &who {
+                let got = s.client.draw_enter(sku, WIDTH, u, 0).await.unwrap();
+                let want_won = *u == winner;
+                let ok = if want_won {
+                    matches!(got, EntryOutcome::Won { .. })
+                } else {
+                    got == EntryOutcome::Lost
+                };
+                settled &= ok;
+            }
+            if settled {
+                break 'wait;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(15),
+                "shards rolled back to {rolled_to} were not marked again"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    consumer.stop().await;
+}
