@@ -11,14 +11,23 @@
 -- KEYS[3] tickets      {fgq:<sku>}:tickets hash: user -> ticket (after the start)
 -- ARGV[1] user   ARGV[2] now_ms (gateway clock)   ARGV[3] start_ms
 -- Returns (never nil): {100} PRE_QUEUED   {101, ticket} TICKET   {15} BAD_ARGUMENT
+--   {103} NOT_OPEN: the start has passed and `pre` is not fixed yet (the admission step's
+--   first call, or its write-back of the ledger's marks after a loss, has not run): no
+--   ticket is counted from 1 again, under positions already admitted.
+-- Whether the pre-queue is over is `pre` being fixed, not the gateway's clock alone: a
+-- gateway behind (within the skew bound) would otherwise add a user to the pre-queue
+-- after its length was fixed, and so place them ahead of every ticket.
 
 local now, start = tonumber(ARGV[2]), tonumber(ARGV[3])
 if ARGV[1] == '' or not now or not start then
   return {15}
 end
-if now < start then
-  redis.call('PFADD', KEYS[2], ARGV[1])
-  return {100}
+if redis.call('HEXISTS', KEYS[1], 'pre') == 0 then
+  if now < start then
+    redis.call('PFADD', KEYS[2], ARGV[1])
+    return {100}
+  end
+  return {103}
 end
 local t = redis.call('HGET', KEYS[3], ARGV[1])
 if t then

@@ -15,7 +15,15 @@ pub enum Joined {
     Pre,
     /// From the start: this ticket (the same on every repeat).
     Ticket(u64),
+    /// The start has passed but the pre-queue's length is not fixed in Redis yet: the
+    /// admission step has not made its first call, or not written the ledger's marks back
+    /// after a Redis loss. No place is handed out (counting tickets from 1 again would put
+    /// the newcomer under the admitted watermark, ahead of everyone waiting); retry.
+    NotOpen,
 }
+
+/// `queue_join.lua`'s answer when the queue is not open for tickets yet.
+const QUEUE_NOT_OPEN: i64 = 103;
 
 impl StockClient {
     pub async fn queue_join(
@@ -42,6 +50,7 @@ impl StockClient {
         match r.code {
             code::PRE_QUEUED => Ok(Joined::Pre),
             code::TICKET => Ok(Joined::Ticket(r.num(0)?)),
+            QUEUE_NOT_OPEN => Ok(Joined::NotOpen),
             _ => Err(r.unexpected()),
         }
     }

@@ -116,6 +116,16 @@ async fn decide(app: &App, admitted: &Admitted<'_>) -> Result<Gate, Refusal> {
             let place = match joined {
                 Joined::Pre => Place::Pre(key.shuffle(meta.sku, &req.user)),
                 Joined::Ticket(n) => Place::Ticket(n),
+                Joined::NotOpen => {
+                    return Ok(Gate::Answer(
+                        outcome::UNAVAILABLE,
+                        Reply::unavailable(format!(
+                            "the waiting room of sku {} is opening (or being restored after a loss); nothing was taken, join again",
+                            meta.sku
+                        ))
+                        .with("sku", meta.sku),
+                    ));
+                }
             };
             QueueToken {
                 sku: meta.sku,
