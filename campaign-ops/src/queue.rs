@@ -4,11 +4,17 @@
 //! the stock left, given how many admitted users turn into claims.
 //!
 //! With `sold` units claimed of the stock, `left` in the slices and `conversion` =
-//! sold / admitted (the share of admitted positions that claimed; 1 until enough were
-//! admitted to tell), the watermark aims at `(sold + left × HEADROOM) / conversion`: the
-//! first step admits the stock's worth at once, later ones follow the conversion as it
-//! shows. It never goes back, and grows by at most `max_rate` positions a second after the
-//! first step, so a wrong estimate cannot flood the claim path. Once the slices are empty
+//! sold / held (the share of the admitted positions someone holds that claimed; 1 until
+//! enough were admitted to tell), the watermark aims at `(sold + left × HEADROOM) /
+//! conversion`: the first step admits the stock's worth at once, later ones follow the
+//! conversion as it shows. Admitted positions nobody holds yet (the watermark ahead of the
+//! queue's end) are not users who failed to claim: counted as such, the conversion fell at
+//! every step with nobody waiting and the watermark ran to its bound, letting the next
+//! crowd in at once. It never goes back, and grows by at most `max_rate` positions a second
+//! after the campaign's first step, also in a process that has not stepped before (a
+//! restarted or second consumer: one tick's worth), so a wrong estimate cannot flood the
+//! claim path. The ledger's watermark is raised before Redis's, so a loss never takes it
+//! below what a gateway has told a client. Once the slices are empty
 //! the watermark stops: the gateways tell every waiting client "sold out" from their
 //! sold-out cache. The watermark, the pre-queue's length and the tickets' high-water are
 //! kept in the ledger (`ledger::queues`) and written back after a Redis loss.
@@ -39,7 +45,7 @@ pub async fn run(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut last: HashMap<u64, (Instant, u64)> = HashMap::new();
-    let mut tick = tokio::time::interval(Duration::from_millis(500));
+    let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
@@ -68,15 +74,19 @@ pub async fn run(
     }
 }
 
-/// The watermark aimed at (before the rate cap).
-pub fn target(sold: u64, left: u64, admitted: u64) -> u64 {
-    let conversion = if admitted < MIN_SAMPLE {
+/// The watermark aimed at (before the rate cap); `held`: the admitted positions someone
+/// holds (the watermark, or the queue's end where that is lower).
+pub fn target(sold: u64, left: u64, held: u64) -> u64 {
+    let conversion = if held < MIN_SAMPLE {
         1.0
     } else {
-        (sold as f64 / admitted as f64).clamp(MIN_CONVERSION, 1.0)
+        (sold as f64 / held as f64).clamp(MIN_CONVERSION, 1.0)
     };
     ((sold as f64 + left as f64 * HEADROOM) / conversion).ceil() as u64
 }
+
+/// The step's period.
+const TICK: Duration = Duration::from_millis(500);
 
 /// One admission step for `sku`.
 #[allow(clippy::too_many_arguments)]
@@ -104,19 +114,45 @@ pub async fn step(
         .map(|(_, s)| s.unwrap_or(0).max(0) as u64)
         .sum();
     let sold = c.stock.saturating_sub(left);
+    // The queue's end: the positions handed out (Redis's, or the ledger's after a loss).
+    let q = client.queue_state(sku).await?;
+    let end = q
+        .pre
+        .or(marks.pre)
+        .unwrap_or(0)
+        .saturating_add(q.next.max(marks.next_hw));
     let now = Instant::now();
     let mut want = marks.admitted;
     if left > 0 {
-        let aim = target(sold, left, marks.admitted);
-        want = match last.get(&sku) {
-            // After the first step: at most max_rate positions a second.
-            Some((at, _)) if marks.admitted > 0 => {
-                let cap = (at.elapsed().as_secs_f64() * max_rate as f64).ceil() as u64;
-                aim.min(marks.admitted + cap.max(1))
-            }
-            _ => aim,
+        let aim = target(sold, left, marks.admitted.min(end));
+        // At most max_rate positions a second after the campaign's first step; a process
+        // with no step of its own yet takes one tick's worth.
+        let elapsed = match last.get(&sku) {
+            Some((at, _)) => at.elapsed(),
+            None => TICK,
+        };
+        want = if marks.admitted > 0 {
+            let cap = (elapsed.as_secs_f64() * max_rate as f64).ceil() as u64;
+            aim.min(marks.admitted.saturating_add(cap.max(1)))
+        } else {
+            aim
         }
         .max(marks.admitted);
+    }
+    if want > marks.admitted {
+        // The ledger first: a loss right after the Redis write must not bring back a
+        // watermark below what gateways told clients.
+        queues::advance(
+            pool,
+            sku,
+            &Marks {
+                admitted: want,
+                pre: None,
+                next_hw: 0,
+            },
+            t,
+        )
+        .await?;
     }
     let rate = match last.get(&sku) {
         Some((at, before)) if want > *before => {

@@ -3,6 +3,7 @@
 //! claim, nothing more once sold out, and the watermark and the pre-queue's length kept
 //! through a Redis loss (the ledger's marks written back).
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use ledger::campaigns::Campaign;
@@ -64,6 +65,15 @@ async fn admission_follows_the_stock_and_survives_a_redis_loss() {
     let first = admitted_reaches(&s, sku, 36, Duration::from_secs(10)).await;
     assert_eq!(first, 36);
     assert_eq!(s.client.queue_state(sku).await.unwrap().pre, Some(2));
+    // Thirty users queue behind the pre-queue (positions 3..=32, all admitted).
+    for i in 0..30 {
+        let j = s
+            .client
+            .queue_join(sku, &format!("buyer-{i}"), now, c.start_ms)
+            .await
+            .unwrap();
+        assert_eq!(j, shard_router::Joined::Ticket(i + 1));
+    }
     // A third of the stock sells: fewer than the admitted claim, so more are admitted.
     for i in 0..10 {
         let r = req(sku, &format!("buyer-{i}"), None);
@@ -110,4 +120,110 @@ async fn admission_follows_the_stock_and_survives_a_redis_loss() {
     let q = s.client.queue_state(sku).await.unwrap();
     assert_eq!(q.pre, Some(2));
     consumer.stop().await;
+}
+
+/// A started queue campaign of `stock` units with `users` tickets handed out (no
+/// pre-queue), and the first admission step taken: the stock's worth admitted.
+async fn started_queue(
+    s: &Stack,
+    sku: u64,
+    stock: u64,
+    users: u64,
+) -> (shard_router::SkuMeta, HashMap<u64, (Instant, u64)>) {
+    let now = shard_router::now_ms();
+    let c = Campaign {
+        sku,
+        name: "queue".into(),
+        stock,
+        width: SHARDS,
+        limit: 1,
+        start_ms: now - 1000,
+        end_ms: now + 3_600_000,
+        payment_timeout_s: 600,
+    };
+    campaign_ops::campaign::put(&s.pool, &c, SHARDS, T)
+        .await
+        .unwrap();
+    ledger::queues::create(&s.pool, sku, T).await.unwrap();
+    campaign_ops::campaign::preheat(&s.pool, &s.client, sku, T)
+        .await
+        .unwrap();
+    let meta = s.client.sku_meta(sku).await.unwrap().unwrap();
+    let mut last = HashMap::new();
+    step(s, sku, 1_000_000, &mut last).await;
+    for i in 1..=users {
+        let j = s
+            .client
+            .queue_join(sku, &format!("u{i}"), now, c.start_ms)
+            .await
+            .unwrap();
+        assert_eq!(j, shard_router::Joined::Ticket(i));
+    }
+    (meta, last)
+}
+
+/// One admission step as the service takes it (marks from the ledger), and the watermark.
+async fn step(s: &Stack, sku: u64, max_rate: u64, last: &mut HashMap<u64, (Instant, u64)>) -> u64 {
+    let marks = ledger::queues::live(&s.pool, T)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|(k, _)| *k == sku)
+        .unwrap()
+        .1;
+    let now = shard_router::now_ms();
+    campaign_ops::queue::step(&s.pool, &s.client, sku, marks, now, max_rate, last, T)
+        .await
+        .unwrap();
+    s.client.queue_state(sku).await.unwrap().admitted
+}
+
+async fn buy(s: &Stack, meta: &shard_router::SkuMeta, users: std::ops::RangeInclusive<u64>) {
+    for i in users {
+        let r = req(meta.sku, &format!("u{i}"), None);
+        assert!(matches!(
+            claim_once(&s.client, meta, &r).await,
+            ClaimOutcome::Claimed { .. }
+        ));
+    }
+}
+
+/// Ten users queued for 30 units, all ten admitted and all ten claimed: the conversion is
+/// 1. Measured against the admitted positions nobody holds (26 of the first 36), it looked
+/// like 0.28, then less at every step, and the watermark ran to 20 times what is left with
+/// nobody waiting: the next crowd would have been let in all at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn empty_positions_do_not_count_as_admitted_users_who_did_not_claim() {
+    let s = Stack::start().await;
+    let sku = 9_302;
+    let (meta, mut last) = started_queue(&s, sku, 30, 10).await;
+    assert_eq!(s.client.queue_state(sku).await.unwrap().admitted, 36);
+    buy(&s, &meta, 1..=10).await;
+    let mut admitted = 0;
+    for _ in 0..6 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        admitted = step(&s, sku, 1_000_000, &mut last).await;
+    }
+    // Every holder of an admitted position claimed: 20 left need 24 more positions at
+    // most, and 26 admitted positions are still free.
+    assert_eq!(admitted, 36, "the watermark ran away with nobody waiting");
+}
+
+/// `--queue-admit-rate` holds for a step whose process has not stepped before (a consumer
+/// restarted, or a second one): only the campaign's very first step admits at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_consumer_keeps_to_the_admission_rate() {
+    let s = Stack::start().await;
+    let sku = 9_303;
+    let (meta, _) = started_queue(&s, sku, 30, 60).await;
+    assert_eq!(s.client.queue_state(sku).await.unwrap().admitted, 36);
+    // Six of the 36 admitted claimed: the conversion says about 210 positions.
+    buy(&s, &meta, 1..=6).await;
+    let mut fresh = HashMap::new();
+    let admitted = step(&s, sku, 4, &mut fresh).await;
+    assert!(
+        admitted <= 36 + 4,
+        "a restarted consumer admitted {} at once at 4 a second",
+        admitted - 36
+    );
 }
