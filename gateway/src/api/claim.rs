@@ -80,11 +80,12 @@ async fn admit<'a>(
         identity: &app.identity,
         peer: peer.ip(),
     };
+    // A header that is not text is no token this sale issued, not a missing one (which
+    // would join the queue): read lossily, it fails verification (403, nothing changes).
     let queue_token = req
         .headers()
         .get("queue-token")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
     let req = read_claim(req, &rules).await.map_err(Refusal::Input)?;
     access::set_user(&req.user);
     // The in-flight slot is taken only once the body is in: a body that trickles in holds

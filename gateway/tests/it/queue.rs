@@ -171,3 +171,48 @@ async fn pre_queue_arrivals_are_shuffled_at_the_start_and_a_gateway_without_a_se
     assert_eq!(a.status, StatusCode::SERVICE_UNAVAILABLE, "{}", a.body);
     assert_eq!(slices_left(&client, &meta).await, 5);
 }
+
+/// A `Queue-Token` header that is not text (obs-text bytes) is a bad token, not a missing
+/// one: 403 and nothing changes. It was read as absent, so the request joined the queue
+/// (a ticket written) and was answered 202 with a fresh token. And a join after the start
+/// but before the admission step fixed the pre-queue gets no place: 503, nothing written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_token_that_is_not_text_is_refused_and_joins_nothing() {
+    let redis = RedisServer::start();
+    let client = stock_client(&redis.url(), false).await;
+    let meta = queue_sku(&client, 8903, 2, 0).await;
+    let sku = meta.sku;
+    let gw = Gateway::start(gateway_config(&redis, "bytes")).await;
+    let tickets = format!("{{fgq:{sku}}}:tickets");
+    let held = |redis: &RedisServer| -> i64 {
+        redis::cmd("HLEN")
+            .arg(&tickets)
+            .query(&mut redis.connection())
+            .unwrap()
+    };
+
+    let early = post(&gw, sku, "ann", None).await;
+    assert_eq!(
+        early.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{}",
+        early.body
+    );
+    assert_eq!(early.body["status"], "unavailable");
+    assert_eq!(held(&redis), 0);
+
+    client.queue_admit(sku, 0, 0, None, 0).await.unwrap();
+    let body = format!(r#"{{"sku":{sku},"user":"ann"}}"#);
+    let mut raw = format!(
+        "POST /v1/claims HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\nqueue-token: v1.",
+        body.len()
+    )
+    .into_bytes();
+    raw.extend_from_slice(b"\xff\xfe");
+    raw.extend_from_slice(format!("\r\n\r\n{body}").as_bytes());
+    let a = raw::raw_exchange(gw.api, raw).await;
+    assert_eq!(a.status, Some(403), "{}", a.body);
+    assert_eq!(a.body["status"], "invalid_queue_token", "{}", a.body);
+    assert_eq!(held(&redis), 0, "a bad header joined the queue");
+    assert_eq!(slices_left(&client, &meta).await, 2);
+}
