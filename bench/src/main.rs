@@ -33,6 +33,9 @@ enum Cmd {
     Sweep(Box<cmd::sweep::SweepOpts>),
     /// The same scenario on a fresh stack per row, one feature switched per row.
     Ablate(Box<cmd::ablate::AblateOpts>),
+    /// The bots scenario: one population with a share of fast, repeating bots against a
+    /// first-come campaign and a draw; compares the bots' share of the winners.
+    Draw(Box<cmd::draw::DrawOpts>),
     /// Start a local stack (Redis, consumer + database, gateways) until Ctrl-C or SIGTERM.
     Stack {
         #[command(flatten)]
@@ -138,6 +141,13 @@ async fn dispatch(cmd: Cmd) -> anyhow::Result<()> {
                 if let Ok(r) = r {
                     println!("{name}:\n{}", bench::report::markdown::run_summary(r));
                 }
+            }
+        }
+        Cmd::Draw(o) => {
+            let r = cmd::draw::run(&o).await.context("bench draw")?;
+            println!("{}", cmd::draw::markdown(&r));
+            if !r.invariants_passed {
+                anyhow::bail!("bench draw: an invariant failed");
             }
         }
         Cmd::Stack { opts, for_s } => {

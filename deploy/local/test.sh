@@ -19,5 +19,5 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 say "cargo test --workspace"
 # Cluster tests start several redis-server processes each; two test threads fit 2 cores.
 cargo test --workspace --locked -- --test-threads="${FG_TEST_THREADS:-2}"
-say "end to end: demo sale through haproxy, 2 gateways, consumer and ledger (debug build)"
-FG_BUILD=debug ./deploy/local/demo.sh
+say "end to end: demo sale through haproxy, 2 gateways, consumer and ledger, then the bots scenario (debug build)"
+FG_BUILD=debug FG_DRAW=1 ./deploy/local/demo.sh

@@ -1,0 +1,333 @@
+//! The two campaigns of `bench draw`: made through the consumer binary, offered the
+//! population, then their winners counted and their invariants checked.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use bench::stack::cpu::Watched;
+use loadgen::http::Target;
+use loadgen::token::Tokens;
+use shard_router::now_ms;
+
+use super::drive::{self, Phase, PhaseResult, CLOSED, ENTERED};
+use super::ledger::{user_index, Ledger, UserUnits};
+use super::population::Shape;
+use super::report::{Check, DrawFigures, ModeReport};
+use super::DrawOpts;
+use crate::cmd::run::SystemArgs;
+
+/// Time from making the draw campaign to the opening: two consumer commands and the
+/// connections (the draw time is set from it).
+const PREP_MS: i64 = 3_000;
+
+pub(crate) struct Ctx<'a> {
+    pub(crate) o: &'a DrawOpts,
+    pub(crate) sys: &'a SystemArgs,
+    pub(crate) bin: &'a Path,
+    pub(crate) ledger: Ledger,
+    pub(crate) targets: &'a [Target],
+    pub(crate) tokens: Option<Arc<Tokens>>,
+    pub(crate) tag: &'a str,
+    pub(crate) shape: Shape,
+    pub(crate) width: u16,
+    pub(crate) watched: Vec<Watched>,
+}
+
+impl Ctx<'_> {
+    async fn phase(&self, sku: u64, draw: bool) -> PhaseResult {
+        let p = Phase {
+            targets: self.targets,
+            sku,
+            draw,
+            tag: self.tag,
+            connections: self.o.connections,
+            timeout: Duration::from_millis(self.o.timeout_ms),
+            tokens: self.tokens.clone(),
+        };
+        drive::run(&p, &self.shape, self.watched.clone()).await
+    }
+
+    fn campaign_args(&self, sku: u64, start_ms: i64, end_ms: i64) -> Vec<String> {
+        [
+            "campaign",
+            "--sku",
+            &sku.to_string(),
+            "--stock",
+            &self.o.stock.to_string(),
+            "--width",
+            &self.width.to_string(),
+            "--limit",
+            "1",
+            "--start",
+            &start_ms.to_string(),
+            "--end",
+            &end_ms.to_string(),
+        ]
+        .map(str::to_owned)
+        .to_vec()
+    }
+
+    /// Runs a consumer admin command; `(exit success, stdout, stderr)`.
+    async fn consumer(&self, args: &[String]) -> anyhow::Result<(bool, String, String)> {
+        let mut common = self.sys.redis.to_args();
+        if let Some(url) = &self.sys.mysql {
+            common.extend(["--mysql".to_owned(), url.clone()]);
+        }
+        let out = tokio::time::timeout(
+            Duration::from_secs(300),
+            tokio::process::Command::new(self.bin)
+                .args(&common)
+                .args(args)
+                .kill_on_drop(true)
+                .output(),
+        )
+        .await
+        .with_context(|| format!("consumer {} took over 300 s", args.join(" ")))??;
+        Ok((
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+        ))
+    }
+
+    async fn consumer_ok(&self, args: Vec<String>) -> anyhow::Result<()> {
+        let (ok, _, err) = self.consumer(&args).await?;
+        anyhow::ensure!(ok, "{} {}: {err}", self.bin.display(), args.join(" "));
+        Ok(())
+    }
+
+    /// Winners (users holding a unit) and the bots among them, from ledger rows; the
+    /// per-user invariants too.
+    fn count(&self, rows: &[UserUnits], only_granted: bool) -> (u64, u64, u64, u64) {
+        let (mut winners, mut bots, mut units, mut doubled) = (0, 0, 0, 0);
+        for r in rows {
+            units += r.units;
+            if r.units > 1 {
+                doubled += 1;
+            }
+            if only_granted && r.granted == 0 {
+                continue;
+            }
+            winners += 1;
+            if user_index(self.tag, &r.user_id).is_some_and(|u| self.shape.is_bot(u)) {
+                bots += 1;
+            }
+        }
+        (winners, bots, units, doubled)
+    }
+}
+
+/// First come, first served: the winners are the users told `claimed`.
+pub(crate) async fn fcfs(c: &Ctx<'_>, sku: u64) -> anyhow::Result<ModeReport> {
+    let now = now_ms();
+    c.consumer_ok(c.campaign_args(sku, now - 1_000, now + 3_600_000))
+        .await?;
+    c.consumer_ok(vec!["preheat".into(), sku.to_string()])
+        .await?;
+    let phase = c.phase(sku, false).await;
+    let mut winners = 0;
+    let mut bot_winners = 0;
+    let mut units = 0;
+    let mut doubled = 0;
+    for (u, &n) in phase.per_user.iter().enumerate() {
+        if n > 0 {
+            winners += 1;
+            units += n as u64;
+            if c.shape.is_bot(u as u32) {
+                bot_winners += 1;
+            }
+        }
+        if n > 1 {
+            doubled += 1;
+        }
+    }
+    let mut m = ModeReport::new(
+        "fcfs",
+        sku,
+        c.o.stock,
+        &c.shape,
+        &phase,
+        winners,
+        bot_winners,
+    );
+    m.checks.push(Check::new(
+        "units claimed <= stock (answers)",
+        units <= c.o.stock,
+        format!("{units} claimed, stock {}", c.o.stock),
+    ));
+    m.checks.push(Check::new(
+        "one unit a user (answers)",
+        doubled == 0,
+        format!("{doubled} users told claimed twice"),
+    ));
+    // The ledger, once the consumer has written what was acknowledged.
+    let deadline = Instant::now() + Duration::from_secs(c.sys.drain_timeout_s);
+    let rows = loop {
+        let rows = c.ledger.units(sku).await?;
+        let in_ledger: u64 = rows.iter().map(|r| r.units).sum();
+        if in_ledger >= units || Instant::now() >= deadline {
+            break rows;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    let (_, _, ledger_units, ledger_doubled) = c.count(&rows, false);
+    m.checks.push(Check::new(
+        "ledger units <= stock, every acknowledged claim in it",
+        ledger_units <= c.o.stock && ledger_units >= units,
+        format!(
+            "ledger {ledger_units}, acknowledged {units}, stock {}",
+            c.o.stock
+        ),
+    ));
+    m.checks.push(Check::new(
+        "one unit a user (ledger)",
+        ledger_doubled == 0,
+        format!("{ledger_doubled} users with two units"),
+    ));
+    Ok(m)
+}
+
+/// The draw: entries until the draw time, then the consumer draws and grants; the
+/// winners are the ledger's claims under the request id `draw`.
+pub(crate) async fn draw(
+    c: &Ctx<'_>,
+    sku: u64,
+    fcfs_took_s: Option<f64>,
+) -> anyhow::Result<ModeReport> {
+    let o = c.o;
+    let window_s = o.entry_window_s.unwrap_or_else(|| match fcfs_took_s {
+        Some(t) => 2.0 * t + 1.0,
+        None => {
+            c.shape.requests() as f64 / o.entry_rate.max(1.0)
+                + (o.rush_ms + o.delay_max_ms) as f64 / 1e3
+        }
+    });
+    let created = now_ms();
+    let draw_at = created + PREP_MS + ((window_s + o.draw_margin_s) * 1e3) as i64;
+    eprintln!(
+        "draw: entries window {window_s:.1} s, draw at {draw_at} ({:.1} s from now)",
+        (draw_at - created) as f64 / 1e3
+    );
+    let mut args = c.campaign_args(sku, created - 1_000, draw_at + 3_600_000);
+    args.extend(
+        [
+            "--mode",
+            "draw",
+            "--draw-at",
+            &draw_at.to_string(),
+            "--waitlist",
+            "0",
+        ]
+        .map(str::to_owned),
+    );
+    c.consumer_ok(args).await?;
+    c.consumer_ok(vec!["preheat".into(), sku.to_string()])
+        .await?;
+    let phase = c.phase(sku, true).await;
+    let ended = now_ms();
+    if ended > draw_at {
+        eprintln!(
+            "warning: the entries ran {} ms past the draw time; later requests were answered \
+             as closed (raise --entry-window-s or lower --entry-rate)",
+            ended - draw_at
+        );
+    }
+    let mut fig = DrawFigures {
+        draw_at_ms: draw_at,
+        ..DrawFigures::default()
+    };
+    for (u, &f) in phase.per_user.iter().enumerate() {
+        if f & ENTERED != 0 {
+            fig.entered_answers += 1;
+        } else if f & CLOSED != 0 && !c.shape.is_bot(u as u32) {
+            fig.late_humans += 1;
+        }
+    }
+    // Wait for the draw, its grants, and the grants' rows in the ledger.
+    let wait_s = (draw_at - now_ms()).max(0) as f64 / 1e3;
+    eprintln!("draw: entries done in {:.1} s; waiting {wait_s:.1} s for the draw time, then for the grants ...", phase.took.as_secs_f64());
+    let deadline = Instant::now()
+        + Duration::from_millis((draw_at - now_ms()).max(0) as u64)
+        + Duration::from_secs(o.draw_wait_s);
+    let mut grants_seen = false;
+    let (row, rows) = loop {
+        let row = c
+            .ledger
+            .draw(sku)
+            .await?
+            .context("the draw's ledger row is missing")?;
+        let mut rows = Vec::new();
+        if row.state == "drawn" {
+            let due = o.stock.min(row.entrants.unwrap_or(0));
+            if u64::from(row.granted_rank) >= due {
+                rows = c.ledger.units(sku).await?;
+                let granted: u64 = rows.iter().map(|r| r.granted).sum();
+                grants_seen = granted >= due;
+            }
+        }
+        if grants_seen || Instant::now() >= deadline {
+            break (row, rows);
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    anyhow::ensure!(
+        row.state == "drawn",
+        "SKU {sku} was not drawn within {} s of its draw time (is `consumer run` up?)",
+        o.draw_wait_s
+    );
+    let rows = if rows.is_empty() {
+        c.ledger.units(sku).await?
+    } else {
+        rows
+    };
+    fig.entrants = row.entrants;
+    fig.granted_rank = row.granted_rank;
+    fig.drawn_at_ms = row.drawn_at_ms;
+    fig.to_drawn_ms = row.drawn_at_ms.map(|d| d - row.draw_at_ms);
+    fig.to_all_grants_ms = rows
+        .iter()
+        .filter(|r| r.granted > 0)
+        .map(|r| r.last_claimed_ms)
+        .max()
+        .filter(|_| grants_seen)
+        .map(|t| t - row.draw_at_ms);
+    let (winners, bot_winners, units, doubled) = c.count(&rows, true);
+    let (ok, out, err) = c
+        .consumer(&["draw".into(), "verify".into(), sku.to_string()])
+        .await?;
+    let verdict: Option<bool> = serde_json::from_str::<serde_json::Value>(&out)
+        .ok()
+        .and_then(|v| v.get("verified").and_then(|b| b.as_bool()));
+    fig.verified = Some(ok && verdict == Some(true));
+    fig.verify_output = if ok { out } else { format!("{out}\n{err}") };
+    let mut m = ModeReport::new("draw", sku, o.stock, &c.shape, &phase, winners, bot_winners);
+    m.per_entry(fig.entrants.unwrap_or(fig.entered_answers));
+    let due = o.stock.min(fig.entrants.unwrap_or(0));
+    m.checks.push(Check::new(
+        "`consumer draw verify`",
+        fig.verified == Some(true),
+        format!("exit ok: {ok}, verified: {verdict:?}"),
+    ));
+    m.checks.push(Check::new(
+        "winners <= stock",
+        units <= o.stock && winners <= o.stock,
+        format!("{winners} winners, {units} units, stock {}", o.stock),
+    ));
+    m.checks.push(Check::new(
+        "one unit a user",
+        doubled == 0,
+        format!("{doubled} users with two units"),
+    ));
+    m.checks.push(Check::new(
+        "every winner granted",
+        grants_seen && winners == due,
+        format!(
+            "{winners} granted of {due} within {} s of the draw time",
+            o.draw_wait_s
+        ),
+    ));
+    m.draw = Some(fig);
+    Ok(m)
+}
