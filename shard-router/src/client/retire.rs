@@ -21,13 +21,17 @@ impl StockClient {
         Ok(())
     }
 
-    /// Deletes every key of the campaign on its shards but the stored answers, one key at a
-    /// time (a cluster may hold the shards on different nodes).
+    /// Deletes every key of the campaign on its shards but the stored answers, and its
+    /// waiting room, one key at a time (a cluster may hold the shards on different nodes).
     pub async fn remove_campaign_keys(&self, sku: u64, width: u16) -> Result<(), StockError> {
         for shard in self.placement.shards_of(sku, width) {
             for key in self.keys(shard, sku).campaign_keys() {
                 self.del("remove campaign key", &key).await?;
             }
+        }
+        // A queue campaign's waiting room (one entry per user in its tickets).
+        for key in keys::queue_keys(sku) {
+            self.del("remove campaign key", &key).await?;
         }
         Ok(())
     }
