@@ -1,7 +1,7 @@
 //! Request routing for both listeners, and the per-request bookkeeping (in-flight cap,
 //! request counter and latency by route). Handlers live in `api/`, one route each.
 
-pub(crate) mod claim;
+mod claim;
 pub(crate) mod input;
 mod probes;
 mod sku;

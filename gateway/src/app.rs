@@ -31,5 +31,5 @@ pub(crate) struct App {
     pub(crate) replay_limits: std::sync::Arc<crate::replay_filter::ReplayLimits>,
     pub(crate) metrics: PrometheusHandle,
     /// The waiting room of queue SKUs (`--queue-secret-file`).
-    pub(crate) queue: crate::api::claim::queue::QueueGate,
+    pub(crate) queue: crate::waiting_room::QueueGate,
 }

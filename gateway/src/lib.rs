@@ -39,6 +39,7 @@ pub mod metrics;
 mod redis_runtime;
 mod replay_filter;
 mod reply;
+mod waiting_room;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -114,7 +115,7 @@ pub async fn run(
             cfg.replay_filter_total_users,
         ),
         metrics: handle.clone(),
-        queue: api::claim::queue::QueueGate::new(match &cfg.access.queue_secret_file {
+        queue: waiting_room::QueueGate::new(match &cfg.access.queue_secret_file {
             Some(path) => {
                 let bad = |e: String| ConfigError::new("--queue-secret-file", e);
                 let bytes =

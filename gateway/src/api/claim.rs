@@ -30,7 +30,7 @@ use crate::reply::Reply;
 
 mod entry;
 mod finish;
-pub(crate) mod queue;
+mod queue;
 mod refusal;
 
 use refusal::{Claimed, How, Refusal, Window};

@@ -4,15 +4,12 @@
 //! admitted goes on to the claim, the rest are told their position, an estimated wait and
 //! when to come back. The token is signed with the gateways' shared queue secret and bound
 //! to the verified user and the SKU, so a waiting client's refresh is checked in memory
-//! (the queue's state is cached for `STATE_TTL`). Once the SKU is sold out the claim path
+//! (the queue's state is cached briefly, `crate::waiting_room`). Once the SKU is sold out the claim path
 //! answers from the sold-out cache, which the `empty` events fill: every waiting client
 //! hears "sold out" on its next request, without Redis. `shard_router::queue` says how
 //! places are made. Statuses: README.md "HTTP API", "Queues".
 
-use std::time::{Duration, Instant};
-
 use hyper::StatusCode;
-use moka::sync::Cache;
 use shard_router::queue::{Place, QueueKey, QueueState, QueueToken};
 use shard_router::{ApiStatus, Joined, StockError};
 
@@ -21,36 +18,6 @@ use super::Admitted;
 use crate::app::App;
 use crate::metrics::outcome;
 use crate::reply::Reply;
-
-/// How long a gateway trusts its copy of a queue's state.
-const STATE_TTL: Duration = Duration::from_millis(250);
-
-/// The waiting room's part of a gateway: its queue secret and the queues' states.
-pub(crate) struct QueueGate {
-    key: Option<QueueKey>,
-    states: Cache<u64, (Instant, QueueState)>,
-}
-
-impl QueueGate {
-    pub(crate) fn new(key: Option<QueueKey>) -> Self {
-        Self {
-            key,
-            states: Cache::new(10_000),
-        }
-    }
-
-    async fn state(&self, admitted: &Admitted<'_>) -> Result<QueueState, StockError> {
-        let sku = admitted.req.sku;
-        if let Some((at, s)) = self.states.get(&sku) {
-            if at.elapsed() < STATE_TTL {
-                return Ok(s);
-            }
-        }
-        let s = admitted.client.queue_state(sku).await?;
-        self.states.insert(sku, (Instant::now(), s));
-        Ok(s)
-    }
-}
 
 /// What the waiting room decided.
 pub(super) enum Gate {
@@ -74,7 +41,7 @@ async fn decide(app: &App, admitted: &Admitted<'_>) -> Result<Gate, Refusal> {
     if now >= meta.end_ms || (app.sold_out_cache && admitted.state.all_empty()) {
         return Ok(Gate::Claim);
     }
-    let Some(key) = &app.queue.key else {
+    let Some(key) = &app.queue.key() else {
         return Ok(Gate::Answer(
             outcome::UNAVAILABLE,
             Reply::unavailable(format!(
@@ -135,7 +102,11 @@ async fn decide(app: &App, admitted: &Admitted<'_>) -> Result<Gate, Refusal> {
             }
         }
     };
-    let state = app.queue.state(admitted).await.map_err(Refusal::Redis)?;
+    let state = app
+        .queue
+        .state(admitted.client, admitted.req.sku)
+        .await
+        .map_err(Refusal::Redis)?;
     let ahead = if now < meta.start_ms {
         None
     } else {
