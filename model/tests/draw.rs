@@ -1,16 +1,30 @@
-//! The draw model (`model::draw`): the CI form exhaustively, each mutant caught with a
-//! trace, and the forms where the checker found bugs in the draw code (ignored until
-//! fixed; `cargo test -p model --test draw -- --ignored --nocapture` prints the traces).
+//! The draw model (`model::draw`): its forms exhaustively, each catchable mutant caught
+//! with a trace, and the form with two faults where the checker found a bug in the draw
+//! code (ignored until fixed; `cargo test -p model --release --test draw -- --ignored
+//! --nocapture` prints the trace).
 
 use model::draw::{check, DrawConfig, DrawMutant, DrawOps};
 
-/// Faults the draw code survives: crashes of the service, the restore loop or a reader
-/// between steps, and the settle's timeout (with a release of a granted unit).
+/// Crashes of the service, the restore loop or a reader between steps, and the settle's
+/// timeout (with a release of a granted unit); no loss or failover.
 fn ci() -> DrawConfig {
     DrawConfig {
         ops: DrawOps {
             loss: false,
             failover: false,
+            ..DrawOps::ALL
+        },
+        ..DrawConfig::ci()
+    }
+}
+
+/// One loss or one failover, one entries reader, a release.
+fn loss_or_failover() -> DrawConfig {
+    DrawConfig {
+        readers: 1,
+        ops: DrawOps {
+            crash: false,
+            timeout: false,
             ..DrawOps::ALL
         },
         ..DrawConfig::ci()
@@ -27,30 +41,60 @@ fn explore(form: &str, cfg: DrawConfig) {
 }
 
 #[test]
-fn the_draw_with_a_crash_breaks_nothing() {
-    let mut cfg = ci();
-    cfg.ops.timeout = false;
-    explore("CI form (two readers, a crash, a release)", cfg);
-}
-
-#[test]
-fn the_draw_with_a_settle_timeout_breaks_nothing() {
-    let mut cfg = ci();
-    cfg.ops.crash = false;
+fn the_draw_with_a_crash_or_a_settle_timeout_breaks_nothing() {
     explore(
-        "CI form (two readers, the settle's timeout, a release)",
-        cfg,
+        "two readers, a crash or the settle's timeout, a release",
+        ci(),
     );
 }
 
-/// Found by the checker: the service dies between marking two shards of a draw with
-/// nothing to grant (here the timeout drew from an empty ledger): `due` never lists it
-/// again, so the unmarked shard stays `closed` and its entrants are told "not drawn yet"
-/// for good.
+/// Where the checker found the count-based settle fooled by an entry the ledger holds and
+/// the shard lost, and a shard left `open` or `closed` after the draw (both fixed).
 #[test]
-#[ignore = "a bug in campaign-ops/src/draw/run.rs / ledger draws::due: marks not finished"]
-fn a_crash_between_marks_leaves_no_shard_unmarked() {
-    explore("a crash and the settle's timeout", ci());
+fn a_loss_or_failover_does_not_make_the_draw_miss_an_entry() {
+    explore(
+        "one reader, one loss or failover, a release",
+        loss_or_failover(),
+    );
+}
+
+/// A master after a loss hands out stream ids below the place.
+#[test]
+fn a_loss_with_ids_restarting_below_the_place_breaks_nothing() {
+    explore(
+        "one reader, one loss, ids restart",
+        DrawConfig {
+            ids_restart_after_loss: true,
+            ops: DrawOps {
+                failover: false,
+                ..loss_or_failover().ops
+            },
+            ..loss_or_failover()
+        },
+    );
+}
+
+/// Found by the checker (two losses of one shard): the restore reads the ledger's draw
+/// (still open), the draw is recorded and u1 granted, the shard is lost again with the
+/// grant's stored answer and its win, and the restore, going on with the draw it read,
+/// puts the entries back without the wins or the marks. The draw loop marks the shard
+/// (`R|1`, never `W|`) and, its rank granted, never grants it again: the winner is told
+/// `won_pending` for good. One loss inside one restore call, or an expired stored
+/// answer, does the same.
+#[test]
+#[ignore = "a bug in campaign-ops/src/draw/restore.rs: the wins depend on a stale read of the draw"]
+fn two_losses_leave_no_winner_pending() {
+    explore(
+        "one reader, two losses",
+        DrawConfig {
+            faults: 2,
+            ops: DrawOps {
+                failover: false,
+                ..loss_or_failover().ops
+            },
+            ..loss_or_failover()
+        },
+    );
 }
 
 fn caught(cfg: DrawConfig, expected: &str) {
@@ -81,6 +125,14 @@ fn a_draw_that_does_not_wait_for_the_ledger_is_caught() {
 }
 
 #[test]
+fn a_settle_by_counts_is_caught() {
+    caught(
+        loss_or_failover().with_mutant(DrawMutant::SettleByCount),
+        "draw-covers-committed",
+    );
+}
+
+#[test]
 fn grants_past_a_sold_out_rank_are_caught() {
     // A waitlist of two: rank 2 finds no unit, a release brings one back before rank 3.
     let cfg = DrawConfig {
@@ -95,28 +147,64 @@ fn grants_past_a_sold_out_rank_are_caught() {
     );
 }
 
-/// Found by the checker: the settle compares counts, and a ledger that holds an entry the
-/// shard no longer has (committed, then lost with the shard, or rolled back by a failover
-/// to a replica that lacked it) covers for an acknowledged entry not committed yet: the
-/// draw is recorded without it.
 #[test]
-#[ignore = "a bug in campaign-ops/src/draw/run.rs: the settle counts entries"]
-///
-/// Also found in this form: a failover to a replica that had neither the close nor the mark
-/// leaves the shard `open` after the draw; the service marks only `closed` shards and the
-/// restore only missing ones, so its entrants never learn their standing
-/// (`answers-final`).
-fn a_loss_or_failover_does_not_make_the_draw_miss_an_entry() {
-    explore(
-        "one loss or failover",
-        DrawConfig {
-            readers: 1,
-            ops: DrawOps {
-                crash: false,
-                timeout: false,
-                ..DrawOps::ALL
-            },
-            ..DrawConfig::ci()
-        },
+fn a_restore_without_the_wins_is_caught() {
+    caught(
+        loss_or_failover().with_mutant(DrawMutant::RestoreWithoutWins),
+        "answer-truth",
     );
+}
+
+#[test]
+fn a_place_kept_across_a_new_master_is_caught() {
+    let cfg = DrawConfig {
+        ids_restart_after_loss: true,
+        ops: DrawOps {
+            failover: false,
+            ..loss_or_failover().ops
+        },
+        ..loss_or_failover()
+    };
+    caught(
+        cfg.with_mutant(DrawMutant::PlaceKeptAcrossNewMaster),
+        "entries-reach-ledger",
+    );
+}
+
+#[test]
+fn entries_joining_a_drawn_draw_are_caught() {
+    caught(
+        ci().with_mutant(DrawMutant::EntriesAfterDrawJoin),
+        "drawn-from-ledger",
+    );
+}
+
+#[test]
+fn a_record_without_the_count_is_caught() {
+    caught(
+        ci().with_mutant(DrawMutant::RecordWithoutCount),
+        "drawn-from-ledger",
+    );
+}
+
+#[test]
+fn marks_of_due_draws_only_are_caught() {
+    caught(ci().with_mutant(DrawMutant::MarkOnlyDue), "answers-final");
+}
+
+/// Not catchable, and the forms show it: the draw loop marks every drawn draw's `closed`
+/// shards each pass, so a restore that does not mark leaves nothing wrong for long
+/// (`answers-final` holds); and a read covers every entry after the place it started
+/// from, so a place moved without the compare-and-set is only read again.
+#[test]
+#[ignore = "27 s: shows two mutants uncatchable, nothing to keep in CI"]
+fn the_uncatchable_mutants_break_nothing() {
+    for m in [
+        DrawMutant::RestoreWithoutMark,
+        DrawMutant::UnconditionalPlace,
+    ] {
+        let report = check::run(loss_or_failover().with_mutant(m), 2, true);
+        println!("mutant {m:?}: {}", report.summary());
+        assert!(report.broken.is_empty(), "{m:?}: {}", report.summary());
+    }
 }

@@ -19,6 +19,15 @@ struct Args {
     /// A master started after a loss hands out stream ids below the lost one's.
     #[arg(long)]
     ids_restart: bool,
+    /// Faults and operations left out of the run.
+    #[arg(long)]
+    no_loss: bool,
+    #[arg(long)]
+    no_failover: bool,
+    #[arg(long)]
+    no_crash: bool,
+    #[arg(long)]
+    no_timeout: bool,
     #[arg(long, default_value_t = 2)]
     threads: usize,
     #[arg(long, value_parser = parse_mutant)]
@@ -41,6 +50,10 @@ fn main() {
     cfg.waitlist = a.waitlist.unwrap_or(cfg.waitlist);
     cfg.releases = a.releases.unwrap_or(cfg.releases);
     cfg.ids_restart_after_loss |= a.ids_restart;
+    cfg.ops.loss &= !a.no_loss;
+    cfg.ops.failover &= !a.no_failover;
+    cfg.ops.crash &= !a.no_crash;
+    cfg.ops.timeout &= !a.no_timeout;
     cfg.mutant = a.mutant;
     let report = check::run(cfg, a.threads, a.mutant.is_some());
     println!("{}", report.summary());

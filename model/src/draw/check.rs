@@ -63,13 +63,15 @@ pub fn render(m: &DrawSystem, path: &Path<State, Action>) -> String {
         }
         let _ = writeln!(
             out,
-            "     ledger: entries {:?} ranks {:?} granted {} claims {:?}; acknowledged {:?}; settle timed out {}; violations {:?}",
+            "     ledger: entries {:?} ranks {:?} (from {}) granted {} claims {:?}; acknowledged {:?}; settle timed out {}; seed revealed {}; violations {:?}",
             last.ledger.entries.keys().collect::<Vec<_>>(),
             last.ledger.ranks,
+            last.ledger.entrants,
             last.ledger.granted,
             last.ledger.claims,
             last.acked,
             last.timed_out,
+            last.revealed,
             last.violations
         );
     }
@@ -111,12 +113,24 @@ fn describe(m: &DrawSystem, st: &State, a: &Action) -> String {
             match &st.svc {
                 Svc::Idle => "starts a pass".to_owned(),
                 Svc::Closing { next, .. } => format!("closes shard {next} and counts its entrants"),
-                Svc::Settle { accepted } => format!(
-                    "compares the ledger's {} entries with the {accepted} accepted (waits when fewer) and ranks the ledger's best",
+                Svc::Last { next, .. } => {
+                    let n = &st.nodes[usize::from(*next)];
+                    format!(
+                        "reads shard {next}'s stream's last id {:?} under replid {} (target kept: {:?}) and the ledger's place {:?}",
+                        n.master.stream.keys().next_back(),
+                        n.replid,
+                        st.targets[usize::from(*next)],
+                        st.ledger.places[usize::from(*next)]
+                    )
+                }
+                Svc::Settle { accepted, unread } => format!(
+                    "compares the ledger's {} entries with the {accepted} accepted, a shard unread: {unread} (waits if either) and ranks the ledger's best",
                     st.ledger.entries.len()
                 ),
-                Svc::Record { ranks } => format!("records the ranks {ranks:?}"),
-                Svc::Marking { next } => format!("marks shard {next} if it is closed"),
+                Svc::Record { ranks, total } => format!("records the ranks {ranks:?} drawn from {total} entries (refused if the ledger holds {})", st.ledger.entries.len()),
+                Svc::Marking { next, .. } => format!("reads shard {next}'s state (closes it if open)"),
+                Svc::Mark { next, .. } => format!("marks shard {next}'s ranks"),
+                Svc::Reveal { any } => format!("writes the seed into the metadata if a shard was marked ({any}) or it is hidden ({})", !st.revealed),
                 Svc::Granting { next } => format!("claims a unit for rank {next}"),
                 Svc::Won { user, claim, .. } => format!("marks u{user}'s win {claim:?}"),
                 Svc::Granted { rank } => format!("sets granted_rank to {rank}"),
@@ -127,9 +141,10 @@ fn describe(m: &DrawSystem, st: &State, a: &Action) -> String {
             "restore loop: {}",
             match st.restore {
                 Restore::Idle => "finds a shard whose draw is missing and reads the ledger's draw state".to_owned(),
-                Restore::Found { shard, drawn } => format!("opens shard {shard}'s draw (as {})", if drawn { "closed" } else { "open" }),
+                Restore::Found { shard, drawn } => format!("opens shard {shard}'s draw (as {})", if drawn || st.past { "closed" } else { "open" }),
                 Restore::Opened { shard, .. } => format!("puts the ledger's entries back on shard {shard}"),
-                Restore::Restored { shard } => format!("marks shard {shard}'s ranks"),
+                Restore::Wins { shard } => format!("writes the ledger's grants on shard {shard} as wins"),
+                Restore::Marks { shard } => format!("marks shard {shard}'s ranks"),
             }
         ),
         Action::Release(id) => format!("operator releases claim {id}"),

@@ -7,25 +7,45 @@ pub enum DrawMutant {
     /// The draw does not wait for the ledger to hold what the shards accepted: it draws as
     /// soon as every shard is closed (as if from the shards' top-K, trusting them).
     NoSettle,
+    /// The settle before 1b20511: it waits for the ledger to hold as many entries as the
+    /// shards count, not for every shard's stream to be read up to its close.
+    SettleByCount,
     /// The grant pass goes on past a rank the stock cannot cover.
     GrantsPastSoldOut,
     /// A restore of a drawn shard puts the entries back but does not mark the ranks.
     RestoreWithoutMark,
+    /// A restore of a drawn shard marks the ranks but does not write the wins back (`W|`,
+    /// before 9a5ded4).
+    RestoreWithoutWins,
     /// The entries reader moves the place whether or not it still stands where the read
     /// started (no compare-and-set).
     UnconditionalPlace,
-    /// The entries reader keeps reading after its place under a new master (no new-master
-    /// rule).
+    /// The entries reader's new-master rule before 82441ee: it reads again from 0-0, but
+    /// when that finds nothing it keeps the old master's place under the new replication
+    /// id.
     PlaceKeptAcrossNewMaster,
+    /// commit_entries adds entries of a draw already drawn (before 82441ee).
+    EntriesAfterDrawJoin,
+    /// record does not check that the ledger still holds the entries counted (before
+    /// 82441ee).
+    RecordWithoutCount,
+    /// The draw loop before dfe0342: only due draws are marked, and only shards found
+    /// `closed`.
+    MarkOnlyDue,
 }
 
 impl DrawMutant {
-    pub const ALL: [DrawMutant; 5] = [
+    pub const ALL: [DrawMutant; 10] = [
         DrawMutant::NoSettle,
+        DrawMutant::SettleByCount,
         DrawMutant::GrantsPastSoldOut,
         DrawMutant::RestoreWithoutMark,
+        DrawMutant::RestoreWithoutWins,
         DrawMutant::UnconditionalPlace,
         DrawMutant::PlaceKeptAcrossNewMaster,
+        DrawMutant::EntriesAfterDrawJoin,
+        DrawMutant::RecordWithoutCount,
+        DrawMutant::MarkOnlyDue,
     ];
 }
 

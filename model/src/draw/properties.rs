@@ -19,6 +19,9 @@ pub fn all() -> Vec<Property<DrawSystem>> {
         Property::always("user-limit", |_, st: &State| user_limit(st)),
         Property::always("waitlist-order", |_, st: &State| waitlist_order(st)),
         Property::always("answer-truth", answer_truth),
+        Property::always("drawn-from-ledger", |m, st: &State| {
+            drawn_from_ledger(m, st)
+        }),
         Property::always("entries-reach-ledger", |m, st| {
             !readers_quiet(m, st) || entries_reach_ledger(st)
         }),
@@ -91,11 +94,20 @@ fn waitlist_order(st: &State) -> bool {
 
 /// What draw_enter.lua would answer each user now, once their home shard is drawn, is
 /// true of the ledger: `won` names a claim of theirs, `won` (pending) a rank the stock
-/// covers, `waitlisted` their rank's place after the stock, `lost` and `ended` no rank.
+/// covers whose grant is not made yet (no claim, or `granted_rank` below it: the service
+/// still writes its win), `waitlisted` their rank's place after the stock, `lost` and
+/// `ended` no rank.
 fn answer_truth(m: &DrawSystem, st: &State) -> bool {
     (0..m.cfg.users).all(|u| {
-        let mut home = st.nodes[usize::from(m.cfg.home(u))].master.clone();
+        let h = m.cfg.home(u);
+        let mut home = st.nodes[usize::from(h)].master.clone();
         if home.state() != Some(DrawState::Drawn) {
+            return true;
+        }
+        // The restore of this shard is under way (its wins come after the draw loop's
+        // marks may have passed it).
+        if matches!(st.restore, Restore::Opened { shard, .. } | Restore::Wins { shard } | Restore::Marks { shard } if shard == h)
+        {
             return true;
         }
         if st.ledger.ranks.is_none() {
@@ -103,9 +115,12 @@ fn answer_truth(m: &DrawSystem, st: &State) -> bool {
         }
         let rank = st.ledger.rank_of(u);
         let stock = m.cfg.stock;
-        match home.enter(u, m.cfg.prio(u), 1, DrawSystem::grant_answer(st, u)) {
+        let claimed = st.ledger.claims.values().any(|c| c.user == u);
+        match home.enter(u, m.cfg.prio(u), 1) {
             EnterReply::Won(c) => st.ledger.claims.get(&c.id).is_some_and(|cl| cl.user == u),
-            EnterReply::WonPending => rank.is_some_and(|r| r <= stock),
+            EnterReply::WonPending => {
+                rank.is_some_and(|r| r <= stock && (!claimed || st.ledger.granted < r))
+            }
             EnterReply::Waitlisted(p) => rank == Some(stock + p),
             EnterReply::Lost | EnterReply::Ended => rank.is_none(),
             _ => false,
@@ -118,34 +133,47 @@ pub fn readers_quiet(m: &DrawSystem, st: &State) -> bool {
     st.readers.iter().all(Option::is_none) && (0..m.cfg.shards).all(|s| m.read_of(st, s).is_none())
 }
 
-/// Every entrant a shard holds is in the ledger once the readers have nothing left.
+/// Every entrant a shard holds is in the ledger once the readers have nothing left; past a
+/// settle that timed out, entries not committed before the draw stay out of it.
 fn entries_reach_ledger(st: &State) -> bool {
-    st.nodes.iter().all(|n| {
-        n.master
-            .entrants
-            .keys()
-            .all(|u| st.ledger.entries.contains_key(u))
+    (st.timed_out && st.ledger.ranks.is_some())
+        || st.nodes.iter().all(|n| {
+            n.master
+                .entrants
+                .keys()
+                .all(|u| st.ledger.entries.contains_key(u))
+        })
+}
+
+/// Once recorded, the ranks are the ledger's best `k` of the entries it holds, and it holds
+/// as many as the draw counted (what `consumer draw verify` checks: an entry that joined
+/// the ledger after the draw makes an honest draw fail it).
+fn drawn_from_ledger(m: &DrawSystem, st: &State) -> bool {
+    st.ledger.ranks.as_ref().is_none_or(|r| {
+        *r == st.ledger.best(m.cfg.k()) && st.ledger.entries.len() as u32 == st.ledger.entrants
     })
 }
 
-/// Once the draw is recorded, and the service and the restore loop are between passes, no
-/// shard is left where entrants are never told their standing: none open, and none closed
-/// unless the service will mark it (the draw still due). A shard without entrants tells
-/// nobody anything.
+/// Once the draw is recorded, whenever the service and the restore loop are between
+/// passes, one more pass of the service (no fault in it) leaves no shard where entrants
+/// are never told their standing: every shard with entrants drawn (or missing, the
+/// restore's), and the seed revealed.
 fn answers_final(m: &DrawSystem, st: &State) -> bool {
     if st.ledger.ranks.is_none() || st.svc != Svc::Idle || st.restore != Restore::Idle {
         return true;
     }
-    let due = st
-        .ledger
-        .ranks
-        .as_ref()
-        .is_some_and(|r| (st.ledger.granted as usize) < r.len());
-    let _ = m;
-    st.nodes.iter().all(|n| match n.master.state() {
-        None | Some(DrawState::Drawn) => true,
-        _ if n.master.entrants.is_empty() => true,
-        Some(DrawState::Closed) => due,
-        Some(DrawState::Open) => false,
-    })
+    let mut after = st.clone();
+    if m.service(&mut after) {
+        for _ in 0..64 {
+            if after.svc == Svc::Idle {
+                break;
+            }
+            m.service(&mut after);
+        }
+    }
+    after.revealed
+        && after.nodes.iter().all(|n| match n.master.state() {
+            None | Some(DrawState::Drawn) => true,
+            _ => n.master.entrants.is_empty(),
+        })
 }

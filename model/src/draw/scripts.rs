@@ -75,6 +75,10 @@ pub struct DrawShard {
     pub stream: BTreeMap<EntryId, StreamEntry>,
     /// The stream's last id: the next XADD gets the one after it.
     pub last_id: EntryId,
+    /// The grant claims' stored answers (`{T}:req:<sku>:<len>:<user>:draw`) of the users
+    /// whose home this shard is: written by the claim protocol, confirmed on the replica,
+    /// gone with the shard.
+    pub grants: BTreeMap<User, GrantAnswer>,
 }
 
 /// The grant claim's stored answer (`{T}:req:<sku>:<len>:<user>:draw`) as draw_enter
@@ -163,17 +167,12 @@ impl DrawShard {
     }
 
     /// draw_enter.lua: `prio` is the user's priority (a function of the seed and the
-    /// user), `grant` the grant claim's stored answer on this shard.
-    pub fn enter(
-        &mut self,
-        user: User,
-        prio: Prio,
-        now: i64,
-        grant: Option<GrantAnswer>,
-    ) -> EnterReply {
+    /// user); the grant claim's stored answer is read from `grants`.
+    pub fn enter(&mut self, user: User, prio: Prio, now: i64) -> EnterReply {
         let Some(m) = self.meta else {
             return EnterReply::NotPreheated;
         };
+        let grant = self.grants.get(&user).copied();
         let v = self.entrants.get(&user).copied();
         if m.state == DrawState::Drawn {
             return match v {

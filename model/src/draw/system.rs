@@ -51,6 +51,8 @@ pub struct Ledger {
     pub places: Vec<Place>,
     /// `draw_ranks` once recorded (`draws.state = 'drawn'`): rank i+1 is `ranks[i]`.
     pub ranks: Option<Vec<(User, Prio)>>,
+    /// `draws.entrants`: how many entries the ranks were drawn from.
+    pub entrants: u32,
     pub granted: u32,
     /// The claim side: claims by id, units not claimed, the stored answers of request id
     /// `draw` per user.
@@ -92,21 +94,45 @@ pub struct Read {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Svc {
     Idle,
-    /// Closing shard `next`; `accepted` entrants so far.
+    /// `draw_close` on shard `next`; `accepted` entrants so far, `unread`: a shard before
+    /// it not read up to its close yet.
     Closing {
         next: u8,
         accepted: u32,
+        unread: bool,
     },
-    /// Every shard closed: waiting for the ledger's count.
+    /// `entries_last` on shard `next` (its target kept while the master is the same) and
+    /// the ledger's place of its stream.
+    Last {
+        next: u8,
+        accepted: u32,
+        unread: bool,
+    },
+    /// Every shard closed: the ledger's count, then its best `k` (and the count they are
+    /// drawn from).
     Settle {
         accepted: u32,
+        unread: bool,
     },
-    /// Ranked from the ledger, to record.
+    /// Ranked from the ledger's `total` entries, to record.
     Record {
         ranks: Vec<(User, Prio)>,
+        total: u32,
     },
+    /// `draw_state` of shard `next` (closed first when found `open`); `any`: a shard of
+    /// this pass marked.
     Marking {
         next: u8,
+        any: bool,
+    },
+    /// mark_shard on shard `next`.
+    Mark {
+        next: u8,
+        any: bool,
+    },
+    /// The SKU metadata with the seed, when a shard was marked or the seed is hidden.
+    Reveal {
+        any: bool,
     },
     /// The grant pass: the next rank to claim for.
     Granting {
@@ -129,9 +155,24 @@ pub enum Svc {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Restore {
     Idle,
-    Found { shard: u8, drawn: bool },
-    Opened { shard: u8, drawn: bool },
-    Restored { shard: u8 },
+    /// The ledger's draw read: the clock and `draw_open` next.
+    Found {
+        shard: u8,
+        drawn: bool,
+    },
+    /// Opened: `draw_restore` of the ledger's entries next.
+    Opened {
+        shard: u8,
+        drawn: bool,
+    },
+    /// Drawn: the wins (`W|`) from the ledger's grants next.
+    Wins {
+        shard: u8,
+    },
+    /// The marks next.
+    Marks {
+        shard: u8,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -167,6 +208,11 @@ pub struct State {
     pub faults: u8,
     pub releases: u8,
     pub next_replid: u8,
+    /// The service's `Closing` targets per shard (in its memory: lost with a crash,
+    /// dropped once drawn): the stream's last id after the close, under which master.
+    pub targets: Vec<Option<(u8, EntryId)>>,
+    /// The SKU metadata shows the seed.
+    pub revealed: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -247,6 +293,7 @@ impl DrawSystem {
                     usize::from(c.shards)
                 ],
                 ranks: None,
+                entrants: 0,
                 granted: 0,
                 claims: BTreeMap::new(),
                 left: c.stock,
@@ -261,6 +308,8 @@ impl DrawSystem {
             faults: 0,
             releases: 0,
             next_replid: 1,
+            targets: vec![None; usize::from(c.shards)],
+            revealed: false,
         }
     }
 
@@ -277,8 +326,9 @@ impl DrawSystem {
     pub fn read_of(&self, st: &State, s: u8) -> Option<Read> {
         let place = st.ledger.places[usize::from(s)];
         let node = &st.nodes[usize::from(s)];
-        let new_master = place.replid.is_some_and(|r| r != node.replid)
-            && !self.cfg.mutant_is(DrawMutant::PlaceKeptAcrossNewMaster);
+        // The new-master rule: read again from 0-0, and the new place is where that read
+        // ended, 0-0 when it found nothing.
+        let new_master = place.replid.is_some_and(|r| r != node.replid);
         let after = if new_master { 0 } else { place.last };
         let rows: Vec<(User, Prio, EntryId)> = node
             .master
@@ -286,8 +336,13 @@ impl DrawSystem {
             .range(after + 1..)
             .map(|(&id, e)| (e.user, e.prio, id))
             .collect();
+        let base = if new_master && !self.cfg.mutant_is(DrawMutant::PlaceKeptAcrossNewMaster) {
+            0
+        } else {
+            place.last
+        };
         let to = Place {
-            last: rows.last().map_or(place.last, |r| r.2),
+            last: rows.last().map_or(base, |r| r.2),
             replid: Some(node.replid),
         };
         if to == place {
@@ -308,6 +363,11 @@ impl DrawSystem {
             return true;
         }
         *place = r.to;
+        if st.ledger.ranks.is_some() && !self.cfg.mutant_is(DrawMutant::EntriesAfterDrawJoin) {
+            // Drawn already (the settle gave up): skipped with the anomaly
+            // draw_entry_after_draw; the place moves.
+            return true;
+        }
         for (u, prio, id) in r.rows {
             st.ledger.entries.entry(u).or_insert(LedgerEntry {
                 prio,
@@ -336,9 +396,30 @@ impl DrawSystem {
         }
     }
 
-    fn record(&self, st: &mut State, ranks: Vec<(User, Prio)>) {
+    /// The draw loop has something to do for this draw: it is due, or drawn with a shard
+    /// `open` or `closed` or the seed hidden.
+    pub fn service_work(&self, st: &State) -> bool {
+        if self.due(st) {
+            return true;
+        }
+        st.ledger.ranks.is_some()
+            && !self.cfg.mutant_is(DrawMutant::MarkOnlyDue)
+            && (!st.revealed
+                || st
+                    .nodes
+                    .iter()
+                    .any(|n| matches!(n.master.state(), Some(DrawState::Open | DrawState::Closed))))
+    }
+
+    /// `draws::record`: `false` when refused (the ledger's count moved since the ranks).
+    fn record(&self, st: &mut State, ranks: Vec<(User, Prio)>, total: u32) -> bool {
         if st.ledger.ranks.is_some() {
-            return;
+            return true;
+        }
+        if st.ledger.entries.len() as u32 != total
+            && !self.cfg.mutant_is(DrawMutant::RecordWithoutCount)
+        {
+            return false;
         }
         // Past the settle's timeout the draw is from what the ledger has when it reads.
         if !st.timed_out && ranks != st.ledger.best(self.cfg.k()) {
@@ -354,6 +435,8 @@ impl DrawSystem {
             }
         }
         st.ledger.ranks = Some(ranks);
+        st.ledger.entrants = total;
+        true
     }
 
     /// mark_shard: the ranks of the users whose home is `s`, the last batch.
@@ -370,64 +453,143 @@ impl DrawSystem {
         st.nodes[usize::from(s)].master.mark(true, &mine);
     }
 
-    fn service(&self, st: &mut State) -> bool {
+    /// The settle's wait: a shard not read up to its close, or fewer entries than accepted.
+    fn settle_waits(&self, st: &State, accepted: u32, unread: bool) -> bool {
+        let fewer = (st.ledger.entries.len() as u32) < accepted;
+        if self.cfg.mutant_is(DrawMutant::NoSettle) {
+            false
+        } else if self.cfg.mutant_is(DrawMutant::SettleByCount) {
+            fewer
+        } else {
+            fewer || unread
+        }
+    }
+
+    fn after_marking(&self, next: u8, any: bool) -> Svc {
+        if next + 1 == self.cfg.shards {
+            Svc::Reveal { any }
+        } else {
+            Svc::Marking {
+                next: next + 1,
+                any,
+            }
+        }
+    }
+
+    pub fn service(&self, st: &mut State) -> bool {
         let shards = self.cfg.shards;
         match st.svc.clone() {
             Svc::Idle => {
-                if !self.due(st) {
+                if !self.service_work(st) {
                     return false;
                 }
                 st.svc = if st.ledger.ranks.is_none() {
                     Svc::Closing {
                         next: 0,
                         accepted: 0,
+                        unread: false,
                     }
                 } else {
-                    Svc::Marking { next: 0 }
+                    Svc::Marking {
+                        next: 0,
+                        any: false,
+                    }
                 };
             }
-            Svc::Closing { next, accepted } => {
+            Svc::Closing {
+                next,
+                accepted,
+                unread,
+            } => {
                 match st.nodes[usize::from(next)].master.close() {
                     // Lost: the restore puts it back first.
                     CloseReply::NotPreheated => st.svc = Svc::Idle,
                     CloseReply::Closed { entrants, .. } => {
-                        let accepted = accepted + entrants;
-                        st.svc = if next + 1 == shards {
-                            Svc::Settle { accepted }
-                        } else {
-                            Svc::Closing {
-                                next: next + 1,
-                                accepted,
-                            }
+                        st.svc = Svc::Last {
+                            next,
+                            accepted: accepted + entrants,
+                            unread,
                         };
                     }
                 }
             }
-            Svc::Settle { accepted } => {
-                let committed = st.ledger.entries.len() as u32;
-                st.svc = if committed < accepted && !self.cfg.mutant_is(DrawMutant::NoSettle) {
-                    // Waits: the next tick closes and counts again.
+            Svc::Last {
+                next,
+                accepted,
+                unread,
+            } => {
+                let s = usize::from(next);
+                let node = &st.nodes[s];
+                let last = node.master.stream.keys().next_back().copied().unwrap_or(0);
+                let target = match st.targets[s] {
+                    Some((r, id)) if r == node.replid => id,
+                    _ => {
+                        st.targets[s] = Some((node.replid, last));
+                        last
+                    }
+                };
+                let place = st.ledger.places[s];
+                let read = place.replid == Some(node.replid) && place.last >= target;
+                let unread = unread || !read;
+                st.svc = if next + 1 == shards {
+                    Svc::Settle { accepted, unread }
+                } else {
+                    Svc::Closing {
+                        next: next + 1,
+                        accepted,
+                        unread,
+                    }
+                };
+            }
+            Svc::Settle { accepted, unread } => {
+                st.svc = if self.settle_waits(st, accepted, unread) && !st.timed_out {
+                    // Waits: the next tick closes and looks again.
                     Svc::Idle
                 } else {
                     Svc::Record {
                         ranks: st.ledger.best(self.cfg.k()),
+                        total: st.ledger.entries.len() as u32,
                     }
                 };
             }
-            Svc::Record { ranks } => {
-                self.record(st, ranks);
-                st.svc = Svc::Marking { next: 0 };
+            Svc::Record { ranks, total } => {
+                st.svc = if self.record(st, ranks, total) {
+                    st.targets.iter_mut().for_each(|t| *t = None);
+                    Svc::Marking {
+                        next: 0,
+                        any: false,
+                    }
+                } else {
+                    // An error: the pass ends, the next one draws again.
+                    Svc::Idle
+                };
             }
-            Svc::Marking { next } => {
-                if st.nodes[usize::from(next)].master.state() == Some(DrawState::Closed) {
-                    self.mark_shard(st, next);
+            Svc::Marking { next, any } => {
+                let master = &mut st.nodes[usize::from(next)].master;
+                st.svc = match master.state() {
+                    Some(DrawState::Closed) => Svc::Mark { next, any },
+                    // Rolled back past its close by a failover: closed first.
+                    Some(DrawState::Open) if !self.cfg.mutant_is(DrawMutant::MarkOnlyDue) => {
+                        master.close();
+                        Svc::Mark { next, any }
+                    }
+                    _ => self.after_marking(next, any),
+                };
+            }
+            Svc::Mark { next, .. } => {
+                self.mark_shard(st, next);
+                st.svc = self.after_marking(next, true);
+            }
+            Svc::Reveal { any } => {
+                if any || !st.revealed {
+                    st.revealed = true;
                 }
-                st.svc = if next + 1 == shards {
+                st.svc = if self.due(st) {
                     Svc::Granting {
                         next: st.ledger.granted + 1,
                     }
                 } else {
-                    Svc::Marking { next: next + 1 }
+                    Svc::Idle
                 };
             }
             Svc::Granting { next } => {
@@ -440,7 +602,8 @@ impl DrawSystem {
                     st.svc = Svc::Idle;
                     return true;
                 };
-                // The grant: one unit under request id `draw`, replayed when made before.
+                // The grant: one unit under request id `draw`, replayed when made before;
+                // its stored answer on the user's home shard, confirmed on the replica.
                 let claim = if let Some(&c) = st.ledger.answers.get(&user) {
                     Some(c)
                 } else if st.ledger.left > 0 {
@@ -458,6 +621,9 @@ impl DrawSystem {
                         shard: self.cfg.home(user),
                     };
                     st.ledger.answers.insert(user, c);
+                    let n = &mut st.nodes[usize::from(self.cfg.home(user))];
+                    n.master.grants.insert(user, GrantAnswer::Claim(c));
+                    n.replica.grants.insert(user, GrantAnswer::Claim(c));
                     Some(c)
                 } else {
                     None
@@ -488,7 +654,7 @@ impl DrawSystem {
         true
     }
 
-    fn restore_step(&self, st: &mut State) -> bool {
+    pub fn restore_step(&self, st: &mut State) -> bool {
         match st.restore {
             Restore::Idle => {
                 let Some(shard) =
@@ -502,7 +668,9 @@ impl DrawSystem {
                 };
             }
             Restore::Found { shard, drawn } => {
-                let state = if drawn {
+                // Past the draw time by Redis's clock a draw the ledger has open comes back
+                // closed.
+                let state = if drawn || st.past {
                     DrawState::Closed
                 } else {
                     DrawState::Open
@@ -521,13 +689,33 @@ impl DrawSystem {
                     .map(|(&u, e)| (u, e.prio, e.id))
                     .collect();
                 st.nodes[usize::from(shard)].master.restore(&batch);
-                st.restore = if drawn && !self.cfg.mutant_is(DrawMutant::RestoreWithoutMark) {
-                    Restore::Restored { shard }
-                } else {
+                st.restore = if !drawn {
                     Restore::Idle
+                } else if self.cfg.mutant_is(DrawMutant::RestoreWithoutWins) {
+                    Restore::Marks { shard }
+                } else {
+                    Restore::Wins { shard }
                 };
             }
-            Restore::Restored { shard } => {
+            Restore::Wins { shard } => {
+                // draws::grants: the ledger's claims under the request id `draw`.
+                let wins: Vec<(User, ClaimRef)> = st
+                    .ledger
+                    .claims
+                    .iter()
+                    .filter(|(_, c)| self.cfg.home(c.user) == shard)
+                    .map(|(&id, c)| (c.user, ClaimRef { id, shard }))
+                    .collect();
+                for (u, c) in wins {
+                    st.nodes[usize::from(shard)].master.won(u, c);
+                }
+                st.restore = if self.cfg.mutant_is(DrawMutant::RestoreWithoutMark) {
+                    Restore::Idle
+                } else {
+                    Restore::Marks { shard }
+                };
+            }
+            Restore::Marks { shard } => {
                 self.mark_shard(st, shard);
                 st.restore = Restore::Idle;
             }
@@ -556,11 +744,6 @@ impl DrawSystem {
 
     fn failover_possible(&self, st: &State) -> bool {
         self.cfg.ops.failover && st.faults < self.cfg.faults
-    }
-
-    /// The grant answer draw_enter reads for `u` on its home shard.
-    pub fn grant_answer(st: &State, u: User) -> Option<GrantAnswer> {
-        st.ledger.answers.get(&u).map(|&c| GrantAnswer::Claim(c))
     }
 }
 
@@ -611,12 +794,12 @@ impl Model for DrawSystem {
                 out.push(Action::Replicate(s));
             }
         }
-        if st.svc != Svc::Idle || self.due(st) {
+        if st.svc != Svc::Idle || self.service_work(st) {
             out.push(Action::Service);
         }
         if c.ops.timeout && !st.timed_out {
-            if let Svc::Settle { accepted } = st.svc {
-                if (st.ledger.entries.len() as u32) < accepted {
+            if let Svc::Settle { accepted, unread } = st.svc {
+                if self.settle_waits(st, accepted, unread) {
                     out.push(Action::SettleTimeout);
                 }
             }
@@ -663,10 +846,9 @@ impl Model for DrawSystem {
         let changed = match action {
             Action::Enter(u) => {
                 let now = Self::now(&st);
-                let grant = Self::grant_answer(&st, u);
                 let reply = st.nodes[usize::from(c.home(u))]
                     .master
-                    .enter(u, c.prio(u), now, grant);
+                    .enter(u, c.prio(u), now);
                 if let super::scripts::EnterReply::Entered { fresh: true, .. } = reply {
                     st.acked.insert(u);
                 }
@@ -700,6 +882,7 @@ impl Model for DrawSystem {
                 st.timed_out = true;
                 st.svc = Svc::Record {
                     ranks: st.ledger.best(c.k()),
+                    total: st.ledger.entries.len() as u32,
                 };
                 true
             }
@@ -743,7 +926,10 @@ impl Model for DrawSystem {
             Action::Crash(a) => {
                 st.faults += 1;
                 match a {
-                    Actor::Service => st.svc = Svc::Idle,
+                    Actor::Service => {
+                        st.svc = Svc::Idle;
+                        st.targets.iter_mut().for_each(|t| *t = None);
+                    }
                     Actor::Restore => st.restore = Restore::Idle,
                     Actor::Reader(r) => st.readers[usize::from(r)] = None,
                 }
