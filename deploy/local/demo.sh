@@ -8,9 +8,9 @@
 # Exits non-zero if an invariant fails.
 # Settings (environment): FG_PRESET (users-5k), FG_CLUSTER=1 for a 3-master Redis Cluster,
 #   FG_REPORT_DIR (target/demo-report), FG_DRAW=1 to run afterwards the bots scenario
-#   (`bench draw --mode both --users 2000 --stock 100`: a first-come sale and a draw, the
-#   bots' share of the winners compared; it fails the demo on an invariant), and those of
-#   up.sh.
+#   (`bench draw --mode all --users 2000 --stock 100`: a first-come sale, a draw and a
+#   waiting room, the bots' share of the winners compared; it fails the demo on an
+#   invariant), and those of up.sh.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$FG_ROOT"
@@ -42,8 +42,8 @@ if [ $status -eq 0 ]; then
   "$FG_ROOT/deploy/local/lifecycle.sh" || status=$?
 fi
 if [ $status -eq 0 ] && [ "${FG_DRAW:-0}" = 1 ]; then
-  say "bots scenario: bench draw --mode both --users 2000 --stock 100"
-  "$FLASHGATE_BIN/bench" draw --mode both --users 2000 --stock 100 \
+  say "bots scenario: bench draw --mode all --users 2000 --stock 100"
+  "$FLASHGATE_BIN/bench" draw --mode all --users 2000 --stock 100 \
     --target "$FLASHGATE_URL" \
     --redis "$FLASHGATE_REDIS" "${cluster_flag[@]}" --shards "$FLASHGATE_SHARDS" \
     --mysql "$FLASHGATE_MYSQL_URL" \

@@ -107,6 +107,9 @@ echo $! >>"$STACK/pids"
 # --client-rate, haproxy FG_LB_CONN_RATE) are lifted unless the caller sets them.
 TOKEN_SECRET_FILE="$STACK/token-secret"
 (umask 077 && od -An -N32 -tx1 /dev/urandom | tr -d ' \n' >"$TOKEN_SECRET_FILE")
+# Queue campaigns: every gateway signs queue tokens and shuffles the pre-queue with this.
+QUEUE_SECRET_FILE="$STACK/queue-secret"
+(umask 077 && od -An -N32 -tx1 /dev/urandom | tr -d ' \n' >"$QUEUE_SECRET_FILE")
 # shellcheck disable=SC2206
 extra=(${FG_GATEWAY_ARGS:-})
 case " ${FG_GATEWAY_ARGS:-} " in *" --client-rate"*) ;; *) extra+=(--client-rate 0) ;; esac
@@ -119,7 +122,8 @@ esac
 for gw in "$GW1:$GW1_ADMIN" "$GW2:$GW2_ADMIN"; do
   "$BIN/gateway" "${REDIS_FLAGS[@]}" --shards "$FG_SHARDS" \
     --durability "${FG_DURABILITY:-none}" \
-    --token-secret-file "$TOKEN_SECRET_FILE" --trusted-proxies 127.0.0.1/32 \
+    --token-secret-file "$TOKEN_SECRET_FILE" --queue-secret-file "$QUEUE_SECRET_FILE" \
+    --trusted-proxies 127.0.0.1/32 \
     --listen "127.0.0.1:${gw%%:*}" --admin-listen "127.0.0.1:${gw##*:}" "${extra[@]}" \
     </dev/null >"$STACK/logs/gateway-${gw%%:*}.log" 2>&1 &
   echo $! >>"$STACK/pids"
@@ -159,6 +163,7 @@ FLASHGATE_SHARDS=$FG_SHARDS
 FLASHGATE_MYSQL_URL=$MYSQL_URL
 FLASHGATE_BIN=$BIN
 FLASHGATE_TOKEN_SECRET_FILE=$TOKEN_SECRET_FILE
+FLASHGATE_QUEUE_SECRET_FILE=$QUEUE_SECRET_FILE
 FLASHGATE_CONSUMER_BIN=$BIN/consumer
 ENV
 say "stack up (logs in $STACK/logs)"

@@ -161,8 +161,18 @@ impl Conn {
     /// POSTs `body` as JSON (with `Authorization: <auth>` when given) and classifies the
     /// answer; never panics on network data.
     pub async fn post(&mut self, body: Bytes, auth: Option<hyper::header::HeaderValue>) -> Answer {
+        self.post_with(body, auth, &[]).await
+    }
+
+    /// [`Conn::post`] with extra request headers (a `Queue-Token`, say).
+    pub async fn post_with(
+        &mut self,
+        body: Bytes,
+        auth: Option<HeaderValue>,
+        extra: &[(hyper::header::HeaderName, HeaderValue)],
+    ) -> Answer {
         let timeout = self.timeout;
-        let outcome = match tokio::time::timeout(timeout, self.exchange(body, auth)).await {
+        let outcome = match tokio::time::timeout(timeout, self.exchange(body, auth, extra)).await {
             Ok(Ok(a)) => return a,
             Ok(Err(outcome)) => outcome,
             Err(_) => Outcome::Timeout,
@@ -179,6 +189,7 @@ impl Conn {
         &mut self,
         body: Bytes,
         auth: Option<HeaderValue>,
+        extra: &[(hyper::header::HeaderName, HeaderValue)],
     ) -> Result<Answer, Outcome> {
         self.connect().await?;
         let mut req = Request::builder()
@@ -191,6 +202,9 @@ impl Conn {
             );
         if let Some(auth) = auth {
             req = req.header(hyper::header::AUTHORIZATION, auth);
+        }
+        for (name, value) in extra {
+            req = req.header(name, value.clone());
         }
         let req = req
             .body(Full::new(body))

@@ -1,8 +1,9 @@
 //! `bench draw`: the bots scenario (issue 28). One population, a share of it bots that
 //! send `--bot-factor` times the requests of a human with no delay, offered to a
-//! first-come campaign and to a draw campaign, each on a fresh SKU; the report compares
-//! the bots' share of the winners with their share of the users, and checks each mode's
-//! invariants (at most the stock won, one unit a user, the draw verifies).
+//! first-come campaign, to a draw campaign and to a queue campaign (a waiting room in
+//! front of first come), each on a fresh SKU; the report compares the bots' share of the
+//! winners with their share of the users, and checks each mode's invariants (at most the
+//! stock won, one unit a user, the draw verifies, every queue token accepted).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -30,7 +31,21 @@ use report::DrawReport;
 pub(crate) enum ModeSel {
     Fcfs,
     Draw,
+    Queue,
+    /// fcfs, draw and queue, in that order.
+    All,
+    /// fcfs and draw (the former default).
     Both,
+}
+
+impl ModeSel {
+    fn runs(self, mode: ModeSel) -> bool {
+        match self {
+            ModeSel::All => true,
+            ModeSel::Both => matches!(mode, ModeSel::Fcfs | ModeSel::Draw),
+            one => one == mode,
+        }
+    }
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -61,7 +76,7 @@ pub(crate) struct DrawOpts {
     /// Shards each campaign's stock is split over (at most the deployment's).
     #[arg(long, default_value_t = 8)]
     pub(crate) width: u16,
-    #[arg(long, value_enum, default_value_t = ModeSel::Both)]
+    #[arg(long, value_enum, default_value_t = ModeSel::All)]
     pub(crate) mode: ModeSel,
     /// Connections of the load generator (the bots and humans share them).
     #[arg(long, default_value_t = 500)]
@@ -73,19 +88,23 @@ pub(crate) struct DrawOpts {
     /// so every run has fresh ones.
     #[arg(long)]
     pub(crate) sku: Option<u64>,
-    /// The draw's entry window from the opening (s). Default: twice the fcfs phase when it
-    /// ran first, else the requests at --entry-rate.
+    /// The draw's entry window from the opening, and the queue's arrivals before its start
+    /// (s). Default: twice the fcfs phase when it ran first, else the requests at
+    /// --entry-rate.
     #[arg(long)]
     pub(crate) entry_window_s: Option<f64>,
     /// Answers/s assumed to size the entry window when no fcfs phase measured it.
     #[arg(long, default_value_t = 8000.0)]
     pub(crate) entry_rate: f64,
-    /// Slack between the entry window's end and the draw (s).
+    /// Slack between the entry (arrival) window's end and the draw (the queue's start) (s).
     #[arg(long, default_value_t = 3.0)]
     pub(crate) draw_margin_s: f64,
     /// Longest wait after the draw time for the draw and its grants (s).
     #[arg(long, default_value_t = 180)]
     pub(crate) draw_wait_s: u64,
+    /// Longest a queue's users keep polling after its start (s).
+    #[arg(long, default_value_t = 120)]
+    pub(crate) queue_wait_s: u64,
     /// Gateways behind --target (a balancer) whose CPU to sample when they run here.
     #[arg(long, env = "FLASHGATE_GATEWAYS", value_delimiter = ',')]
     pub(crate) cpu_gateways: Vec<String>,
@@ -174,36 +193,39 @@ pub(crate) async fn run(o: &DrawOpts) -> anyhow::Result<DrawReport> {
         width,
         watched,
     };
-    let base = o.sku.unwrap_or_else(|| shard_router::now_ms() as u64);
+    let mut sku = o.sku.unwrap_or_else(|| shard_router::now_ms() as u64);
     let mut out = Vec::new();
     let mut fcfs_took = None;
-    if o.mode != ModeSel::Draw {
+    let announce = |mode: &str, sku: u64| {
         eprintln!(
-            "fcfs: {} users ({} bots) for {} units, SKU {base} ...",
+            "{mode}: {} users ({} bots) for {} units, SKU {sku} ...",
             o.users,
             shape.bots(),
             o.stock
-        );
-        let m = modes::fcfs(&ctx, base).await?;
+        )
+    };
+    if o.mode.runs(ModeSel::Fcfs) {
+        announce("fcfs", sku);
+        let m = modes::fcfs(&ctx, sku).await?;
         fcfs_took = Some(m.phase_s);
         out.push(m);
+        sku += 1;
     }
-    if o.mode != ModeSel::Fcfs {
-        let sku = if o.mode == ModeSel::Both {
-            base + 1
-        } else {
-            base
-        };
-        eprintln!(
-            "draw: {} users ({} bots) for {} units, SKU {sku} ...",
-            o.users,
-            shape.bots(),
-            o.stock
-        );
+    if o.mode.runs(ModeSel::Draw) {
+        announce("draw", sku);
         out.push(modes::draw(&ctx, sku, fcfs_took).await?);
+        sku += 1;
+    }
+    if o.mode.runs(ModeSel::Queue) {
+        announce("queue", sku);
+        out.push(modes::queue(&ctx, sku, fcfs_took).await?);
     }
     drop(stack);
-    let goal = out.iter().find(|m| m.mode == "draw").map(report::goal_line);
+    let goals = out
+        .iter()
+        .filter(|m| m.mode != "fcfs")
+        .map(report::goal_line)
+        .collect();
     let r = DrawReport {
         seed: o.seed,
         bot_factor: o.bot_factor,
@@ -211,7 +233,7 @@ pub(crate) async fn run(o: &DrawOpts) -> anyhow::Result<DrawReport> {
         connections: o.connections,
         invariants_passed: out.iter().all(|m| m.passed()),
         modes: out,
-        goal,
+        goals,
     };
     if let Some(dir) = &o.out {
         std::fs::create_dir_all(dir)?;

@@ -89,6 +89,9 @@ pub(crate) struct Stack {
     /// The HS256 secret the gateways verify and the load generator signs with; a fresh
     /// random one per stack, removed on drop.
     pub(crate) token_secret_file: PathBuf,
+    /// The queue secret every gateway signs queue tokens with (`--queue-secret-file`); a
+    /// fresh random one per stack, removed on drop.
+    pub(crate) queue_secret_file: PathBuf,
 }
 
 impl Stack {
@@ -142,7 +145,8 @@ impl Stack {
             consumer_bin: None,
             shards,
             db: None,
-            token_secret_file: write_token_secret()?,
+            token_secret_file: write_secret("token")?,
+            queue_secret_file: write_secret("queue")?,
         };
         let common = RedisArgs::of(&stack.redis.target(), shards).to_args();
         if !o.no_consumer {
@@ -183,6 +187,7 @@ impl Stack {
                 "0",
             ]);
             cmd.arg("--token-secret-file").arg(&stack.token_secret_file);
+            cmd.arg("--queue-secret-file").arg(&stack.queue_secret_file);
             // All the load comes from one address: a per-client limit would measure itself.
             if !o
                 .gateway_args
@@ -257,18 +262,20 @@ impl Drop for Stack {
             .join();
         }
         let _ = std::fs::remove_file(&self.token_secret_file);
+        let _ = std::fs::remove_file(&self.queue_secret_file);
     }
 }
 
-/// A fresh random HS256 secret in a private temporary file.
-fn write_token_secret() -> anyhow::Result<PathBuf> {
+/// A fresh random 32-byte secret (hex) in a private temporary file: the HS256 token
+/// secret, or the queue secret.
+fn write_secret(what: &str) -> anyhow::Result<PathBuf> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let secret: String = (0..32)
         .map(|_| format!("{:02x}", rand::random::<u8>()))
         .collect();
     let path = std::env::temp_dir().join(format!(
-        "fg-bench-token-{}-{}",
+        "fg-bench-{what}-{}-{}",
         std::process::id(),
         shard_router::now_ms()
     ));
@@ -278,6 +285,6 @@ fn write_token_secret() -> anyhow::Result<PathBuf> {
         .mode(0o600)
         .open(&path)
         .and_then(|mut f| f.write_all(secret.as_bytes()))
-        .map_err(|e| anyhow::anyhow!("token secret {}: {e}", path.display()))?;
+        .map_err(|e| anyhow::anyhow!("{what} secret {}: {e}", path.display()))?;
     Ok(path)
 }

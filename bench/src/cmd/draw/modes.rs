@@ -1,5 +1,6 @@
-//! The two campaigns of `bench draw`: made through the consumer binary, offered the
-//! population, then their winners counted and their invariants checked.
+//! The campaigns of `bench draw` (first come, a draw, a waiting room): made through the
+//! consumer binary, offered the population, then their winners counted and their
+//! invariants checked.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -11,15 +12,15 @@ use loadgen::http::Target;
 use loadgen::token::Tokens;
 use shard_router::now_ms;
 
-use super::drive::{self, Phase, PhaseResult, CLOSED, ENTERED};
+use super::drive::{self, Kind, Phase, PhaseResult, CLOSED, ENTERED};
 use super::ledger::{user_index, Ledger, UserUnits};
 use super::population::Shape;
-use super::report::{Check, DrawFigures, ModeReport};
+use super::report::{Check, DrawFigures, ModeReport, QueueFigures};
 use super::DrawOpts;
 use crate::cmd::run::SystemArgs;
 
-/// Time from making the draw campaign to the opening: two consumer commands and the
-/// connections (the draw time is set from it).
+/// Time from making a draw or queue campaign to the opening: two consumer commands and
+/// the connections (the draw time or the queue's start is set from it).
 const PREP_MS: i64 = 3_000;
 
 pub(crate) struct Ctx<'a> {
@@ -36,11 +37,11 @@ pub(crate) struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
-    async fn phase(&self, sku: u64, draw: bool) -> PhaseResult {
+    async fn phase(&self, sku: u64, kind: Kind) -> PhaseResult {
         let p = Phase {
             targets: self.targets,
             sku,
-            draw,
+            kind,
             tag: self.tag,
             connections: self.o.connections,
             timeout: Duration::from_millis(self.o.timeout_ms),
@@ -117,6 +118,77 @@ impl Ctx<'_> {
         }
         (winners, bots, units, doubled)
     }
+
+    /// The time the population takes to arrive (s): a draw's entry window, a queue's
+    /// pre-queue. `--entry-window-s`, else twice the fcfs phase when it ran, else the
+    /// requests at `--entry-rate` plus the humans' spread.
+    fn arrival_window_s(&self, fcfs_took_s: Option<f64>) -> f64 {
+        let o = self.o;
+        o.entry_window_s.unwrap_or_else(|| match fcfs_took_s {
+            Some(t) => 2.0 * t + 1.0,
+            None => {
+                self.shape.requests() as f64 / o.entry_rate.max(1.0)
+                    + (o.rush_ms + o.delay_max_ms) as f64 / 1e3
+            }
+        })
+    }
+
+    /// A first-come phase's report: the winners are the users told `claimed`, checked
+    /// against the stock and against the ledger's claims of the SKU.
+    async fn first_come_report(
+        &self,
+        mode: &'static str,
+        sku: u64,
+        phase: &PhaseResult,
+    ) -> anyhow::Result<ModeReport> {
+        let stock = self.o.stock;
+        let (mut winners, mut bot_winners, mut units, mut doubled) = (0, 0, 0u64, 0);
+        for (u, &n) in phase.per_user.iter().enumerate() {
+            if n > 0 {
+                winners += 1;
+                units += n as u64;
+                if self.shape.is_bot(u as u32) {
+                    bot_winners += 1;
+                }
+            }
+            if n > 1 {
+                doubled += 1;
+            }
+        }
+        let mut m = ModeReport::new(mode, sku, stock, &self.shape, phase, winners, bot_winners);
+        m.checks.push(Check::new(
+            "units claimed <= stock (answers)",
+            units <= stock,
+            format!("{units} claimed, stock {stock}"),
+        ));
+        m.checks.push(Check::new(
+            "one unit a user (answers)",
+            doubled == 0,
+            format!("{doubled} users told claimed twice"),
+        ));
+        // The ledger, once the consumer has written what was acknowledged.
+        let deadline = Instant::now() + Duration::from_secs(self.sys.drain_timeout_s);
+        let rows = loop {
+            let rows = self.ledger.units(sku).await?;
+            let in_ledger: u64 = rows.iter().map(|r| r.units).sum();
+            if in_ledger >= units || Instant::now() >= deadline {
+                break rows;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        };
+        let (_, _, ledger_units, ledger_doubled) = self.count(&rows, false);
+        m.checks.push(Check::new(
+            "ledger units <= stock, every acknowledged claim in it",
+            ledger_units <= stock && ledger_units >= units,
+            format!("ledger {ledger_units}, acknowledged {units}, stock {stock}"),
+        ));
+        m.checks.push(Check::new(
+            "one unit a user (ledger)",
+            ledger_doubled == 0,
+            format!("{ledger_doubled} users with two units"),
+        ));
+        Ok(m)
+    }
 }
 
 /// First come, first served: the winners are the users told `claimed`.
@@ -126,66 +198,61 @@ pub(crate) async fn fcfs(c: &Ctx<'_>, sku: u64) -> anyhow::Result<ModeReport> {
         .await?;
     c.consumer_ok(vec!["preheat".into(), sku.to_string()])
         .await?;
-    let phase = c.phase(sku, false).await;
-    let mut winners = 0;
-    let mut bot_winners = 0;
-    let mut units = 0;
-    let mut doubled = 0;
-    for (u, &n) in phase.per_user.iter().enumerate() {
-        if n > 0 {
-            winners += 1;
-            units += n as u64;
-            if c.shape.is_bot(u as u32) {
-                bot_winners += 1;
-            }
-        }
-        if n > 1 {
-            doubled += 1;
-        }
-    }
-    let mut m = ModeReport::new(
-        "fcfs",
-        sku,
-        c.o.stock,
-        &c.shape,
-        &phase,
-        winners,
-        bot_winners,
+    let phase = c.phase(sku, Kind::Fcfs).await;
+    c.first_come_report("fcfs", sku, &phase).await
+}
+
+/// A waiting room in front of first come: the whole population arrives before the start
+/// (the pre-queue, shuffled at the start), then polls with its tokens until it is told
+/// `claimed`, `sold_out` or a refusal, or `--queue-wait-s` after the start. The winners
+/// are the users told `claimed`, as in fcfs.
+pub(crate) async fn queue(
+    c: &Ctx<'_>,
+    sku: u64,
+    fcfs_took_s: Option<f64>,
+) -> anyhow::Result<ModeReport> {
+    let o = c.o;
+    let window_s = c.arrival_window_s(fcfs_took_s);
+    let created = now_ms();
+    let start = created + PREP_MS + ((window_s + o.draw_margin_s) * 1e3) as i64;
+    eprintln!(
+        "queue: arrivals window {window_s:.1} s, start at {start} ({:.1} s from now), \
+         waiting at most {} s after it",
+        (start - created) as f64 / 1e3,
+        o.queue_wait_s
     );
+    let mut args = c.campaign_args(sku, start, start + 3_600_000);
+    args.extend(["--mode", "queue"].map(str::to_owned));
+    c.consumer_ok(args).await?;
+    c.consumer_ok(vec!["preheat".into(), sku.to_string()])
+        .await?;
+    let deadline = Instant::now()
+        + Duration::from_millis((start - now_ms()).max(0) as u64)
+        + Duration::from_secs(o.queue_wait_s);
+    let phase = c.phase(sku, Kind::Queue { deadline }).await;
+    let tally = phase.queue.clone().unwrap_or_default();
+    if let Some(done) = tally.arrivals_done_ms.filter(|&d| d > start) {
+        eprintln!(
+            "warning: the arrivals ran {} ms past the start; later joins were placed behind \
+             the pre-queue (raise --entry-window-s or lower --entry-rate)",
+            done - start
+        );
+    }
+    let mut m = c.first_come_report("queue", sku, &phase).await?;
     m.checks.push(Check::new(
-        "units claimed <= stock (answers)",
-        units <= c.o.stock,
-        format!("{units} claimed, stock {}", c.o.stock),
+        "no invalid_queue_token answer",
+        tally.invalid_tokens == 0,
+        format!("{} answers invalid_queue_token", tally.invalid_tokens),
     ));
-    m.checks.push(Check::new(
-        "one unit a user (answers)",
-        doubled == 0,
-        format!("{doubled} users told claimed twice"),
-    ));
-    // The ledger, once the consumer has written what was acknowledged.
-    let deadline = Instant::now() + Duration::from_secs(c.sys.drain_timeout_s);
-    let rows = loop {
-        let rows = c.ledger.units(sku).await?;
-        let in_ledger: u64 = rows.iter().map(|r| r.units).sum();
-        if in_ledger >= units || Instant::now() >= deadline {
-            break rows;
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    };
-    let (_, _, ledger_units, ledger_doubled) = c.count(&rows, false);
-    m.checks.push(Check::new(
-        "ledger units <= stock, every acknowledged claim in it",
-        ledger_units <= c.o.stock && ledger_units >= units,
-        format!(
-            "ledger {ledger_units}, acknowledged {units}, stock {}",
-            c.o.stock
-        ),
-    ));
-    m.checks.push(Check::new(
-        "one unit a user (ledger)",
-        ledger_doubled == 0,
-        format!("{ledger_doubled} users with two units"),
-    ));
+    m.queue = Some(QueueFigures {
+        start_ms: start,
+        arrivals_before_start_ms: tally.arrivals_done_ms.map(|d| start - d),
+        with_token: tally.with_token,
+        waiting_at_deadline: tally.waiting_at_deadline,
+        invalid_tokens: tally.invalid_tokens,
+        to_first_claim_ms: tally.first_claim_ms.map(|t| t - start),
+        to_last_claim_ms: tally.last_claim_ms.map(|t| t - start),
+    });
     Ok(m)
 }
 
@@ -197,13 +264,7 @@ pub(crate) async fn draw(
     fcfs_took_s: Option<f64>,
 ) -> anyhow::Result<ModeReport> {
     let o = c.o;
-    let window_s = o.entry_window_s.unwrap_or_else(|| match fcfs_took_s {
-        Some(t) => 2.0 * t + 1.0,
-        None => {
-            c.shape.requests() as f64 / o.entry_rate.max(1.0)
-                + (o.rush_ms + o.delay_max_ms) as f64 / 1e3
-        }
-    });
+    let window_s = c.arrival_window_s(fcfs_took_s);
     let created = now_ms();
     let draw_at = created + PREP_MS + ((window_s + o.draw_margin_s) * 1e3) as i64;
     eprintln!(
@@ -225,7 +286,7 @@ pub(crate) async fn draw(
     c.consumer_ok(args).await?;
     c.consumer_ok(vec!["preheat".into(), sku.to_string()])
         .await?;
-    let phase = c.phase(sku, true).await;
+    let phase = c.phase(sku, Kind::Draw).await;
     let ended = now_ms();
     if ended > draw_at {
         eprintln!(

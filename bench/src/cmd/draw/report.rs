@@ -1,6 +1,6 @@
 //! The report of `bench draw`: one row set per mode, as JSON and as a Markdown table, and
-//! the fairness goal (the bots' share of a draw's winners within ±2 pp of their share of
-//! the users) with its binomial standard error.
+//! the fairness goal (the bots' share of a draw's or a queue's winners within ±2 pp of
+//! their share of the users) with its binomial standard error.
 
 use std::collections::BTreeMap;
 
@@ -51,6 +51,22 @@ pub(crate) struct DrawFigures {
     pub(crate) granted_rank: u32,
 }
 
+/// A queue campaign's own figures.
+#[derive(Debug, Clone, Serialize, Default)]
+pub(crate) struct QueueFigures {
+    pub(crate) start_ms: i64,
+    /// The start minus the moment the last arrival was answered (negative: arrivals ran
+    /// past the start).
+    pub(crate) arrivals_before_start_ms: Option<i64>,
+    /// Requests sent with a `Queue-Token`.
+    pub(crate) with_token: u64,
+    pub(crate) waiting_at_deadline: u64,
+    pub(crate) invalid_tokens: u64,
+    /// The first and the last fresh `claimed` after the start.
+    pub(crate) to_first_claim_ms: Option<i64>,
+    pub(crate) to_last_claim_ms: Option<i64>,
+}
+
 /// One mode's row set.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct ModeReport {
@@ -80,6 +96,7 @@ pub(crate) struct ModeReport {
     pub(crate) gateway_us_per_entry: Option<f64>,
     pub(crate) redis_us_per_entry: Option<f64>,
     pub(crate) draw: Option<DrawFigures>,
+    pub(crate) queue: Option<QueueFigures>,
     pub(crate) checks: Vec<Check>,
 }
 
@@ -133,6 +150,7 @@ impl ModeReport {
             gateway_us_per_entry: None,
             redis_us_per_entry: None,
             draw: None,
+            queue: None,
             checks: Vec::new(),
         }
     }
@@ -156,7 +174,7 @@ impl ModeReport {
         self.checks.iter().all(|c| c.passed)
     }
 
-    /// The fairness goal (draw mode only): PASS within ±2 pp.
+    /// The fairness goal (draw and queue modes): PASS within ±2 pp.
     pub(crate) fn goal(&self) -> bool {
         self.diff_pp.abs() <= GOAL_PP
     }
@@ -170,7 +188,8 @@ pub(crate) struct DrawReport {
     pub(crate) rush_ms: u64,
     pub(crate) connections: usize,
     pub(crate) modes: Vec<ModeReport>,
-    pub(crate) goal: Option<String>,
+    /// The goal line of each mode that has one (draw, queue).
+    pub(crate) goals: Vec<String>,
     pub(crate) invariants_passed: bool,
 }
 
@@ -234,6 +253,33 @@ pub(crate) fn markdown(r: &DrawReport) -> String {
     row("draw_at → all grants (ms)", &|m| {
         opt_i(m.draw.as_ref().and_then(|d| d.to_all_grants_ms))
     });
+    row("queue: start after the last arrival (ms)", &|m| {
+        opt_i(m.queue.as_ref().and_then(|q| q.arrivals_before_start_ms))
+    });
+    row("queue: start → first / last claim (ms)", &|m| {
+        m.queue
+            .as_ref()
+            .map(|q| {
+                format!(
+                    "{} / {}",
+                    opt_i(q.to_first_claim_ms),
+                    opt_i(q.to_last_claim_ms)
+                )
+            })
+            .unwrap_or_else(|| "—".into())
+    });
+    row("queue: requests with a Queue-Token", &|m| {
+        m.queue
+            .as_ref()
+            .map(|q| q.with_token.to_string())
+            .unwrap_or_else(|| "—".into())
+    });
+    row("queue: users still waiting at the deadline", &|m| {
+        m.queue
+            .as_ref()
+            .map(|q| q.waiting_at_deadline.to_string())
+            .unwrap_or_else(|| "—".into())
+    });
     row("gateway CPU µs per request", &|m| {
         opt(m.gateway_us_per_request, 1)
     });
@@ -261,8 +307,10 @@ pub(crate) fn markdown(r: &DrawReport) -> String {
     for (name, cells) in rows {
         s.push_str(&format!("| {name} | {} |\n", cells.join(" | ")));
     }
-    if let Some(g) = &r.goal {
+    if !r.goals.is_empty() {
         s.push('\n');
+    }
+    for g in &r.goals {
         s.push_str(g);
         s.push('\n');
     }
@@ -277,14 +325,14 @@ pub(crate) fn markdown(r: &DrawReport) -> String {
     s
 }
 
-/// The goal line of the draw's figures.
+/// The goal line of a draw's or a queue's figures.
 pub(crate) fn goal_line(m: &ModeReport) -> String {
     let verdict = if m.goal() { "PASS" } else { "FAIL" };
     let mut s = format!(
-        "goal (draw: bots' share of winners within ±{GOAL_PP} pp of their share of users): \
+        "goal ({}: bots' share of winners within ±{GOAL_PP} pp of their share of users): \
          {verdict}: {:.2} % of winners vs {:.2} % of users, {:+.2} pp, binomial SE {:.2} pp \
          over {} winners",
-        m.bot_share_of_winners_pct, m.bot_share_of_users_pct, m.diff_pp, m.se_pp, m.winners
+        m.mode, m.bot_share_of_winners_pct, m.bot_share_of_users_pct, m.diff_pp, m.se_pp, m.winners
     );
     if 2.0 * m.se_pp > GOAL_PP {
         s.push_str(&format!(
