@@ -106,17 +106,7 @@ pub async fn shard(
         }
     }
     if d.state == draws::DrawState::Drawn {
-        // The wins first: the marks never overwrite one, and a winner asking between the
-        // two is told `won`, not `won_pending` (the grant's stored answer may be gone).
-        for (user, claim_id, from) in
-            draws::grants(pool, c.sku, shard_router::GRANT_REQUEST, t).await?
-        {
-            if client.placement().home_shard(c.sku, c.width, &user) == shard {
-                client
-                    .draw_won(c.sku, c.width, &user, &claim_id, from)
-                    .await?;
-            }
-        }
+        // The wins, then the marks.
         super::run::mark_shard(pool, client, c, shard, t).await?;
     }
     tracing::info!(sku = c.sku, shard, restored, "draw restored on a shard");

@@ -277,7 +277,8 @@ async fn mark(
     Ok(())
 }
 
-/// Writes the ranks of the users whose home is `shard`, then its state `drawn`.
+/// Writes the wins and the ranks of the users whose home is `shard`, then its state
+/// `drawn`.
 pub async fn mark_shard(
     pool: &MySqlPool,
     client: &StockClient,
@@ -285,6 +286,18 @@ pub async fn mark_shard(
     shard: ShardId,
     t: Duration,
 ) -> Result<(), ConsumerError> {
+    // The wins first: the marks never overwrite one, and a winner asking between the two
+    // is told `won`, not `won_pending` (the grant's stored answer may be gone). Here and
+    // not only in the restore: a restore that read the draw still open, then saw it drawn
+    // and granted and the shard lost again, opens it with no wins, and this is the mark
+    // that follows (found by the draw model, `two_losses_leave_no_winner_pending`).
+    for (user, claim_id, from) in draws::grants(pool, c.sku, GRANT_REQUEST, t).await? {
+        if client.placement().home_shard(c.sku, c.width, &user) == shard {
+            client
+                .draw_won(c.sku, c.width, &user, &claim_id, from)
+                .await?;
+        }
+    }
     let mut mine: Vec<(String, u32)> = Vec::new();
     let mut after = 0;
     loop {

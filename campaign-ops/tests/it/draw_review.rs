@@ -395,3 +395,64 @@ async fn a_draw_restored_after_its_time_takes_no_entry() {
         .unwrap();
     assert_eq!(got, EntryOutcome::Closed);
 }
+
+/// Found by the draw model (`two_losses_leave_no_winner_pending` in model/tests/draw.rs):
+/// the restore reads the ledger's draw while it is still open, the draw is recorded and
+/// its winner granted, then the shard is lost again (the grant's stored answer with it)
+/// and the restore, going on with what it read, puts the entries back closed, with no win
+/// and no marks. Before the fix the draw loop's marks wrote only the ranks (`R|1` never
+/// becomes `W|`) and the rank, granted, was never granted again: the winner was told
+/// `won_pending` for good. The marks now write the ledger's wins first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restore_from_a_stale_read_of_the_draw_still_tells_the_winner() {
+    let s = Stack::start().await;
+    let sku = 9_208;
+    let c = draw_campaign(&s, sku, 1, 0, Duration::from_secs(2)).await;
+    let stale = the_draw(&s, sku).await;
+    assert_eq!(stale.state, DrawState::Open);
+    let consumer = start_consumer(s.cfg.clone());
+    enter_all(&s, sku, &users("stale", 8)).await;
+    let t0 = Instant::now();
+    let (winner, claim) = loop {
+        let d = the_draw(&s, sku).await;
+        if d.state == DrawState::Drawn && d.granted_rank >= 1 {
+            let winner = draws::ranks(&s.pool, sku, 0, 1, T).await.unwrap()[0]
+                .user
+                .clone();
+            let grants = draws::grants(&s.pool, sku, shard_router::GRANT_REQUEST, T)
+                .await
+                .unwrap();
+            if let Some((_, claim, _)) = grants.into_iter().find(|(u, _, _)| *u == winner) {
+                break (winner, claim);
+            }
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "not drawn: {d:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    consumer.stop().await;
+    let home = s.client.placement().home_shard(sku, WIDTH, &winner);
+    let k = shard_router::keys::ShardKeys::new(s.client.placement(), home, sku);
+    let mut conn = s.redis.connection();
+    redis::cmd("DEL")
+        .arg(k.draw_meta())
+        .arg(k.entrants())
+        .arg(k.top_k())
+        .query::<()>(&mut conn)
+        .unwrap();
+    let answers: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("*:req:{sku}:*"))
+        .query(&mut conn)
+        .unwrap();
+    for a in answers {
+        redis::cmd("DEL").arg(a).query::<()>(&mut conn).unwrap();
+    }
+    draw::restore::shard(&s.pool, &s.client, &c, &stale, home, T)
+        .await
+        .unwrap();
+    step(&s, sku, Duration::ZERO).await;
+    let got = s.client.draw_enter(sku, WIDTH, &winner, 0).await.unwrap();
+    assert!(
+        matches!(&got, EntryOutcome::Won { claim_id, .. } if *claim_id == claim),
+        "{winner} after a restore from a stale read: {got:?}"
+    );
+}

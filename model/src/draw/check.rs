@@ -129,6 +129,7 @@ fn describe(m: &DrawSystem, st: &State, a: &Action) -> String {
                 ),
                 Svc::Record { ranks, total } => format!("records the ranks {ranks:?} drawn from {total} entries (refused if the ledger holds {})", st.ledger.entries.len()),
                 Svc::Marking { next, .. } => format!("reads shard {next}'s state (closes it if open)"),
+                Svc::Wins { next, .. } => format!("writes shard {next}'s wins from the ledger's grants"),
                 Svc::Mark { next, .. } => format!("marks shard {next}'s ranks"),
                 Svc::Reveal { any } => format!("writes the seed into the metadata if a shard was marked ({any}) or it is hidden ({})", !st.revealed),
                 Svc::Granting { next } => format!("claims a unit for rank {next}"),

@@ -17,6 +17,10 @@ pub enum DrawMutant {
     /// A restore of a drawn shard marks the ranks but does not write the wins back (`W|`,
     /// before 9a5ded4).
     RestoreWithoutWins,
+    /// The draw loop marks a shard without writing the ledger's wins first (before this
+    /// was found with two losses): a shard the restore opened from a stale read of the
+    /// draw leaves a granted winner `won_pending`.
+    MarksWithoutWins,
     /// The entries reader moves the place whether or not it still stands where the read
     /// started (no compare-and-set).
     UnconditionalPlace,
@@ -35,12 +39,13 @@ pub enum DrawMutant {
 }
 
 impl DrawMutant {
-    pub const ALL: [DrawMutant; 10] = [
+    pub const ALL: [DrawMutant; 11] = [
         DrawMutant::NoSettle,
         DrawMutant::SettleByCount,
         DrawMutant::GrantsPastSoldOut,
         DrawMutant::RestoreWithoutMark,
         DrawMutant::RestoreWithoutWins,
+        DrawMutant::MarksWithoutWins,
         DrawMutant::UnconditionalPlace,
         DrawMutant::PlaceKeptAcrossNewMaster,
         DrawMutant::EntriesAfterDrawJoin,

@@ -125,7 +125,12 @@ pub enum Svc {
         next: u8,
         any: bool,
     },
-    /// mark_shard on shard `next`.
+    /// mark_shard's first half on shard `next`: the wins (`W|`) of the ledger's grants.
+    Wins {
+        next: u8,
+        any: bool,
+    },
+    /// mark_shard's second half on shard `next`: the ranks.
     Mark {
         next: u8,
         any: bool,
@@ -439,6 +444,23 @@ impl DrawSystem {
         true
     }
 
+    /// The first half of mark_shard: the wins of the users whose home is `s`, from
+    /// draws::grants (the ledger's claims under the request id `draw`). A shard the
+    /// restore opened from a stale read of the draw (still open) has none, and the marks
+    /// never write one.
+    fn write_wins(&self, st: &mut State, s: u8) {
+        let wins: Vec<(User, ClaimRef)> = st
+            .ledger
+            .claims
+            .iter()
+            .filter(|(_, c)| self.cfg.home(c.user) == s)
+            .map(|(&id, c)| (c.user, ClaimRef { id, shard: s }))
+            .collect();
+        for (u, c) in wins {
+            st.nodes[usize::from(s)].master.won(u, c);
+        }
+    }
+
     /// mark_shard: the ranks of the users whose home is `s`, the last batch.
     fn mark_shard(&self, st: &mut State, s: u8) {
         let mine: Vec<(User, u32)> = st
@@ -565,16 +587,25 @@ impl DrawSystem {
                 };
             }
             Svc::Marking { next, any } => {
+                let wins = if self.cfg.mutant_is(DrawMutant::MarksWithoutWins) {
+                    Svc::Mark { next, any }
+                } else {
+                    Svc::Wins { next, any }
+                };
                 let master = &mut st.nodes[usize::from(next)].master;
                 st.svc = match master.state() {
-                    Some(DrawState::Closed) => Svc::Mark { next, any },
+                    Some(DrawState::Closed) => wins,
                     // Rolled back past its close by a failover: closed first.
                     Some(DrawState::Open) if !self.cfg.mutant_is(DrawMutant::MarkOnlyDue) => {
                         master.close();
-                        Svc::Mark { next, any }
+                        wins
                     }
                     _ => self.after_marking(next, any),
                 };
+            }
+            Svc::Wins { next, any } => {
+                self.write_wins(st, next);
+                st.svc = Svc::Mark { next, any };
             }
             Svc::Mark { next, .. } => {
                 self.mark_shard(st, next);
@@ -698,17 +729,7 @@ impl DrawSystem {
                 };
             }
             Restore::Wins { shard } => {
-                // draws::grants: the ledger's claims under the request id `draw`.
-                let wins: Vec<(User, ClaimRef)> = st
-                    .ledger
-                    .claims
-                    .iter()
-                    .filter(|(_, c)| self.cfg.home(c.user) == shard)
-                    .map(|(&id, c)| (c.user, ClaimRef { id, shard }))
-                    .collect();
-                for (u, c) in wins {
-                    st.nodes[usize::from(shard)].master.won(u, c);
-                }
+                self.write_wins(st, shard);
                 st.restore = if self.cfg.mutant_is(DrawMutant::RestoreWithoutMark) {
                     Restore::Idle
                 } else {
