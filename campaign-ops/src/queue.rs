@@ -5,21 +5,28 @@
 //!
 //! With `sold` units claimed of the stock, `left` in the slices and `conversion` =
 //! sold / held (the share of the admitted positions someone holds that claimed; 1 until
-//! enough were admitted to tell), the watermark aims at `(sold + left × HEADROOM) /
-//! conversion`: the first step admits the stock's worth at once, later ones follow the
-//! conversion as it shows. Admitted positions nobody holds yet (the watermark ahead of the
-//! queue's end) are not users who failed to claim: counted as such, the conversion fell at
-//! every step with nobody waiting and the watermark ran to its bound, letting the next
-//! crowd in at once. It never goes back, and grows by at most `max_rate` positions a second
-//! after the campaign's first step, also in a process that has not stepped before (a
-//! restarted or second consumer: one tick's worth), so a wrong estimate cannot flood the
-//! claim path. The ledger's watermark is raised before Redis's, so a loss never takes it
-//! below what a gateway has told a client. Once the slices are empty
-//! the watermark stops: the gateways tell every waiting client "sold out" from their
-//! sold-out cache. The watermark, the pre-queue's length and the tickets' high-water are
+//! enough were admitted to tell), the watermark aims at `(sold + left) / conversion`: the
+//! stock's worth at once, more only as admitted users fail to claim. Only positions
+//! admitted at least `grace` ago count as held (by default the longest `refresh_ms` a
+//! gateway tells a waiting client, and two steps): a user admitted since may not have
+//! come back yet. Counted as users who did not claim, the conversion fell right after
+//! every step, the watermark ran ahead of the stock at the rate cap, and the admitted
+//! users raced each other for the last units, won by whoever polls first (a bot ignoring
+//! `refresh_ms`) rather than by their place (`bench draw --mode queue` showed it). There
+//! is no headroom over the stock for the same reason. Admitted positions nobody holds yet
+//! (the watermark ahead of the queue's end) are not users who failed to claim either:
+//! counted as such, the conversion fell at every step with nobody waiting and the
+//! watermark ran to its bound, letting the next crowd in at once. It never goes back, and
+//! grows by at most `max_rate` positions a second after the campaign's first step, also in
+//! a process that has not stepped before (a restarted or second consumer: one tick's
+//! worth, and nothing before its own grace has passed), so a wrong estimate cannot flood
+//! the claim path. The ledger's watermark is raised before Redis's, so a loss never takes
+//! it below what a gateway has told a client. Once the slices are empty the watermark
+//! stops: the gateways tell every waiting client "sold out" from their sold-out cache.
+//! The watermark, the pre-queue's length and the tickets' high-water are
 //! kept in the ledger (`ledger::queues`) and written back after a Redis loss.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use ledger::queues::{self, Marks};
@@ -29,22 +36,81 @@ use tokio::sync::watch;
 
 use consumer::ConsumerError;
 
-/// Admitted positions per unit left, beyond what the conversion alone asks for.
-pub const HEADROOM: f64 = 1.2;
 /// Below this many admitted positions the conversion is not measured yet (taken as 1).
 const MIN_SAMPLE: u64 = 20;
 /// The lowest conversion believed: a stall in claims does not open the whole queue.
 const MIN_CONVERSION: f64 = 0.05;
 
+/// The step's period.
+const TICK: Duration = Duration::from_millis(500);
+
+/// How the admission step admits.
+#[derive(Clone, Copy, Debug)]
+pub struct Admission {
+    /// The most positions admitted per second after the campaign's first step.
+    pub max_rate: u64,
+    /// How long an admitted position is given to claim before it counts as one that did
+    /// not (`--queue-grace-ms`, by default `shard_router::queue::MAX_REFRESH_MS` and two
+    /// steps).
+    pub grace: Duration,
+}
+
+/// What this process remembers of each SKU's steps: the last one (when, and the
+/// watermark after it) and the watermarks since the newest one a grace old.
+#[derive(Debug, Default)]
+pub struct Memory {
+    skus: HashMap<u64, Steps>,
+}
+
+#[derive(Debug)]
+struct Steps {
+    last: (Instant, u64),
+    history: VecDeque<(Instant, u64)>,
+}
+
+impl Memory {
+    /// The watermark as it stood `grace` before `now` by this process's steps (0 before
+    /// its first step is that old: a fresh process counts nothing as held).
+    fn admitted_before(&mut self, sku: u64, grace: Duration, now: Instant) -> u64 {
+        let Some(steps) = self.skus.get_mut(&sku) else {
+            return 0;
+        };
+        let Some(cutoff) = now.checked_sub(grace) else {
+            return 0;
+        };
+        // Keep the newest step at or before the cutoff, and everything after it.
+        while steps.history.len() > 1 && steps.history[1].0 <= cutoff {
+            steps.history.pop_front();
+        }
+        match steps.history.front() {
+            Some(&(at, admitted)) if at <= cutoff => admitted,
+            _ => 0,
+        }
+    }
+
+    fn last(&self, sku: u64) -> Option<(Instant, u64)> {
+        self.skus.get(&sku).map(|s| s.last)
+    }
+
+    fn record(&mut self, sku: u64, at: Instant, admitted: u64) {
+        let steps = self.skus.entry(sku).or_insert_with(|| Steps {
+            last: (at, admitted),
+            history: VecDeque::new(),
+        });
+        steps.last = (at, admitted);
+        steps.history.push_back((at, admitted));
+    }
+}
+
 /// Runs the admission step until shutdown.
 pub async fn run(
     pool: MySqlPool,
     client: StockClient,
-    max_rate: u64,
+    admission: Admission,
     t: Duration,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let mut last: HashMap<u64, (Instant, u64)> = HashMap::new();
+    let mut memory = Memory::default();
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -67,7 +133,7 @@ pub async fn run(
             }
         };
         for (sku, marks) in live {
-            if let Err(e) = step(&pool, &client, sku, marks, now, max_rate, &mut last, t).await {
+            if let Err(e) = step(&pool, &client, sku, marks, now, admission, &mut memory, t).await {
                 tracing::warn!(sku, error = %e, "queue admission failed");
             }
         }
@@ -75,18 +141,16 @@ pub async fn run(
 }
 
 /// The watermark aimed at (before the rate cap); `held`: the admitted positions someone
-/// holds (the watermark, or the queue's end where that is lower).
+/// has held for the grace (the watermark a grace ago, or the queue's end where that is
+/// lower).
 pub fn target(sold: u64, left: u64, held: u64) -> u64 {
     let conversion = if held < MIN_SAMPLE {
         1.0
     } else {
         (sold as f64 / held as f64).clamp(MIN_CONVERSION, 1.0)
     };
-    ((sold as f64 + left as f64 * HEADROOM) / conversion).ceil() as u64
+    ((sold + left) as f64 / conversion).ceil() as u64
 }
-
-/// The step's period.
-const TICK: Duration = Duration::from_millis(500);
 
 /// One admission step for `sku`.
 #[allow(clippy::too_many_arguments)]
@@ -96,8 +160,8 @@ pub async fn step(
     sku: u64,
     marks: Marks,
     now_ms: i64,
-    max_rate: u64,
-    last: &mut HashMap<u64, (Instant, u64)>,
+    admission: Admission,
+    memory: &mut Memory,
     t: Duration,
 ) -> Result<(), ConsumerError> {
     let c = ledger::campaigns::get(pool, sku, t).await?;
@@ -124,15 +188,16 @@ pub async fn step(
     let now = Instant::now();
     let mut want = marks.admitted;
     if left > 0 {
-        let aim = target(sold, left, marks.admitted.min(end));
+        let held = memory.admitted_before(sku, admission.grace, now);
+        let aim = target(sold, left, held.min(marks.admitted).min(end));
         // At most max_rate positions a second after the campaign's first step; a process
         // with no step of its own yet takes one tick's worth.
-        let elapsed = match last.get(&sku) {
+        let elapsed = match memory.last(sku) {
             Some((at, _)) => at.elapsed(),
             None => TICK,
         };
         want = if marks.admitted > 0 {
-            let cap = (elapsed.as_secs_f64() * max_rate as f64).ceil() as u64;
+            let cap = (elapsed.as_secs_f64() * admission.max_rate as f64).ceil() as u64;
             aim.min(marks.admitted.saturating_add(cap.max(1)))
         } else {
             aim
@@ -154,8 +219,8 @@ pub async fn step(
         )
         .await?;
     }
-    let rate = match last.get(&sku) {
-        Some((at, before)) if want > *before => {
+    let rate = match memory.last(sku) {
+        Some((at, before)) if want > before => {
             ((want - before) as f64 / at.elapsed().as_secs_f64().max(0.1)).round() as u64
         }
         _ => 0,
@@ -174,7 +239,7 @@ pub async fn step(
         t,
     )
     .await?;
-    last.insert(sku, (now, state.admitted));
+    memory.record(sku, now, state.admitted);
     Ok(())
 }
 
@@ -184,13 +249,30 @@ mod tests {
 
     #[test]
     fn the_target_follows_the_conversion() {
-        // At the start: the stock's worth and the headroom.
-        assert_eq!(target(0, 100, 0), 120);
+        // At the start: the stock's worth.
+        assert_eq!(target(0, 100, 0), 100);
         // Half the admitted claimed: twice as many positions for what is left.
-        assert_eq!(target(60, 40, 120), 216);
+        assert_eq!(target(60, 40, 120), 200);
         // Nobody converts: bounded by the lowest conversion believed.
-        assert_eq!(target(0, 10, 1000), (12.0 / MIN_CONVERSION).ceil() as u64);
+        assert_eq!(target(0, 10, 1000), (10.0 / MIN_CONVERSION).ceil() as u64);
         // Sold out: only what was sold.
         assert_eq!(target(100, 0, 130), 130);
+    }
+
+    #[test]
+    fn only_positions_admitted_a_grace_ago_count_as_held() {
+        let mut m = Memory::default();
+        let t0 = Instant::now();
+        let grace = Duration::from_secs(10);
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        assert_eq!(m.admitted_before(1, grace, at(30)), 0, "no step yet");
+        m.record(1, at(0), 100);
+        m.record(1, at(5), 150);
+        m.record(1, at(12), 300);
+        assert_eq!(m.admitted_before(1, grace, at(9)), 0, "no step a grace ago");
+        assert_eq!(m.admitted_before(1, grace, at(10)), 100);
+        assert_eq!(m.admitted_before(1, grace, at(16)), 150);
+        assert_eq!(m.admitted_before(1, grace, at(40)), 300);
+        assert_eq!(m.admitted_before(2, grace, at(40)), 0, "another SKU");
     }
 }

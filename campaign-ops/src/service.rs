@@ -104,7 +104,10 @@ pub async fn run(
     background.spawn(crate::queue::run(
         pool.clone(),
         client.clone(),
-        cfg.queue_admit_rate,
+        crate::queue::Admission {
+            max_rate: cfg.queue_admit_rate,
+            grace: cfg.queue_grace,
+        },
         cfg.db_timeout,
         shutdown.clone(),
     ));

@@ -17,6 +17,11 @@ use sha2::Sha256;
 const SHUFFLE_BITS: u32 = 52;
 /// Bytes of the tag kept (128 bits).
 const TAG_LEN: usize = 16;
+/// The bounds of the `refresh_ms` a waiting client is told (a quarter of its estimated
+/// wait between them); the admission step gives an admitted position the longest of them
+/// to come back before it counts as one that did not claim.
+pub const MIN_REFRESH_MS: u64 = 1_000;
+pub const MAX_REFRESH_MS: u64 = 10_000;
 
 /// Where a user joined.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -138,7 +138,10 @@ fn queued(
     };
     // Ask again a quarter of the wait from now, between 1 and 10 s: near the front
     // often, far back rarely, so the polls stay a small share of the gateway's work.
-    let refresh_ms = (wait_s * 250).clamp(1000, 10_000);
+    let refresh_ms = (wait_s * 250).clamp(
+        shard_router::queue::MIN_REFRESH_MS,
+        shard_router::queue::MAX_REFRESH_MS,
+    );
     let mut body = serde_json::Map::new();
     body.insert("sku".into(), token.sku.into());
     body.insert("queue_token".into(), key.sign(token).into());
