@@ -5,10 +5,10 @@
 //!
 //! With `sold` units claimed of the stock, `left` in the slices and `conversion` =
 //! sold / held (the share of the admitted positions someone holds that claimed; 1 until
-//! enough were admitted to tell), the watermark aims at `(sold + left) / conversion`: the
+//! one is held), the watermark aims at `(sold + left) / conversion`: the
 //! stock's worth at once, more only as admitted users fail to claim. Only positions
 //! admitted at least `grace` ago count as held (by default the longest `refresh_ms` a
-//! gateway tells a waiting client, and two steps): a user admitted since may not have
+//! gateway tells a waiting client, and 2 s): a user admitted since may not have
 //! come back yet. Counted as users who did not claim, the conversion fell right after
 //! every step, the watermark ran ahead of the stock at the rate cap, and the admitted
 //! users raced each other for the last units, won by whoever polls first (a bot ignoring
@@ -36,8 +36,6 @@ use tokio::sync::watch;
 
 use consumer::ConsumerError;
 
-/// Below this many admitted positions the conversion is not measured yet (taken as 1).
-const MIN_SAMPLE: u64 = 20;
 /// The lowest conversion believed: a stall in claims does not open the whole queue.
 const MIN_CONVERSION: f64 = 0.05;
 
@@ -50,8 +48,8 @@ pub struct Admission {
     /// The most positions admitted per second after the campaign's first step.
     pub max_rate: u64,
     /// How long an admitted position is given to claim before it counts as one that did
-    /// not (`--queue-grace-ms`, by default `shard_router::queue::MAX_REFRESH_MS` and two
-    /// steps).
+    /// not (`--queue-grace-ms`, by default `shard_router::queue::MAX_REFRESH_MS` and
+    /// 2 s).
     pub grace: Duration,
 }
 
@@ -92,13 +90,33 @@ impl Memory {
         self.skus.get(&sku).map(|s| s.last)
     }
 
-    fn record(&mut self, sku: u64, at: Instant, admitted: u64) {
+    fn record(&mut self, sku: u64, at: Instant, admitted: u64, grace: Duration) {
         let steps = self.skus.entry(sku).or_insert_with(|| Steps {
             last: (at, admitted),
             history: VecDeque::new(),
         });
         steps.last = (at, admitted);
         steps.history.push_back((at, admitted));
+        self.admitted_before(sku, grace, at);
+    }
+
+    /// Positions admitted a second over this process's history (about a grace), with
+    /// `want` now: the rate gateways estimate waits by. 0 (unknown) until a second of
+    /// history; one step's jump is not a rate.
+    fn rate(&self, sku: u64, want: u64) -> u64 {
+        let Some(&(at, before)) = self.skus.get(&sku).and_then(|s| s.history.front()) else {
+            return 0;
+        };
+        let span = at.elapsed().as_secs_f64();
+        if span < 1.0 {
+            return 0;
+        }
+        (want.saturating_sub(before) as f64 / span).round() as u64
+    }
+
+    /// Forgets the SKUs `live` says no more.
+    fn retain(&mut self, live: impl Fn(u64) -> bool) {
+        self.skus.retain(|&sku, _| live(sku));
     }
 }
 
@@ -132,6 +150,7 @@ pub async fn run(
                 continue;
             }
         };
+        memory.retain(|sku| live.iter().any(|(k, _)| *k == sku));
         for (sku, marks) in live {
             if let Err(e) = step(&pool, &client, sku, marks, now, admission, &mut memory, t).await {
                 tracing::warn!(sku, error = %e, "queue admission failed");
@@ -144,7 +163,9 @@ pub async fn run(
 /// has held for the grace (the watermark a grace ago, or the queue's end where that is
 /// lower).
 pub fn target(sold: u64, left: u64, held: u64) -> u64 {
-    let conversion = if held < MIN_SAMPLE {
+    // Measured from the first position held a grace: a small stock has few, and taking
+    // the conversion as 1 until more were held stopped the queue at its first no-show.
+    let conversion = if held == 0 {
         1.0
     } else {
         (sold as f64 / held as f64).clamp(MIN_CONVERSION, 1.0)
@@ -177,7 +198,12 @@ pub async fn step(
         .iter()
         .map(|(_, s)| s.unwrap_or(0).max(0) as u64)
         .sum();
-    let sold = c.stock.saturating_sub(left);
+    if left > c.stock {
+        // A wave in progress: its units are in the slices before the campaign's stock
+        // grows, so `sold` would read low and the conversion with it.
+        return Ok(());
+    }
+    let sold = c.stock - left;
     // The queue's end: the positions handed out (Redis's, or the ledger's after a loss).
     let q = client.queue_state(sku).await?;
     let end = q
@@ -185,10 +211,9 @@ pub async fn step(
         .or(marks.pre)
         .unwrap_or(0)
         .saturating_add(q.next.max(marks.next_hw));
-    let now = Instant::now();
     let mut want = marks.admitted;
     if left > 0 {
-        let held = memory.admitted_before(sku, admission.grace, now);
+        let held = memory.admitted_before(sku, admission.grace, Instant::now());
         let aim = target(sold, left, held.min(marks.admitted).min(end));
         // At most max_rate positions a second after the campaign's first step; a process
         // with no step of its own yet takes one tick's worth.
@@ -202,6 +227,9 @@ pub async fn step(
         } else {
             aim
         }
+        // No further ahead of the queue's end than the units left: a crowd arriving next
+        // is not let in all at once beyond what the stock can serve.
+        .min(end.saturating_add(left))
         .max(marks.admitted);
     }
     if want > marks.admitted {
@@ -219,14 +247,8 @@ pub async fn step(
         )
         .await?;
     }
-    let rate = match memory.last(sku) {
-        Some((at, before)) if want > before => {
-            ((want - before) as f64 / at.elapsed().as_secs_f64().max(0.1)).round() as u64
-        }
-        _ => 0,
-    };
     let state = client
-        .queue_admit(sku, want, rate, marks.pre, marks.next_hw)
+        .queue_admit(sku, want, memory.rate(sku, want), marks.pre, marks.next_hw)
         .await?;
     queues::advance(
         pool,
@@ -239,7 +261,9 @@ pub async fn step(
         t,
     )
     .await?;
-    memory.record(sku, now, state.admitted);
+    // Stamped once Redis holds the watermark: the grace runs from when gateways can see
+    // it, not from before the ledger's write.
+    memory.record(sku, Instant::now(), state.admitted, admission.grace);
     Ok(())
 }
 
@@ -266,9 +290,9 @@ mod tests {
         let grace = Duration::from_secs(10);
         let at = |s: u64| t0 + Duration::from_secs(s);
         assert_eq!(m.admitted_before(1, grace, at(30)), 0, "no step yet");
-        m.record(1, at(0), 100);
-        m.record(1, at(5), 150);
-        m.record(1, at(12), 300);
+        m.record(1, at(0), 100, grace);
+        m.record(1, at(5), 150, grace);
+        m.record(1, at(12), 300, grace);
         assert_eq!(m.admitted_before(1, grace, at(9)), 0, "no step a grace ago");
         assert_eq!(m.admitted_before(1, grace, at(10)), 100);
         assert_eq!(m.admitted_before(1, grace, at(16)), 150);

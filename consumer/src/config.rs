@@ -92,8 +92,9 @@ pub struct Config {
     pub queue_admit_rate: u64,
     /// Queue campaigns: how long an admitted position is given to claim before it counts
     /// as one whose user did not (ms). At least the longest `refresh_ms` a gateway tells
-    /// a waiting client (10 s).
-    #[arg(long = "queue-grace-ms", env = "FLASHGATE_QUEUE_GRACE_MS", value_name = "MS", default_value = "11000", value_parser = millis)]
+    /// a waiting client (`shard_router::queue::MAX_REFRESH_MS`, 10 s), the gateways'
+    /// 250 ms cache of the queue's state, a round trip and a step.
+    #[arg(long = "queue-grace-ms", env = "FLASHGATE_QUEUE_GRACE_MS", value_name = "MS", default_value = "12000", value_parser = millis)]
     pub queue_grace: Duration,
     /// How often pending claims past their payment timeout are released (ms).
     #[arg(long = "release-interval-ms", env = "FLASHGATE_RELEASE_INTERVAL_MS", value_name = "MS", default_value = "5000", value_parser = millis)]

@@ -272,3 +272,60 @@ async fn a_fresh_consumer_keeps_to_the_admission_rate() {
         admitted - 30
     );
 }
+
+/// Found by review: a queue for 10 units admits 10, one admitted user never claims. While
+/// fewer than 20 positions were held the conversion was taken as 1, so the watermark aimed
+/// at the stock it had already admitted and nobody else was let in before the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_small_stock_goes_on_past_a_no_show() {
+    let s = Stack::start().await;
+    let sku = 9_305;
+    let grace = Duration::from_millis(50);
+    let (meta, mut last) = started_queue(&s, sku, 10, 30, grace).await;
+    assert_eq!(s.client.queue_state(sku).await.unwrap().admitted, 10);
+    buy(&s, &meta, 1..=9).await;
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    let admitted = step(&s, sku, admission(1_000_000, grace), &mut last).await;
+    assert!(admitted > 10, "the queue stopped at a no-show: {admitted}");
+}
+
+/// Found by review: nobody of the 30 admitted claimed within the grace, so the conversion
+/// is taken at its floor (0.05) and the aim is 20 times the stock. The watermark goes no
+/// further than the units left past the queue's end: whoever joins next is not let in
+/// all at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watermark_stays_within_the_units_left_past_the_queues_end() {
+    let s = Stack::start().await;
+    let sku = 9_306;
+    let grace = Duration::from_millis(50);
+    let (_, mut last) = started_queue(&s, sku, 30, 40, grace).await;
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    let admitted = step(&s, sku, admission(1_000_000, grace), &mut last).await;
+    assert!(
+        admitted > 30 && admitted <= 40 + 30,
+        "admitted {admitted} for 40 queued and 30 units"
+    );
+}
+
+/// Found by review: the admission rate written for the gateways' wait estimates was one
+/// step's rise, 0 whenever the watermark held still (which, with the grace, is most
+/// steps), so every waiting client was told to come back in a second. It is the rise
+/// over the process's history (about a grace).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admission_rate_holds_while_the_watermark_does() {
+    let s = Stack::start().await;
+    let sku = 9_307;
+    let grace = Duration::from_millis(1500);
+    let (meta, mut last) = started_queue(&s, sku, 30, 60, grace).await;
+    buy(&s, &meta, 1..=6).await;
+    tokio::time::sleep(Duration::from_millis(1600)).await;
+    let risen = step(&s, sku, admission(1_000_000, grace), &mut last).await;
+    assert!(risen > 30);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        step(&s, sku, admission(1_000_000, grace), &mut last).await,
+        risen
+    );
+    let rate = s.client.queue_state(sku).await.unwrap().rate;
+    assert!(rate > 0, "the rate fell to 0 with the watermark still");
+}

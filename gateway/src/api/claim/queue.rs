@@ -132,16 +132,22 @@ fn queued(
     now: i64,
 ) -> Reply {
     let wait_s = match ahead {
-        None => ((start_ms - now).max(0) as u64).div_ceil(1000),
-        Some(n) if state.rate > 0 => n.div_ceil(state.rate),
-        Some(_) => 0,
+        None => Some(((start_ms - now).max(0) as u64).div_ceil(1000)),
+        Some(n) if state.rate > 0 => Some(n.div_ceil(state.rate)),
+        // The watermark has not moved for a while (the admitted still have their grace
+        // to claim): no estimate.
+        Some(_) => None,
     };
     // Ask again a quarter of the wait from now, between 1 and 10 s: near the front
     // often, far back rarely, so the polls stay a small share of the gateway's work.
-    let refresh_ms = (wait_s * 250).clamp(
-        shard_router::queue::MIN_REFRESH_MS,
-        shard_router::queue::MAX_REFRESH_MS,
-    );
+    // With no estimate, half the longest: nobody moves up before the admitted have had
+    // their grace (campaign-ops/src/queue.rs).
+    let refresh_ms = wait_s.map_or(shard_router::queue::MAX_REFRESH_MS / 2, |w| {
+        (w * 250).clamp(
+            shard_router::queue::MIN_REFRESH_MS,
+            shard_router::queue::MAX_REFRESH_MS,
+        )
+    });
     let mut body = serde_json::Map::new();
     body.insert("sku".into(), token.sku.into());
     body.insert("queue_token".into(), key.sign(token).into());
@@ -151,10 +157,7 @@ fn queued(
     );
     body.insert(
         "estimated_wait_s".into(),
-        match ahead {
-            Some(_) if state.rate == 0 => serde_json::Value::Null,
-            _ => wait_s.into(),
-        },
+        wait_s.map_or(serde_json::Value::Null, Into::into),
     );
     body.insert("refresh_ms".into(), refresh_ms.into());
     Reply::json(StatusCode::ACCEPTED, ApiStatus::Queued, body).retry_after(refresh_ms / 1000)
