@@ -456,3 +456,65 @@ async fn a_restore_from_a_stale_read_of_the_draw_still_tells_the_winner() {
         "{winner} after a restore from a stale read: {got:?}"
     );
 }
+
+/// Found by review, not fixed (ignored until it is): `draws::grants` reads the ledger's
+/// claims, which trail the claim streams. The draw loop grants the winner (the unit, its
+/// `W|`, `granted_rank` moved past it), and the winner's home shard loses its draw keys and
+/// the grant's stored answer before the claim reaches the ledger. The restore marks the
+/// shard from the ledger, which has no grant yet: `R|1`, and `drawn`. Nothing writes the
+/// win again, so the winner, who holds the unit, is told `won_pending` for good. The fix
+/// has to keep the shard from `drawn` while a granted rank homed on it has no claim in
+/// the ledger, yet not for ever when that claim was lost with a stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a known gap: a win written before the ledger holds its grant is not restored"]
+async fn a_win_lost_before_the_ledger_holds_its_grant_is_restored() {
+    let s = Stack::start().await;
+    let sku = 9_209;
+    let c = draw_campaign(&s, sku, 1, 0, Duration::from_secs(1)).await;
+    enter_all(&s, sku, &users("ahead", 6)).await;
+    read_entries(&s).await;
+    let d = the_draw(&s, sku).await;
+    while shard_router::now_ms() <= d.draw_at_ms + 50 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Close, draw, mark and grant, with no consumer committing the grant's claim.
+    step(&s, sku, Duration::ZERO).await;
+    let d = the_draw(&s, sku).await;
+    assert_eq!((d.state, d.granted_rank), (DrawState::Drawn, 1));
+    let winner = draws::ranks(&s.pool, sku, 0, 1, T).await.unwrap()[0]
+        .user
+        .clone();
+    let home = s.client.placement().home_shard(sku, WIDTH, &winner);
+    let k = shard_router::keys::ShardKeys::new(s.client.placement(), home, sku);
+    let mut conn = s.redis.connection();
+    redis::cmd("DEL")
+        .arg(k.draw_meta())
+        .arg(k.entrants())
+        .arg(k.top_k())
+        .query::<()>(&mut conn)
+        .unwrap();
+    let answers: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("*:req:{sku}:*"))
+        .query(&mut conn)
+        .unwrap();
+    for a in answers {
+        redis::cmd("DEL").arg(a).query::<()>(&mut conn).unwrap();
+    }
+    draw::restore::shard(&s.pool, &s.client, &c, &d, home, T)
+        .await
+        .unwrap();
+    let consumer = start_consumer(s.cfg.clone());
+    let t0 = Instant::now();
+    loop {
+        let got = s.client.draw_enter(sku, WIDTH, &winner, 0).await.unwrap();
+        if matches!(got, EntryOutcome::Won { .. }) {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(15),
+            "{winner} holds the unit and is told {got:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    consumer.stop().await;
+}
