@@ -396,6 +396,16 @@ async fn granted_rank_never_moves_back_and_due_lists_the_work() {
         .collect();
     enter(&pool, 7, 3).await;
     assert!(draws::record(&pool, 7, &ranks, 3, 3_100, T).await.unwrap());
+    // A win is the ledger's from its record on, before the claims table has the claim.
+    draws::record_win(&pool, 7, 2, "1-5-0", 1, T).await.unwrap();
+    assert_eq!(
+        draws::wins(&pool, 7, "draw", T).await.unwrap(),
+        [("u2".to_owned(), "1-5-0".to_owned(), 1u16)]
+    );
+    assert!(matches!(
+        draws::record_win(&pool, 7, 9, "1-6-0", 1, T).await,
+        Err(LedgerError::NotFound(_))
+    ));
     draws::set_granted(&pool, 7, 2, T).await.unwrap();
     assert_eq!(
         draws::due(&pool, 9_999, T).await.unwrap().len(),

@@ -291,7 +291,7 @@ pub async fn mark_shard(
     // not only in the restore: a restore that read the draw still open, then saw it drawn
     // and granted and the shard lost again, opens it with no wins, and this is the mark
     // that follows (found by the draw model, `two_losses_leave_no_winner_pending`).
-    for (user, claim_id, from) in draws::grants(pool, c.sku, GRANT_REQUEST, t).await? {
+    for (user, claim_id, from) in draws::wins(pool, c.sku, GRANT_REQUEST, t).await? {
         if client.placement().home_shard(c.sku, c.width, &user) == shard {
             client
                 .draw_won(c.sku, c.width, &user, &claim_id, from)
@@ -373,6 +373,10 @@ async fn grant(
             // Taken, not on a replica yet: the next pass replays it.
             break;
         }
+        // The win in the ledger before Redis and before the rank counts as granted: the
+        // claims table has it only once the consumer commits the stream record, and a
+        // shard that loses its `W|` before that is marked from here.
+        draws::record_win(pool, c.sku, r.rank, &claim.claim_id, claim.shard, t).await?;
         client
             .draw_won(c.sku, c.width, &r.user, &claim.claim_id, claim.shard)
             .await?;

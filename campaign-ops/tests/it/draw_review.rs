@@ -457,16 +457,14 @@ async fn a_restore_from_a_stale_read_of_the_draw_still_tells_the_winner() {
     );
 }
 
-/// Found by review, not fixed (ignored until it is): `draws::grants` reads the ledger's
-/// claims, which trail the claim streams. The draw loop grants the winner (the unit, its
-/// `W|`, `granted_rank` moved past it), and the winner's home shard loses its draw keys and
-/// the grant's stored answer before the claim reaches the ledger. The restore marks the
-/// shard from the ledger, which has no grant yet: `R|1`, and `drawn`. Nothing writes the
-/// win again, so the winner, who holds the unit, is told `won_pending` for good. The fix
-/// has to keep the shard from `drawn` while a granted rank homed on it has no claim in
-/// the ledger, yet not for ever when that claim was lost with a stream.
+/// Found by review: the marks read the wins from the ledger's claims, which trail the
+/// claim streams. The draw loop grants the winner (the unit, its `W|`, `granted_rank`
+/// moved past it), and the winner's home shard loses its draw keys and the grant's stored
+/// answer before the claim reaches the ledger. The restore marked the shard from a ledger
+/// with no grant yet: `R|1`, and `drawn`; nothing wrote the win again, so the winner, who
+/// holds the unit, was told `won_pending` for good. The draw loop now records each win on
+/// its rank (`draws::record_win`) before Redis and before the rank counts as granted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "a known gap: a win written before the ledger holds its grant is not restored"]
 async fn a_win_lost_before_the_ledger_holds_its_grant_is_restored() {
     let s = Stack::start().await;
     let sku = 9_209;

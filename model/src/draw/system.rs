@@ -445,9 +445,10 @@ impl DrawSystem {
     }
 
     /// The first half of mark_shard: the wins of the users whose home is `s`, from
-    /// draws::grants (the ledger's claims under the request id `draw`). A shard the
-    /// restore opened from a stale read of the draw (still open) has none, and the marks
-    /// never write one.
+    /// draws::wins (each grant's claim, recorded on its rank before the `W|` and before
+    /// `granted_rank` moves; here the grant's claim is in the ledger from the grant's
+    /// step). A shard the restore opened from a stale read of the draw (still open) has
+    /// none, and the marks never write one.
     fn write_wins(&self, st: &mut State, s: u8) {
         let wins: Vec<(User, ClaimRef)> = st
             .ledger
