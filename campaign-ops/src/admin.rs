@@ -42,6 +42,46 @@ pub struct Admin {
 
 type Resp = Response<Full<Bytes>>;
 
+/// `PUT /v1/campaigns`: the campaign's fields, and how it sells (`mode`: `fcfs`, the
+/// default, `draw` with `draw_at_ms` and `waitlist`, or `queue`), as `consumer campaign`
+/// takes them.
+#[derive(serde::Deserialize)]
+struct CampaignBody {
+    #[serde(flatten)]
+    campaign: Campaign,
+    #[serde(default)]
+    mode: Option<String>,
+    #[serde(default)]
+    draw_at_ms: Option<i64>,
+    #[serde(default)]
+    waitlist: Option<u32>,
+}
+
+impl CampaignBody {
+    fn sale(self) -> Result<(Campaign, campaign::Sale), String> {
+        use campaign::Sale;
+        let mode = self.mode.as_deref().unwrap_or("fcfs");
+        let draw_fields = self.draw_at_ms.is_some() || self.waitlist.is_some();
+        let sale = match mode {
+            "draw" => Sale::Draw {
+                draw_at_ms: self.draw_at_ms.ok_or("mode draw needs draw_at_ms")?,
+                waitlist: self.waitlist.unwrap_or(0),
+            },
+            "fcfs" | "queue" if draw_fields => {
+                return Err("draw_at_ms and waitlist need mode draw".into())
+            }
+            "fcfs" => Sale::Fcfs,
+            "queue" => Sale::Queue,
+            other => {
+                return Err(format!(
+                    "mode {other:?} is not one of \"fcfs\", \"draw\", \"queue\""
+                ))
+            }
+        };
+        Ok((self.campaign, sale))
+    }
+}
+
 fn json(status: StatusCode, body: &impl Serialize) -> Resp {
     let text = serde_json::to_vec(body).unwrap_or_default();
     Response::builder()
@@ -161,14 +201,17 @@ impl Admin {
                     Ok(b) => b.to_bytes(),
                     Err(_) => return error(StatusCode::PAYLOAD_TOO_LARGE, "body too large or unreadable"),
                 };
-                let c: Campaign = match serde_json::from_slice(&body) {
-                    Ok(c) => c,
-                    Err(e) => return error(StatusCode::BAD_REQUEST, &format!("campaign JSON: {e}")),
+                let (c, sale) = match serde_json::from_slice::<CampaignBody>(&body)
+                    .map_err(|e| format!("campaign JSON: {e}"))
+                    .and_then(CampaignBody::sale)
+                {
+                    Ok(x) => x,
+                    Err(e) => return error(StatusCode::BAD_REQUEST, &e),
                 };
                 respond(
-                    campaign::put_checked(&self.pool, &self.client, &c, self.cfg.shards, t)
+                    campaign::put_sale(&self.pool, &self.client, &c, sale, self.cfg.shards, t)
                         .await
-                        .map(|()| serde_json::json!({"status": "ok", "sku": c.sku})),
+                        .map(|()| serde_json::json!({"status": "ok", "sku": c.sku, "mode": sale.mode().as_str()})),
                 )
             }
             (&Method::GET, ["v1", "campaigns", s]) => respond(match sku(s) {

@@ -44,6 +44,58 @@ pub async fn put_checked(
     Ok(put(pool, c, shards, t).await?)
 }
 
+/// How a campaign sells, chosen at its creation (CLI `--mode`, admin API `mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sale {
+    Fcfs,
+    /// A verifiable draw at `draw_at_ms`, `waitlist` entrants ranked past the stock.
+    Draw {
+        draw_at_ms: i64,
+        waitlist: u32,
+    },
+    /// A waiting room in front of first come, first served.
+    Queue,
+}
+
+impl Sale {
+    pub fn mode(self) -> ledger::draws::Mode {
+        match self {
+            Sale::Fcfs => ledger::draws::Mode::Fcfs,
+            Sale::Draw { .. } => ledger::draws::Mode::Draw,
+            Sale::Queue => ledger::draws::Mode::Queue,
+        }
+    }
+}
+
+/// [`put_checked`] in a mode: refuses a change of mode once the campaign is preheated or
+/// once it is a draw or a queue, then stores the campaign and its draw or its queue.
+pub async fn put_sale(
+    pool: &MySqlPool,
+    client: &StockClient,
+    c: &Campaign,
+    sale: Sale,
+    shards: u16,
+    t: Duration,
+) -> Result<(), ConsumerError> {
+    if let Sale::Draw { draw_at_ms, .. } = sale {
+        crate::draw::check_time(c, draw_at_ms)?;
+    }
+    c.validate(shards)?;
+    crate::draw::check_mode(pool, client, c, sale.mode(), t).await?;
+    put_checked(pool, client, c, shards, t).await?;
+    match sale {
+        Sale::Draw {
+            draw_at_ms,
+            waitlist,
+        } => {
+            crate::draw::create(pool, c, draw_at_ms, waitlist, t).await?;
+        }
+        Sale::Queue => ledger::queues::create(pool, c.sku, t).await?,
+        Sale::Fcfs => {}
+    }
+    Ok(())
+}
+
 /// Preheats Redis from the stored campaign; live slices are left as they are. Once the
 /// ledger holds claims of the SKU, or a slice is missing (a first preheat, or a loss), the
 /// full split could refill sold stock: then this is the rebuild from the ledger

@@ -35,13 +35,7 @@ pub async fn create(
     waitlist: u32,
     t: Duration,
 ) -> Result<Draw, ConsumerError> {
-    if draw_at_ms <= c.start_ms || draw_at_ms >= c.end_ms {
-        return Err(ConsumerError::Invalid(
-            "--draw-at must be after --start and before --end (entries run from the start \
-             to the draw, winners claim until the end)"
-                .into(),
-        ));
-    }
+    check_time(c, draw_at_ms)?;
     let seed = match draws::get(pool, c.sku, t).await? {
         Some(d) => d.seed,
         None => {
@@ -51,6 +45,18 @@ pub async fn create(
         }
     };
     Ok(draws::create(pool, c.sku, draw_at_ms, waitlist, &seed, t).await?)
+}
+
+/// Refuses a draw time outside the campaign's window.
+pub fn check_time(c: &Campaign, draw_at_ms: i64) -> Result<(), ConsumerError> {
+    if draw_at_ms <= c.start_ms || draw_at_ms >= c.end_ms {
+        return Err(ConsumerError::Invalid(
+            "the draw time (--draw-at, draw_at_ms) must be after the start and before the end \
+             (entries run from the start to the draw, winners claim until the end)"
+                .into(),
+        ));
+    }
+    Ok(())
 }
 
 /// The draw as a shard keeps it.

@@ -81,19 +81,15 @@ async fn real_main(cli: Cli) -> anyhow::Result<()> {
                 Err(e) => anyhow::bail!("{e}"),
             };
             let redis = client().await?;
-            let mode = match a.mode {
-                ModeArg::Fcfs => ledger::draws::Mode::Fcfs,
-                ModeArg::Draw => ledger::draws::Mode::Draw,
-                ModeArg::Queue => ledger::draws::Mode::Queue,
+            let sale = match (a.mode, draw) {
+                (ModeArg::Draw, Some((draw_at_ms, waitlist))) => campaign::Sale::Draw {
+                    draw_at_ms,
+                    waitlist,
+                },
+                (ModeArg::Queue, _) => campaign::Sale::Queue,
+                _ => campaign::Sale::Fcfs,
             };
-            campaign_ops::draw::check_mode(&pool, &redis, &c, mode, t).await?;
-            campaign::put_checked(&pool, &redis, &c, cfg.shards, t).await?;
-            if let Some((draw_at, waitlist)) = draw {
-                campaign_ops::draw::create(&pool, &c, draw_at, waitlist, t).await?;
-            }
-            if mode == ledger::draws::Mode::Queue {
-                ledger::queues::create(&pool, c.sku, t).await?;
-            }
+            campaign::put_sale(&pool, &redis, &c, sale, cfg.shards, t).await?;
             let mut seen = std::collections::HashSet::new();
             if let Some(dup) = a.waves.iter().find(|f| !seen.insert(f.as_str())) {
                 anyhow::bail!("--wave {dup} is given twice; give one wave of the sum instead");

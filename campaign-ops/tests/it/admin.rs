@@ -192,3 +192,73 @@ async fn preheat_waits_for_replicas_as_configured() {
     let _ = stop.send(true);
     let _ = tokio::time::timeout(Duration::from_secs(20), task).await;
 }
+
+/// `PUT /v1/campaigns` creates draw and queue campaigns as `consumer campaign --mode`
+/// does; a wrong mode, a draw without its time or draw fields on another mode are 400 and
+/// write nothing, and a draw's mode cannot change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_api_creates_draws_and_queues() {
+    let s = Stack::start().await;
+    let mut cfg = s.cfg.clone();
+    cfg.admin_token = Some(TOKEN.into());
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, rx) = consumer::signal::channel();
+    let task = tokio::spawn(campaign_ops::service::run(cfg, Some(listener), rx));
+    let now = shard_router::now_ms();
+    let body = |sku: u64, extra: &str| {
+        format!(
+            r#"{{"sku": {sku}, "stock": 10, "width": 2, "limit": 1, "start_ms": {}, "end_ms": {}, "payment_timeout_s": 60{extra}}}"#,
+            now - 1000,
+            now + 3_600_000
+        )
+    };
+    let put = |b: String| async move { http(addr, "PUT", "/v1/campaigns", Some(TOKEN), &b).await };
+
+    let draw_at = now + 600_000;
+    let (st, out) = put(body(
+        571,
+        &format!(r#", "mode": "draw", "draw_at_ms": {draw_at}, "waitlist": 5"#),
+    ))
+    .await;
+    assert_eq!(st, 200, "{out}");
+    assert!(out.contains(r#""mode":"draw""#), "{out}");
+    let d = ledger::draws::get(&s.pool, 571, T).await.unwrap().unwrap();
+    assert_eq!((d.draw_at_ms, d.waitlist), (draw_at, 5));
+
+    let (st, out) = put(body(572, r#", "mode": "queue""#)).await;
+    assert_eq!(st, 200, "{out}");
+    assert_eq!(
+        ledger::draws::mode(&s.pool, 572, T).await.unwrap(),
+        Some(ledger::draws::Mode::Queue)
+    );
+
+    for (sku, extra, says) in [
+        (573, r#", "mode": "lottery""#, "is not one of"),
+        (574, r#", "mode": "draw""#, "needs draw_at_ms"),
+        (575, r#", "waitlist": 3"#, "need mode draw"),
+        (
+            576,
+            &format!(r#", "mode": "draw", "draw_at_ms": {}"#, now - 5000) as &str,
+            "draw time",
+        ),
+    ] {
+        let (st, out) = put(body(sku, extra)).await;
+        assert_eq!(st, 400, "{extra}: {out}");
+        assert!(out.contains(says), "{extra}: {out}");
+        assert!(
+            matches!(
+                ledger::campaigns::get(&s.pool, sku, T).await,
+                Err(ledger::LedgerError::NotFound(_))
+            ),
+            "{extra} wrote the campaign"
+        );
+    }
+    // A draw stays a draw.
+    let (st, out) = put(body(571, "")).await;
+    assert_eq!(st, 400, "{out}");
+    assert!(out.contains("cannot change"), "{out}");
+
+    let _ = stop.send(true);
+    task.await.unwrap().unwrap();
+}
