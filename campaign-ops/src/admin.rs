@@ -42,9 +42,10 @@ pub struct Admin {
 
 type Resp = Response<Full<Bytes>>;
 
-/// `PUT /v1/campaigns`: the campaign's fields, and how it sells (`mode`: `fcfs`, the
-/// default, `draw` with `draw_at_ms` and `waitlist`, or `queue`), as `consumer campaign`
-/// takes them.
+/// `PUT /v1/campaigns`: the campaign's fields, and how it sells (`mode`: `fcfs`, `draw`
+/// with `draw_at_ms` and `waitlist`, or `queue`), as `consumer campaign` takes them. A
+/// field left out keeps what the ledger holds (a new campaign: `fcfs`, waitlist 0); a key
+/// not among these is refused, so a misspelt one does not quietly mean its default.
 #[derive(serde::Deserialize)]
 struct CampaignBody {
     #[serde(flatten)]
@@ -57,26 +58,62 @@ struct CampaignBody {
     waitlist: Option<u32>,
 }
 
+const CAMPAIGN_KEYS: [&str; 11] = [
+    "sku",
+    "name",
+    "stock",
+    "width",
+    "limit",
+    "start_ms",
+    "end_ms",
+    "payment_timeout_s",
+    "mode",
+    "draw_at_ms",
+    "waitlist",
+];
+
 impl CampaignBody {
-    fn sale(self) -> Result<(Campaign, campaign::Sale), String> {
+    fn parse(body: &[u8]) -> Result<Self, String> {
+        let map: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_slice(body).map_err(|e| format!("campaign JSON: {e}"))?;
+        if let Some(k) = map.keys().find(|k| !CAMPAIGN_KEYS.contains(&k.as_str())) {
+            return Err(format!(
+                "campaign JSON: unknown field {k:?}, expected one of {CAMPAIGN_KEYS:?}"
+            ));
+        }
+        serde_json::from_value(serde_json::Value::Object(map))
+            .map_err(|e| format!("campaign JSON: {e}"))
+    }
+
+    /// The sale asked for, the stored mode and draw filling what is left out.
+    fn sale(
+        self,
+        stored_mode: Option<ledger::draws::Mode>,
+        stored_draw: Option<&ledger::draws::Draw>,
+    ) -> Result<(Campaign, campaign::Sale), String> {
         use campaign::Sale;
-        let mode = self.mode.as_deref().unwrap_or("fcfs");
-        let draw_fields = self.draw_at_ms.is_some() || self.waitlist.is_some();
+        let stored = stored_mode.unwrap_or_default();
+        let mode = match self.mode.as_deref() {
+            None => stored,
+            Some(m) => ledger::draws::Mode::parse(m)
+                .ok_or_else(|| format!("mode {m:?} is not one of \"fcfs\", \"draw\", \"queue\""))?,
+        };
         let sale = match mode {
-            "draw" => Sale::Draw {
-                draw_at_ms: self.draw_at_ms.ok_or("mode draw needs draw_at_ms")?,
-                waitlist: self.waitlist.unwrap_or(0),
+            ledger::draws::Mode::Draw => Sale::Draw {
+                draw_at_ms: self
+                    .draw_at_ms
+                    .or(stored_draw.map(|d| d.draw_at_ms))
+                    .ok_or("mode draw needs draw_at_ms")?,
+                waitlist: self
+                    .waitlist
+                    .or(stored_draw.map(|d| d.waitlist))
+                    .unwrap_or(0),
             },
-            "fcfs" | "queue" if draw_fields => {
+            _ if self.draw_at_ms.is_some() || self.waitlist.is_some() => {
                 return Err("draw_at_ms and waitlist need mode draw".into())
             }
-            "fcfs" => Sale::Fcfs,
-            "queue" => Sale::Queue,
-            other => {
-                return Err(format!(
-                    "mode {other:?} is not one of \"fcfs\", \"draw\", \"queue\""
-                ))
-            }
+            ledger::draws::Mode::Fcfs => Sale::Fcfs,
+            ledger::draws::Mode::Queue => Sale::Queue,
         };
         Ok((self.campaign, sale))
     }
@@ -201,10 +238,19 @@ impl Admin {
                     Ok(b) => b.to_bytes(),
                     Err(_) => return error(StatusCode::PAYLOAD_TOO_LARGE, "body too large or unreadable"),
                 };
-                let (c, sale) = match serde_json::from_slice::<CampaignBody>(&body)
-                    .map_err(|e| format!("campaign JSON: {e}"))
-                    .and_then(CampaignBody::sale)
-                {
+                let parsed = match CampaignBody::parse(&body) {
+                    Ok(p) => p,
+                    Err(e) => return error(StatusCode::BAD_REQUEST, &e),
+                };
+                let sku = parsed.campaign.sku;
+                let stored = match (
+                    ledger::draws::mode(&self.pool, sku, t).await,
+                    ledger::draws::get(&self.pool, sku, t).await,
+                ) {
+                    (Ok(m), Ok(d)) => (m, d),
+                    (Err(e), _) | (_, Err(e)) => return respond::<()>(Err(e.into())),
+                };
+                let (c, sale) = match parsed.sale(stored.0, stored.1.as_ref()) {
                     Ok(x) => x,
                     Err(e) => return error(StatusCode::BAD_REQUEST, &e),
                 };

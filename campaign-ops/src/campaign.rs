@@ -77,8 +77,14 @@ pub async fn put_sale(
     shards: u16,
     t: Duration,
 ) -> Result<(), ConsumerError> {
-    if let Sale::Draw { draw_at_ms, .. } = sale {
+    if let Sale::Draw {
+        draw_at_ms,
+        waitlist,
+    } = sale
+    {
         crate::draw::check_time(c, draw_at_ms)?;
+        // Refused before the campaign row changes, not after.
+        ledger::draws::check_terms(pool, c.sku, draw_at_ms, waitlist, t).await?;
     }
     c.validate(shards)?;
     crate::draw::check_mode(pool, client, c, sale.mode(), t).await?;

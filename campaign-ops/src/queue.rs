@@ -198,12 +198,15 @@ pub async fn step(
         .iter()
         .map(|(_, s)| s.unwrap_or(0).max(0) as u64)
         .sum();
-    if left > c.stock {
-        // A wave in progress: its units are in the slices before the campaign's stock
-        // grows, so `sold` would read low and the conversion with it.
+    // A wave in progress has its units in the slices before the campaign's stock grows
+    // (and stays so while its replica confirmation fails): counted, or `sold` reads low
+    // and the conversion with it. Past even that (a slice changed by hand), the step
+    // waits for reconciliation rather than guess.
+    let stock = c.stock + ledger::waves::in_flight(pool, sku, t).await?;
+    if left > stock {
         return Ok(());
     }
-    let sold = c.stock - left;
+    let sold = stock - left;
     // The queue's end: the positions handed out (Redis's, or the ledger's after a loss).
     let q = client.queue_state(sku).await?;
     let end = q

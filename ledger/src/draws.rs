@@ -159,6 +159,34 @@ fn entry_of(r: &MySqlRow) -> Entry {
 /// `String`. Unaliased, so `ORDER BY user_id` and `user_id > ?` stay on the column.
 const ENTRY_COLUMNS: &str = "CAST(user_id AS CHAR), priority, entry_id, shard, entered_ms";
 
+fn terms_fixed(sku: u64) -> LedgerError {
+    LedgerError::Invalid(format!(
+        "draw of sku {sku} has entries; its time, waitlist and seed cannot change"
+    ))
+}
+
+/// What [`create`] would refuse for new terms, read before anything is written (an
+/// operator's command stores the campaign first): a drawn draw, or one with entries, keeps
+/// its time and waitlist.
+pub async fn check_terms(
+    pool: &MySqlPool,
+    sku: u64,
+    draw_at_ms: i64,
+    waitlist: u32,
+    t: Duration,
+) -> Result<(), LedgerError> {
+    let Some(d) = get(pool, sku, t).await? else {
+        return Ok(());
+    };
+    if d.draw_at_ms == draw_at_ms && d.waitlist == waitlist {
+        return Ok(());
+    }
+    if d.state == DrawState::Drawn || entry_count(pool, sku, t).await? > 0 {
+        return Err(terms_fixed(sku));
+    }
+    Ok(())
+}
+
 /// Makes `sku`'s campaign a draw. Idempotent for the same values; while the draw is open and
 /// has no entry its terms may still change (nobody entered under the published hash yet);
 /// after that a change is refused. Refused too without a campaign row, or a seed outside
@@ -215,9 +243,7 @@ pub async fn create(
             )
             .await?;
             if d.state == DrawState::Drawn || entered.is_some() {
-                return Err(LedgerError::Invalid(format!(
-                    "draw of sku {sku} has entries; its time, waitlist and seed cannot change"
-                )));
+                return Err(terms_fixed(sku));
             }
         }
         None => {}

@@ -157,6 +157,23 @@ pub enum Placed {
     },
 }
 
+/// Units of the SKU's wave that has its place and is not applied yet: in the slices (or
+/// about to be) before they are in the campaign's stock.
+pub async fn in_flight(pool: &MySqlPool, sku: u64, t: Duration) -> Result<u64, LedgerError> {
+    let units: Option<u64> = bounded(
+        "wave in flight",
+        t,
+        sqlx::query_scalar(
+            "SELECT CAST(COALESCE(SUM(units), 0) AS UNSIGNED) FROM campaign_waves \
+             WHERE sku = ? AND start_unit IS NOT NULL AND applied_ms IS NULL",
+        )
+        .bind(sku)
+        .fetch_one(pool),
+    )
+    .await?;
+    Ok(units.unwrap_or(0))
+}
+
 /// Step 1 of a wave, in one transaction under the campaign row's lock: its place in the
 /// release order (`start_unit` = units released before it), kept from an earlier attempt or
 /// given now; refused for a closed campaign or while another wave of the SKU is placed and

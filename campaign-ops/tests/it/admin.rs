@@ -194,8 +194,10 @@ async fn preheat_waits_for_replicas_as_configured() {
 }
 
 /// `PUT /v1/campaigns` creates draw and queue campaigns as `consumer campaign --mode`
-/// does; a wrong mode, a draw without its time or draw fields on another mode are 400 and
-/// write nothing, and a draw's mode cannot change.
+/// does; a wrong mode, a misspelt key, a draw without its time or draw fields on another
+/// mode are 400 and write nothing; a field left out keeps what is stored; a draw's mode
+/// cannot change, nor, once it has entries, its terms (refused before the campaign row
+/// changes: found by review, the row was written first).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_admin_api_creates_draws_and_queues() {
     let s = Stack::start().await;
@@ -242,6 +244,7 @@ async fn the_admin_api_creates_draws_and_queues() {
             &format!(r#", "mode": "draw", "draw_at_ms": {}"#, now - 5000) as &str,
             "draw time",
         ),
+        (577, r#", "Mode": "queue""#, "unknown field"),
     ] {
         let (st, out) = put(body(sku, extra)).await;
         assert_eq!(st, 400, "{extra}: {out}");
@@ -254,10 +257,44 @@ async fn the_admin_api_creates_draws_and_queues() {
             "{extra} wrote the campaign"
         );
     }
-    // A draw stays a draw.
+    // Left out, the mode and the draw's terms keep what is stored.
     let (st, out) = put(body(571, "")).await;
+    assert_eq!(st, 200, "{out}");
+    let d = ledger::draws::get(&s.pool, 571, T).await.unwrap().unwrap();
+    assert_eq!((d.draw_at_ms, d.waitlist), (draw_at, 5));
+    // A draw stays a draw.
+    let (st, out) = put(body(571, r#", "mode": "fcfs""#)).await;
     assert_eq!(st, 400, "{out}");
     assert!(out.contains("cannot change"), "{out}");
+    // Once entered, its terms are fixed, and the refusal changes nothing else.
+    let (st, out) = http(addr, "POST", "/v1/campaigns/571/preheat", Some(TOKEN), "").await;
+    assert_eq!(st, 200, "{out}");
+    let got = s.client.draw_enter(571, 2, "early", now).await.unwrap();
+    assert!(
+        matches!(got, shard_router::draw::EntryOutcome::Entered { .. }),
+        "{got:?}"
+    );
+    let t0 = std::time::Instant::now();
+    while ledger::draws::entry_count(&s.pool, 571, T).await.unwrap() == 0 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(15),
+            "the entry never reached the ledger"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let later_end = body(571, r#", "waitlist": 6"#).replace(
+        &format!("\"end_ms\": {}", now + 3_600_000),
+        &format!("\"end_ms\": {}", now + 7_200_000),
+    );
+    let (st, out) = put(later_end).await;
+    assert_eq!(st, 400, "{out}");
+    assert!(out.contains("cannot change"), "{out}");
+    let c = ledger::campaigns::get(&s.pool, 571, T).await.unwrap();
+    assert_eq!(
+        c.end_ms,
+        now + 3_600_000,
+        "a refused change wrote the campaign"
+    );
 
     let _ = stop.send(true);
     task.await.unwrap().unwrap();

@@ -329,3 +329,45 @@ async fn the_admission_rate_holds_while_the_watermark_does() {
     let rate = s.client.queue_state(sku).await.unwrap().rate;
     assert!(rate > 0, "the rate fell to 0 with the watermark still");
 }
+
+/// Found by review: a wave's units are in the slices before the campaign's stock grows
+/// (and stay so while its replica confirmation fails). The step skipped whenever the
+/// slices held more than the stock, so the waiting room froze with units to sell. The
+/// wave in flight counts in the stock now.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wave_in_flight_does_not_freeze_the_waiting_room() {
+    let s = Stack::start().await;
+    let sku = 9_308;
+    let grace = Duration::from_millis(50);
+    let (meta, mut last) = started_queue(&s, sku, 30, 80, grace).await;
+    buy(&s, &meta, 1..=6).await;
+    // A wave of 40 placed and pushed to one slice, not applied to the stock.
+    let w = ledger::waves::Wave {
+        sku,
+        id: "stuck".into(),
+        units: 40,
+        due_ms: shard_router::now_ms(),
+    };
+    ledger::waves::store(&s.pool, &w, "command", T)
+        .await
+        .unwrap();
+    assert!(matches!(
+        ledger::waves::place(&s.pool, sku, "stuck", T)
+            .await
+            .unwrap(),
+        ledger::waves::Placed::At { .. }
+    ));
+    let shard = s.client.placement().shards_of(sku, SHARDS)[0];
+    let k = shard_router::keys::ShardKeys::new(s.client.placement(), shard, sku);
+    redis::cmd("INCRBY")
+        .arg(k.stock())
+        .arg(40)
+        .query::<()>(&mut s.redis.connection())
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    let admitted = step(&s, sku, admission(1_000_000, grace), &mut last).await;
+    assert!(
+        admitted > 30,
+        "the waiting room froze during a wave: {admitted}"
+    );
+}
