@@ -39,15 +39,19 @@ async fn http(
     (status, body)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn admin_api_needs_the_token_and_manages_campaigns() {
-    let s = Stack::start().await;
+/// The consumer service with the admin listener on a free port, behind [`TOKEN`].
+async fn start_admin(s: &Stack) -> (std::net::SocketAddr, Running) {
     let mut cfg = s.cfg.clone();
     cfg.admin_token = Some(TOKEN.into());
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let (stop, rx) = consumer::signal::channel();
-    let task = tokio::spawn(campaign_ops::service::run(cfg, Some(listener), rx));
+    (addr, start_service(cfg, Some(listener)))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_api_needs_the_token_and_manages_campaigns() {
+    let s = Stack::start().await;
+    let (addr, service) = start_admin(&s).await;
 
     assert_eq!(http(addr, "GET", "/healthz", None, "").await.0, 200);
     let (st, metrics) = http(addr, "GET", "/metrics", None, "").await;
@@ -118,8 +122,7 @@ async fn admin_api_needs_the_token_and_manages_campaigns() {
         404
     );
 
-    let _ = stop.send(true);
-    task.await.unwrap().unwrap();
+    service.stop().await;
 }
 
 /// A preheat that rebuilds from the ledger (a slice missing) waits for replicas as
@@ -201,12 +204,7 @@ async fn preheat_waits_for_replicas_as_configured() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_admin_api_creates_draws_and_queues() {
     let s = Stack::start().await;
-    let mut cfg = s.cfg.clone();
-    cfg.admin_token = Some(TOKEN.into());
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, rx) = consumer::signal::channel();
-    let task = tokio::spawn(campaign_ops::service::run(cfg, Some(listener), rx));
+    let (addr, service) = start_admin(&s).await;
     let now = shard_router::now_ms();
     let body = |sku: u64, extra: &str| {
         format!(
@@ -296,6 +294,5 @@ async fn the_admin_api_creates_draws_and_queues() {
         "a refused change wrote the campaign"
     );
 
-    let _ = stop.send(true);
-    task.await.unwrap().unwrap();
+    service.stop().await;
 }

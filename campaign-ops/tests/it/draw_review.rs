@@ -71,6 +71,28 @@ async fn the_draw(s: &Stack, sku: u64) -> draws::Draw {
     draws::get(&s.pool, sku, T).await.unwrap().unwrap()
 }
 
+/// `user`'s home shard loses the draw's keys, and every stored answer of the SKU goes
+/// (a grant's among them); the home shard.
+fn lose_the_draw_of(s: &Stack, sku: u64, user: &str) -> u16 {
+    let home = s.client.placement().home_shard(sku, WIDTH, user);
+    let k = shard_router::keys::ShardKeys::new(s.client.placement(), home, sku);
+    let mut conn = s.redis.connection();
+    redis::cmd("DEL")
+        .arg(k.draw_meta())
+        .arg(k.entrants())
+        .arg(k.top_k())
+        .query::<()>(&mut conn)
+        .unwrap();
+    let answers: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("*:req:{sku}:*"))
+        .query(&mut conn)
+        .unwrap();
+    for a in answers {
+        redis::cmd("DEL").arg(a).query::<()>(&mut conn).unwrap();
+    }
+    home
+}
+
 /// One pass of the draw loop over `sku`, its settle started `waited` ago.
 async fn step(s: &Stack, sku: u64, waited: Duration) {
     let d = the_draw(s, sku).await;
@@ -430,22 +452,7 @@ async fn a_restore_from_a_stale_read_of_the_draw_still_tells_the_winner() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     consumer.stop().await;
-    let home = s.client.placement().home_shard(sku, WIDTH, &winner);
-    let k = shard_router::keys::ShardKeys::new(s.client.placement(), home, sku);
-    let mut conn = s.redis.connection();
-    redis::cmd("DEL")
-        .arg(k.draw_meta())
-        .arg(k.entrants())
-        .arg(k.top_k())
-        .query::<()>(&mut conn)
-        .unwrap();
-    let answers: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("*:req:{sku}:*"))
-        .query(&mut conn)
-        .unwrap();
-    for a in answers {
-        redis::cmd("DEL").arg(a).query::<()>(&mut conn).unwrap();
-    }
+    let home = lose_the_draw_of(&s, sku, &winner);
     draw::restore::shard(&s.pool, &s.client, &c, &stale, home, T)
         .await
         .unwrap();
@@ -482,22 +489,7 @@ async fn a_win_lost_before_the_ledger_holds_its_grant_is_restored() {
     let winner = draws::ranks(&s.pool, sku, 0, 1, T).await.unwrap()[0]
         .user
         .clone();
-    let home = s.client.placement().home_shard(sku, WIDTH, &winner);
-    let k = shard_router::keys::ShardKeys::new(s.client.placement(), home, sku);
-    let mut conn = s.redis.connection();
-    redis::cmd("DEL")
-        .arg(k.draw_meta())
-        .arg(k.entrants())
-        .arg(k.top_k())
-        .query::<()>(&mut conn)
-        .unwrap();
-    let answers: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("*:req:{sku}:*"))
-        .query(&mut conn)
-        .unwrap();
-    for a in answers {
-        redis::cmd("DEL").arg(a).query::<()>(&mut conn).unwrap();
-    }
+    let home = lose_the_draw_of(&s, sku, &winner);
     draw::restore::shard(&s.pool, &s.client, &c, &d, home, T)
         .await
         .unwrap();

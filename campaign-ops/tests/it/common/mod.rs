@@ -83,8 +83,13 @@ pub(crate) struct Running {
 }
 
 pub(crate) fn start_consumer(cfg: Config) -> Running {
+    start_service(cfg, None)
+}
+
+/// [`start_consumer`] with its admin listener on `admin`.
+pub(crate) fn start_service(cfg: Config, admin: Option<tokio::net::TcpListener>) -> Running {
     let (stop, rx) = consumer::signal::channel();
-    let task = tokio::spawn(service::run(cfg, None, rx));
+    let task = tokio::spawn(service::run(cfg, admin, rx));
     Running { stop, task }
 }
 
