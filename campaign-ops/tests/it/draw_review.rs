@@ -7,55 +7,13 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use campaign_ops::draw::{self, entries, run};
-use ledger::campaigns::Campaign;
 use ledger::draws::{self, DrawState, Ranked};
 use shard_router::draw::EntryOutcome;
 
+use crate::common::draw::{draw_campaign, enter_all};
 use crate::common::{start_consumer, users, Stack, SHARDS, T};
 
 const WIDTH: u16 = SHARDS;
-
-/// A draw campaign preheated, entries open now, the draw in `draw_in`.
-async fn draw_campaign(
-    s: &Stack,
-    sku: u64,
-    stock: u64,
-    waitlist: u32,
-    draw_in: Duration,
-) -> Campaign {
-    let now = shard_router::now_ms();
-    let c = Campaign {
-        sku,
-        name: format!("draw review {sku}"),
-        stock,
-        width: WIDTH,
-        limit: 1,
-        start_ms: now - 1000,
-        end_ms: now + 3_600_000,
-        payment_timeout_s: 60,
-    };
-    campaign_ops::campaign::put(&s.pool, &c, SHARDS, T)
-        .await
-        .unwrap();
-    draw::create(&s.pool, &c, now + draw_in.as_millis() as i64, waitlist, T)
-        .await
-        .unwrap();
-    campaign_ops::campaign::preheat(&s.pool, &s.client, sku, T)
-        .await
-        .unwrap();
-    c
-}
-
-async fn enter_all(s: &Stack, sku: u64, who: &[String]) {
-    for u in who {
-        let got = s
-            .client
-            .draw_enter(sku, WIDTH, u, shard_router::now_ms())
-            .await
-            .unwrap();
-        assert!(matches!(got, EntryOutcome::Entered { .. }), "{u}: {got:?}");
-    }
-}
 
 /// One entries-reader round on every shard, as the consumer's reader runs them.
 async fn read_entries(s: &Stack) {
@@ -122,7 +80,7 @@ async fn step(s: &Stack, sku: u64, waited: Duration) {
 async fn a_new_masters_empty_entries_stream_does_not_keep_the_old_place() {
     let s = Stack::start().await;
     let sku = 9_201;
-    draw_campaign(&s, sku, 2, 1, Duration::from_secs(600)).await;
+    draw_campaign(&s, sku, 2, 1, Duration::from_secs(600), 60).await;
     for shard in 0..s.client.placement().shard_count() {
         let key = s.client.entries_stream(shard).key;
         sqlx::query("INSERT INTO stream_offsets (stream, last_id, repl_id) VALUES (?, ?, ?)")
@@ -156,7 +114,7 @@ async fn a_new_masters_empty_entries_stream_does_not_keep_the_old_place() {
 async fn entries_committed_after_the_draw_do_not_join_it() {
     let s = Stack::start().await;
     let sku = 9_202;
-    draw_campaign(&s, sku, 2, 2, Duration::from_secs(600)).await;
+    draw_campaign(&s, sku, 2, 2, Duration::from_secs(600), 60).await;
     let early = users("early", 10);
     enter_all(&s, sku, &early).await;
     read_entries(&s).await;
@@ -198,7 +156,7 @@ async fn entries_committed_after_the_draw_do_not_join_it() {
 async fn verify_refuses_an_entry_list_changed_after_the_draw() {
     let s = Stack::start().await;
     let sku = 9_203;
-    draw_campaign(&s, sku, 1, 1, Duration::from_secs(600)).await;
+    draw_campaign(&s, sku, 1, 1, Duration::from_secs(600), 60).await;
     enter_all(&s, sku, &users("u", 8)).await;
     read_entries(&s).await;
     step(&s, sku, Duration::ZERO).await;
@@ -251,7 +209,7 @@ async fn verify_refuses_grants_out_of_rank_order() {
     let s = Stack::start().await;
     let sku = 9_204;
     let stock = 2u64;
-    draw_campaign(&s, sku, stock, 2, Duration::from_secs(3)).await;
+    draw_campaign(&s, sku, stock, 2, Duration::from_secs(3), 60).await;
     let consumer = start_consumer(s.cfg.clone());
     enter_all(&s, sku, &users("u", 20)).await;
     let t0 = Instant::now();
@@ -296,7 +254,7 @@ async fn verify_refuses_grants_out_of_rank_order() {
 async fn a_crash_between_the_marks_and_the_metadata_still_reveals_the_seed() {
     let s = Stack::start().await;
     let sku = 9_205;
-    let c = draw_campaign(&s, sku, 1, 1, Duration::from_secs(600)).await;
+    let c = draw_campaign(&s, sku, 1, 1, Duration::from_secs(600), 60).await;
     enter_all(&s, sku, &users("u", 6)).await;
     read_entries(&s).await;
     // The draw loop's steps 1 to 4, up to the crash.
@@ -344,7 +302,7 @@ async fn a_crash_between_the_marks_and_the_metadata_still_reveals_the_seed() {
 async fn the_draw_waits_for_every_entry_even_when_the_counts_agree() {
     let s = Stack::start().await;
     let sku = 9_206;
-    draw_campaign(&s, sku, 1, 1, Duration::from_secs(600)).await;
+    draw_campaign(&s, sku, 1, 1, Duration::from_secs(600), 60).await;
     let first = users("u", 6);
     enter_all(&s, sku, &first).await;
     read_entries(&s).await;
@@ -390,7 +348,7 @@ async fn the_draw_waits_for_every_entry_even_when_the_counts_agree() {
 async fn a_draw_restored_after_its_time_takes_no_entry() {
     let s = Stack::start().await;
     let sku = 9_207;
-    let c = draw_campaign(&s, sku, 1, 1, Duration::from_secs(2)).await;
+    let c = draw_campaign(&s, sku, 1, 1, Duration::from_secs(2), 60).await;
     enter_all(&s, sku, &users("u", 4)).await;
     read_entries(&s).await;
     let d = the_draw(&s, sku).await;
@@ -429,7 +387,7 @@ async fn a_draw_restored_after_its_time_takes_no_entry() {
 async fn a_restore_from_a_stale_read_of_the_draw_still_tells_the_winner() {
     let s = Stack::start().await;
     let sku = 9_208;
-    let c = draw_campaign(&s, sku, 1, 0, Duration::from_secs(2)).await;
+    let c = draw_campaign(&s, sku, 1, 0, Duration::from_secs(2), 60).await;
     let stale = the_draw(&s, sku).await;
     assert_eq!(stale.state, DrawState::Open);
     let consumer = start_consumer(s.cfg.clone());
@@ -475,7 +433,7 @@ async fn a_restore_from_a_stale_read_of_the_draw_still_tells_the_winner() {
 async fn a_win_lost_before_the_ledger_holds_its_grant_is_restored() {
     let s = Stack::start().await;
     let sku = 9_209;
-    let c = draw_campaign(&s, sku, 1, 0, Duration::from_secs(1)).await;
+    let c = draw_campaign(&s, sku, 1, 0, Duration::from_secs(1), 60).await;
     enter_all(&s, sku, &users("ahead", 6)).await;
     read_entries(&s).await;
     let d = the_draw(&s, sku).await;

@@ -1,6 +1,7 @@
 //! Shared test scaffolding: a real redis-server and a fresh MariaDB database per test, a
 //! consumer service run in-process, campaigns, and claims produced through the Lua scripts.
 
+pub(crate) mod draw;
 pub(crate) mod failover;
 pub(crate) mod rebuild;
 
