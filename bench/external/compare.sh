@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Our load generator against an external client (wrk) on the same local stack, row by row:
+# Our load generator against external clients (wrk and h2load) on the same local stack, row by row:
 # sold-out path, claim path at 100 and 1 000 connections, and the users-5k rush (at its
 # 1 000 connections, and at 200 as `rush-200`). Each row
 # runs `bench run --stack --external` REPS times (default 3) and prints the medians of
-# throughput and CPU µs per answer by process, ours beside wrk's. The sold-out and
-# claims-100 rows also drive the bare hyper baseline with both clients, and print the
-# gateway's ratios to it under wrk (throughput, and server CPU per answer), the figures
+# throughput and CPU µs per answer by process, ours beside wrk's and h2load's (h2load
+# sends one user's fixed request without a request id: bench/src/stack/external/h2load.rs;
+# CLIENTS=wrk for wrk alone). The sold-out and claims-100 rows also drive the bare hyper
+# baseline with every client, and print the gateway's ratios to it under each external
+# client (throughput, and server CPU per answer), the figures
 # the opening-second issue's goals are stated in. The claims-floor row is claims-100
 # against the Redis baseline instead ("hyper + one redis-rs round trip": the floor of a
 # claim's CPU, bench/src/stack/baseline.rs).
@@ -25,6 +27,7 @@ if ! command -v wrk >/dev/null || ! command -v h2load >/dev/null; then
 fi
 
 REPS="${REPS:-3}"
+CLIENTS="${CLIENTS:-wrk,h2load}"
 OUT="${OUT:-$(mktemp -d /tmp/flashgate-compare.XXXXXX)}"
 TARGET="${CARGO_TARGET_DIR:-target}"
 # BUILD=0 uses the binaries already in $TARGET/release.
@@ -50,7 +53,7 @@ for row in "${rows[@]}"; do
   for i in $(seq 1 "$REPS"); do
     echo "== $row, run $i/$REPS" >&2
     # shellcheck disable=SC2086
-    "$BENCH" run --stack --quiet --external $args --gateway-arg=--user-rate=0 \
+    "$BENCH" run --stack --quiet --external --external-client "$CLIENTS" $args --gateway-arg=--user-rate=0 \
       --out "$OUT/$row-$i" >/dev/null
   done
 done
@@ -73,9 +76,12 @@ for row in rows:
         names = [c["process"] for c in lists[0]]
         return ", ".join(f'{n} {med([c["us_per_answer"] for l in lists for c in l if c["process"] == n]):.1f}' for n in names)
     print(f'| bench | {med([r["throughput_rps"] for r in reps]):.0f} | {med([r["latency"]["p50_us"] for r in reps])/1e3:.2f} ms | {med([r["latency"]["p99_us"] for r in reps])/1e3:.2f} ms | {cpu([r["cpu"] for r in reps])} |')
-    ext = [r["external"] for r in reps if r.get("external")]
-    if ext:
-        print(f'| wrk | {med([x["throughput_rps"] for x in ext]):.0f} | {med([x["p50_us"] for x in ext])/1e3:.2f} ms | {med([x["p99_us"] for x in ext])/1e3:.2f} ms | {cpu([x["cpu"] for x in ext])} |')
+    # Each external client's field in a report: wrk's is "external".
+    clients = [("wrk", "external"), ("h2load", "h2load")]
+    for name, field in clients:
+        ext = [r[field] for r in reps if r.get(field)]
+        if ext:
+            print(f'| {name} | {med([x["throughput_rps"] for x in ext]):.0f} | {med([x["p50_us"] for x in ext])/1e3:.2f} ms | {med([x["p99_us"] for x in ext])/1e3:.2f} ms | {cpu([x["cpu"] for x in ext])} |')
     bases = []
     for d in sorted(os.listdir(out)):
         f = os.path.join(out, d, "baseline.json")
@@ -84,13 +90,20 @@ for row in rows:
     if bases:
         name = next((c["process"] for c in bases[0]["cpu"] if c.get("role") == "baseline"), "bare hyper server")
         print(f'| bench, {name} | {med([b["throughput_rps"] for b in bases]):.0f} | {med([b["latency"]["p50_us"] for b in bases])/1e3:.2f} ms | {med([b["latency"]["p99_us"] for b in bases])/1e3:.2f} ms | {cpu([b["cpu"] for b in bases])} |')
-        bext = [b["external"] for b in bases if b.get("external")]
-        if bext and ext:
-            print(f'| wrk, {name} | {med([x["throughput_rps"] for x in bext]):.0f} | {med([x["p50_us"] for x in bext])/1e3:.2f} ms | {med([x["p99_us"] for x in bext])/1e3:.2f} ms | {cpu([x["cpu"] for x in bext])} |')
-            role_us = lambda x, role: sum(c["us_per_answer"] for c in x["cpu"] if c.get("role") == role)
-            tput = med([e["throughput_rps"] / b["throughput_rps"] for e, b in zip(ext, bext)])
-            cpu_ratio = med([role_us(e, "gateway") / role_us(b, "baseline") for e, b in zip(ext, bext) if role_us(b, "baseline") > 0])
-            print(f'\nunder wrk, gateway ÷ {name}: throughput {tput:.2f}×, server CPU per answer {cpu_ratio:.2f}×')
+        role_us = lambda x, role: sum(c["us_per_answer"] for c in x["cpu"] if c.get("role") == role)
+        ratios = []
+        for client, field in clients:
+            pairs = [(r[field], b[field]) for r, b in zip(reps, bases) if r.get(field) and b.get(field)]
+            if not pairs:
+                continue
+            bext = [b for _, b in pairs]
+            print(f'| {client}, {name} | {med([x["throughput_rps"] for x in bext]):.0f} | {med([x["p50_us"] for x in bext])/1e3:.2f} ms | {med([x["p99_us"] for x in bext])/1e3:.2f} ms | {cpu([x["cpu"] for x in bext])} |')
+            tput = med([e["throughput_rps"] / b["throughput_rps"] for e, b in pairs])
+            cpu_ratio = med([role_us(e, "gateway") / role_us(b, "baseline") for e, b in pairs if role_us(b, "baseline") > 0])
+            ratios.append(f'under {client}, gateway ÷ {name}: throughput {tput:.2f}×, server CPU per answer {cpu_ratio:.2f}×')
+        if ratios:
+            print()
+            print("\n".join(ratios))
     fs = [r["first_second_claimed"] for r in reps if r.get("first_second_claimed")]
     if fs:
         print(f'\nfirst second, claimed: p50 {med([p["p50_us"] for p in fs])/1e3:.2f} ms, p99 {med([p["p99_us"] for p in fs])/1e3:.2f} ms')

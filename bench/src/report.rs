@@ -21,6 +21,7 @@
 //! | `cpu` | per process: CPU seconds over the run and CPU µs per answer (absent when not measured) |
 //! | `first_second`, `first_second_claimed` | percentiles (µs) of the requests sent in the first second, all and claimed (the opening rush) |
 //! | `external` | the same load from an external client (wrk) on the same stack, with its CPU by process (absent without `--external`) |
+//! | `h2load` | the same from h2load (`--external-client h2load`): one user's fixed request, so one home shard |
 
 pub mod markdown;
 pub mod svg;
@@ -130,6 +131,8 @@ pub struct Report {
     pub first_second_claimed: Option<Percentiles>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub external: Option<ExternalReport>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub h2load: Option<ExternalReport>,
 }
 
 impl Report {
@@ -187,6 +190,7 @@ impl Report {
             first_second: rec.first_second.as_ref().map(Percentiles::of),
             first_second_claimed: rec.first_second_claimed.as_ref().map(Percentiles::of),
             external: None,
+            h2load: None,
         }
     }
 

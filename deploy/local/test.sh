@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test of flashgate. Installs (apt-get) and starts what the tests need:
-# redis-server and redis-cli (tests start private servers and clusters on free ports)
-# and MariaDB on 127.0.0.1:3306.
+# redis-server and redis-cli (tests start private servers and clusters on free ports),
+# MariaDB on 127.0.0.1:3306, and the external load generators bench drives (wrk, h2load).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$FG_ROOT"
@@ -9,6 +9,7 @@ cd "$FG_ROOT"
 ensure_rust
 ensure_redis
 ensure_mariadb
+ensure_packages wrk:wrk h2load:nghttp2-client
 
 say "deploy checks (promtool, haproxy, compose, dashboard)"
 ./deploy/check.sh

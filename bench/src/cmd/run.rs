@@ -18,6 +18,7 @@ use bench::scenario::cli::ScenarioArgs;
 use bench::scenario::Scenario;
 use bench::stack::baseline::{BaselineKind, BaselineProc};
 use bench::stack::cpu::{Role, Sampler, Watched};
+use bench::stack::external::ExternalClient;
 use bench::stack::mysql::Mysql;
 
 use super::stack::{Stack, StackOpts};
@@ -78,15 +79,23 @@ pub(crate) struct RunOpts {
     /// Redis, the floor of a claim; a single Redis only).
     #[arg(long, value_enum, default_value_t = BaselineKind::Bare)]
     pub(crate) baseline_kind: BaselineKind,
-    /// After the run, drive the same stack with an external client (wrk, with
-    /// bench/external/claims.lua) for as long, on fresh copies of the SKUs, and report its
-    /// figures and CPU by process beside ours. Needs `--stack`.
+    /// After the run, drive the same stack with external clients (`--external-client`)
+    /// for as long, each on fresh copies of the SKUs, and report their figures and CPU by
+    /// process beside ours. Needs `--stack`.
     #[arg(long, requires = "stack")]
     pub(crate) external: bool,
+    /// The external clients `--external` runs, one after the other: `wrk` (with
+    /// bench/external/claims.lua, a distinct user per request) and `h2load` (one user's
+    /// fixed request, no request id; its SKU copies' per-user limit does not bind).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "wrk")]
+    pub(crate) external_client: Vec<ExternalClient>,
     /// The wrk binary for `--external`.
     #[arg(long, default_value = "wrk")]
     pub(crate) wrk_bin: String,
-    /// wrk threads for `--external`.
+    /// The h2load binary for `--external-client h2load`.
+    #[arg(long, default_value = "h2load")]
+    pub(crate) h2load_bin: String,
+    /// Threads of each external client.
     #[arg(long, default_value_t = 2)]
     pub(crate) wrk_threads: usize,
     /// Fail (exit 1) when the first second's latency (p50 or p99, all answers and claimed)
@@ -344,7 +353,10 @@ pub(crate) async fn run(o: &RunOpts) -> anyhow::Result<Report> {
         let mut b = baseline(&s, !o.quiet, redis.clone()).await?;
         if o.external {
             let d = std::time::Duration::from_secs_f64(b.measured_s.max(1.0));
-            b.external = Some(external::drive_baseline(o, &sys, &s, d, redis).await?);
+            for &c in &o.external_client {
+                let x = external::drive_baseline(o, &sys, &s, d, redis.clone(), c).await?;
+                *external::slot(&mut b, c) = Some(x);
+            }
         }
         Some(b)
     } else {
@@ -355,7 +367,10 @@ pub(crate) async fn run(o: &RunOpts) -> anyhow::Result<Report> {
     let w = watched(stack.as_ref());
     let mut report = against_system(&sys, &s, client.as_ref(), run_tag("b"), !o.quiet, w).await?;
     if let (true, Some(st)) = (o.external, stack.as_ref()) {
-        report.external = Some(external::drive(o, &sys, &s, st, report.measured_s).await?);
+        for &c in &o.external_client {
+            let x = external::drive(o, &sys, &s, st, report.measured_s, c).await?;
+            *external::slot(&mut report, c) = Some(x);
+        }
     }
     drop(stack);
     report.baseline = base.as_ref().map(|b| BaselineRatios::of(&report, b));

@@ -101,7 +101,7 @@ pub fn run_summary(r: &Report) -> String {
             );
         }
     }
-    if let Some(x) = &r.external {
+    for x in r.external.iter().chain(&r.h2load) {
         let statuses: Vec<String> = x
             .statuses
             .iter()
@@ -138,7 +138,8 @@ pub fn run_summary(r: &Report) -> String {
             if b.us_per_answer > 0.0 {
                 let _ = writeln!(
                     s,
-                    "\nload generator / wrk, CPU per answer: {:.1} / {:.1} µs = **{:.2}×**",
+                    "\nload generator / {}, CPU per answer: {:.1} / {:.1} µs = **{:.2}×**",
+                    x.client,
                     a.us_per_answer,
                     b.us_per_answer,
                     a.us_per_answer / b.us_per_answer

@@ -1,7 +1,8 @@
-//! An external client on the same stack, in the same run: wrk with
-//! `bench/external/claims.lua` (one distinct user per request). Our own load generator's
-//! figures are only as honest as its cost: its CPU per answer is compared with wrk's, and
-//! the gateway's and Redis's CPU per answer under wrk are the figures to trust.
+//! External clients on the same stack, in the same run: wrk with
+//! `bench/external/claims.lua` (one distinct user per request) and h2load (one fixed
+//! request, `h2load.rs` says why). Our own load generator's figures are only as honest as
+//! its cost: its CPU per answer is compared with theirs, and the gateway's and Redis's CPU
+//! per answer under them are the figures to trust.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -13,30 +14,54 @@ use tokio::io::AsyncReadExt;
 
 use crate::stack::cpu::{cpu_seconds, CpuUse, Role, Watched};
 
-/// The wrk script, also committed as `bench/external/claims.lua` for use by hand.
-pub const CLAIMS_LUA: &str = include_str!("../../external/claims.lua");
-/// How long wrk may overrun its duration before it is killed.
+mod h2load;
+mod wrk;
+
+pub use wrk::CLAIMS_LUA;
+
+/// How long a client may overrun its duration before it is killed.
 const OVERRUN: Duration = Duration::from_secs(30);
+
+/// Which external client drives the stack.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ExternalClient {
+    /// wrk with `bench/external/claims.lua`: a distinct user and request id per request.
+    Wrk,
+    /// h2load over HTTP/1.1: one user sends the same body, without a request id, on every
+    /// request (h2load cannot vary a body).
+    H2load,
+}
+
+impl ExternalClient {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Wrk => "wrk",
+            Self::H2load => "h2load",
+        }
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum ExternalError {
-    #[error("cannot run {bin}: {source} (install it: apt-get install wrk)")]
+    #[error("cannot run {bin}: {source} (install it: apt-get install wrk nghttp2-client)")]
     Spawn { bin: String, source: std::io::Error },
-    #[error("cannot write the wrk script {path}: {source}")]
-    Script {
+    #[error("cannot write {path}: {source}")]
+    Write {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("wrk did not finish within {0:?}")]
-    Hung(Duration),
-    #[error("wrk printed no FGJSON line: {0}")]
-    NoSummary(String),
+    #[error("{0} did not finish within {1:?}")]
+    Hung(&'static str, Duration),
+    #[error("{0} printed no summary: {1}")]
+    NoSummary(&'static str, String),
     #[error("wrk's summary is not valid: {0}")]
     BadSummary(#[from] serde_json::Error),
 }
 
-/// What an external client (wrk) measured on the same stack in the same run: the report's
-/// `external` field, defined beside the run that fills it (as `CpuUse` is in `cpu.rs`).
+/// What an external client measured on the same stack in the same run: the report's
+/// `external` (wrk) and `h2load` fields, defined beside the run that fills them (as
+/// `CpuUse` is in `cpu.rs`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ExternalReport {
     pub client: String,
@@ -54,9 +79,10 @@ pub struct ExternalReport {
     pub cpu: Vec<CpuUse>,
 }
 
-/// One wrk run.
+/// One external client's run.
 #[derive(Debug, Clone)]
-pub struct WrkSpec {
+pub struct ExternalSpec {
+    pub client: ExternalClient,
     pub bin: String,
     /// Full URL of the claim API.
     pub url: String,
@@ -67,35 +93,59 @@ pub struct WrkSpec {
     /// Prefix of users and request ids.
     pub tag: String,
     pub skus: Vec<u64>,
-    /// Bearer tokens to send (`user token` lines), when the gateways verify them.
+    /// Bearer tokens to send (`user token` lines), when the gateways verify them. h2load
+    /// sends the first line's.
     pub tokens_file: Option<PathBuf>,
 }
 
-#[derive(Debug, Deserialize)]
-struct Summary {
+impl ExternalSpec {
+    fn threads(&self) -> usize {
+        self.threads.clamp(1, self.connections.max(1))
+    }
+
+    fn secs(&self) -> u64 {
+        self.duration.as_secs_f64().ceil().max(1.0) as u64
+    }
+}
+
+/// Runs the client and accounts CPU for it and for `watched` (the stack's processes).
+pub async fn run_external(
+    spec: &ExternalSpec,
+    watched: Vec<Watched>,
+) -> Result<ExternalReport, ExternalError> {
+    match spec.client {
+        ExternalClient::Wrk => wrk::run(spec, watched).await,
+        ExternalClient::H2load => h2load::run(spec, watched).await,
+    }
+}
+
+/// What the client measured, before CPU is divided by its answers.
+struct Measured {
     requests: u64,
-    duration_us: u64,
+    duration_s: f64,
     p50_us: u64,
     p99_us: u64,
     max_us: u64,
-    socket_errors: u64,
     statuses: BTreeMap<u16, u64>,
-    cpu_s: f64,
+    socket_errors: u64,
 }
 
-/// Runs wrk and accounts CPU for it and for `watched` (the stack's processes).
-pub async fn run_wrk(
-    spec: &WrkSpec,
+/// A finished client process: its stdout, its own CPU seconds, and the CPU seconds each
+/// watched process used while it ran.
+struct Finished {
+    stdout: String,
+    client_cpu_s: Option<f64>,
+    used: Vec<(Watched, f64)>,
+}
+
+/// Spawns `cmd`, waits for it within its duration plus [`OVERRUN`], and reads the CPU
+/// each process used meanwhile.
+async fn run_child(
+    name: &'static str,
+    mut cmd: tokio::process::Command,
+    secs: u64,
     watched: Vec<Watched>,
-) -> Result<ExternalReport, ExternalError> {
-    let path = std::env::temp_dir().join(format!("flashgate-wrk-{}.lua", std::process::id()));
-    std::fs::write(&path, CLAIMS_LUA).map_err(|source| ExternalError::Script {
-        path: path.clone(),
-        source,
-    })?;
-    let skus: Vec<String> = spec.skus.iter().map(u64::to_string).collect();
-    let threads = spec.threads.clamp(1, spec.connections.max(1));
-    let secs = spec.duration.as_secs_f64().ceil().max(1.0) as u64;
+) -> Result<Finished, ExternalError> {
     let before: Vec<(Watched, Option<f64>)> = watched
         .into_iter()
         .map(|w| {
@@ -103,44 +153,25 @@ pub async fn run_wrk(
             (w, t)
         })
         .collect();
-    let mut child = tokio::process::Command::new(&spec.bin)
-        .args([
-            format!("-t{threads}"),
-            format!("-c{}", spec.connections.max(threads)),
-            format!("-d{secs}s"),
-            format!("--timeout={}s", spec.timeout.as_secs().max(1)),
-            "-s".to_owned(),
-            path.display().to_string(),
-            spec.url.clone(),
-            "--".to_owned(),
-            spec.tag.clone(),
-            skus.join(","),
-        ])
-        .args(
-            spec.tokens_file
-                .iter()
-                .flat_map(|p| [p.display().to_string(), threads.to_string()]),
-        )
+    let bin = cmd.as_std().get_program().to_string_lossy().into_owned();
+    let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .kill_on_drop(true)
         .spawn()
-        .map_err(|source| ExternalError::Spawn {
-            bin: spec.bin.clone(),
-            source,
-        })?;
+        .map_err(|source| ExternalError::Spawn { bin, source })?;
     let pid = child.id();
-    let mut out = String::new();
+    let mut stdout = String::new();
     let limit = Duration::from_secs(secs) + OVERRUN;
-    if let Some(mut stdout) = child.stdout.take() {
-        tokio::time::timeout(limit, stdout.read_to_string(&mut out))
+    if let Some(mut out) = child.stdout.take() {
+        tokio::time::timeout(limit, out.read_to_string(&mut stdout))
             .await
-            .map_err(|_| ExternalError::Hung(limit))?
-            .map_err(|e| ExternalError::NoSummary(e.to_string()))?;
+            .map_err(|_| ExternalError::Hung(name, limit))?
+            .map_err(|e| ExternalError::NoSummary(name, e.to_string()))?;
     }
-    // Read wrk's CPU while it is a zombie (not yet reaped), then reap it.
-    let mut wrk_cpu = None;
+    // Read the client's CPU while it is a zombie (not yet reaped), then reap it.
+    let mut client_cpu_s = None;
     for _ in 0..100 {
         match pid.and_then(|p| std::fs::read_to_string(format!("/proc/{p}/stat")).ok()) {
             Some(stat)
@@ -149,7 +180,7 @@ pub async fn run_wrk(
                     .next()
                     .is_some_and(|r| r.trim_start().starts_with('Z')) =>
             {
-                wrk_cpu = pid.and_then(|p| cpu_seconds(Some(p)));
+                client_cpu_s = pid.and_then(|p| cpu_seconds(Some(p)));
                 break;
             }
             Some(_) => tokio::time::sleep(Duration::from_millis(10)).await,
@@ -157,67 +188,61 @@ pub async fn run_wrk(
         }
     }
     let _ = tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
-    let _ = std::fs::remove_file(&path);
-    let line = out
-        .lines()
-        .find_map(|l| l.strip_prefix("FGJSON "))
-        .ok_or_else(|| ExternalError::NoSummary(out.trim().to_owned()))?;
-    let s: Summary = serde_json::from_str(line)?;
-    let per = |cpu_s: f64| {
-        if s.requests > 0 {
-            cpu_s * 1e6 / s.requests as f64
-        } else {
-            0.0
-        }
-    };
-    // wrk's own CPU from its CPU clock; the script's os.clock() (process CPU time) if
-    // unreadable.
-    let wrk_s = wrk_cpu.unwrap_or(s.cpu_s);
-    let mut cpu = vec![CpuUse {
-        process: "wrk (external client)".into(),
-        role: Role::ExternalClient,
-        cpu_s: wrk_s,
-        us_per_answer: per(wrk_s),
-    }];
-    cpu.extend(before.into_iter().filter_map(|(w, t0)| {
-        let used = cpu_seconds(w.pid)? - t0?;
-        Some(CpuUse {
+    let used = before
+        .into_iter()
+        .filter_map(|(w, t0)| {
+            let used = cpu_seconds(w.pid)? - t0?;
+            Some((w, used))
+        })
+        .collect();
+    Ok(Finished {
+        stdout,
+        client_cpu_s,
+        used,
+    })
+}
+
+impl Finished {
+    /// The report: every process's CPU divided by the client's answers; the client's own
+    /// CPU is `fallback_cpu_s` when its CPU clock could not be read.
+    fn report(self, spec: &ExternalSpec, m: Measured, fallback_cpu_s: f64) -> ExternalReport {
+        let per = |cpu_s: f64| {
+            if m.requests > 0 {
+                cpu_s * 1e6 / m.requests as f64
+            } else {
+                0.0
+            }
+        };
+        let name = spec.client.name();
+        let own = self.client_cpu_s.unwrap_or(fallback_cpu_s);
+        let mut cpu = vec![CpuUse {
+            process: format!("{name} (external client)"),
+            role: Role::ExternalClient,
+            cpu_s: own,
+            us_per_answer: per(own),
+        }];
+        cpu.extend(self.used.into_iter().map(|(w, used)| CpuUse {
             process: w.name,
             role: w.role,
             cpu_s: used,
             us_per_answer: per(used),
-        })
-    }));
-    let duration_s = s.duration_us as f64 / 1e6;
-    Ok(ExternalReport {
-        client: format!("wrk -t{threads}"),
-        connections: spec.connections,
-        requests: s.requests,
-        duration_s,
-        throughput_rps: if duration_s > 0.0 {
-            s.requests as f64 / duration_s
-        } else {
-            0.0
-        },
-        p50_us: s.p50_us,
-        p99_us: s.p99_us,
-        max_us: s.max_us,
-        statuses: s.statuses,
-        socket_errors: s.socket_errors,
-        cpu,
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn summary_line_parses() {
-        let s: Summary = serde_json::from_str(
-            r#"{"requests":10,"duration_us":1000000,"p50_us":100,"p99_us":900,"max_us":1000,"socket_errors":0,"statuses":{"201":3,"410":7},"cpu_s":0.010}"#,
-        )
-        .unwrap();
-        assert_eq!(s.statuses[&410], 7);
+        }));
+        ExternalReport {
+            client: format!("{name} -t{}", spec.threads()),
+            connections: spec.connections,
+            requests: m.requests,
+            duration_s: m.duration_s,
+            throughput_rps: if m.duration_s > 0.0 {
+                m.requests as f64 / m.duration_s
+            } else {
+                0.0
+            },
+            p50_us: m.p50_us,
+            p99_us: m.p99_us,
+            max_us: m.max_us,
+            statuses: m.statuses,
+            socket_errors: m.socket_errors,
+            cpu,
+        }
     }
 }

@@ -1,13 +1,15 @@
-//! `bench run --external`: after our own run, the same stack driven by wrk on fresh copies
-//! of the scenario's SKUs, so our load generator's figures stand beside an external
-//! client's from the same run.
+//! `bench run --external`: after our own run, the same stack driven by wrk and/or h2load,
+//! each on fresh copies of the scenario's SKUs, so our load generator's figures stand
+//! beside external clients' from the same run.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
+use bench::report::Report;
 use bench::scenario::Scenario;
 use bench::stack::baseline::{BaselineKind, BaselineProc};
 use bench::stack::cpu::{Role, Watched};
+use bench::stack::external::{ExternalClient, ExternalReport, ExternalSpec};
 use loadgen::token::Tokens;
 
 use super::{prepare, run_tag, RunOpts, SystemArgs, CLAIM_PATH};
@@ -16,21 +18,42 @@ use crate::cmd::stack::Stack;
 /// Distinct users (tokens) the external client cycles through.
 const EXTERNAL_USERS: u64 = 200_000;
 
-/// SKU ids of the external client's copies: the scenario's plus this.
+/// SKU ids of an external client's copies: the scenario's plus this times the client's
+/// number (wrk 1, h2load 2).
 const EXTERNAL_SKU_OFFSET: u64 = 1_000_000;
 
-/// Drives the stack with wrk on fresh copies of the scenario's SKUs, for as long as our
-/// own run took (at least a second).
+/// h2load's copies' per-user limit: its one user claims on every request, so a binding
+/// limit would turn the run into limit refusals (`bench/src/stack/external/h2load.rs`).
+const H2LOAD_USER_LIMIT: u32 = 1_000_000_000;
+
+/// Where a client's figures go in a report.
+pub(super) fn slot(r: &mut Report, c: ExternalClient) -> &mut Option<ExternalReport> {
+    match c {
+        ExternalClient::Wrk => &mut r.external,
+        ExternalClient::H2load => &mut r.h2load,
+    }
+}
+
+/// Drives the stack with `client` on fresh copies of the scenario's SKUs, for as long as
+/// our own run took (at least a second).
 pub(super) async fn drive(
     o: &RunOpts,
     sys: &SystemArgs,
     s: &Scenario,
     st: &Stack,
     run_s: f64,
-) -> anyhow::Result<bench::stack::external::ExternalReport> {
+    client: ExternalClient,
+) -> anyhow::Result<ExternalReport> {
     let mut copy = s.clone();
+    let offset = match client {
+        ExternalClient::Wrk => EXTERNAL_SKU_OFFSET,
+        ExternalClient::H2load => {
+            copy.limit = H2LOAD_USER_LIMIT;
+            2 * EXTERNAL_SKU_OFFSET
+        }
+    };
     for k in &mut copy.skus {
-        k.id += EXTERNAL_SKU_OFFSET;
+        k.id += offset;
     }
     prepare(sys, &copy).await?;
     let duration = if s.duration_s > 0.0 {
@@ -38,41 +61,69 @@ pub(super) async fn drive(
     } else {
         run_s
     };
-    let tag = run_tag("w");
-    let tokens_file = tokens_file(sys, &tag)?;
-    let spec = bench::stack::external::WrkSpec {
-        bin: o.wrk_bin.clone(),
-        url: format!("{}{CLAIM_PATH}", sys.targets[0]),
-        threads: o.wrk_threads,
-        connections: s.load.connections,
+    let spec = spec(o, sys, s, client, sys.targets[0].clone(), &copy)?;
+    let spec = ExternalSpec {
         duration: Duration::from_secs_f64(duration.max(1.0)),
-        timeout: Duration::from_millis(s.load.timeout_ms),
-        tag,
-        skus: copy.skus.iter().map(|k| k.id).collect(),
-        tokens_file: tokens_file.clone(),
+        ..spec
     };
     eprintln!(
-        "external: wrk -t{} -c{} for {:.0} s against {} ...",
+        "external: {} -t{} -c{} for {:.0} s against {} ...",
+        client.name(),
         spec.threads,
         spec.connections,
         spec.duration.as_secs_f64().ceil(),
         spec.url
     );
-    let r = bench::stack::external::run_wrk(&spec, st.watched()).await;
-    if let Some(p) = tokens_file {
+    let r = bench::stack::external::run_external(&spec, st.watched()).await;
+    if let Some(p) = &spec.tokens_file {
         let _ = std::fs::remove_file(p);
     }
     Ok(r?)
 }
 
+/// One client's spec against `base_url`, with its tokens minted (a second by default;
+/// the callers set the duration).
+fn spec(
+    o: &RunOpts,
+    sys: &SystemArgs,
+    s: &Scenario,
+    client: ExternalClient,
+    base_url: String,
+    skus: &Scenario,
+) -> anyhow::Result<ExternalSpec> {
+    let tag = run_tag(match client {
+        ExternalClient::Wrk => "w",
+        ExternalClient::H2load => "h",
+    });
+    let users = match client {
+        ExternalClient::Wrk => EXTERNAL_USERS,
+        ExternalClient::H2load => 1,
+    };
+    let tokens_file = tokens_file(sys, &tag, users)?;
+    Ok(ExternalSpec {
+        client,
+        bin: match client {
+            ExternalClient::Wrk => o.wrk_bin.clone(),
+            ExternalClient::H2load => o.h2load_bin.clone(),
+        },
+        url: format!("{base_url}{CLAIM_PATH}"),
+        threads: o.wrk_threads,
+        connections: s.load.connections,
+        duration: Duration::from_secs(1),
+        timeout: Duration::from_millis(s.load.timeout_ms),
+        tag,
+        skus: skus.skus.iter().map(|k| k.id).collect(),
+        tokens_file,
+    })
+}
+
 /// The gateways verify a token per claim: mint the external client's users' tokens before
 /// it starts (off its clock and its CPU), one `user token` line per user. `None` when the
 /// gateways verify none.
-fn tokens_file(sys: &SystemArgs, tag: &str) -> anyhow::Result<Option<PathBuf>> {
+fn tokens_file(sys: &SystemArgs, tag: &str, users: u64) -> anyhow::Result<Option<PathBuf>> {
     let Some(secret) = &sys.token_secret_file else {
         return Ok(None);
     };
-    let users = EXTERNAL_USERS;
     let tokens = Tokens::load(secret, users)?;
     let mut lines = String::with_capacity(users as usize * 200);
     for i in 0..users {
@@ -89,21 +140,21 @@ fn tokens_file(sys: &SystemArgs, tag: &str) -> anyhow::Result<Option<PathBuf>> {
     Ok(Some(path))
 }
 
-/// Drives the bare baseline server with wrk for `duration`: the external client's figure of
-/// the machine's HTTP ceiling in the same run (docs/BENCHMARKS.md: the sold-out path
-/// against bare hyper, both under wrk). wrk sends it the very requests it sends the gateway,
-/// bearer tokens included (the server ignores them): building a request with a token costs
-/// wrk's Lua about twice the CPU of one without, and on a shared 2-core machine a client
-/// that is cheaper against one server than the other skews the throughput ratio.
+/// Drives the bare baseline server with `client` for `duration`: the external client's
+/// figure of the machine's HTTP ceiling in the same run (docs/BENCHMARKS.md: the sold-out
+/// path against bare hyper, both under wrk). The client sends it the very requests it
+/// sends the gateway, bearer tokens included (the server ignores them): building a request
+/// with a token costs wrk's Lua about twice the CPU of one without, and on a shared 2-core
+/// machine a client that is cheaper against one server than the other skews the
+/// throughput ratio.
 pub(super) async fn drive_baseline(
     o: &RunOpts,
     sys: &SystemArgs,
     s: &Scenario,
     duration: Duration,
     redis: Option<String>,
-) -> anyhow::Result<bench::stack::external::ExternalReport> {
-    let tag = run_tag("wb");
-    let tokens_file = tokens_file(sys, &tag)?;
+    client: ExternalClient,
+) -> anyhow::Result<ExternalReport> {
     let name = if redis.is_some() {
         BaselineKind::Redis
     } else {
@@ -112,27 +163,21 @@ pub(super) async fn drive_baseline(
     .server_name();
     let server =
         tokio::task::spawn_blocking(move || BaselineProc::start_with(redis.as_deref())).await??;
-    let spec = bench::stack::external::WrkSpec {
-        bin: o.wrk_bin.clone(),
-        url: format!("{}{CLAIM_PATH}", server.url()),
-        threads: o.wrk_threads,
-        connections: s.load.connections,
+    let spec = ExternalSpec {
         duration: duration.max(Duration::from_secs(1)),
-        timeout: Duration::from_millis(s.load.timeout_ms),
-        tag,
-        skus: s.skus.iter().map(|k| k.id).collect(),
-        tokens_file: tokens_file.clone(),
+        ..spec(o, sys, s, client, server.url(), s)?
     };
     eprintln!(
-        "external: wrk -t{} -c{} for {:.0} s against the {name} ...",
+        "external: {} -t{} -c{} for {:.0} s against the {name} ...",
+        client.name(),
         spec.threads,
         spec.connections,
         spec.duration.as_secs_f64().ceil()
     );
     let watched = vec![Watched::new(Role::Baseline, name, server.pid())];
-    let r = bench::stack::external::run_wrk(&spec, watched).await;
+    let r = bench::stack::external::run_external(&spec, watched).await;
     drop(server);
-    if let Some(p) = tokens_file {
+    if let Some(p) = &spec.tokens_file {
         let _ = std::fs::remove_file(p);
     }
     Ok(r?)
