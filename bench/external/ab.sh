@@ -26,6 +26,9 @@ done
 rows=("$@")
 [ ${#rows[@]} -eq 0 ] && rows=(sold-out claims-100 claims-1000 rush)
 ROUNDS="${ROUNDS:-2}"
+# wrk only by default: a before build may predate bench's h2load client, and the summary
+# below reads wrk's figures.
+export CLIENTS="${CLIENTS:-wrk}"
 OUT="${OUT:-$(mktemp -d /tmp/flashgate-ab.XXXXXX)}"
 
 for round in $(seq 1 "$ROUNDS"); do

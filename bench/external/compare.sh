@@ -28,6 +28,9 @@ fi
 
 REPS="${REPS:-3}"
 CLIENTS="${CLIENTS:-wrk,h2load}"
+# wrk alone needs no flag, so a bench binary older than h2load's support still runs (ab.sh).
+client_flag=""
+[ "$CLIENTS" = wrk ] || client_flag="--external-client $CLIENTS"
 OUT="${OUT:-$(mktemp -d /tmp/flashgate-compare.XXXXXX)}"
 TARGET="${CARGO_TARGET_DIR:-target}"
 # BUILD=0 uses the binaries already in $TARGET/release.
@@ -53,7 +56,7 @@ for row in "${rows[@]}"; do
   for i in $(seq 1 "$REPS"); do
     echo "== $row, run $i/$REPS" >&2
     # shellcheck disable=SC2086
-    "$BENCH" run --stack --quiet --external --external-client "$CLIENTS" $args --gateway-arg=--user-rate=0 \
+    "$BENCH" run --stack --quiet --external $client_flag $args --gateway-arg=--user-rate=0 \
       --out "$OUT/$row-$i" >/dev/null
   done
 done
