@@ -73,6 +73,37 @@ impl LoadResult {
     }
 }
 
+/// Requests whose tokens [`mint_ahead`] mints before the clock: the users-5k rush's
+/// whole run, and the first seconds of a capacity run.
+pub const MINT_AHEAD_REQUESTS: u64 = 100_000;
+
+/// Mints the bearer tokens of the run's first requests (at most
+/// [`MINT_AHEAD_REQUESTS`]) before the clock starts, as a login service hands them out
+/// before a sale and as the external clients' are (`bench/src/cmd/run/external.rs`).
+/// Minted on first use instead, every user's first request paid a mint (a few µs of JSON,
+/// base64 and HMAC) on the clock: in a rush of new users, all of them inside the first
+/// second, on the cores the gateway shares. Call it before the load generator's CPU is
+/// sampled. Users past the token cache (`token::CACHE_USERS`) are minted per request
+/// anyway and are skipped here.
+pub fn mint_ahead(spec: &LoadSpec, workload: &Workload) {
+    let Some(tokens) = &spec.tokens else { return };
+    let mut n = match spec.max_requests {
+        0 => MINT_AHEAD_REQUESTS,
+        cap => cap.min(MINT_AHEAD_REQUESTS),
+    };
+    // An open loop sends at most its schedule (a sweep's low steps need few tokens).
+    if spec.mode == Mode::Open && !spec.duration.is_zero() {
+        let scheduled = spec.rate * (spec.warmup + spec.duration).as_secs_f64();
+        n = n.min(scheduled.ceil() as u64);
+    }
+    for k in 0..n {
+        let req = workload.request(k);
+        if req.user < crate::token::CACHE_USERS {
+            tokens.authorization(req.user, || req.user_name(&spec.tag));
+        }
+    }
+}
+
 /// Runs the load and returns what every worker saw.
 pub async fn drive(spec: LoadSpec, workload: Arc<Workload>) -> LoadResult {
     // Connections open before the clock starts (as wrk does): a storm of 1 000 connects
@@ -212,4 +243,51 @@ fn progress(spec: &LoadSpec, live: Arc<Live>, start: Instant) -> ProgressBar {
         }
     });
     bar
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload::WorkloadSpec;
+
+    #[test]
+    fn tokens_of_the_first_requests_are_minted_before_the_clock() {
+        let workload = Workload::new(&WorkloadSpec {
+            skus: vec![1],
+            users: 1_000,
+            qty: 1,
+            repeat_ratio: 0.0,
+            zipf_s: 0.0,
+            seed: 7,
+        });
+        let tokens = Arc::new(Tokens::new(b"0123456789abcdef0123456789abcdef", 1_000));
+        let spec = LoadSpec {
+            targets: vec![Target::parse("http://127.0.0.1:1", "/v1/claims").unwrap()],
+            mode: Mode::Closed,
+            connections: 1,
+            rate: 0.0,
+            duration: Duration::ZERO,
+            warmup: Duration::ZERO,
+            max_requests: 20,
+            timeout: Duration::from_secs(1),
+            tag: "t-".into(),
+            progress: false,
+            tokens: Some(tokens.clone()),
+        };
+        mint_ahead(&spec, &workload);
+        for k in 0..20 {
+            let user = workload.request(k).user;
+            tokens.authorization(user, || panic!("request {k}'s user {user} was not minted"));
+        }
+        let later = (20..1_000)
+            .map(|k| workload.request(k).user)
+            .find(|u| (0..20).all(|k| workload.request(k).user != *u))
+            .unwrap();
+        let mut minted = false;
+        tokens.authorization(later, || {
+            minted = true;
+            "t-later".into()
+        });
+        assert!(minted, "only the first max_requests are minted ahead");
+    }
 }

@@ -275,8 +275,10 @@ pub(crate) async fn against_system(
     if let Some(path) = &sys.token_secret_file {
         spec.tokens = Some(Arc::new(Tokens::load(path, s.users)?));
     }
+    let workload = Arc::new(s.workload());
+    loadgen::generator::mint_ahead(&spec, &workload);
     let cpu = Sampler::start(watched);
-    let r = loadgen::drive(spec, Arc::new(s.workload())).await;
+    let r = loadgen::drive(spec, workload).await;
     let mut report = Report::from_load("run", &s.name, &r);
     report.cpu = cpu.finish(report.requests);
     let claims = &r.rec.claims;
