@@ -37,8 +37,9 @@ TARGET="${CARGO_TARGET_DIR:-target}"
 [ "${BUILD:-1}" = 1 ] && cargo build --release -q -p bench -p gateway -p campaign-ops
 BENCH="$TARGET/release/bench"
 
-# The rows of README "Benchmarks"; every one runs without a per-user rate limit so that
-# both clients send distinct users as fast as they can.
+# The rows of README "Benchmarks"; every one runs without a per-user rate limit, so that
+# wrk's and our distinct users go as fast as they can and h2load's one user is not
+# answered 429.
 declare -A ROWS=(
   [sold-out]="--no-consumer --sku 1:1:1 --users 4000000 --limit 1 --repeat-ratio 0 --connections 100 --duration 8 --compare-baseline"
   [claims-100]="--no-consumer --sku 1:10000000:16 --users 4000000 --limit 1 --repeat-ratio 0 --connections 100 --duration 8 --compare-baseline"
@@ -101,9 +102,12 @@ for row in rows:
                 continue
             bext = [b for _, b in pairs]
             print(f'| {client}, {name} | {med([x["throughput_rps"] for x in bext]):.0f} | {med([x["p50_us"] for x in bext])/1e3:.2f} ms | {med([x["p99_us"] for x in bext])/1e3:.2f} ms | {cpu([x["cpu"] for x in bext])} |')
-            tput = med([e["throughput_rps"] / b["throughput_rps"] for e, b in pairs])
-            cpu_ratio = med([role_us(e, "gateway") / role_us(b, "baseline") for e, b in pairs if role_us(b, "baseline") > 0])
-            ratios.append(f'under {client}, gateway ÷ {name}: throughput {tput:.2f}×, server CPU per answer {cpu_ratio:.2f}×')
+            # Medians of each run's ratio (the two servers ran back to back in one run),
+            # with every run's beside it: a ratio of the medians above can differ.
+            tputs = [e["throughput_rps"] / b["throughput_rps"] for e, b in pairs]
+            cpus = [role_us(e, "gateway") / role_us(b, "baseline") for e, b in pairs if role_us(b, "baseline") > 0]
+            runs = lambda xs: ", ".join(f"{x:.2f}" for x in xs)
+            ratios.append(f'under {client}, gateway ÷ {name}: throughput {med(tputs):.2f}× (runs {runs(tputs)}), server CPU per answer {med(cpus):.2f}× (runs {runs(cpus)})')
         if ratios:
             print()
             print("\n".join(ratios))

@@ -86,8 +86,15 @@ pub(crate) struct RunOpts {
     pub(crate) external: bool,
     /// The external clients `--external` runs, one after the other: `wrk` (with
     /// bench/external/claims.lua, a distinct user per request) and `h2load` (one user's
-    /// fixed request, no request id; its SKU copies' per-user limit does not bind).
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "wrk")]
+    /// fixed request, no request id, so a cheaper claim; its SKU copies' per-user limit
+    /// does not bind, and the gateways need `--user-rate 0`).
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "wrk",
+        requires = "external"
+    )]
     pub(crate) external_client: Vec<ExternalClient>,
     /// The wrk binary for `--external`.
     #[arg(long, default_value = "wrk")]
@@ -276,7 +283,8 @@ pub(crate) async fn against_system(
         spec.tokens = Some(Arc::new(Tokens::load(path, s.users)?));
     }
     let workload = Arc::new(s.workload());
-    loadgen::generator::mint_ahead(&spec, &workload);
+    let (ahead, w) = (spec.clone(), workload.clone());
+    tokio::task::spawn_blocking(move || loadgen::generator::mint_ahead(&ahead, &w)).await?;
     let cpu = Sampler::start(watched);
     let r = loadgen::drive(spec, workload).await;
     let mut report = Report::from_load("run", &s.name, &r);

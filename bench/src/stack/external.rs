@@ -134,6 +134,7 @@ struct Measured {
 /// watched process used while it ran.
 struct Finished {
     stdout: String,
+    stderr: String,
     client_cpu_s: Option<f64>,
     used: Vec<(Watched, f64)>,
 }
@@ -157,15 +158,24 @@ async fn run_child(
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
         .map_err(|source| ExternalError::Spawn { bin, source })?;
     let pid = child.id();
-    let mut stdout = String::new();
+    let (mut stdout, mut stderr) = (String::new(), String::new());
     let limit = Duration::from_secs(secs) + OVERRUN;
-    if let Some(mut out) = child.stdout.take() {
-        tokio::time::timeout(limit, out.read_to_string(&mut stdout))
+    if let (Some(mut out), Some(mut err)) = (child.stdout.take(), child.stderr.take()) {
+        // Both pipes at once: a client that fills one while we wait on the other would
+        // never exit.
+        let read = async {
+            let (o, e) = tokio::join!(
+                out.read_to_string(&mut stdout),
+                err.read_to_string(&mut stderr)
+            );
+            o.and(e)
+        };
+        tokio::time::timeout(limit, read)
             .await
             .map_err(|_| ExternalError::Hung(name, limit))?
             .map_err(|e| ExternalError::NoSummary(name, e.to_string()))?;
@@ -197,12 +207,20 @@ async fn run_child(
         .collect();
     Ok(Finished {
         stdout,
+        stderr,
         client_cpu_s,
         used,
     })
 }
 
 impl Finished {
+    /// What the client printed, for an error that found no summary in it.
+    fn printed(&self) -> String {
+        format!("{} {}", self.stdout.trim(), self.stderr.trim())
+            .trim()
+            .to_owned()
+    }
+
     /// The report: every process's CPU divided by the client's answers; the client's own
     /// CPU is `fallback_cpu_s` when its CPU clock could not be read.
     fn report(self, spec: &ExternalSpec, m: Measured, fallback_cpu_s: f64) -> ExternalReport {

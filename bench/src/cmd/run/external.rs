@@ -78,7 +78,22 @@ pub(super) async fn drive(
     if let Some(p) = &spec.tokens_file {
         let _ = std::fs::remove_file(p);
     }
-    Ok(r?)
+    let r = r?;
+    warn_rate_limited(&r);
+    Ok(r)
+}
+
+/// h2load's one user meets the gateways' per-user rate limit on every request past its
+/// burst: its figures then measure 429s, not claims. Said, not refused, since a run
+/// against outside gateways may have its reasons.
+fn warn_rate_limited(r: &ExternalReport) {
+    let limited = r.statuses.get(&429).copied().unwrap_or(0);
+    if limited * 100 > r.requests {
+        eprintln!(
+            "warning: {} of {} answers to {} were 429 (the per-user rate limit): start the gateways with --user-rate 0 (--gateway-arg=--user-rate=0) to measure claims",
+            limited, r.requests, r.client
+        );
+    }
 }
 
 /// One client's spec against `base_url`, with its tokens minted (a second by default;

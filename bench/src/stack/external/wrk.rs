@@ -64,7 +64,7 @@ pub(super) async fn run(
         .stdout
         .lines()
         .find_map(|l| l.strip_prefix("FGJSON "))
-        .ok_or_else(|| ExternalError::NoSummary("wrk", done.stdout.trim().to_owned()))?;
+        .ok_or_else(|| ExternalError::NoSummary("wrk", done.printed()))?;
     let s: Summary = serde_json::from_str(line)?;
     let m = Measured {
         requests: s.requests,
