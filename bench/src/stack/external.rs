@@ -106,6 +106,27 @@ impl ExternalSpec {
     fn secs(&self) -> u64 {
         self.duration.as_secs_f64().ceil().max(1.0) as u64
     }
+
+    /// A file of this run's in the temp directory, named by process, client and tag so
+    /// that two runs or two clients never share one.
+    fn temp_path(&self, ext: &str) -> PathBuf {
+        std::env::temp_dir().join(format!(
+            "flashgate-{}-{}-{}.{ext}",
+            self.client.name(),
+            std::process::id(),
+            self.tag
+        ))
+    }
+
+    /// [`Self::temp_path`], written with `contents`.
+    fn temp_file(&self, ext: &str, contents: &str) -> Result<PathBuf, ExternalError> {
+        let path = self.temp_path(ext);
+        std::fs::write(&path, contents).map_err(|source| ExternalError::Write {
+            path: path.clone(),
+            source,
+        })?;
+        Ok(path)
+    }
 }
 
 /// Runs the client and accounts CPU for it and for `watched` (the stack's processes).

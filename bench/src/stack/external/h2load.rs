@@ -21,22 +21,13 @@ pub(super) async fn run(
     spec: &ExternalSpec,
     watched: Vec<Watched>,
 ) -> Result<ExternalReport, ExternalError> {
-    let stem = std::env::temp_dir().join(format!(
-        "flashgate-h2load-{}-{}",
-        std::process::id(),
-        spec.tag
-    ));
-    let body_path = stem.with_extension("json");
-    let log_path = stem.with_extension("log");
     let (user, authorization) = first_user(spec)?;
     let body = format!(
         r#"{{"sku":{},"user":"{user}","qty":1}}"#,
         spec.skus.first().copied().unwrap_or(1)
     );
-    std::fs::write(&body_path, body).map_err(|source| ExternalError::Write {
-        path: body_path.clone(),
-        source,
-    })?;
+    let body_path = spec.temp_file("json", &body)?;
+    let log_path = spec.temp_path("log");
     // h2load appends to its log: a file left by an earlier run must not count twice.
     let _ = std::fs::remove_file(&log_path);
     let threads = spec.threads();

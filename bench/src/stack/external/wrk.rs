@@ -27,15 +27,7 @@ pub(super) async fn run(
     spec: &ExternalSpec,
     watched: Vec<Watched>,
 ) -> Result<ExternalReport, ExternalError> {
-    let path = std::env::temp_dir().join(format!(
-        "flashgate-wrk-{}-{}.lua",
-        std::process::id(),
-        spec.tag
-    ));
-    std::fs::write(&path, CLAIMS_LUA).map_err(|source| ExternalError::Write {
-        path: path.clone(),
-        source,
-    })?;
+    let path = spec.temp_file("lua", CLAIMS_LUA)?;
     let skus: Vec<String> = spec.skus.iter().map(u64::to_string).collect();
     let threads = spec.threads();
     let secs = spec.secs();
