@@ -1,12 +1,9 @@
 //! The Redis baseline (`bench/src/stack/baseline.rs`): every request is answered 201 after
 //! exactly one EVALSHA round trip, so its CPU per answer is a claim's floor.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use bench::scenario::Scenario;
-use bench::stack::servers;
 use loadgen::http::Target;
 use loadgen::outcome::Outcome;
 use test_support::RedisServer;
@@ -25,17 +22,7 @@ fn evalsha_calls(redis: &RedisServer) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_answer_costs_one_evalsha() {
     let redis = RedisServer::start();
-    let addr = SocketAddr::from(([127, 0, 0, 1], servers::free_port()));
-    tokio::spawn(bench::stack::baseline::serve(addr, Some(redis.url())));
-    let mut up = false;
-    for _ in 0..200 {
-        if tokio::net::TcpStream::connect(addr).await.is_ok() {
-            up = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(up, "redis baseline server did not start");
+    let addr = crate::common::baseline_server(Some(redis.url())).await;
 
     let s = Scenario {
         requests: 1_000,

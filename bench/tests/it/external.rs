@@ -1,27 +1,13 @@
 //! The external clients (`bench/src/stack/external`) against the bare baseline server in
 //! this process: each one's answers, latency and CPU come back as a report.
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use bench::stack::cpu::{Role, Watched};
 use bench::stack::external::{run_external, ExternalClient, ExternalSpec};
-use bench::stack::servers;
-
-async fn bare_server() -> SocketAddr {
-    let addr = SocketAddr::from(([127, 0, 0, 1], servers::free_port()));
-    tokio::spawn(bench::stack::baseline::serve(addr, None));
-    for _ in 0..200 {
-        if tokio::net::TcpStream::connect(addr).await.is_ok() {
-            return addr;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("bare baseline server did not start");
-}
 
 async fn drive(client: ExternalClient) {
-    let addr = bare_server().await;
+    let addr = crate::common::baseline_server(None).await;
     let spec = ExternalSpec {
         client,
         bin: client.name().to_owned(),

@@ -2,6 +2,7 @@
 //! what was a test file, so `cargo test -p bench --test it NAME::` runs one of them.
 
 mod baseline;
+mod common;
 mod external;
 mod interrupt;
 mod report;

@@ -3,29 +3,15 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use bench::checks::invariants;
 use bench::report::verdict::InvariantReport;
 use bench::report::{markdown, svg};
 use bench::report::{BaselineRatios, Report, SCHEMA};
 use bench::scenario::{Mode, Scenario};
-use bench::stack::servers;
 use loadgen::http::Target;
 use loadgen::outcome::Outcome;
 use loadgen::LoadSpec;
-
-async fn baseline_server() -> SocketAddr {
-    let addr = SocketAddr::from(([127, 0, 0, 1], servers::free_port()));
-    tokio::spawn(bench::stack::baseline::serve(addr, None));
-    for _ in 0..100 {
-        if tokio::net::TcpStream::connect(addr).await.is_ok() {
-            return addr;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("baseline server did not start");
-}
 
 fn spec(addr: SocketAddr, s: &Scenario) -> LoadSpec {
     let target = Target::parse(&format!("http://{addr}"), "/v1/claims").unwrap();
@@ -36,7 +22,7 @@ fn spec(addr: SocketAddr, s: &Scenario) -> LoadSpec {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn closed_loop_report_has_the_documented_fields() {
-    let addr = baseline_server().await;
+    let addr = crate::common::baseline_server(None).await;
     let s = Scenario {
         requests: 2_000,
         duration_s: 0.0,
@@ -102,7 +88,7 @@ async fn closed_loop_report_has_the_documented_fields() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn open_loop_keeps_the_schedule_and_measures_from_it() {
-    let addr = baseline_server().await;
+    let addr = crate::common::baseline_server(None).await;
     let s = Scenario {
         duration_s: 1.0,
         warmup_s: 0.2,

@@ -1,0 +1,20 @@
+//! What several test modules share.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bench::stack::servers;
+
+/// The baseline server (`bench/src/stack/baseline.rs`) in this process on a free port,
+/// once it accepts connections: bare, or with one EVALSHA per answer to `redis`.
+pub(crate) async fn baseline_server(redis: Option<String>) -> SocketAddr {
+    let addr = SocketAddr::from(([127, 0, 0, 1], servers::free_port()));
+    tokio::spawn(bench::stack::baseline::serve(addr, redis));
+    for _ in 0..200 {
+        if tokio::net::TcpStream::connect(addr).await.is_ok() {
+            return addr;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("baseline server did not start on {addr}");
+}
