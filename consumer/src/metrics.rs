@@ -38,6 +38,9 @@ pub const REBUILDS: &str = "flashgate_consumer_rebuilds_total";
 /// Counter: consumers that did not confirm a rebuild's flush request within its bound
 /// (`rebuild/handshake.rs`).
 pub const REBUILD_FLUSH_UNANSWERED: &str = "flashgate_consumer_rebuild_flush_unanswered_total";
+/// Gauge: shards whose Redis process the ledger has not vouched for at the last check
+/// (`lua/guard.lua`: they sell nothing until rebuilt and vouched).
+pub const UNVOUCHED_SHARDS: &str = "flashgate_consumer_unvouched_shards";
 pub const REPLICA_UNCONFIRMED: &str = "flashgate_consumer_replica_unconfirmed_total";
 /// Histogram: how long entries waited for a replica before they could be committed.
 pub const REPLICA_WAIT_SECONDS: &str = "flashgate_consumer_replica_wait_seconds";
@@ -79,6 +82,7 @@ pub const DESCRIPTIONS: &[(&str, &str)] = &[
     (CLOCK_SKEW_SECONDS, "This consumer's clock minus Redis's TIME in seconds; holds and payment timeouts are decided by Redis's clock."),
     (REPLICA_WAIT_SECONDS, "How long read records waited for a replica to confirm them before they could be committed, in seconds."),
     (REBUILDS, "Rebuilds of a SKU's Redis state from the ledger (after Redis lost data, or by preheat/rebuild)."),
+    (UNVOUCHED_SHARDS, "Shards whose Redis process (a restart, a promoted replica) the ledger has not vouched for at the last check: they answer 503 restoring until their live SKUs are rebuilt from the ledger."),
     (REBUILD_FLUSH_UNANSWERED, "Consumers that did not confirm a rebuild's flush request: waited for up to the bound (dead, partitioned, stuck), or named without a wait (a heartbeat stale within the last minute, a stream reader with no heartbeat row such as an older release); the rebuild then pauses, and what they commit later is a late claim, counted after the rebuild."),
     (REPLICA_MASTER_CHANGED, "Read batches dropped (to be read again) because the shard's master changed before a replica confirmed them."),
 ];

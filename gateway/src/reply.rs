@@ -146,6 +146,12 @@ impl Reply {
                     "internal error",
                 )
             }
+            StockError::Restoring { .. } => Self::error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                ApiStatus::Restoring,
+                "stock shard restarted and is being checked against the ledger; nothing was taken, retry shortly",
+            )
+            .retry_after(1),
             _ if e.is_ambiguous() => {
                 tracing::debug!(error = %e, trace_id = %access::trace_id(), "redis did not answer");
                 Self::unavailable(

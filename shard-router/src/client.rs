@@ -14,6 +14,7 @@ use redis::{ScriptInvocation, Value};
 use crate::batch::Batcher;
 use crate::conn::{RedisConn, RedisTarget, Timeouts};
 use crate::error::StockError;
+use crate::guard::{Guards, Selling};
 use crate::keys::ShardKeys;
 use crate::placement::{Placement, ShardId};
 use crate::record::RecordForm;
@@ -79,6 +80,8 @@ pub struct StockClient {
     placement: Arc<Placement>,
     cfg: Arc<StockConfig>,
     batcher: Arc<Batcher>,
+    /// The selling scripts loaded on each process, naming it (`guard.rs`).
+    guards: Arc<Guards>,
 }
 
 impl StockClient {
@@ -94,6 +97,7 @@ impl StockClient {
                 cfg.timeouts.response,
                 cfg.replica_ack,
             )),
+            guards: Arc::new(Guards::new(cfg.shards)),
             cfg: Arc::new(cfg),
         })
     }
@@ -157,39 +161,39 @@ impl StockClient {
         }
     }
 
-    /// Runs `script` (its keys and args built by `args`) with `shard`'s next batch.
-    /// NOSCRIPT (a flushed or restarted Redis) means the script did not run: load it and
-    /// send the same call once more, both within one more response timeout.
+    /// Runs the selling script `which` (its keys and args built by `args`) with `shard`'s
+    /// next batch, as loaded on the shard's master (`guard.rs`). NOSCRIPT means the script
+    /// did not run: the call reached a process this client has not loaded it on (a restart,
+    /// a failover, a `SCRIPT FLUSH`). Learn that process and send the same call once more,
+    /// both within one more response timeout. The guard's refusal is
+    /// [`StockError::Restoring`].
     async fn script_batched(
         &self,
         op: &'static str,
         shard: ShardId,
-        script: &redis::Script,
+        which: Selling,
         args: impl Fn(&mut redis::Cmd),
     ) -> Result<(Reply, Option<u32>), StockError> {
-        let call = || {
+        let call = |sha: &str| {
             // Sized for the claim, the largest call (19 arguments, ~450 bytes with ids of
             // 64 bytes): growing from empty was 7 reallocations per claim.
             let mut cmd = redis::Cmd::with_capacity(CALL_ARGS, CALL_BYTES);
-            cmd.arg("EVALSHA").arg(script.get_hash());
+            cmd.arg("EVALSHA").arg(sha);
             args(&mut cmd);
             self.batched(op, shard, cmd)
         };
-        let (value, acked) = match call().await {
+        let guarded = self.guarded(shard).await?;
+        let (value, acked) = match call(guarded.script(which).get_hash()).await {
             Err(StockError::Redis { source, .. })
                 if source.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
             {
                 let after = self.cfg.timeouts.response;
                 let retry = async {
-                    let mut conn = self.conn.clone();
-                    script
-                        .load_async(&mut conn)
-                        .await
-                        .map_err(|source| StockError::Redis {
-                            op: "script load",
-                            source,
-                        })?;
-                    call().await
+                    let again = self
+                        .guards
+                        .relearn(&self.conn, &self.placement, shard, Some(&guarded))
+                        .await?;
+                    call(again.script(which).get_hash()).await
                 };
                 tokio::time::timeout(after, retry)
                     .await
@@ -197,7 +201,23 @@ impl StockClient {
             }
             r => r?,
         };
-        Ok((Reply::parse(op, value)?, acked))
+        let reply = Reply::parse(op, value)?;
+        if reply.code == scripts::code::RESTORING {
+            return Err(StockError::Restoring { op });
+        }
+        Ok((reply, acked))
+    }
+
+    /// The selling scripts loaded on `shard`'s master, loading them first if none are.
+    async fn guarded(&self, shard: ShardId) -> Result<Arc<crate::guard::Guarded>, StockError> {
+        let after = self.cfg.timeouts.response * 2;
+        let learn = self.guards.for_shard(&self.conn, &self.placement, shard);
+        tokio::time::timeout(after, learn)
+            .await
+            .unwrap_or(Err(StockError::Timeout {
+                op: "learn server",
+                after,
+            }))
     }
 
     pub(crate) async fn run(
@@ -218,13 +238,26 @@ impl StockClient {
             .map(drop)
     }
 
-    /// Loads every script ahead of traffic, so readiness means "scripts loaded".
+    /// Loads every script ahead of traffic, so readiness means "scripts loaded": the
+    /// plain ones everywhere, the selling ones on every shard's master.
     pub async fn load_scripts(&self) -> Result<(), StockError> {
         for s in scripts::all() {
             let mut conn = self.conn.clone();
             self.bounded("script load", s.load_async(&mut conn)).await?;
         }
-        Ok(())
+        let shards = if self.conn.is_cluster() {
+            self.cfg.shards
+        } else {
+            1
+        };
+        // Every shard tried: one master down must not leave the others unloaded.
+        let mut first_err = None;
+        for shard in 0..shards {
+            if let Err(e) = self.guarded(shard).await {
+                first_err.get_or_insert(e);
+            }
+        }
+        first_err.map_or(Ok(()), Err)
     }
 
     pub(crate) fn keys(&self, shard: ShardId, sku: u64) -> ShardKeys {
@@ -241,3 +274,5 @@ pub use queue::Joined;
 mod fence;
 mod release;
 mod retire;
+mod vouch;
+pub use vouch::ServerIdentity;

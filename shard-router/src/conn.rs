@@ -158,6 +158,30 @@ impl RedisConn {
     }
 }
 
+impl RedisConn {
+    /// Sends `pipe` to the master serving `slot` only, as one write on one connection: its
+    /// replies all come from one server process (see [`Self::on_slot_master`]).
+    pub async fn pipeline_on_slot_master(
+        &mut self,
+        pipe: &Pipeline,
+        slot: u16,
+    ) -> RedisResult<Vec<Value>> {
+        match self {
+            Self::Single(c) => pipe.query_async(c).await,
+            Self::Cluster(c) => {
+                let route = Route::new(slot, SlotAddr::Master);
+                c.route_pipeline(
+                    pipe.clone(),
+                    0,
+                    pipe.len(),
+                    SingleNodeRoutingInfo::SpecificNode(route),
+                )
+                .await
+            }
+        }
+    }
+}
+
 impl ConnectionLike for RedisConn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {

@@ -36,6 +36,12 @@ pub enum StockError {
         "redis {op}: a stock slice is missing (lost, or held by a rebuild); nothing was taken"
     )]
     SliceMissing { op: &'static str },
+    /// The shard's Redis process is not one the ledger vouched for (it restarted, or a
+    /// replica took over, and may hold state older than the ledger): a selling script
+    /// refused before it read anything (`lua/guard.lua`). Nothing was taken; the consumer
+    /// rebuilds the shard from the ledger and vouches for it within a few seconds.
+    #[error("redis {op}: the shard is being checked against the ledger; nothing was taken")]
+    Restoring { op: &'static str },
     /// The caller passed something the keyspace cannot hold.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
@@ -56,7 +62,8 @@ impl StockError {
             StockError::Timeout { .. }
             | StockError::Expired { .. }
             | StockError::Unconfirmed { .. }
-            | StockError::SliceMissing { .. } => true,
+            | StockError::SliceMissing { .. }
+            | StockError::Restoring { .. } => true,
             StockError::Protocol { .. } | StockError::InvalidArgument(_) => false,
         }
     }

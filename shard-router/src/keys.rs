@@ -163,6 +163,12 @@ pub fn dead_letter_stream(placement: &Placement, shard: ShardId) -> String {
 /// A counter per shard that replication checks write before their `WAIT`, so the WAIT
 /// covers every earlier write of the master whatever connection made them (see
 /// `replication.rs`).
+/// The run_id of the Redis process the ledger last vouched for on this shard
+/// (`lua/guard.lua`, `lua/vouch.lua`).
+pub fn vouch(placement: &Placement, shard: ShardId) -> String {
+    format!("{{{}}}:vouch", placement.tag(shard))
+}
+
 pub fn fence(placement: &Placement, shard: ShardId) -> String {
     format!("{{{}}}:fence", placement.tag(shard))
 }

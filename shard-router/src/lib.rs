@@ -32,6 +32,7 @@ pub mod codec;
 pub mod conn;
 pub mod draw;
 mod error;
+mod guard;
 pub mod health;
 pub mod keys;
 pub mod outcome;
@@ -51,7 +52,7 @@ pub mod stream;
 pub mod test_util;
 
 pub use args::RedisArgs;
-pub use client::{Joined, StockClient, StockConfig, GRANT_REQUEST};
+pub use client::{Joined, ServerIdentity, StockClient, StockConfig, GRANT_REQUEST};
 pub use conn::{RedisConn, RedisTarget, Timeouts};
 pub use error::StockError;
 pub use health::ShardHealth;

@@ -1,4 +1,5 @@
-//! The Lua scripts, embedded at build time. `redis::Script` keeps each SHA1 and runs
+//! The Lua scripts, embedded at build time (claim and take only as `guard.rs` loads them,
+//! settle also there; the plain settle serves the replay path's `final`). `redis::Script` keeps each SHA1 and runs
 //! EVALSHA, loading the script (on every primary of a cluster) when Redis answers NOSCRIPT,
 //! so a `SCRIPT FLUSH` or a restarted Redis costs one extra round trip, not an error.
 
@@ -6,10 +7,6 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-pub(crate) static CLAIM: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/claim.lua")));
-pub(crate) static TAKE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../../lua/take.lua")));
 pub(crate) static SETTLE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/settle.lua")));
 pub(crate) static PREHEAT: LazyLock<Script> =
@@ -44,14 +41,14 @@ pub(crate) static DRAW_RESTORE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/draw_restore.lua")));
 pub(crate) static QUEUE_JOIN: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/queue_join.lua")));
+pub(crate) static VOUCH: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../../lua/vouch.lua")));
 pub(crate) static QUEUE_ADMIT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../../lua/queue_admit.lua")));
 
 /// Every script, for loading them all ahead of traffic (readiness).
-pub(crate) fn all() -> [&'static Script; 20] {
+pub(crate) fn all() -> [&'static Script; 19] {
     [
-        &CLAIM,
-        &TAKE,
         &SETTLE,
         &PREHEAT,
         &RELEASE_STOCK,
@@ -70,6 +67,7 @@ pub(crate) fn all() -> [&'static Script; 20] {
         &DRAW_RESTORE,
         &QUEUE_JOIN,
         &QUEUE_ADMIT,
+        &VOUCH,
     ]
 }
 
@@ -86,6 +84,10 @@ pub(crate) mod code {
     pub(crate) const NOT_PREHEATED: i64 = 14;
     pub(crate) const BAD_ARGUMENT: i64 = 15;
     pub(crate) const HOLD_EXPIRED: i64 = 16;
+    /// `lua/guard.lua`: the process is not the one the ledger vouched for.
+    pub(crate) const RESTORING: i64 = 17;
+    pub(crate) const VOUCHED: i64 = 18;
+    pub(crate) const NOT_THIS_PROCESS: i64 = 19;
     pub(crate) const PREHEATED: i64 = 20;
     pub(crate) const LIVE: i64 = 21;
     pub(crate) const WAVE_ADDED: i64 = 70;

@@ -81,6 +81,9 @@ api_statuses! {
     Queued => "queued",
     /// A queue token that is not this gateway's, this user's or this SKU's.
     InvalidQueueToken => "invalid_queue_token",
+    /// 503: the shard's Redis restarted or failed over and is being checked against the
+    /// ledger (`lua/guard.lua`); nothing was taken, retry shortly.
+    Restoring => "restoring",
 }
 
 impl fmt::Display for ApiStatus {
@@ -171,6 +174,7 @@ mod tests {
                 "entries_closed",
                 "queued",
                 "invalid_queue_token",
+                "restoring",
             ]
         );
     }

@@ -131,6 +131,40 @@ impl RedisServer {
         }
     }
 
+    /// The server's working directory (`dump.rdb`, `appendonlydir/`).
+    pub fn dir(&self) -> &std::path::Path {
+        &self.dir
+    }
+
+    /// `SAVE`s and keeps a copy of the snapshot: what an operator's backup holds.
+    pub fn snapshot(&self) -> PathBuf {
+        let _: () = redis::cmd("SAVE")
+            .query(&mut self.connection())
+            .expect("SAVE");
+        let copy = self
+            .dir
+            .join(format!("snapshot-{}.rdb", crate::free_port()));
+        std::fs::copy(self.dir.join("dump.rdb"), &copy).expect("copy dump.rdb");
+        copy
+    }
+
+    /// Kills the server (no save) and starts it on the same port from `rdb`, as an
+    /// operator restores a backup or a host comes back with an older disk: the AOF is
+    /// gone and the server loads the snapshot (with AOF on and no AOF file, Redis 7.0
+    /// would start empty instead), then runs with the extra arguments it had.
+    pub fn restart_from_snapshot(&mut self, rdb: &std::path::Path) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(self.dir.join("appendonlydir"));
+        std::fs::copy(rdb, self.dir.join("dump.rdb")).expect("restore dump.rdb");
+        let extra = std::mem::take(&mut self.extra);
+        self.extra = without_aof(&extra);
+        let spawned = self.spawn();
+        self.extra = extra;
+        if let Err(e) = spawned {
+            panic!("{e}");
+        }
+    }
+
     /// Starts it again on the same port, empty.
     pub fn restart(&mut self) {
         self.kill();
@@ -138,6 +172,20 @@ impl RedisServer {
             panic!("{e}");
         }
     }
+}
+
+/// `extra` without an `--appendonly <value>` pair.
+fn without_aof(extra: &[String]) -> Vec<String> {
+    let mut out = Vec::with_capacity(extra.len());
+    let mut it = extra.iter();
+    while let Some(a) = it.next() {
+        if a == "--appendonly" {
+            it.next();
+        } else {
+            out.push(a.clone());
+        }
+    }
+    out
 }
 
 impl Drop for RedisServer {

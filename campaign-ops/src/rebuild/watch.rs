@@ -10,10 +10,18 @@
 //! shard. A campaign with no claim in the ledger is left alone: a missing slice there may
 //! simply mean "not preheated yet", an operator's call. A shard fenced by another rebuild
 //! (lease still running) is left to it.
+//!
+//! And a shard whose Redis process the ledger has not vouched for (`lua/guard.lua`): a
+//! restart (from an older snapshot, or an AOF missing its last second), or a replica that
+//! took over, may bring back slices, counts and answers older than the ledger, with
+//! nothing in the data to tell (the stream and the generation roll back with them). Such
+//! a shard sells nothing (503 `restoring`) until every live SKU on it with claims in the
+//! ledger is rebuilt from the ledger; then the round vouches for that process
+//! (`lua/vouch.lua`, checked against its run_id in the same step).
 
 use std::time::Duration;
 
-use shard_router::StockClient;
+use shard_router::{ShardId, StockClient};
 use sqlx::MySqlPool;
 use tokio::sync::watch;
 
@@ -50,11 +58,16 @@ pub async fn check(
 ) -> Result<Vec<u64>, ConsumerError> {
     let t = opts.db_timeout;
     let now = shard_router::now_ms();
+    let unvouched = unvouched(client).await;
+    metrics::gauge!(consumer::metrics::UNVOUCHED_SHARDS).set(unvouched.len() as f64);
     let mut rebuilt = Vec::new();
+    // Shards not to vouch for this round: a SKU on them still needs its rebuild.
+    let mut pending: Vec<ShardId> = Vec::new();
     // Campaigns not closed whose window is open, or that still have claims a release must
     // finish after the end (a release needs the slice).
     for sku in ledger::rebuild::candidates(pool, now, t).await? {
         let c = ledger::campaigns::get(pool, sku, t).await?;
+        let shards = client.placement().shards_of(sku, c.width);
         let mut missing: Vec<u16> = client
             .slices(sku, c.width)
             .await?
@@ -63,8 +76,18 @@ pub async fn check(
             .map(|(s, _)| s)
             .collect();
         let behind = behind_the_ledger(pool, client, sku, c.width, t).await?;
-        let (lost, rolled_back) = (missing.len(), behind.len());
+        let suspect: Vec<ShardId> = shards
+            .iter()
+            .copied()
+            .filter(|s| unvouched.iter().any(|(u, _)| u == s))
+            .collect();
+        let (lost, rolled_back, restarted) = (missing.len(), behind.len(), suspect.len());
         missing.extend(behind);
+        for &s in &suspect {
+            if !missing.contains(&s) {
+                missing.push(s);
+            }
+        }
         if missing.is_empty() || !super::ledger_has_claims(pool, sku, t).await? {
             continue;
         }
@@ -75,6 +98,7 @@ pub async fn check(
             }
         }
         if fenced {
+            pending.extend(&shards);
             continue;
         }
         tracing::warn!(
@@ -82,16 +106,43 @@ pub async fn check(
             ?missing,
             lost,
             rolled_back,
-            "slice missing, or a rebuild rolled back, for a live campaign; rebuilding from the ledger"
+            restarted,
+            "slice missing, a rebuild rolled back, or a Redis process not vouched for, for a live campaign; rebuilding from the ledger"
         );
         match super::rebuild(pool, client, sku, opts).await {
             Ok(_) => rebuilt.push(sku),
             Err(e) => {
+                pending.extend(&shards);
                 tracing::warn!(sku, error = %e, "rebuild did not finish; retrying on the next check")
             }
         }
     }
+    for (shard, run_id) in unvouched.iter().filter(|(s, _)| !pending.contains(s)) {
+        match client.vouch(*shard, run_id).await {
+            Ok(true) => tracing::info!(shard, run_id, "vouched for the shard's Redis process"),
+            Ok(false) => tracing::warn!(
+                shard,
+                run_id,
+                "the shard's Redis process changed during the check; vouching next round"
+            ),
+            Err(e) => tracing::warn!(shard, error = %e, "vouch failed; retrying on the next check"),
+        }
+    }
     Ok(rebuilt)
+}
+
+/// The shards whose master the ledger has not vouched for, with that master's run_id. A
+/// shard whose master does not answer is left for the next round (its claims fail anyway).
+async fn unvouched(client: &StockClient) -> Vec<(ShardId, String)> {
+    let mut out = Vec::new();
+    for shard in 0..client.placement().shard_count() {
+        match client.server_identity(shard).await {
+            Ok(id) if id.vouched_here() => {}
+            Ok(id) => out.push((shard, id.run_id)),
+            Err(e) => tracing::debug!(shard, error = %e, "server identity unread"),
+        }
+    }
+    out
 }
 
 /// Shards of `sku` that carry a slice but an older rebuild generation than the ledger's.

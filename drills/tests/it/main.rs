@@ -2,6 +2,7 @@
 //! what was a test file, so `cargo test -p drills --test it NAME::` runs one of them.
 
 mod durability;
+mod older_snapshot;
 mod redis_faults;
 mod redis_loss;
 mod replay_final;

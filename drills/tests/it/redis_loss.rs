@@ -32,7 +32,7 @@ enum Loss {
     Restart,
 }
 
-fn config(redis: &str, db: &str) -> Config {
+pub(crate) fn config(redis: &str, db: &str) -> Config {
     let mut c = Config::new(RedisTarget::Single(redis.to_owned()), SHARDS, db);
     c.read_block = Duration::from_millis(200);
     c.lease = Duration::from_millis(1500);
@@ -45,7 +45,7 @@ fn config(redis: &str, db: &str) -> Config {
 type Row = (String, String, u64, u32, u16, u16, i64, String);
 
 /// Ledger rows of `sku`: claim id → (record, status).
-async fn ledger(pool: &MySqlPool, sku: u64) -> HashMap<String, (ClaimRecord, String)> {
+pub(crate) async fn ledger(pool: &MySqlPool, sku: u64) -> HashMap<String, (ClaimRecord, String)> {
     let rows: Vec<Row> = sqlx::query_as(
         "SELECT claim_id, CAST(user_id AS CHAR), user_seq, qty, shard, home, claimed_ms, \
          CAST(status AS CHAR) FROM claims WHERE sku = ?",
@@ -71,6 +71,36 @@ async fn ledger(pool: &MySqlPool, sku: u64) -> HashMap<String, (ClaimRecord, Str
             (id, (r, status))
         })
         .collect()
+}
+
+/// Waits until the consumer service is registered for the rebuild's flush handshake and
+/// holds every shard's lease: before that, a load can sell its whole share before any
+/// claim reaches the ledger, and a loss would come after the sale instead of in its middle.
+pub(crate) async fn wait_reading(pool: &MySqlPool) {
+    let registered = Instant::now();
+    while sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM consumers")
+        .fetch_one(pool)
+        .await
+        .expect("consumers")
+        == 0
+    {
+        assert!(registered.elapsed() < T, "the consumer never registered");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    while sqlx::query_scalar::<_, i64>(
+        "SELECT COUNT(*) FROM stream_offsets WHERE owner IS NOT NULL",
+    )
+    .fetch_one(pool)
+    .await
+    .expect("stream leases")
+        < i64::from(SHARDS)
+    {
+        assert!(
+            registered.elapsed() < T,
+            "the consumer never took its leases"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 async fn drill(loss: Loss) -> verdict::Figures {
@@ -105,34 +135,7 @@ async fn drill(loss: Loss) -> verdict::Figures {
 
     let (stop, rx) = consumer::signal::channel();
     let service = tokio::spawn(service::run(cfg.clone(), None, rx));
-    // The consumer reads only once registered for the rebuild's flush handshake; a load
-    // started before that can sell its whole share before any claim reaches the ledger,
-    // and the loss below would come after the sale instead of in its middle.
-    let registered = Instant::now();
-    while sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM consumers")
-        .fetch_one(&pool)
-        .await
-        .expect("consumers")
-        == 0
-    {
-        assert!(registered.elapsed() < T, "the consumer never registered");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    // And reading: every shard's lease taken (then its first read follows at once).
-    while sqlx::query_scalar::<_, i64>(
-        "SELECT COUNT(*) FROM stream_offsets WHERE owner IS NOT NULL",
-    )
-    .fetch_one(&pool)
-    .await
-    .expect("stream leases")
-        < i64::from(SHARDS)
-    {
-        assert!(
-            registered.elapsed() < T,
-            "the consumer never took its leases"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_reading(&pool).await;
 
     let load = {
         let (client, meta) = (client.clone(), meta.clone());

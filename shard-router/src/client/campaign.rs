@@ -28,6 +28,9 @@ impl StockClient {
         let shards = self.placement.shards_of(meta.sku, meta.width);
         let mut out = Vec::with_capacity(shards.len());
         for (shard, slice) in shards.into_iter().zip(meta.slices()) {
+            // Before the slice: a snapshot that holds the slice holds the vouch too, so no
+            // older copy of this shard can come back unvouched (`lua/guard.lua`).
+            self.vouch_if_none(shard).await?;
             let k = self.keys(shard, meta.sku);
             let mut inv = scripts::PREHEAT.prepare_invoke();
             inv.key(k.stock())

@@ -3,10 +3,11 @@
 
 use super::StockClient;
 use crate::error::StockError;
+use crate::guard::Selling;
 use crate::keys;
 use crate::outcome::*;
 use crate::placement::ShardId;
-use crate::scripts::{self, code};
+use crate::scripts::code;
 
 impl StockClient {
     /// Runs `claim.lua` on the user's home shard. `allow_hold` says whether a hold may be
@@ -41,7 +42,7 @@ impl StockClient {
         };
         let request_ttl = self.cfg.request_ttl.as_secs().max(1);
         let (r, acked) = self
-            .script_batched("claim", home, &scripts::CLAIM, |cmd| {
+            .script_batched("claim", home, Selling::Claim, |cmd| {
                 cmd.arg(7)
                     .arg(k.stock())
                     .arg(k.meta())
@@ -127,7 +128,7 @@ impl StockClient {
         let hold_ttl = self.cfg.hold_ttl.as_millis() as i64;
         let deadline = now_ms + hold_ttl - hold_ttl / 3;
         let (r, acked) = self
-            .script_batched("take", shard, &scripts::TAKE, |cmd| {
+            .script_batched("take", shard, Selling::Take, |cmd| {
                 cmd.arg(3)
                     .arg(k.stock())
                     .arg(k.meta())
@@ -213,7 +214,7 @@ impl StockClient {
             }
         };
         let (r, acked) = self
-            .script_batched("settle", home, &scripts::SETTLE, |cmd| {
+            .script_batched("settle", home, Selling::Settle, |cmd| {
                 cmd.arg(4)
                     .arg(k.users())
                     .arg(k.holds())
