@@ -4,7 +4,7 @@
 
 use bytes::Bytes;
 use http_body_util::Full;
-use hyper::header::{HeaderValue, ALLOW, CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
+use hyper::header::{HeaderValue, ALLOW, CONNECTION, CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
 use hyper::{Response, StatusCode};
 use identity::Refusal;
 use serde_json::{Map, Value};
@@ -23,6 +23,9 @@ pub(crate) struct Reply {
     allow: Option<&'static str>,
     /// 401s say how to authenticate (`WWW-Authenticate: Bearer`).
     challenge: bool,
+    /// `Connection: close`: the request's body is left unread (a 413), so the connection
+    /// cannot carry another request, and the client should know before it tries.
+    close: bool,
 }
 
 /// A body still to be rendered, or one already rendered (the claim answers, which are
@@ -51,6 +54,7 @@ impl Reply {
             retry_after: None,
             allow: None,
             challenge: false,
+            close: false,
         }
     }
 
@@ -63,6 +67,7 @@ impl Reply {
             retry_after: None,
             allow: None,
             challenge: false,
+            close: false,
         }
     }
 
@@ -172,6 +177,11 @@ impl Reply {
         self
     }
 
+    pub(crate) fn close(mut self) -> Self {
+        self.close = true;
+        self
+    }
+
     pub(crate) fn retry_after(mut self, secs: u64) -> Self {
         self.retry_after = Some(secs.max(1));
         self
@@ -198,6 +208,9 @@ impl Reply {
                 WWW_AUTHENTICATE,
                 HeaderValue::from_static(r#"Bearer realm="flashgate""#),
             );
+        }
+        if self.close {
+            h.insert(CONNECTION, HeaderValue::from_static("close"));
         }
         resp
     }

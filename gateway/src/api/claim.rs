@@ -79,6 +79,7 @@ async fn admit<'a>(
         body_timeout: app.body_timeout,
         identity: &app.identity,
         peer: peer.ip(),
+        stop: &app.stop,
     };
     // A header that is not text is no token this sale issued, not a missing one (which
     // would join the queue): read lossily, it fails verification (403, nothing changes).
