@@ -14,6 +14,42 @@ use crate::access;
 
 pub(crate) type Body = Full<Bytes>;
 
+/// How a client learns the outcome of a request Redis may or may not have run (a timeout,
+/// a dropped connection): what the ambiguous 503 tells it to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Retry {
+    /// A retry repeats nothing it should not: a read, or a draw entry or queue join (both
+    /// per user, not per request).
+    Safe,
+    /// A claim with a `request_id`: a retry with the same id gets the stored answer.
+    SameRequestId,
+    /// A claim without one: no retry can learn the outcome (a retry claims afresh).
+    Blind,
+}
+
+impl Retry {
+    /// The hint for a claim, which depends on whether it carried a `request_id`.
+    pub(crate) fn for_claim(request_id: Option<&str>) -> Self {
+        match request_id {
+            Some(_) => Self::SameRequestId,
+            None => Self::Blind,
+        }
+    }
+
+    /// What the answer's `error` tells the client to do next.
+    pub(crate) fn hint(self) -> &'static str {
+        match self {
+            Self::Safe => "retry to learn the outcome",
+            Self::SameRequestId => "retry with the same request_id to learn the outcome",
+            Self::Blind => {
+                "the outcome is unknown, and without a request_id no retry can learn it (a retry \
+                 may claim again): check the user's claims before retrying, and send a \
+                 request_id next time"
+            }
+        }
+    }
+}
+
 /// An answer on its way out.
 #[derive(Debug)]
 pub(crate) struct Reply {
@@ -141,7 +177,9 @@ impl Reply {
     /// have been taken. Any Redis-side failure (connection, timeout, an error reply such as
     /// OOM) is 503; a script reply this build does not understand is a deployment bug, so
     /// 500.
-    pub(crate) fn redis_trouble(e: &StockError) -> Self {
+    ///
+    /// `retry` says how the client learns the outcome when Redis may have run the call.
+    pub(crate) fn redis_trouble(e: &StockError, retry: Retry) -> Self {
         match e {
             StockError::Protocol { .. } | StockError::InvalidArgument(_) => {
                 tracing::error!(error = %e, trace_id = %access::trace_id(), "stock protocol failure");
@@ -153,9 +191,10 @@ impl Reply {
             }
             _ if e.is_ambiguous() => {
                 tracing::debug!(error = %e, trace_id = %access::trace_id(), "redis did not answer");
-                Self::unavailable(
-                    "stock service did not answer in time; retry with the same request_id to learn the outcome",
-                )
+                Self::unavailable(format!(
+                    "stock service did not answer in time; {}",
+                    retry.hint()
+                ))
             }
             _ => {
                 tracing::debug!(error = %e, trace_id = %access::trace_id(), "redis unavailable");
