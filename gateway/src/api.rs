@@ -3,6 +3,7 @@
 
 mod claim;
 pub(crate) mod input;
+pub(crate) mod linger;
 mod probes;
 mod sku;
 

@@ -32,4 +32,7 @@ pub(crate) struct App {
     pub(crate) metrics: PrometheusHandle,
     /// The waiting room of queue SKUs (`--queue-secret-file`).
     pub(crate) queue: crate::waiting_room::QueueGate,
+    /// The listeners' stop signal: work a request leaves behind (a lingering close) ends
+    /// with them.
+    pub(crate) stop: tokio::sync::watch::Receiver<bool>,
 }

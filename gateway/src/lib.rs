@@ -5,8 +5,9 @@
 //! - accept loops, connection cap, header timeout and graceful drain come from the shared
 //!   `plumbing` crate (`plumbing/src/serve.rs`).
 //! - `api.rs` + `api/`: routing and one file per route (`claim`, `sku`, `probes`) and
-//!   request parsing (`input`); `reply.rs`: every response shape, below `api/` (it also
-//!   turns the `identity` crate's refusals into answers).
+//!   request parsing (`input`), with the lingering close of a refused body (`linger`);
+//!   `reply.rs`: every response shape, below `api/` (it also turns the `identity` crate's
+//!   refusals into answers).
 //! - `admission.rs`: in-flight cap and per-user rate limit; `limiter.rs`: the per-client
 //!   (address) rate limit in fixed memory.
 //! - who is claiming (bearer token, trusted header, or the body when explicitly allowed)
@@ -55,6 +56,7 @@ use crate::limiter::ClientLimiter;
 use crate::link::Link;
 
 pub use api::input::{parse_claim, Rejection};
+pub use api::linger::{LINGER_MAX_BYTES, LINGER_TIME};
 pub use config::{Config, ConfigError};
 
 /// The two bound listeners (bound by the caller, so tests can use port 0).
@@ -95,6 +97,7 @@ pub async fn run(
         Some(path) => Some(access::key_from(&read_key_file(path)?)),
         None => None,
     };
+    let (stop_tx, stop_rx) = watch::channel(false);
     let app = Arc::new(App {
         access: access::AccessLog::new(cfg.access_log_rate, access_key),
         link: link.clone(),
@@ -124,6 +127,7 @@ pub async fn run(
             }
             None => None,
         }),
+        stop: stop_rx.clone(),
     });
 
     // Background tasks stop last (they serve the draining requests too).
@@ -146,7 +150,6 @@ pub async fn run(
     background.spawn(admission.sweep(bg_rx.clone()));
     background.spawn(metrics::upkeep(handle, bg_rx));
 
-    let (stop_tx, stop_rx) = watch::channel(false);
     let api = tokio::spawn(plumbing::serve(
         listeners.api,
         app.clone(),

@@ -4,7 +4,7 @@
 
 use bytes::Bytes;
 use http_body_util::Full;
-use hyper::header::{HeaderValue, ALLOW, CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
+use hyper::header::{HeaderValue, ALLOW, CONNECTION, CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
 use hyper::{Response, StatusCode};
 use identity::Refusal;
 use serde_json::{Map, Value};
@@ -13,6 +13,42 @@ use shard_router::{ApiStatus, StockError};
 use crate::access;
 
 pub(crate) type Body = Full<Bytes>;
+
+/// How a client learns the outcome of a request Redis may or may not have run (a timeout,
+/// a dropped connection): what the ambiguous 503 tells it to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Retry {
+    /// A retry repeats nothing it should not: a read, or a draw entry or queue join (both
+    /// per user, not per request).
+    Safe,
+    /// A claim with a `request_id`: a retry with the same id gets the stored answer.
+    SameRequestId,
+    /// A claim without one: no retry can learn the outcome (a retry claims afresh).
+    Blind,
+}
+
+impl Retry {
+    /// The hint for a claim, which depends on whether it carried a `request_id`.
+    pub(crate) fn for_claim(request_id: Option<&str>) -> Self {
+        match request_id {
+            Some(_) => Self::SameRequestId,
+            None => Self::Blind,
+        }
+    }
+
+    /// What the answer's `error` tells the client to do next.
+    pub(crate) fn hint(self) -> &'static str {
+        match self {
+            Self::Safe => "retry to learn the outcome",
+            Self::SameRequestId => "retry with the same request_id to learn the outcome",
+            Self::Blind => {
+                "the outcome is unknown, and without a request_id no retry can learn it (a retry \
+                 may claim again): check the user's claims before retrying, and send a \
+                 request_id next time"
+            }
+        }
+    }
+}
 
 /// An answer on its way out.
 #[derive(Debug)]
@@ -23,6 +59,9 @@ pub(crate) struct Reply {
     allow: Option<&'static str>,
     /// 401s say how to authenticate (`WWW-Authenticate: Bearer`).
     challenge: bool,
+    /// `Connection: close`: the request's body is left unread (a 413), so the connection
+    /// cannot carry another request, and the client should know before it tries.
+    close: bool,
 }
 
 /// A body still to be rendered, or one already rendered (the claim answers, which are
@@ -51,6 +90,7 @@ impl Reply {
             retry_after: None,
             allow: None,
             challenge: false,
+            close: false,
         }
     }
 
@@ -63,6 +103,7 @@ impl Reply {
             retry_after: None,
             allow: None,
             challenge: false,
+            close: false,
         }
     }
 
@@ -136,7 +177,9 @@ impl Reply {
     /// have been taken. Any Redis-side failure (connection, timeout, an error reply such as
     /// OOM) is 503; a script reply this build does not understand is a deployment bug, so
     /// 500.
-    pub(crate) fn redis_trouble(e: &StockError) -> Self {
+    ///
+    /// `retry` says how the client learns the outcome when Redis may have run the call.
+    pub(crate) fn redis_trouble(e: &StockError, retry: Retry) -> Self {
         match e {
             StockError::Protocol { .. } | StockError::InvalidArgument(_) => {
                 tracing::error!(error = %e, trace_id = %access::trace_id(), "stock protocol failure");
@@ -154,9 +197,10 @@ impl Reply {
             .retry_after(1),
             _ if e.is_ambiguous() => {
                 tracing::debug!(error = %e, trace_id = %access::trace_id(), "redis did not answer");
-                Self::unavailable(
-                    "stock service did not answer in time; retry with the same request_id to learn the outcome",
-                )
+                Self::unavailable(format!(
+                    "stock service did not answer in time; {}",
+                    retry.hint()
+                ))
             }
             _ => {
                 tracing::debug!(error = %e, trace_id = %access::trace_id(), "redis unavailable");
@@ -175,6 +219,11 @@ impl Reply {
 
     pub(crate) fn challenge(mut self) -> Self {
         self.challenge = true;
+        self
+    }
+
+    pub(crate) fn close(mut self) -> Self {
+        self.close = true;
         self
     }
 
@@ -204,6 +253,9 @@ impl Reply {
                 WWW_AUTHENTICATE,
                 HeaderValue::from_static(r#"Bearer realm="flashgate""#),
             );
+        }
+        if self.close {
+            h.insert(CONNECTION, HeaderValue::from_static("close"));
         }
         resp
     }

@@ -26,7 +26,7 @@ use crate::admission::InFlight;
 use crate::app::App;
 use crate::cache::SkuState;
 use crate::metrics::hot;
-use crate::reply::Reply;
+use crate::reply::{Reply, Retry};
 
 mod entry;
 mod finish;
@@ -79,6 +79,7 @@ async fn admit<'a>(
         body_timeout: app.body_timeout,
         identity: &app.identity,
         peer: peer.ip(),
+        stop: &app.stop,
     };
     // A header that is not text is no token this sale issued, not a missing one (which
     // would join the queue): read lossily, it fails verification (403, nothing changes).
@@ -102,7 +103,7 @@ async fn admit<'a>(
         .cache
         .get(client, req.sku)
         .await
-        .map_err(Refusal::Redis)?
+        .map_err(|e| Refusal::Redis(e, Retry::Safe))?
         .ok_or(Refusal::UnknownSku(req.sku))?;
     Ok(Admitted {
         req,
@@ -181,16 +182,17 @@ async fn claim(app: &App, admitted: Admitted<'_>) -> Result<Claimed, Refusal> {
         .record(started.elapsed().as_secs_f64());
     let (outcome, confirmation) = result.map_err(|e| match e {
         StockError::InvalidArgument(m) => Refusal::BadArgument(m),
-        e => Refusal::Redis(e),
+        e => Refusal::Redis(e, Retry::for_claim(req.request_id.as_deref())),
     })?;
     match outcome {
         ClaimOutcome::Claimed { claim, rerouted } => {
             let how = if rerouted { How::Rerouted } else { How::Fresh };
-            Claimed::confirmed(claim, how, confirmation)
+            let retry = Retry::for_claim(req.request_id.as_deref());
+            Claimed::confirmed(claim, how, confirmation, retry)
         }
         ClaimOutcome::Replay(claim) => {
             let confirmation = rerouted_replay(client, meta, &req, &claim, confirmation).await;
-            Claimed::confirmed(claim, How::Replay, confirmation)
+            Claimed::confirmed(claim, How::Replay, confirmation, Retry::SameRequestId)
         }
         ClaimOutcome::SoldOut => Err(Refusal::SoldOut {
             sku: meta.sku,
@@ -254,11 +256,11 @@ async fn replay_or(
     match read {
         Ok(None) => Err(otherwise),
         Ok(Some((StoredAnswer::Claimed(claim), confirmation))) => {
-            Claimed::confirmed(claim, How::Replay, confirmation)
+            Claimed::confirmed(claim, How::Replay, confirmation, Retry::SameRequestId)
         }
         Ok(Some((StoredAnswer::InProgress, _))) => Err(Refusal::InProgress),
         // Not the memory answer: a lost success would be told it lost.
-        Err(e) => Err(Refusal::Redis(e)),
+        Err(e) => Err(Refusal::Redis(e, Retry::SameRequestId)),
     }
 }
 

@@ -11,13 +11,15 @@ use bytes::Bytes;
 use futures::FutureExt;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use hyper::body::Incoming;
-use hyper::header::{CONTENT_LENGTH, CONTENT_TYPE};
+use hyper::header::{CONTENT_LENGTH, CONTENT_TYPE, EXPECT};
 use hyper::{Request, StatusCode};
 use identity::{Identity, Who};
 use serde::Deserialize;
 use shard_router::outcome::MAX_ID_LEN;
 use shard_router::{ApiStatus, ClaimRequest};
+use tokio::sync::watch;
 
+use super::linger::linger;
 use crate::reply::Reply;
 
 /// The JSON body of `POST /v1/claims`. Unknown fields are refused so a typo
@@ -38,6 +40,8 @@ pub(crate) struct InputRules<'a> {
     pub(crate) identity: &'a Identity,
     /// The socket peer (a trusted proxy may vouch for the user).
     pub(crate) peer: IpAddr,
+    /// The listener's stop signal, which ends the lingering close of a refused body.
+    pub(crate) stop: &'a watch::Receiver<bool>,
 }
 
 /// Reads and validates the request into a [`ClaimRequest`] (qty defaults to 1; the
@@ -46,15 +50,18 @@ pub(crate) async fn read_claim(
     req: Request<Incoming>,
     rules: &InputRules<'_>,
 ) -> Result<ClaimRequest, Reply> {
-    let (parts, body) = req.into_parts();
+    let (parts, mut body) = req.into_parts();
     check_content_type(parts.headers.get(CONTENT_TYPE))?;
     let declared = parts
         .headers
         .get(CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
+    // A client that asked `Expect: 100-continue` has sent no body and sends none after a
+    // final answer: nothing to linger for (reading would even invite the upload).
+    let expects = parts.headers.contains_key(EXPECT);
     if declared.is_some_and(|n| n > rules.max_body as u64) {
-        return Err(too_large(rules.max_body));
+        return Err(too_large_lingering(rules, body, expects));
     }
     // Before the body is read: an unauthenticated client costs no body read.
     let verified = match rules.identity.resolve(&parts.headers, rules.peer)? {
@@ -65,23 +72,26 @@ pub(crate) async fn read_claim(
     // A claim's body nearly always arrives with its head, so one poll takes it whole; the
     // timer (a clock read, and a timer-wheel entry while the body trickles) is armed only
     // when it does not.
-    let mut collect = std::pin::pin!(Limited::new(body, rules.max_body).collect());
-    let collected = match futures::poll!(collect.as_mut()) {
-        Poll::Ready(collected) => collected,
-        Poll::Pending => tokio::time::timeout(rules.body_timeout, collect)
-            .await
-            .map_err(|_| {
-                Reply::error(
-                    StatusCode::REQUEST_TIMEOUT,
-                    ApiStatus::BadRequest,
-                    format!("body not received within {:?}", rules.body_timeout),
-                )
-            })?,
+    // Limited over `&mut body`: a body found too large is still ours to linger on.
+    let collected = {
+        let mut collect = std::pin::pin!(Limited::new(&mut body, rules.max_body).collect());
+        match futures::poll!(collect.as_mut()) {
+            Poll::Ready(collected) => collected,
+            Poll::Pending => tokio::time::timeout(rules.body_timeout, collect)
+                .await
+                .map_err(|_| {
+                    Reply::error(
+                        StatusCode::REQUEST_TIMEOUT,
+                        ApiStatus::BadRequest,
+                        format!("body not received within {:?}", rules.body_timeout),
+                    )
+                })?,
+        }
     };
     let bytes = match collected {
         Ok(c) => c.to_bytes(),
         Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
-            return Err(too_large(rules.max_body))
+            return Err(too_large_lingering(rules, body, expects))
         }
         Err(e) => return Err(Reply::bad_request(format!("reading body: {e}"))),
     };
@@ -146,12 +156,19 @@ fn parse_body(bytes: &[u8], header_user: Option<String>) -> Result<ClaimRequest,
     })
 }
 
-fn too_large(max: usize) -> Reply {
+/// The 413, with the rest of `body` read and thrown away after it (`linger.rs`) so a
+/// client still writing gets to read it. Always `Connection: close`: the body is not read
+/// by the time the answer goes out, and may never be.
+fn too_large_lingering(rules: &InputRules<'_>, body: Incoming, expects: bool) -> Reply {
+    if !expects {
+        linger(body, rules.stop);
+    }
     Reply::error(
         StatusCode::PAYLOAD_TOO_LARGE,
         ApiStatus::BadRequest,
-        format!("body larger than {max} bytes"),
+        format!("body larger than {} bytes", rules.max_body),
     )
+    .close()
 }
 
 /// Accepts `application/json` with any parameters (`; charset=utf-8`).

@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 use shard_router::ApiStatus;
 
 use crate::app::App;
-use crate::reply::Reply;
+use crate::reply::{Reply, Retry};
 
 pub(crate) async fn handle(app: &App, sku: &str) -> Reply {
     let Ok(sku) = sku.parse::<u64>() else {
@@ -20,7 +20,7 @@ pub(crate) async fn handle(app: &App, sku: &str) -> Reply {
     let state = match app.cache.get(client, sku).await {
         Ok(Some(s)) => s,
         Ok(None) => return Reply::unknown_sku(sku),
-        Err(e) => return Reply::redis_trouble(&e),
+        Err(e) => return Reply::redis_trouble(&e, Retry::Safe),
     };
     let meta = &state.meta;
     let now = app.link.now_ms();

@@ -68,6 +68,38 @@ fn drain_delay_default_outlasts_the_balancer_check() {
     );
 }
 
+/// haproxy's `timeout server` must outlast the gateway's own worst case for a claim, or a
+/// claim that may still succeed reaches the client as a bare 504. With no overall request
+/// deadline, that worst case is the Redis calls a claim can make, each under
+/// `--redis-timeout-ms`: a queue SKU's state read, the metadata load, and the script
+/// calls (claim on the home shard, a take on each other shard, settle), each of which
+/// carries `--wait-ms` more in replica mode.
+#[test]
+fn balancer_server_timeout_outlasts_a_claim() {
+    let cfg = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../deploy/haproxy/haproxy.cfg"
+    ))
+    .unwrap();
+    let line = cfg
+        .lines()
+        .find(|l| l.trim_start().starts_with("timeout server "))
+        .expect("a `timeout server` line");
+    let v = line.split_whitespace().nth(2).expect("a value");
+    let haproxy_ms: u64 = match (v.strip_suffix("ms"), v.strip_suffix('s')) {
+        (Some(ms), _) => ms.parse().unwrap(),
+        (None, Some(s)) => s.parse::<u64>().unwrap() * 1000,
+        (None, None) => v.parse().unwrap(),
+    };
+    let gw = parse(&[]);
+    let script_calls = u64::from(gw.redis.shards) + 1;
+    let worst_ms = (2 + script_calls) * gw.redis_timeout_ms + script_calls * gw.wait_ms;
+    assert!(
+        haproxy_ms > worst_ms,
+        "timeout server {haproxy_ms} ms is not above a claim's worst case, {worst_ms} ms"
+    );
+}
+
 #[test]
 fn log_format_parses() {
     assert_eq!(parse(&[]).log_format, LogFormat::Text);

@@ -15,7 +15,7 @@ use super::refusal::Refusal;
 use super::Admitted;
 use crate::app::App;
 use crate::metrics::{hot, outcome};
-use crate::reply::Reply;
+use crate::reply::{Reply, Retry};
 
 /// The answer to an entry request, with its `outcome` metric label.
 pub(super) async fn enter(app: &App, admitted: Admitted<'_>) -> (&'static str, Reply) {
@@ -65,7 +65,7 @@ async fn entry(app: &App, admitted: &Admitted<'_>) -> Result<EntryOutcome, Refus
         .record(started.elapsed().as_secs_f64());
     result.map_err(|e| match e {
         StockError::InvalidArgument(m) => Refusal::BadArgument(m),
-        e => Refusal::Redis(e),
+        e => Refusal::Redis(e, Retry::Safe),
     })
 }
 

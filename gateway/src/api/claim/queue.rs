@@ -17,7 +17,7 @@ use super::refusal::Refusal;
 use super::Admitted;
 use crate::app::App;
 use crate::metrics::outcome;
-use crate::reply::Reply;
+use crate::reply::{Reply, Retry};
 
 /// What the waiting room decided.
 pub(super) enum Gate {
@@ -78,7 +78,7 @@ async fn decide(app: &App, admitted: &Admitted<'_>) -> Result<Gate, Refusal> {
                 .await
                 .map_err(|e| match e {
                     StockError::InvalidArgument(m) => Refusal::BadArgument(m),
-                    e => Refusal::Redis(e),
+                    e => Refusal::Redis(e, Retry::Safe),
                 })?;
             let place = match joined {
                 Joined::Pre => Place::Pre(key.shuffle(meta.sku, &req.user)),
@@ -106,7 +106,7 @@ async fn decide(app: &App, admitted: &Admitted<'_>) -> Result<Gate, Refusal> {
         .queue
         .state(admitted.client, admitted.req.sku)
         .await
-        .map_err(Refusal::Redis)?;
+        .map_err(|e| Refusal::Redis(e, Retry::Safe))?;
     let ahead = if now < meta.start_ms {
         None
     } else {

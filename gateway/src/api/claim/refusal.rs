@@ -10,7 +10,7 @@ use shard_router::{ApiStatus, Claim, SkuMeta, StockError};
 
 use crate::durability;
 use crate::metrics::outcome;
-use crate::reply::Reply;
+use crate::reply::{Reply, Retry};
 
 /// How a claim was made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,17 +33,20 @@ pub(super) struct Claimed {
 impl Claimed {
     /// The claim, unless replica durability is on and did not confirm it. Taken and
     /// recorded on the primary, an unconfirmed claim could be lost by a failover now, so it
-    /// is not acknowledged (see `durability.rs`).
+    /// is not acknowledged (see `durability.rs`); `retry` says how the client learns
+    /// whether it lasted.
     pub(super) fn confirmed(
         claim: Claim,
         how: How,
         confirmation: Confirmation,
+        retry: Retry,
     ) -> Result<Self, Refusal> {
         if durability::acknowledgeable(confirmation) {
             Ok(Self { claim, how })
         } else {
             Err(Refusal::Unconfirmed {
                 claim_id: claim.claim_id,
+                retry,
             })
         }
     }
@@ -143,10 +146,12 @@ pub(super) enum Refusal {
     /// Replica mode: taken, but no replica confirmed it yet.
     Unconfirmed {
         claim_id: String,
+        retry: Retry,
     },
     /// The claim protocol refused the request's arguments.
     BadArgument(String),
-    Redis(StockError),
+    /// With how the client learns the outcome if Redis may have run the call.
+    Redis(StockError, Retry),
 }
 
 impl Refusal {
@@ -177,7 +182,7 @@ impl Refusal {
             | Self::ClockSkew { .. }
             | Self::Restoring(_)
             | Self::Unconfirmed { .. }
-            | Self::Redis(_) => outcome::UNAVAILABLE,
+            | Self::Redis(..) => outcome::UNAVAILABLE,
             Self::SoldOut {
                 from_cache: true, ..
             } => outcome::SOLD_OUT_CACHE,
@@ -265,14 +270,15 @@ impl From<Refusal> for Reply {
             )
             .retry_after(1),
             // A retry with the same request_id replays the claim once it is safe, or claims
-            // afresh if it was lost.
-            Refusal::Unconfirmed { claim_id } => Reply::unavailable(
-                "the claim is taken but no replica confirmed it yet; retry with the same request_id to learn the outcome",
-            )
+            // afresh if it was lost; without one, the client can only look the claim up.
+            Refusal::Unconfirmed { claim_id, retry } => Reply::unavailable(format!(
+                "the claim is taken but no replica confirmed it yet; {}",
+                retry.hint()
+            ))
             .with("claim_id", claim_id)
             .with("unconfirmed", true),
             Refusal::BadArgument(m) => Reply::bad_request(m),
-            Refusal::Redis(e) => Reply::redis_trouble(&e),
+            Refusal::Redis(e, retry) => Reply::redis_trouble(&e, retry),
         }
     }
 }

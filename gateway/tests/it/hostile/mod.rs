@@ -5,7 +5,8 @@
 //!   sending nothing) are cut off by the header read timeout, and normal claims stay fast;
 //! - the connection cap: past it, new connections wait, and service resumes as soon as the
 //!   hogs leave or are cut off;
-//! - oversized bodies (declared or chunked) are 413 JSON and take nothing;
+//! - oversized bodies (declared or chunked) are 413 JSON and take nothing, and a client
+//!   that writes the whole body before reading still reads that 413 (lingering close);
 //! - header floods (many headers, one huge header, a huge request line) are refused without
 //!   harming the server;
 //! - a wrong content type is 415 JSON and takes nothing;
@@ -18,7 +19,8 @@
 //!
 //! One file per side of the attack: `slow.rs` (heads, connections and bodies that take
 //! their time), `oversize.rs` (too big, too many headers, wrongly typed), `write_side.rs`
-//! (clients that do not read, and old connections).
+//! (clients that do not read, and old connections), `linger.rs` (oversized bodies sent
+//! whole, and senders that never stop).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -33,6 +35,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::task::JoinSet;
 
+mod linger;
 mod oversize;
 mod slow;
 mod write_side;

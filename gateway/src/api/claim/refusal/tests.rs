@@ -165,6 +165,7 @@ fn refusals_keep_their_label_status_and_body() {
         (
             Refusal::Unconfirmed {
                 claim_id: "c1".into(),
+                retry: Retry::SameRequestId,
             },
             "unavailable",
             503,
@@ -181,10 +182,13 @@ fn refusals_keep_their_label_status_and_body() {
             json!({"error": "qty must be at least 1"}),
         ),
         (
-            Refusal::Redis(StockError::Timeout {
-                op: "claim",
-                after: Duration::from_secs(1),
-            }),
+            Refusal::Redis(
+                StockError::Timeout {
+                    op: "claim",
+                    after: Duration::from_secs(1),
+                },
+                Retry::SameRequestId,
+            ),
             "unavailable",
             503,
             Some(1),
@@ -192,10 +196,13 @@ fn refusals_keep_their_label_status_and_body() {
             json!({}),
         ),
         (
-            Refusal::Redis(StockError::Protocol {
-                op: "claim",
-                detail: "?".into(),
-            }),
+            Refusal::Redis(
+                StockError::Protocol {
+                    op: "claim",
+                    detail: "?".into(),
+                },
+                Retry::Blind,
+            ),
             "unavailable",
             500,
             None,
@@ -232,7 +239,8 @@ fn claims_are_201_or_200_for_a_replay_with_one_body() {
         (How::Rerouted, "rerouted", 201),
         (How::Replay, "replay", 200),
     ] {
-        let c = Claimed::confirmed(claim.clone(), how, Confirmation::Confirmed).unwrap();
+        let c =
+            Claimed::confirmed(claim.clone(), how, Confirmation::Confirmed, Retry::Blind).unwrap();
         assert_eq!(c.label(), label);
         assert_eq!(
             seen(Reply::from(c)),
@@ -250,12 +258,73 @@ fn an_unconfirmed_claim_is_refused_not_acknowledged() {
         shard: 1,
         qty: 1,
     };
-    assert!(Claimed::confirmed(claim.clone(), How::Fresh, Confirmation::NotAsked).is_ok());
-    let refused = Claimed::confirmed(claim, How::Replay, Confirmation::Unconfirmed);
+    let retry = Retry::SameRequestId;
+    assert!(Claimed::confirmed(claim.clone(), How::Fresh, Confirmation::NotAsked, retry).is_ok());
+    let refused = Claimed::confirmed(claim, How::Replay, Confirmation::Unconfirmed, retry);
     assert!(
-        matches!(&refused, Err(Refusal::Unconfirmed { claim_id }) if claim_id == "c1"),
+        matches!(&refused, Err(Refusal::Unconfirmed { claim_id, .. }) if claim_id == "c1"),
         "{refused:?}"
     );
+}
+
+/// An answer that leaves the outcome open tells the client to retry with its request_id
+/// only when the request had one; without one it says the outcome is unknown. Everything
+/// else in the answer is the same either way.
+#[test]
+fn the_ambiguous_answers_hint_depends_on_the_request_id() {
+    let timeout = || StockError::Timeout {
+        op: "claim",
+        after: Duration::from_secs(1),
+    };
+    let unconfirmed = |request_id: Option<&str>| Refusal::Unconfirmed {
+        claim_id: "c1".into(),
+        retry: Retry::for_claim(request_id),
+    };
+    let timed_out =
+        |request_id: Option<&str>| Refusal::Redis(timeout(), Retry::for_claim(request_id));
+    for (what, make) in [
+        ("timeout", &timed_out as &dyn Fn(Option<&str>) -> Refusal),
+        ("unconfirmed", &unconfirmed),
+    ] {
+        let (label, status, retry, with) = refused(make(Some("r1")));
+        let (label_b, status_b, retry_b, without) = refused(make(None));
+        assert_eq!(
+            (label, status, retry),
+            (label_b, status_b, retry_b),
+            "{what}"
+        );
+        let (e_with, e_without) = (
+            with["error"].as_str().unwrap(),
+            without["error"].as_str().unwrap(),
+        );
+        assert!(
+            e_with.contains("retry with the same request_id"),
+            "{what}: {e_with}"
+        );
+        assert!(
+            !e_without.contains("same request_id"),
+            "{what}: {e_without}"
+        );
+        assert!(
+            e_without.contains("outcome is unknown"),
+            "{what}: {e_without}"
+        );
+        assert!(
+            e_without.contains("send a request_id"),
+            "{what}: {e_without}"
+        );
+        // Only `error` differs.
+        let strip = |mut v: Value| {
+            v.as_object_mut().unwrap().remove("error");
+            v
+        };
+        assert_eq!(strip(with), strip(without), "{what}");
+    }
+    // A read, a draw entry or a queue join repeats nothing: no request_id is needed.
+    let (_, status, _, safe) = refused(Refusal::Redis(timeout(), Retry::Safe));
+    assert_eq!(status, 503);
+    let e = safe["error"].as_str().unwrap();
+    assert!(!e.contains("request_id") && e.contains("retry"), "{e}");
 }
 
 /// The sold-out answer is rendered from a struct; its bytes are those the generic error
