@@ -16,6 +16,7 @@ mod ledger;
 mod lifecycle;
 mod offsets;
 mod queue;
+mod readonly;
 mod rebuild;
 mod rebuild_debt;
 mod rebuild_flush;
