@@ -7,7 +7,8 @@
 //! into the ledger) and the campaign operations call it, and every bounded wait on MySQL
 //! goes through [`pool::bounded`].
 //!
-//! - [`pool`]: the pool, the migrations, the bound on every statement.
+//! - [`pool`]: the pool, the migrations, the bound on every statement; [`cause`]: why a
+//!   statement failed (the server's state, the row, or a bug), decided in one place.
 //! - [`rows`]: a claim's row, written and read back.
 //! - [`claims`]: a batch of claims in one transaction (insert, stock taken, collisions).
 //! - [`late`]: claims committed after the rebuild that did not count them.
@@ -31,6 +32,7 @@
 pub mod anomalies;
 pub mod books;
 pub mod campaigns;
+pub mod cause;
 pub mod claims;
 pub mod closing;
 pub mod consumers;
@@ -49,6 +51,7 @@ mod row_buckets;
 pub mod rows;
 pub mod waves;
 
+pub use cause::Cause;
 pub use claims::Stored;
 pub use error::{db, db_retryable, LedgerError};
 pub use rows::{Claim, ClaimRow};
