@@ -23,7 +23,8 @@
 //!   watch's candidates.
 //! - [`consumers`]: the consumers' heartbeat rows and the flush handshake's counter.
 //! - [`offsets`]: each claims stream's place and lease, moved with the rows read up to it;
-//!   [`poison`]: the entries passed without a row.
+//!   [`poison`]: the entries passed without a row; [`replay`]: one applied once its cause
+//!   is fixed.
 //! - [`queues`]: a queue campaign's admitted watermark and marks, kept past a Redis loss.
 //! - [`anomalies`]: what the books disagree on.
 //! - [`draws`]: draw campaigns (a verifiable raffle): their terms, entries read from the
@@ -47,6 +48,7 @@ pub mod queues;
 pub mod rebuild;
 pub mod reconcile_runs;
 pub mod releases;
+pub mod replay;
 mod row_buckets;
 pub mod rows;
 pub mod waves;

@@ -15,6 +15,7 @@ mod faults;
 mod ledger;
 mod lifecycle;
 mod offsets;
+mod poison_replay;
 mod queue;
 mod readonly;
 mod rebuild;
