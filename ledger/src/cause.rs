@@ -136,6 +136,22 @@ mod tests {
         assert_eq!(of_code(None, None), Cause::Bug);
     }
 
+    /// docs/ERRORS.md lists exactly these numbers, each under its cause.
+    #[test]
+    fn the_reference_lists_every_number() {
+        let doc = include_str!("../../docs/ERRORS.md");
+        let section = |title: &str| -> Vec<u16> {
+            let rest = &doc[doc.find(title).expect(title)..];
+            let end = rest[1..].find("\n## ").map_or(rest.len(), |i| i + 1);
+            rest[..end]
+                .lines()
+                .filter_map(|l| l.strip_prefix("| ")?.split(' ').next()?.parse().ok())
+                .collect()
+        };
+        assert_eq!(section("## Server state"), SERVER_STATE);
+        assert_eq!(section("## Row fault"), ROW_FAULT);
+    }
+
     #[test]
     fn no_number_is_two_causes() {
         for n in SERVER_STATE {
