@@ -188,18 +188,19 @@ impl Admin {
         given.as_bytes().ct_eq(token.as_bytes()).into()
     }
 
-    /// 200 while MySQL and Redis both answered the last probe, else 503; the body says
-    /// which is down.
+    /// 200 while MySQL and Redis both answered the last probe and every writer loop
+    /// commits, else 503; the body says which is not.
     fn healthz(&self) -> Resp {
         let (db, redis) = (self.health.db(), self.health.redis());
-        let (status, word) = if db && redis {
+        let writer = self.health.writer();
+        let (status, word) = if db && redis && writer {
             (StatusCode::OK, "ok")
         } else {
             (StatusCode::SERVICE_UNAVAILABLE, "unhealthy")
         };
         json(
             status,
-            &serde_json::json!({"status": word, "mysql": db, "redis": redis}),
+            &serde_json::json!({"status": word, "mysql": db, "redis": redis, "writer": writer}),
         )
     }
 

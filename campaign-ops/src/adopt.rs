@@ -73,7 +73,8 @@ pub async fn dead_letters(
                 }
             }
             if let Err(e) = commit::write_batch(pool, &records, t).await {
-                if e.is_retryable() {
+                // Not the letters' fault (the server's state, a bug): the next start again.
+                if e.cause() != ledger::Cause::RowFault {
                     return Err(e);
                 }
                 // One letter MySQL refuses (the earlier release dead-lettered such rows)
@@ -82,7 +83,7 @@ pub async fn dead_letters(
                 for r in records.drain(..) {
                     match commit::write_batch(pool, std::slice::from_ref(&r), t).await {
                         Ok(_) => kept.push(r),
-                        Err(e) if e.is_retryable() => return Err(e),
+                        Err(e) if e.cause() != ledger::Cause::RowFault => return Err(e),
                         Err(e) => poison.push(ledger::poison::Poison {
                             stream: key.clone(),
                             entry_id: r.claim_id.clone(),

@@ -76,10 +76,34 @@ pub enum Command {
         command: DrawCommand,
     },
     /// List the stream entries kept in the ledger instead of a claim row (`stream_poison`:
-    /// not claim records, or rows MySQL refused), oldest first.
+    /// not claim records, or rows MySQL refused), oldest first; `replay` applies them.
     Poison {
         /// At most this many.
         #[arg(long, default_value_t = 100)]
+        limit: u32,
+        #[command(subcommand)]
+        command: Option<PoisonCommand>,
+    },
+}
+
+/// `consumer poison ...`.
+#[derive(Debug, Subcommand)]
+pub enum PoisonCommand {
+    /// Apply poison entries once their cause is fixed: each entry's claim goes into the
+    /// ledger (ignored by claim id, stock taken once) and its poison row is deleted, in one
+    /// transaction; entries that still fail stay and are reported (exit 1).
+    Replay {
+        /// The entry's stream key (`consumer poison` lists it), with --entry.
+        #[arg(long, requires = "entry", conflicts_with = "all")]
+        stream: Option<String>,
+        /// The entry's id, with --stream.
+        #[arg(long, requires = "stream")]
+        entry: Option<String>,
+        /// Every kept entry instead, oldest first, at most --limit of them.
+        #[arg(long, required_unless_present = "stream")]
+        all: bool,
+        /// With --all: at most this many.
+        #[arg(long, default_value_t = 1000)]
         limit: u32,
     },
 }

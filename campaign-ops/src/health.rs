@@ -1,4 +1,7 @@
-//! What `/healthz` reports: whether MySQL and Redis each answered the last probe.
+//! What `/healthz` reports: whether MySQL and Redis each answered the last probe, and
+//! whether every writer loop commits (a batch failing every attempt for `--writer-stall-ms`
+//! is a consumer whose ledger stopped moving, though MySQL answers `SELECT 1`: read-only,
+//! a full table, a bug).
 //!
 //! A background loop probes both every [`PROBE_INTERVAL`] (`SELECT 1` through the pool,
 //! `PING` through the stock client), each bounded by [`PROBE_TIMEOUT`], and keeps the
@@ -15,6 +18,7 @@ use sqlx::MySqlPool;
 use tokio::sync::watch;
 
 use consumer::metrics::{DB_UP, REDIS_UP};
+use consumer::stall::Stalls;
 
 /// Period of the probes.
 pub const PROBE_INTERVAL: Duration = Duration::from_secs(1);
@@ -26,18 +30,41 @@ pub const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 pub struct Health {
     db: AtomicBool,
     redis: AtomicBool,
-}
-
-impl Default for Health {
-    fn default() -> Self {
-        Self {
-            db: AtomicBool::new(true),
-            redis: AtomicBool::new(true),
-        }
-    }
+    writer: Stalls,
+    /// How long a writer loop may fail before `/healthz` says so.
+    stall_after: Duration,
+    stalled: AtomicBool,
 }
 
 impl Health {
+    pub fn new(writer: Stalls, stall_after: Duration) -> Self {
+        Self {
+            db: AtomicBool::new(true),
+            redis: AtomicBool::new(true),
+            writer,
+            stall_after,
+            stalled: AtomicBool::new(false),
+        }
+    }
+
+    /// True while no writer loop has failed its batch for `--writer-stall-ms` (read now,
+    /// not at the last probe: a stall shows as soon as it passes the bound).
+    pub fn writer(&self) -> bool {
+        let stalled = self.writer.longest();
+        let ok = stalled < self.stall_after;
+        if ok == self.stalled.swap(!ok, Ordering::Relaxed) {
+            if ok {
+                tracing::info!("the writer commits again; /healthz reports healthy");
+            } else {
+                tracing::error!(
+                    ?stalled,
+                    "a writer loop has not committed its batch; /healthz reports unhealthy"
+                );
+            }
+        }
+        ok
+    }
+
     pub fn db(&self) -> bool {
         self.db.load(Ordering::Relaxed)
     }
@@ -89,5 +116,7 @@ pub async fn run(
         };
         let (db, redis) = tokio::join!(db, redis);
         health.set(db, redis);
+        health.writer.export();
+        health.writer();
     }
 }

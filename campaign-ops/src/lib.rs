@@ -17,7 +17,8 @@
 //! - [`reconcile`]: invariant `books-close` per SKU, exact under load; excess removal;
 //!   stale holds.
 //! - [`rebuild`]: Redis written back from the ledger after a loss (preheat, CLI, watch).
-//! - [`adopt`]: an earlier release's dead letters, committed (or kept as poison) at start.
+//! - [`adopt`]: an earlier release's dead letters, committed (or kept as poison) at start;
+//!   [`poison`]: poison entries replayed once their cause is fixed.
 //! - [`housekeeping`]: the periodic waves, close-outs and memory checks of a running process.
 //! - [`admin`]: `/healthz`, `/metrics`, the token-protected admin API; [`health`]: the
 //!   MySQL and Redis probes behind `/healthz`; [`cli`]: the operator's command line.
@@ -32,6 +33,7 @@ pub mod closeout;
 pub mod draw;
 pub mod health;
 pub mod housekeeping;
+pub mod poison;
 pub mod queue;
 pub mod rebuild;
 pub mod reconcile;

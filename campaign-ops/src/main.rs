@@ -2,8 +2,8 @@
 //! admin subcommand. Bad configuration exits non-zero with one line naming the setting.
 
 use anyhow::Context;
-use campaign_ops::cli::{Cli, Command, DrawCommand, ModeArg};
-use campaign_ops::{campaign, closeout, draw, rebuild, reconcile, release, service, wave};
+use campaign_ops::cli::{Cli, Command, DrawCommand, ModeArg, PoisonCommand};
+use campaign_ops::{campaign, closeout, draw, poison, rebuild, reconcile, release, service, wave};
 use clap::Parser;
 use shard_router::StockClient;
 
@@ -213,7 +213,31 @@ async fn real_main(cli: Cli) -> anyhow::Result<()> {
                 return Ok(());
             }
         },
-        Command::Poison { limit } => {
+        Command::Poison {
+            command:
+                Some(PoisonCommand::Replay {
+                    stream,
+                    entry,
+                    all: _,
+                    limit,
+                }),
+            ..
+        } => {
+            let which = match (stream, entry) {
+                (Some(stream), Some(entry_id)) => poison::Which::One { stream, entry_id },
+                _ => poison::Which::Oldest(limit),
+            };
+            let report = poison::replay(&pool, which, t).await?;
+            println!("{}", serde_json::to_string_pretty(&report)?);
+            if !report.still_poison.is_empty() {
+                anyhow::bail!("{} poison entries still refused", report.still_poison.len());
+            }
+            return Ok(());
+        }
+        Command::Poison {
+            limit,
+            command: None,
+        } => {
             let kept = ledger::poison::list(&pool, limit, t).await?;
             serde_json::json!({
                 "count": ledger::poison::count(&pool, t).await?,

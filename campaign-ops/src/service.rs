@@ -111,7 +111,7 @@ pub async fn run(
         cfg.db_timeout,
         shutdown.clone(),
     ));
-    let health = Arc::new(Health::default());
+    let health = Arc::new(Health::new(streams.stalls(), cfg.writer_stall));
     background.spawn(health::run(
         health.clone(),
         pool.clone(),

@@ -79,6 +79,11 @@ pub struct Config {
     pub backoff_min: Duration,
     #[arg(skip = Duration::from_secs(2))]
     pub backoff_max: Duration,
+    /// A writer loop whose batch has failed every attempt for this long makes `/healthz`
+    /// unhealthy (503) until it commits (ms): it retries for as long as it takes, and
+    /// nothing else shows that the ledger stopped moving.
+    #[arg(long = "writer-stall-ms", env = "FLASHGATE_WRITER_STALL_MS", value_name = "MS", default_value = "10000", value_parser = millis)]
+    pub writer_stall: Duration,
     /// Bound on every MySQL statement or transaction.
     #[arg(skip = Duration::from_secs(5))]
     pub db_timeout: Duration,

@@ -1,7 +1,7 @@
 //! The consumer's error type: says which side failed (MySQL, Redis, input) and whether the
 //! same call may succeed later.
 
-use ledger::LedgerError;
+use ledger::{Cause, LedgerError};
 use shard_router::StockError;
 
 /// Errors of the stream loop, the Redis side of recovery and campaign administration; a
@@ -37,13 +37,31 @@ impl From<LedgerError> for ConsumerError {
 }
 
 impl ConsumerError {
+    /// Why it failed (`ledger::cause`): the writer retries the server's state and bugs
+    /// alike (nothing given up), and keeps as poison only a row at fault on its own.
+    pub fn cause(&self) -> Cause {
+        match self {
+            Self::Ledger(e) => e.cause(),
+            Self::Unconfirmed(_) => Cause::ServerState,
+            Self::Redis(e) if e.is_retryable() => Cause::ServerState,
+            Self::Redis(_) => Cause::Bug,
+            Self::Invalid(_) | Self::NotFound(_) => Cause::RowFault,
+        }
+    }
+
     /// True when retrying the same work later may succeed (outages, timeouts, deadlocks).
     pub fn is_retryable(&self) -> bool {
+        self.cause() == Cause::ServerState
+    }
+
+    /// The same for every retry of one fault (`ledger::LedgerError::code`).
+    pub fn code(&self) -> String {
         match self {
-            Self::Ledger(e) => e.is_retryable(),
-            Self::Unconfirmed(_) => true,
-            Self::Redis(e) => e.is_retryable(),
-            Self::Invalid(_) | Self::NotFound(_) => false,
+            Self::Ledger(e) => e.code(),
+            Self::Redis(_) => "redis".into(),
+            Self::Invalid(_) => "invalid".into(),
+            Self::NotFound(_) => "not found".into(),
+            Self::Unconfirmed(_) => "unconfirmed".into(),
         }
     }
 

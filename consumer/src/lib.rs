@@ -16,7 +16,8 @@
 //! - [`writer`]: batches (max rows / max wait) → [`commit`]: one ledger transaction per
 //!   batch, of records turned into rows ([`rows`]) and the streams' places; [`late`]:
 //!   claims committed after the rebuild that did not count them; [`final_answers`]:
-//!   rerouted claims' replay answers made final after the commit.
+//!   rerouted claims' replay answers made final after the commit; [`stall`]: a writer
+//!   loop that cannot commit, for `/healthz` and its gauge.
 //! - [`replica`]: wait for a replica before committing (default wherever there is one).
 //! - [`flush`]: the consumer's heartbeat and its half of the rebuild's flush handshake;
 //!   [`inflight`]: what this process read and has not settled.
@@ -37,6 +38,7 @@ pub mod metrics;
 pub mod replica;
 pub mod rows;
 pub mod shard;
+pub mod stall;
 pub mod startup;
 pub mod streams;
 pub mod writer;

@@ -46,6 +46,8 @@ pub const REPLICA_UNCONFIRMED: &str = "flashgate_consumer_replica_unconfirmed_to
 pub const REPLICA_WAIT_SECONDS: &str = "flashgate_consumer_replica_wait_seconds";
 /// Counter: read batches dropped because the master changed before a replica confirmed.
 pub const REPLICA_MASTER_CHANGED: &str = "flashgate_consumer_replica_master_changed_total";
+/// Gauge: how long the longest-failing writer loop has gone without a commit (`stall.rs`).
+pub const WRITER_STALLED_SECONDS: &str = "flashgate_consumer_writer_stalled_seconds";
 /// Gauge: 1 while MySQL answered the last health probe (what `/healthz` reports).
 pub const DB_UP: &str = "flashgate_consumer_db_up";
 /// Gauge: 1 while Redis answered the last health probe.
@@ -62,7 +64,8 @@ pub const DESCRIPTIONS: &[(&str, &str)] = &[
     (CLAIMS_COMMITTED, "Claim records newly written to the ledger."),
     (REDELIVERED, "Claim records the ledger already held (a stream read again after a new master, or a rebuild that committed them first), skipped."),
     (ANOMALIES, "Anomalies recorded in the ledger by kind (collision, poison, drift, ...)."),
-    (DB_ERRORS, "Ledger batches that failed on MySQL and will be retried."),
+    (DB_ERRORS, "Ledger batch attempts that failed on MySQL and will be retried."),
+    (WRITER_STALLED_SECONDS, "Seconds the longest-stalled writer loop has gone without committing its batch (every attempt failed), 0 when every loop commits; /healthz is 503 past --writer-stall-ms."),
     (LOG_LINES_DROPPED, "Log lines dropped because stderr was not read fast enough (the log never blocks the consumer)."),
     (STREAM_LAG, "Records in a shard's claims stream (XLEN): not committed yet, or committed and not trimmed yet (trimmed about every second)."),
     (OLDEST_PENDING_SECONDS, "Age of the oldest record of a shard's stream past the place the ledger committed, in seconds (0 when none)."),

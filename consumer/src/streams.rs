@@ -20,6 +20,7 @@ use crate::flush::Heartbeat;
 use crate::inflight::InFlight;
 use crate::replica::ShardReplica;
 use crate::shard::{ShardLease, ShardReader};
+use crate::stall::Stalls;
 use crate::startup;
 use crate::stream::ShardStream;
 use crate::writer::Writer;
@@ -50,6 +51,8 @@ pub struct Streams {
     pool: MySqlPool,
     leases: Vec<ShardLease>,
     inflight: InFlight,
+    /// The writer loops' stalls (`/healthz`).
+    stalls: Stalls,
     /// Readers (each returns its lease keeper's stop) and the lag watch.
     feeders: JoinSet<Option<watch::Sender<bool>>>,
     writer: JoinHandle<()>,
@@ -100,6 +103,7 @@ impl Streams {
             .map(|(&s, st)| (s, ShardLease::new(s, st)))
             .collect();
         let loops = cfg.writers.max(1);
+        let stalls = Stalls::new(loops);
         let (senders, receivers): (Vec<_>, Vec<_>) = (0..loops)
             .map(|_| mpsc::channel(cfg.channel_capacity))
             .unzip();
@@ -110,6 +114,7 @@ impl Streams {
             streams: streams.clone(),
             leases: leases.clone(),
             inflight: inflight.clone(),
+            stalls: stalls.clone(),
         };
         let writer = tokio::spawn(writer.run(receivers));
 
@@ -149,11 +154,17 @@ impl Streams {
             pool: pool.clone(),
             leases: leases.into_values().collect(),
             inflight,
+            stalls,
             feeders,
             writer,
             stop_beat,
             heartbeat,
         }))
+    }
+
+    /// The writer loops' stalls, for the health probes.
+    pub fn stalls(&self) -> Stalls {
+        self.stalls.clone()
     }
 
     /// Stops the readers, lets the writer drain (within `--drain-grace`), releases the

@@ -8,8 +8,12 @@
 //! Each shard's reads go to one writer loop (`streams.rs`: shard modulo loops), so a
 //! shard's reads commit in the order they were read, each from where the previous one
 //! ended; the loops commit concurrently, one gathering while another commits.
-//! While MySQL is down a loop retries the same batch with exponential backoff: nothing is
-//! dropped, and its full channel stalls its readers. A batch whose place is refused (the
+//! While MySQL cannot take a batch for a reason that is not the rows' own (down,
+//! read-only, a statement killed, a table full, a bug: `ledger::cause`), a loop retries the
+//! same batch with bounded backoff for as long as it takes: nothing is dropped or kept as
+//! poison, its full channel stalls its readers, and the stall shows on `/healthz` and its
+//! gauge (`stall.rs`). Only a batch MySQL refuses for its data is written row by row, and
+//! only a row refused for its data alone is kept as poison. A batch whose place is refused (the
 //! lease went to another consumer, or a zombie of this one) is rolled back whole; the
 //! refused shard's reads are dropped and its reader starts again from the ledger's place,
 //! the other shards' reads are committed without them. Late claims a batch found
@@ -24,6 +28,7 @@ use std::time::{Duration, Instant};
 use ledger::claims::Written;
 use ledger::offsets::{Advance, Offset};
 use ledger::poison::Poison as PoisonRow;
+use ledger::Cause;
 use shard_router::stream::{Delivered, Poison, ShardStream};
 use shard_router::{ClaimRecord, ShardId, StockClient};
 use sqlx::MySqlPool;
@@ -36,6 +41,7 @@ use crate::inflight::InFlight;
 use crate::late;
 use crate::metrics as m;
 use crate::shard::{Read, ShardLease};
+use crate::stall::{Stall, Stalls};
 
 /// Shortest time between two trims of one shard's stream: one XTRIM then drops every
 /// listpack node below the place at once, instead of a call per batch.
@@ -50,6 +56,8 @@ pub struct Writer {
     pub streams: HashMap<ShardId, ShardStream>,
     pub leases: HashMap<ShardId, ShardLease>,
     pub inflight: InFlight,
+    /// Each loop's stall, read by the health probes.
+    pub stalls: Stalls,
 }
 
 /// One loop's receiving end.
@@ -122,8 +130,9 @@ impl Writer {
             sweeping,
         ));
         let mut set = tokio::task::JoinSet::new();
-        for rx in receivers {
+        for (i, rx) in receivers.into_iter().enumerate() {
             let me = self.clone();
+            let mut stall = me.stalls.tracker(i);
             let mut source = Source {
                 rx,
                 queue: Default::default(),
@@ -136,7 +145,7 @@ impl Writer {
                     .next_batch(me.cfg.batch_max_rows, me.cfg.batch_max_wait)
                     .await
                 {
-                    me.commit(batch, &mut trimmed).await;
+                    me.commit(batch, &mut trimmed, &mut stall).await;
                 }
             });
         }
@@ -159,7 +168,12 @@ impl Writer {
     }
 
     /// Commits one batch (retrying through outages), then settles it.
-    async fn commit(&self, mut batch: Vec<Read>, trimmed: &mut HashMap<ShardId, Instant>) {
+    async fn commit(
+        &self,
+        mut batch: Vec<Read>,
+        trimmed: &mut HashMap<ShardId, Instant>,
+        stall: &mut Stall,
+    ) {
         let started = Instant::now();
         // Reads of a lease already lost (or of an older one) would only be refused.
         let mut dropped = drop_reads(&mut batch, |r| r.epoch != self.lease(r.shard).epoch());
@@ -186,7 +200,7 @@ impl Writer {
                 })
                 .collect();
             poison.extend(refused.iter().cloned());
-            match self.write_retrying(&records, &moves, &poison).await {
+            match self.write_retrying(&records, &moves, &poison, stall).await {
                 Ok((Written::Committed(_), o)) => break o,
                 Ok((Written::Fenced(which), _)) => {
                     let lost: Vec<(ShardId, u64)> = which
@@ -207,14 +221,14 @@ impl Writer {
                     }));
                 }
                 Err(e) => {
-                    // Not writable as a batch: find the rows MySQL refuses on their own
-                    // (each written alone; rows are idempotent by claim id), keep those as
-                    // poison, and commit the batch again with them passed.
-                    tracing::error!(rows = records.len(), error = %e, "batch refused by MySQL; writing its rows one by one");
+                    // Refused for its data (`Cause::RowFault`): find the rows MySQL refuses
+                    // on their own (each written alone; rows are idempotent by claim id),
+                    // keep those as poison, and commit the batch again with them passed.
+                    stall.failed(records.len(), &e);
                     let mut found = false;
                     for r in &batch {
                         for d in &r.entries {
-                            if let Err(e) = self.write_one(&d.record).await {
+                            if let Err(e) = self.write_one(&d.record, stall).await {
                                 tracing::error!(claim = %d.record.claim_id, error = %e, "row refused by MySQL; kept as poison");
                                 refused.push(PoisonRow {
                                     stream: self.lease(r.shard).stream.to_string(),
@@ -244,14 +258,13 @@ impl Writer {
                     }
                     if !found {
                         // Every row alone went in: try the batch again (the rows are there).
-                        metrics::counter!(m::DB_ERRORS).increment(1);
                         tokio::time::sleep(stalled.step()).await;
                     }
                 }
             }
         };
         if !dropped.is_empty() {
-            self.commit_placeless(dropped).await;
+            self.commit_placeless(dropped, stall).await;
         }
         if !batch.is_empty() {
             self.settle(batch, outcome, started, trimmed).await;
@@ -266,7 +279,7 @@ impl Writer {
     /// this a commit that timed out after it committed would leave its answers tentative,
     /// and reads held while the lease moved would be lost with a Redis that lost them
     /// meanwhile, where the earlier consumer-group design committed them as late claims.
-    async fn commit_placeless(&self, reads: Vec<Read>) {
+    async fn commit_placeless(&self, reads: Vec<Read>, stall: &mut Stall) {
         let records: Vec<&ClaimRecord> = reads
             .iter()
             .flat_map(|r| r.entries.iter().map(|d| &d.record))
@@ -279,7 +292,7 @@ impl Writer {
                     .map(|p| poison_row(&self.lease(r.shard).stream, p))
             })
             .collect();
-        match self.write_retrying(&records, &[], &poison).await {
+        match self.write_retrying(&records, &[], &poison, stall).await {
             Ok((_, outcome)) => {
                 self.after_commit(&reads, &outcome).await;
                 tracing::info!(
@@ -304,12 +317,15 @@ impl Writer {
         &self.leases[&shard]
     }
 
-    /// Retries retryable errors forever (with backoff); returns non-retryable ones.
+    /// Retries, with backoff and for as long as it takes, every failure that is not the
+    /// rows' own fault: the server's state passes, a bug needs a fix, and neither is a
+    /// reason to give a row up. Returns only [`Cause::RowFault`] errors.
     async fn write_retrying(
         &self,
         records: &[&ClaimRecord],
         moves: &[(Advance, ShardId)],
         poison: &[PoisonRow],
+        stall: &mut Stall,
     ) -> Result<(Written, BatchOutcome), crate::ConsumerError> {
         let mut backoff = Backoff::new(self.cfg.backoff_min, self.cfg.backoff_max);
         let advances: Vec<Advance> = moves.iter().map(|(a, _)| a.clone()).collect();
@@ -317,26 +333,34 @@ impl Writer {
             match commit::write_at(&self.pool, records, &advances, poison, self.cfg.db_timeout)
                 .await
             {
-                Ok(o) => return Ok(o),
-                Err(e) if e.is_retryable() => {
-                    metrics::counter!(m::DB_ERRORS).increment(1);
-                    let wait = backoff.step();
-                    tracing::warn!(rows = records.len(), error = %e, ?wait, "batch not committed; retrying");
-                    tokio::time::sleep(wait).await;
+                Ok(o) => {
+                    stall.moved();
+                    return Ok(o);
+                }
+                Err(e) if e.cause() != Cause::RowFault => {
+                    stall.failed(records.len(), &e);
+                    tokio::time::sleep(backoff.step()).await;
                 }
                 Err(e) => return Err(e),
             }
         }
     }
 
-    /// One row alone, without any place (retrying outages): `Err` only when MySQL refuses
-    /// it for good.
-    async fn write_one(&self, record: &ClaimRecord) -> Result<(), crate::ConsumerError> {
+    /// One row alone, without any place, retried as [`Self::write_retrying`] retries:
+    /// `Err` only when MySQL refuses this row for its data.
+    async fn write_one(
+        &self,
+        record: &ClaimRecord,
+        stall: &mut Stall,
+    ) -> Result<(), crate::ConsumerError> {
         let mut backoff = Backoff::new(self.cfg.backoff_min, self.cfg.backoff_max);
         loop {
             match commit::write_refs(&self.pool, &[record], self.cfg.db_timeout).await {
                 Ok(_) => return Ok(()),
-                Err(e) if e.is_retryable() => tokio::time::sleep(backoff.step()).await,
+                Err(e) if e.cause() != Cause::RowFault => {
+                    stall.failed(1, &e);
+                    tokio::time::sleep(backoff.step()).await;
+                }
                 Err(e) => return Err(e),
             }
         }

@@ -365,15 +365,20 @@ async fn take_stock(
 /// Claim ids bound per `IN (...)` query, well inside MySQL's placeholder limit.
 pub const IDS_PER_QUERY: usize = 5000;
 
-/// `SELECT claim_id FROM claims WHERE claim_id IN (<ids>)`, open for more conditions.
-pub fn claim_ids_query<'a>(ids: impl IntoIterator<Item = &'a str>) -> QueryBuilder<'a, MySql> {
+/// `SELECT claim_id FROM claims WHERE claim_id IN (<ids>)`, open for more conditions;
+/// `None` for no ids (`IN ()` is a syntax error: nothing to ask).
+pub fn claim_ids_query<'a>(
+    ids: impl IntoIterator<Item = &'a str>,
+) -> Option<QueryBuilder<'a, MySql>> {
+    let mut ids = ids.into_iter().peekable();
+    ids.peek()?;
     let mut q = QueryBuilder::<MySql>::new("SELECT claim_id FROM claims WHERE claim_id IN (");
     let mut list = q.separated(", ");
     for id in ids {
         list.push_bind(id);
     }
     q.push(")");
-    q
+    Some(q)
 }
 
 /// Claim ids of `rows[which]` present in the ledger (optionally only those of `batch_id`).
@@ -386,7 +391,9 @@ async fn ids_where(
 ) -> Result<HashSet<String>, LedgerError> {
     let mut found = HashSet::new();
     for chunk in which.chunks(IDS_PER_QUERY) {
-        let mut q = claim_ids_query(chunk.iter().map(|&i| rows[i].claim_id));
+        let Some(mut q) = claim_ids_query(chunk.iter().map(|&i| rows[i].claim_id)) else {
+            continue;
+        };
         if let Some(b) = batch_id {
             q.push(" AND batch_id = ").push_bind(b);
         }

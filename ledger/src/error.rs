@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use crate::cause::{self, Cause};
+
 /// A statement on the ledger failed, or what it was asked for is not there.
 #[derive(Debug, thiserror::Error)]
 pub enum LedgerError {
@@ -28,38 +30,52 @@ pub enum LedgerError {
 }
 
 impl LedgerError {
-    /// True when retrying the same work later may succeed (outages, timeouts, deadlocks).
-    pub fn is_retryable(&self) -> bool {
+    /// Why it failed: the server's state, the rows, or a bug (`cause.rs`).
+    pub fn cause(&self) -> Cause {
         match self {
-            Self::Db { source, .. } => db_retryable(source),
-            Self::Timeout { .. } => true,
-            Self::Migrate(_) | Self::Invalid(_) | Self::NotFound(_) => false,
+            Self::Db { source, .. } => cause::of_sqlx(source),
+            Self::Timeout { .. } => Cause::ServerState,
+            // What the caller asked for is at fault; nothing was changed.
+            Self::Invalid(_) | Self::NotFound(_) => Cause::RowFault,
+            Self::Migrate(_) => Cause::Bug,
+        }
+    }
+
+    /// True when retrying the same work later may succeed: the server's state, not the
+    /// statement or its rows.
+    pub fn is_retryable(&self) -> bool {
+        self.cause() == Cause::ServerState
+    }
+
+    /// A short name of the cause, the same for every retry of one fault (`mysql 1290`,
+    /// `timeout`): a stalled writer logs each distinct one once.
+    pub fn code(&self) -> String {
+        match self {
+            Self::Db { source, .. } => match source {
+                sqlx::Error::Database(db) => {
+                    match db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
+                        Some(m) => format!("mysql {}", m.number()),
+                        None => format!("sqlstate {}", db.code().unwrap_or_default()),
+                    }
+                }
+                sqlx::Error::Io(e) => format!("io {:?}", e.kind()),
+                other => {
+                    let text = format!("{other:?}");
+                    text.split(['(', ' ', '{']).next().unwrap_or("").to_owned()
+                }
+            },
+            Self::Timeout { op, .. } => format!("timeout of {op}"),
+            Self::Migrate(_) => "migrations".into(),
+            Self::Invalid(_) => "invalid".into(),
+            Self::NotFound(_) => "not found".into(),
         }
     }
 }
 
-/// Connection trouble and lock conflicts are retryable; constraint and syntax errors are not.
+/// True when retrying may succeed ([`Cause::ServerState`]); constraint, data and syntax
+/// errors are not.
 pub fn db_retryable(e: &sqlx::Error) -> bool {
-    match e {
-        sqlx::Error::Io(_)
-        | sqlx::Error::PoolTimedOut
-        | sqlx::Error::PoolClosed
-        | sqlx::Error::WorkerCrashed
-        | sqlx::Error::Tls(_)
-        | sqlx::Error::Protocol(_) => true,
-        sqlx::Error::Database(db) => {
-            // 1205 lock wait timeout, 1213 deadlock, 2006/2013 server gone / lost connection,
-            // 1040 too many connections, 1927 connection killed, 1053 server shutdown.
-            matches!(
-                db.code().as_deref(),
-                Some("40001") | Some("08S01") | Some("08004")
-            ) || db
-                .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
-                .map(|m| matches!(m.number(), 1205 | 1213 | 2006 | 2013 | 1040 | 1927 | 1053))
-                .unwrap_or(false)
-        }
-        _ => false,
-    }
+    cause::of_sqlx(e) == Cause::ServerState
 }
 
 /// Attaches the operation name to a sqlx error.

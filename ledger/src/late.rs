@@ -24,12 +24,17 @@ pub struct LateRow<'a> {
 }
 
 /// Each SKU's rebuild generation, read under a shared lock on its campaign row: held until
-/// the batch commits, so no rebuild of these SKUs reads the ledger meanwhile.
+/// the batch commits, so no rebuild of these SKUs reads the ledger meanwhile. No SKU, no
+/// statement: `IN ()` is a syntax error, and a batch of no rows (only places and poison)
+/// would fail for good on it.
 pub async fn campaign_gens(
     tx: &mut Transaction<'_, MySql>,
     skus: &[u64],
     t: Duration,
 ) -> Result<HashMap<u64, u64>, LedgerError> {
+    if skus.is_empty() {
+        return Ok(HashMap::new());
+    }
     let mut q = QueryBuilder::<MySql>::new("SELECT sku, rebuild_gen FROM campaigns WHERE sku IN (");
     let mut list = q.separated(", ");
     for sku in skus {

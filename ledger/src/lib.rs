@@ -7,7 +7,8 @@
 //! into the ledger) and the campaign operations call it, and every bounded wait on MySQL
 //! goes through [`pool::bounded`].
 //!
-//! - [`pool`]: the pool, the migrations, the bound on every statement.
+//! - [`pool`]: the pool, the migrations, the bound on every statement; [`cause`]: why a
+//!   statement failed (the server's state, the row, or a bug), decided in one place.
 //! - [`rows`]: a claim's row, written and read back.
 //! - [`claims`]: a batch of claims in one transaction (insert, stock taken, collisions).
 //! - [`late`]: claims committed after the rebuild that did not count them.
@@ -22,7 +23,8 @@
 //!   watch's candidates.
 //! - [`consumers`]: the consumers' heartbeat rows and the flush handshake's counter.
 //! - [`offsets`]: each claims stream's place and lease, moved with the rows read up to it;
-//!   [`poison`]: the entries passed without a row.
+//!   [`poison`]: the entries passed without a row; [`replay`]: one applied once its cause
+//!   is fixed.
 //! - [`queues`]: a queue campaign's admitted watermark and marks, kept past a Redis loss.
 //! - [`anomalies`]: what the books disagree on.
 //! - [`draws`]: draw campaigns (a verifiable raffle): their terms, entries read from the
@@ -31,6 +33,7 @@
 pub mod anomalies;
 pub mod books;
 pub mod campaigns;
+pub mod cause;
 pub mod claims;
 pub mod closing;
 pub mod consumers;
@@ -45,10 +48,12 @@ pub mod queues;
 pub mod rebuild;
 pub mod reconcile_runs;
 pub mod releases;
+pub mod replay;
 mod row_buckets;
 pub mod rows;
 pub mod waves;
 
+pub use cause::Cause;
 pub use claims::Stored;
 pub use error::{db, db_retryable, LedgerError};
 pub use rows::{Claim, ClaimRow};

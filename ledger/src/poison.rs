@@ -103,3 +103,44 @@ pub async fn count(pool: &MySqlPool, t: Duration) -> Result<u64, LedgerError> {
     .await?;
     Ok(n as u64)
 }
+
+/// The poison entry `stream`/`entry_id`, if one is kept.
+pub async fn get(
+    pool: &MySqlPool,
+    stream: &str,
+    entry_id: &str,
+    t: Duration,
+) -> Result<Option<Poison>, LedgerError> {
+    bounded(
+        "read poison entry",
+        t,
+        sqlx::query_as(
+            "SELECT stream, entry_id, reason, fields FROM stream_poison \
+             WHERE stream = ? AND entry_id = ?",
+        )
+        .bind(stream)
+        .bind(entry_id)
+        .fetch_optional(pool),
+    )
+    .await
+}
+
+/// Removes `stream`/`entry_id` inside `tx`: false when it is not there (never kept, or
+/// replayed by someone else first).
+pub async fn remove(
+    tx: &mut Transaction<'_, MySql>,
+    stream: &str,
+    entry_id: &str,
+    t: Duration,
+) -> Result<bool, LedgerError> {
+    let done = bounded(
+        "remove poison entry",
+        t,
+        sqlx::query("DELETE FROM stream_poison WHERE stream = ? AND entry_id = ?")
+            .bind(stream)
+            .bind(entry_id)
+            .execute(&mut **tx),
+    )
+    .await?;
+    Ok(done.rows_affected() == 1)
+}

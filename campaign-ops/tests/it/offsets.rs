@@ -431,6 +431,7 @@ async fn a_read_whose_lease_moved_is_committed_without_its_place() {
         streams,
         leases,
         inflight: InFlight::default(),
+        stalls: consumer::stall::Stalls::new(1),
     };
     let (tx, rx) = tokio::sync::mpsc::channel(8);
     let running = tokio::spawn(writer.run(vec![rx]));

@@ -118,6 +118,7 @@ async fn an_entry_read_before_the_cut_and_handed_on_after_it_is_committed_at_onc
         streams: streams.clone(),
         leases,
         inflight: inflight.clone(),
+        stalls: consumer::stall::Stalls::new(1),
     };
     let (tx, rx) = tokio::sync::mpsc::channel(8);
     let writer = tokio::spawn(writer.run(vec![rx]));
