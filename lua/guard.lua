@@ -10,11 +10,17 @@
 -- since Redis 7.0), and the consumer writes `{T}:vouch` = run_id once it has rebuilt the
 -- shard's live SKUs from the ledger (campaign-ops/src/rebuild/watch.rs, lua/vouch.lua).
 -- A vouch of another process (a copy that came back with the data) refuses: {17}
--- RESTORING, nothing read or written. No vouch at all (a Redis that never had a consumer,
--- or lost everything: its slices are missing too) passes.
+-- RESTORING, nothing else read or written. The refusal also revokes that copy: an old
+-- master that resyncs from this process and is promoted back keeps its run_id, and must
+-- not find its own vouch in the data it got here. No vouch at all (a Redis that never had
+-- a consumer, or lost everything: its slices are missing too) passes.
 --
 -- Expects `local SERVER = '<run_id>'` before it and KEYS[1] to carry the shard's tag.
-local vouched = redis.call('GET', string.match(KEYS[1], '^{[^}]*}') .. ':vouch')
+local vouch_key = string.match(KEYS[1], '^{[^}]*}') .. ':vouch'
+local vouched = redis.call('GET', vouch_key)
 if vouched and vouched ~= SERVER then
+  if vouched ~= 'revoked' then
+    redis.call('SET', vouch_key, 'revoked')
+  end
   return {17}
 end

@@ -158,6 +158,11 @@ pub async fn preheat_with(
     if first {
         opts.quiesce = Duration::ZERO;
         opts.flush_wait = Duration::ZERO;
+        // As `StockClient::preheat` does: a shard never vouched for gets its vouch before
+        // its first slice, so no snapshot holds that slice without it (`lua/guard.lua`).
+        for shard in client.placement().shards_of(sku, c.width) {
+            client.vouch_if_none(shard).await?;
+        }
     }
     let r = crate::rebuild::rebuild(pool, client, sku, &opts).await?;
     Ok(r.slices

@@ -210,6 +210,9 @@ impl StockClient {
 
     /// The selling scripts loaded on `shard`'s master, loading them first if none are.
     async fn guarded(&self, shard: ShardId) -> Result<Arc<crate::guard::Guarded>, StockError> {
+        if let Some(g) = self.guards.cached(&self.conn, shard) {
+            return Ok(g);
+        }
         let after = self.cfg.timeouts.response * 2;
         let learn = self.guards.for_shard(&self.conn, &self.placement, shard);
         tokio::time::timeout(after, learn)

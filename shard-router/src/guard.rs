@@ -91,6 +91,11 @@ impl Guards {
         }
     }
 
+    /// The scripts already loaded on `shard`'s master, if any (no learning, no await).
+    pub(crate) fn cached(&self, conn: &RedisConn, shard: ShardId) -> Option<Arc<Guarded>> {
+        self.get(Self::slot(conn, shard))
+    }
+
     fn get(&self, i: usize) -> Option<Arc<Guarded>> {
         let c = self.current.get(i)?;
         c.lock().unwrap_or_else(|p| p.into_inner()).clone()
@@ -135,6 +140,15 @@ impl Guards {
     }
 }
 
+fn major_version(info: &str) -> Option<u32> {
+    info.lines()
+        .find_map(|l| l.trim().strip_prefix("redis_version:"))?
+        .split('.')
+        .next()?
+        .parse()
+        .ok()
+}
+
 fn run_id_of(info: &str) -> Option<&str> {
     info.lines()
         .find_map(|l| l.trim().strip_prefix("run_id:"))
@@ -161,6 +175,15 @@ async fn learn(
     let first = c.on_slot_master(info, slot).await.map_err(err)?;
     let first: String =
         redis::from_redis_value(first).map_err(|e| err(redis::RedisError::from(e)))?;
+    // Redis 6 and older persist scripts in the RDB and AOF and send them to replicas: a
+    // body naming one process would reach the next, and the guard would guard nothing.
+    if major_version(&first).is_none_or(|v| v < 7) {
+        return Err(StockError::Protocol {
+            op: "learn server",
+            detail: "Redis 7.0 or later is required (older ones persist and replicate scripts)"
+                .into(),
+        });
+    }
     let Some(run_id) = run_id_of(&first) else {
         return Err(StockError::Protocol {
             op: "learn server",
@@ -183,9 +206,15 @@ async fn learn(
     if again.as_deref().and_then(run_id_of) == Some(run_id) {
         return Ok(g);
     }
-    let mut flush = redis::pipe();
-    flush.cmd("SCRIPT").arg("FLUSH");
-    let _ = c.pipeline_on_slot_master(&flush, slot).await;
+    // Flushed from the process that answered the second INFO, which took the loads (one
+    // pipeline, one connection); a failed flush is tried again, within the caller's bound.
+    for _ in 0..3 {
+        let mut flush = redis::pipe();
+        flush.cmd("SCRIPT").arg("FLUSH");
+        if c.pipeline_on_slot_master(&flush, slot).await.is_ok() {
+            break;
+        }
+    }
     Err(StockError::Restoring { op: "learn server" })
 }
 
@@ -201,6 +230,8 @@ mod tests {
             Some("3fa2b9c0d1e2f3a4b5c6d7e8f9a0b1c2d3e4f5a6")
         );
         assert_eq!(run_id_of("# Server\r\nrun_id:\r\n"), None);
+        assert_eq!(major_version(info), Some(7));
+        assert_eq!(major_version("redis_version:6.2.14\r\n"), Some(6));
         assert_eq!(run_id_of("run_id:x' end\r\n"), None);
     }
 

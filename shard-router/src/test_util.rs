@@ -119,3 +119,26 @@ pub async fn drain(client: &StockClient, meta: &SkuMeta, home: crate::ShardId) {
             .expect("drain claim");
     }
 }
+
+/// What the consumer's watch does once it rebuilt a shard from the ledger: vouches for the
+/// process serving `shard` now (`lua/guard.lua`). For tests without a ledger whose premise
+/// is that the new process holds everything acknowledged (a replica that confirmed every
+/// write, promoted); anything else must go through the rebuild. Retries for up to 10 s
+/// while a cluster's routing catches up with a failover.
+pub async fn vouch_current(client: &StockClient, shard: crate::ShardId) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let done = match client.server_identity(shard).await {
+            Ok(id) => client.vouch(shard, &id.run_id).await.unwrap_or(false),
+            Err(_) => false,
+        };
+        if done {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "could not vouch for shard {shard}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+}

@@ -60,85 +60,202 @@ pub async fn check(
     let now = shard_router::now_ms();
     let unvouched = unvouched(client).await;
     metrics::gauge!(consumer::metrics::UNVOUCHED_SHARDS).set(unvouched.len() as f64);
+    let suspect: Vec<ShardId> = unvouched
+        .iter()
+        .filter(|u| u.foreign)
+        .map(|u| u.shard)
+        .collect();
     let mut rebuilt = Vec::new();
+    // None when the set is unreadable (its master is down): nothing to restore yet.
+    let live = client.skus().await.ok();
     // Shards not to vouch for this round: a SKU on them still needs its rebuild.
     let mut pending: Vec<ShardId> = Vec::new();
     // Campaigns not closed whose window is open, or that still have claims a release must
     // finish after the end (a release needs the slice).
     for sku in ledger::rebuild::candidates(pool, now, t).await? {
-        let c = ledger::campaigns::get(pool, sku, t).await?;
-        let shards = client.placement().shards_of(sku, c.width);
-        let mut missing: Vec<u16> = client
-            .slices(sku, c.width)
-            .await?
-            .into_iter()
-            .filter(|(_, v)| v.is_none())
-            .map(|(s, _)| s)
-            .collect();
-        let behind = behind_the_ledger(pool, client, sku, c.width, t).await?;
-        let suspect: Vec<ShardId> = shards
-            .iter()
-            .copied()
-            .filter(|s| unvouched.iter().any(|(u, _)| u == s))
-            .collect();
-        let (lost, rolled_back, restarted) = (missing.len(), behind.len(), suspect.len());
-        missing.extend(behind);
-        for &s in &suspect {
-            if !missing.contains(&s) {
-                missing.push(s);
-            }
-        }
-        if missing.is_empty() || !super::ledger_has_claims(pool, sku, t).await? {
-            continue;
-        }
-        let mut fenced = false;
-        for &s in &missing {
-            if let Some((_, expires)) = client.rebuild_fence(sku, s).await? {
-                fenced |= expires > shard_router::now_ms();
-            }
-        }
-        if fenced {
-            pending.extend(&shards);
-            continue;
-        }
-        tracing::warn!(
-            sku,
-            ?missing,
-            lost,
-            rolled_back,
-            restarted,
-            "slice missing, a rebuild rolled back, or a Redis process not vouched for, for a live campaign; rebuilding from the ledger"
-        );
-        match super::rebuild(pool, client, sku, opts).await {
-            Ok(_) => rebuilt.push(sku),
-            Err(e) => {
-                pending.extend(&shards);
-                tracing::warn!(sku, error = %e, "rebuild did not finish; retrying on the next check")
+        // One SKU's trouble (a master down) holds back only its own shards.
+        match check_sku(pool, client, opts, sku, &suspect, live.as_deref()).await {
+            Ok(Checked::Fine) => {}
+            Ok(Checked::Rebuilt) => rebuilt.push(sku),
+            Ok(Checked::Pending(shards)) => pending.extend(shards),
+            Err((shards, e)) => {
+                pending.extend(shards);
+                tracing::warn!(sku, error = %e, "rebuild check of the SKU failed; retrying on the next check");
             }
         }
     }
-    for (shard, run_id) in unvouched.iter().filter(|(s, _)| !pending.contains(s)) {
-        match client.vouch(*shard, run_id).await {
-            Ok(true) => tracing::info!(shard, run_id, "vouched for the shard's Redis process"),
-            Ok(false) => tracing::warn!(
-                shard,
-                run_id,
-                "the shard's Redis process changed during the check; vouching next round"
-            ),
-            Err(e) => tracing::warn!(shard, error = %e, "vouch failed; retrying on the next check"),
+    for u in unvouched.iter().filter(|u| !pending.contains(&u.shard)) {
+        match client.vouch(u.shard, &u.run_id).await {
+            Ok(true) => {
+                tracing::info!(shard = u.shard, run_id = %u.run_id, "vouched for the shard's Redis process")
+            }
+            Ok(false) => {
+                tracing::warn!(shard = u.shard, run_id = %u.run_id, "the shard's Redis process changed during the check; vouching next round")
+            }
+            Err(e) => {
+                tracing::warn!(shard = u.shard, error = %e, "vouch failed; retrying on the next check")
+            }
         }
     }
     Ok(rebuilt)
 }
 
-/// The shards whose master the ledger has not vouched for, with that master's run_id. A
-/// shard whose master does not answer is left for the next round (its claims fail anyway).
-async fn unvouched(client: &StockClient) -> Vec<(ShardId, String)> {
+/// What one SKU's check did.
+enum Checked {
+    Fine,
+    Rebuilt,
+    /// Its shards must wait: fenced by another rebuild, or its rebuild failed.
+    Pending(Vec<ShardId>),
+}
+
+async fn check_sku(
+    pool: &MySqlPool,
+    client: &StockClient,
+    opts: &super::Options,
+    sku: u64,
+    suspect: &[ShardId],
+    live: Option<&[u64]>,
+) -> Result<Checked, (Vec<ShardId>, ConsumerError)> {
+    let t = opts.db_timeout;
+    let c = ledger::campaigns::get(pool, sku, t)
+        .await
+        .map_err(|e| (Vec::new(), e.into()))?;
+    let shards = client.placement().shards_of(sku, c.width);
+    let fail = |e: ConsumerError| (shards.clone(), e);
+    let slices = client
+        .slices(sku, c.width)
+        .await
+        .map_err(|e| fail(e.into()))?;
+    // Preheated (a slice stands): its metadata must stand too. A campaign with no
+    // slice at all is not preheated yet, or lost with them (the rebuild writes both).
+    if slices.iter().any(|(_, v)| v.is_some()) {
+        restore_sku_meta(pool, client, &c, live, t).await;
+    }
+    let mut missing: Vec<u16> = slices
+        .into_iter()
+        .filter(|(_, v)| v.is_none())
+        .map(|(s, _)| s)
+        .collect();
+    let behind = behind_the_ledger(pool, client, sku, c.width, t)
+        .await
+        .map_err(fail)?;
+    let restarted: Vec<ShardId> = shards
+        .iter()
+        .copied()
+        .filter(|s| suspect.contains(s))
+        .collect();
+    let (lost, rolled_back) = (missing.len(), behind.len());
+    missing.extend(behind);
+    for &s in &restarted {
+        if !missing.contains(&s) {
+            missing.push(s);
+        }
+    }
+    if missing.is_empty() || !super::ledger_has_claims(pool, sku, t).await.map_err(fail)? {
+        return Ok(Checked::Fine);
+    }
+    let mut fenced = false;
+    for &s in &missing {
+        if let Some((_, expires)) = client
+            .rebuild_fence(sku, s)
+            .await
+            .map_err(|e| fail(e.into()))?
+        {
+            fenced |= expires > shard_router::now_ms();
+        }
+    }
+    if fenced {
+        return Ok(Checked::Pending(shards));
+    }
+    tracing::warn!(
+        sku,
+        ?missing,
+        lost,
+        rolled_back,
+        restarted = restarted.len(),
+        "slice missing, a rebuild rolled back, or a Redis process not vouched for, for a live campaign; rebuilding from the ledger"
+    );
+    match super::rebuild(pool, client, sku, opts).await {
+        Ok(_) => Ok(Checked::Rebuilt),
+        // Written, but no replica confirmed it (a promoted replica whose own replica is
+        // gone: `auto` wants one wherever a backlog exists). Vouching is still right: a
+        // failover that loses this write brings another process, which is unvouched
+        // again; waiting for a replica here kept the shard from selling until an operator
+        // attached one.
+        Err(ConsumerError::Unconfirmed(why)) => {
+            tracing::warn!(sku, %why, "rebuild written but not confirmed by a replica; its shards sell again");
+            Ok(Checked::Rebuilt)
+        }
+        Err(e) => Err(fail(e)),
+    }
+}
+
+/// Writes a live SKU's metadata (`fg:sku:<sku>`, `fg:skus`) back from the ledger when
+/// it is gone. Those keys carry no shard tag: on a cluster they live on one master, which
+/// may lose its data while the SKU's own shards (elsewhere) keep theirs, so no missing
+/// slice would ever trigger a rebuild that writes them, and every gateway would answer
+/// the SKU 404 `unknown_sku` until an operator preheated again.
+async fn restore_sku_meta(
+    pool: &MySqlPool,
+    client: &StockClient,
+    c: &crate::campaign::Campaign,
+    live: Option<&[u64]>,
+    t: Duration,
+) {
+    let Some(live) = live else { return };
+    let present = live.contains(&c.sku) && matches!(client.sku_meta(c.sku).await, Ok(Some(_)));
+    if present {
+        return;
+    }
+    let written = async {
+        let meta = crate::sku::meta_of(pool, c, t).await?;
+        client.write_sku_meta(&meta).await?;
+        Ok::<_, ConsumerError>(())
+    };
+    match written.await {
+        Ok(()) => tracing::warn!(
+            sku = c.sku,
+            "SKU metadata was missing; written back from the ledger"
+        ),
+        Err(e) => {
+            tracing::warn!(sku = c.sku, error = %e, "SKU metadata missing and not written back; retrying on the next check")
+        }
+    }
+}
+
+/// A shard whose master the ledger has not vouched for.
+struct Unvouched {
+    shard: ShardId,
+    run_id: String,
+    /// The vouch names another process (a copy that came back with the data): the
+    /// shard's live SKUs are rebuilt before it is vouched. Without one (a first preheat
+    /// not vouched yet, or a Redis that lost everything and with it its slices, which the
+    /// missing-slice rule rebuilds), it is vouched as it is.
+    foreign: bool,
+}
+
+/// The shards whose master the ledger has not vouched for. A foreign vouch is revoked at
+/// once (`lua/vouch.lua` "revoke"): an old master that resyncs from this one and is
+/// promoted back keeps its run_id and would find its own vouch in the copy. A shard
+/// whose master does not answer is left for the next round (its claims fail anyway).
+async fn unvouched(client: &StockClient) -> Vec<Unvouched> {
     let mut out = Vec::new();
     for shard in 0..client.placement().shard_count() {
         match client.server_identity(shard).await {
             Ok(id) if id.vouched_here() => {}
-            Ok(id) => out.push((shard, id.run_id)),
+            Ok(id) => {
+                let foreign = id.vouched.is_some();
+                if foreign {
+                    if let Err(e) = client.revoke_vouch(shard).await {
+                        tracing::debug!(shard, error = %e, "revoke failed");
+                    }
+                }
+                out.push(Unvouched {
+                    shard,
+                    run_id: id.run_id,
+                    foreign,
+                });
+            }
             Err(e) => tracing::debug!(shard, error = %e, "server identity unread"),
         }
     }

@@ -519,3 +519,39 @@ async fn the_stream_floor_compares_sequence_numbers_as_numbers() {
         .unwrap();
     assert_eq!(stream_last_id(&s, shard).await, Some((ms as u64, 10)));
 }
+
+/// Drill `sku_meta_loss` (short form): the SKU metadata (`fg:sku:<sku>`, `fg:skus`) has no
+/// shard tag, so on a cluster it lives on one master that may lose its data while the
+/// SKU's shards keep theirs: no slice is missing and no rebuild would write it back, and
+/// every gateway answered the SKU 404 `unknown_sku` until an operator preheated again.
+/// The watch writes it back from the ledger; the slices are left as they are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watch_writes_back_lost_sku_metadata() {
+    let s = Stack::start().await;
+    let c = campaign(&s, 11_011, 6, 2, 1, 3600).await;
+    assert_eq!(claim_all(&s.client, &c, users("a", 2), 2).await.len(), 2);
+    let before = slices(&s, &c).await;
+    // What the loss of the master holding these two keys leaves.
+    let _: () = redis::pipe()
+        .cmd("DEL")
+        .arg(shard_router::keys::sku_meta(c.sku))
+        .cmd("SREM")
+        .arg(shard_router::keys::SKU_SET)
+        .arg(c.sku)
+        .query_async(&mut s.client.conn())
+        .await
+        .unwrap();
+    assert_eq!(s.client.sku_meta(c.sku).await.unwrap(), None);
+
+    rebuild::watch::check(&s.pool, &s.client, &rebuild_opts())
+        .await
+        .unwrap();
+    let meta = s.client.sku_meta(c.sku).await.unwrap();
+    assert_eq!(
+        meta.map(|m| (m.stock, m.width, m.limit)),
+        Some((c.stock, c.width, c.limit)),
+        "the SKU's metadata was not written back"
+    );
+    assert!(s.client.skus().await.unwrap().contains(&c.sku));
+    assert_eq!(slices(&s, &c).await, before, "the slices were rewritten");
+}

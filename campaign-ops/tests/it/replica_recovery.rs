@@ -210,6 +210,9 @@ async fn a_stale_hold_resolution_counts_only_once_a_replica_holds_it() {
     );
     let _second = RedisServer::start_replica_of(&replica);
     assert_on_the_replica(&promoted, home, "the promoted replica has a replica").await;
+    // The promoted replica sells (and settles) only once the ledger vouched for it; the
+    // watch that does so after its rebuild is not running here.
+    shard_router::test_util::vouch_current(&promoted, home).await;
     let mut resolved = 0;
     retry(async || {
         resolved =

@@ -250,6 +250,9 @@ async fn reroute_with_home_master_killed_claims_once() {
         Some(ACK),
     )
     .await;
+    // The promoted replica is a process the ledger never vouched for: it sells nothing
+    // until the consumer's watch vouches, which this drill (no ledger) does in its place.
+    shard_router::test_util::vouch_current(&fresh, home).await;
 
     let a_retry = retry(&fresh, &meta, &a).await;
     let b_retry = retry(&fresh, &meta, &b).await;

@@ -6,3 +6,4 @@ mod older_snapshot;
 mod redis_faults;
 mod redis_loss;
 mod replay_final;
+mod vouch_review;

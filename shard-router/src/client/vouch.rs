@@ -60,10 +60,16 @@ impl StockClient {
         self.run_vouch(shard, "set", run_id).await
     }
 
-    /// Vouches for whichever process serves `shard` if the shard has no vouch yet: a first
-    /// preheat, where no older state can come back. False when a vouch exists.
+    /// Vouches for whichever process serves `shard` if the shard has no vouch and no claims
+    /// stream yet: a first preheat, where no older state can come back. False otherwise.
     pub async fn vouch_if_none(&self, shard: ShardId) -> Result<bool, StockError> {
         self.run_vouch(shard, "init", "").await
+    }
+
+    /// Replaces a vouch that names another process than the one serving `shard` by
+    /// `revoked` (`lua/vouch.lua`): true when it did.
+    pub async fn revoke_vouch(&self, shard: ShardId) -> Result<bool, StockError> {
+        self.run_vouch(shard, "revoke", "").await
     }
 
     async fn run_vouch(
@@ -74,6 +80,7 @@ impl StockClient {
     ) -> Result<bool, StockError> {
         let mut inv = scripts::VOUCH.prepare_invoke();
         inv.key(keys::vouch(self.placement(), shard))
+            .key(keys::claims_stream(self.placement(), shard))
             .arg(mode)
             .arg(run_id);
         let r = self.run("vouch", &inv).await?;

@@ -11,4 +11,5 @@ mod replica_ack;
 mod scenarios;
 mod stock_cluster;
 mod stock_single;
+mod vouch_review;
 mod walk;
