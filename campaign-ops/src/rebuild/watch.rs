@@ -198,7 +198,7 @@ async fn check_sku(
 async fn restore_sku_meta(
     pool: &MySqlPool,
     client: &StockClient,
-    c: &crate::campaign::Campaign,
+    c: &ledger::campaigns::Campaign,
     live: Option<&[u64]>,
     t: Duration,
 ) {
