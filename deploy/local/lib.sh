@@ -45,6 +45,11 @@ ensure_redis() {
     for _ in $(seq 50); do redis-cli -p 6379 ping >/dev/null 2>&1 && break; sleep 0.1; done
     redis-cli -p 6379 ping >/dev/null 2>&1 || die "redis-server did not start (see /tmp/flashgate-redis-6379.log)"
   fi
+  # Redis 6 and older persist and replicate scripts, which the claim path's guard relies
+  # on them not doing (docs/DESIGN.md "A Redis that comes back older").
+  local major
+  major=$(redis-server --version | sed -n 's/.* v=\([0-9]*\)\..*/\1/p')
+  [ "${major:-0}" -ge 7 ] || die "redis-server 7.0 or later is required (found: $(redis-server --version))"
 }
 
 # MariaDB on 127.0.0.1:3306 with a `flashgate` user reachable over TCP (Debian's root uses

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test of flashgate. Installs (apt-get) and starts what the tests need:
 # redis-server and redis-cli (tests start private servers and clusters on free ports),
-# MariaDB on 127.0.0.1:3306, and the external load generators bench drives (wrk, h2load).
+# MariaDB on 127.0.0.1:3306, the external load generators bench drives (wrk, h2load), and
+# faketime (a gateway whose clock is faked off, gateway/tests/it/clock_faked.rs).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$FG_ROOT"
@@ -9,7 +10,7 @@ cd "$FG_ROOT"
 ensure_rust
 ensure_redis
 ensure_mariadb
-ensure_packages wrk:wrk h2load:nghttp2-client
+ensure_packages wrk:wrk h2load:nghttp2-client faketime:faketime
 
 say "deploy checks (promtool, haproxy, compose, dashboard)"
 ./deploy/check.sh

@@ -124,10 +124,11 @@ pub struct Config {
         default_value_t = 60_000
     )]
     pub max_connection_age_ms: u64,
-    /// Largest |this clock − Redis's `TIME`| (ms) at which claims are served. This clock
-    /// stamps the sale window and `claimed_ms`, which the consumer's payment timeouts
-    /// measure by Redis's clock; past the bound claims answer 503 and `/readyz` says why.
-    #[arg(long, env = "FLASHGATE_MAX_CLOCK_SKEW_MS", default_value_t = 1_000)]
+    /// Largest |this clock − Redis's `TIME`| (ms, on every shard's master) at which claims
+    /// are served. This clock opens and closes the sale window and stamps `claimed_ms`:
+    /// two gateways within it open a sale at most twice it apart (plus half a probe's
+    /// round trip each). Past the bound claims answer 503 and `/readyz` says why.
+    #[arg(long, env = "FLASHGATE_MAX_CLOCK_SKEW_MS", default_value_t = 25)]
     pub max_clock_skew_ms: u64,
     /// Fault drills only: added to this process's clock (an injected skew).
     #[arg(

@@ -18,7 +18,7 @@ use std::time::Duration;
 use shard_router::{StockClient, StockConfig};
 use tokio::sync::{watch, Notify};
 
-use crate::metrics::{CLOCK_SKEW_SECONDS, READY, SHARDS_UNREACHABLE};
+use crate::metrics::{CLOCK_SKEW_SECONDS, READY, REDIS_CLOCK_SPREAD_SECONDS, SHARDS_UNREACHABLE};
 
 /// Shared view of Redis and of the process's readiness.
 #[derive(Default)]
@@ -122,26 +122,53 @@ impl Link {
         self.max_skew_ms.load(Ordering::Relaxed)
     }
 
-    /// Measures this clock against Redis's `TIME` (shard 0's master).
+    /// Measures this clock against Redis's `TIME` on every shard's master (on a single
+    /// Redis, the one server), each the best of two readings. The sale window is checked
+    /// by this clock, so two gateways open a sale as far apart as their clocks are: each
+    /// within `--max-clock-skew-ms` of the masters keeps any two within twice that. A
+    /// reading is off only when it is off beyond its own uncertainty (half its round
+    /// trip): a slow probe on a loaded machine must not turn a gateway unready, so the
+    /// bound holds up to half a round trip more. The spread between the masters' clocks
+    /// (as read from here) is exported too: it erodes the hold's TTL/3 margin, which
+    /// `take.lua` decides by its own master's clock.
     async fn check_clock(&self, client: &StockClient) {
-        match client.clock_skew_ms(0, || self.now_ms()).await {
-            Ok(skew) => {
-                metrics::gauge!(CLOCK_SKEW_SECONDS).set(skew as f64 / 1000.0);
-                let ok = skew.unsigned_abs() <= self.max_skew_ms();
-                if self.clock_ok.swap(ok, Ordering::Relaxed) != ok {
-                    if ok {
-                        tracing::info!(skew_ms = skew, "clock back within the bound of redis's");
-                    } else {
-                        tracing::error!(
-                            skew_ms = skew,
-                            max_ms = self.max_skew_ms(),
-                            "clock off redis's past --max-clock-skew-ms; claims refused"
-                        );
-                    }
-                }
+        let shards = if client.is_cluster() {
+            client.placement().shard_count()
+        } else {
+            1
+        };
+        let mut readings = Vec::with_capacity(usize::from(shards));
+        for shard in 0..shards {
+            match client.clock_skew_best_ms(shard, 2, || self.now_ms()).await {
+                Ok(r) => readings.push(r),
+                // Unmeasured keeps the last verdict: a ping failure already marks us unready.
+                Err(e) => tracing::debug!(shard, error = %e, "clock check failed"),
             }
-            // Unmeasured keeps the last verdict: a ping failure already marks us unready.
-            Err(e) => tracing::debug!(error = %e, "clock check failed"),
+        }
+        let Some(&(skew, _)) = readings.iter().max_by_key(|(s, _)| s.unsigned_abs()) else {
+            return;
+        };
+        let (lo, hi) = readings
+            .iter()
+            .fold((i64::MAX, i64::MIN), |(lo, hi), (s, _)| {
+                (lo.min(*s), hi.max(*s))
+            });
+        metrics::gauge!(CLOCK_SKEW_SECONDS).set(skew as f64 / 1000.0);
+        metrics::gauge!(REDIS_CLOCK_SPREAD_SECONDS).set((hi - lo) as f64 / 1000.0);
+        let max = self.max_skew_ms() as i64;
+        let ok = readings
+            .iter()
+            .all(|(s, half_rtt)| s.abs() - half_rtt <= max);
+        if self.clock_ok.swap(ok, Ordering::Relaxed) != ok {
+            if ok {
+                tracing::info!(skew_ms = skew, "clock back within the bound of redis's");
+            } else {
+                tracing::error!(
+                    skew_ms = skew,
+                    max_ms = max,
+                    "clock off redis's past --max-clock-skew-ms; claims refused"
+                );
+            }
         }
     }
 

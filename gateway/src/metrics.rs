@@ -34,6 +34,8 @@ pub const REPLICATION_UNCONFIRMED: &str = "flashgate_replication_unconfirmed_tot
 pub const READY: &str = "flashgate_ready";
 /// Gauge: this gateway's clock minus Redis's `TIME` (seconds), from the readiness probe.
 pub const CLOCK_SKEW_SECONDS: &str = "flashgate_clock_skew_seconds";
+/// Gauge: the largest minus the smallest skew over the shards' masters (`link.rs`).
+pub const REDIS_CLOCK_SPREAD_SECONDS: &str = "flashgate_redis_clock_spread_seconds";
 /// Gauge: stock shards whose Redis master did not answer the last readiness probe. Not
 /// part of readiness unless it is every shard (`link.rs`); this is how a dead master shows.
 pub const SHARDS_UNREACHABLE: &str = "flashgate_redis_shards_unreachable";
@@ -58,7 +60,8 @@ pub const DESCRIPTIONS: &[(&str, &str)] = &[
     (ACCESS_LOG_DROPPED, "Access log lines dropped because more than --access-log-rate lines per second were due."),
     (LOG_LINES_DROPPED, "Log lines dropped because stderr was not read fast enough (the log never blocks a request)."),
     (SHARDS_UNREACHABLE, "Stock shards whose Redis master did not answer the last readiness probe; readiness fails only when every shard is unreachable."),
-    (CLOCK_SKEW_SECONDS, "This gateway's clock minus Redis's TIME in seconds, from the readiness probe; past --max-clock-skew-ms claims answer 503."),
+    (CLOCK_SKEW_SECONDS, "This gateway's clock minus Redis's TIME in seconds (the master farthest off), from the readiness probe; past --max-clock-skew-ms claims answer 503."),
+    (REDIS_CLOCK_SPREAD_SECONDS, "Largest minus smallest clock skew over the shards' masters as this gateway reads them: how far the masters' clocks are apart."),
 ];
 
 /// Claim outcomes (values of the `outcome` label).

@@ -38,6 +38,9 @@ pub struct Stored {
     pub inserted: usize,
     /// Rows already in the ledger under the same claim id (a redelivery).
     pub redelivered: usize,
+    /// Rows whose claim id the ledger holds for another claim (a `id_reuse` anomaly each,
+    /// `id_reuse.rs`); not inserted.
+    pub id_reused: usize,
     /// Rows inserted although another claim id already holds their
     /// `(sku, user, user_seq)`: both were acknowledged, so both rows are kept (and counted
     /// in `inserted`); each is a critical `collision` anomaly for an operator.
@@ -201,13 +204,20 @@ pub async fn store(
             .filter(|&i| !ours.contains(rows[i].claim_id))
             .collect();
         let existing = ids_where(tx, rows, &others, None, timeout).await?;
+        let mut again = Vec::new();
         for i in others {
             if existing.contains(rows[i].claim_id) {
                 out.redelivered += 1;
+                again.push(i);
             } else {
                 out.collisions.push(i);
             }
         }
+        // Read again, or another claim under the same id (`id_reuse.rs`).
+        out.id_reused = crate::id_reuse::record_reused(tx, rows, &again, timeout)
+            .await?
+            .len();
+        out.redelivered -= out.id_reused;
         all.into_iter()
             .filter(|&i| ours.contains(rows[i].claim_id))
             .collect()

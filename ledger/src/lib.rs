@@ -40,6 +40,7 @@ pub mod consumers;
 pub mod draws;
 mod error;
 pub mod health;
+mod id_reuse;
 pub mod late;
 pub mod offsets;
 pub mod poison;

@@ -102,6 +102,11 @@ impl StockClient {
         })
     }
 
+    /// True on Redis Cluster (shards on several masters), false on a single Redis.
+    pub fn is_cluster(&self) -> bool {
+        self.conn.is_cluster()
+    }
+
     pub fn placement(&self) -> &Placement {
         &self.placement
     }

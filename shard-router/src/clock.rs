@@ -30,4 +30,27 @@ impl StockClient {
         let half_rtt = (sent.elapsed().as_millis() / 2) as i64;
         Ok(before + half_rtt - redis)
     }
+
+    /// [`Self::clock_skew_ms`] as the best of `samples` readings (the one with the
+    /// shortest round trip, whose midpoint guess errs least), with that half round trip:
+    /// the true skew lies within `skew ± half_rtt`.
+    pub async fn clock_skew_best_ms(
+        &self,
+        shard: ShardId,
+        samples: u32,
+        local_ms: impl Fn() -> i64,
+    ) -> Result<(i64, i64), StockError> {
+        let mut best: Option<(i64, i64)> = None;
+        for _ in 0..samples.max(1) {
+            let sent = Instant::now();
+            let before = local_ms();
+            let redis = self.redis_time_ms(shard).await?;
+            let half_rtt = (sent.elapsed().as_micros() / 2000) as i64;
+            let skew = before + half_rtt - redis;
+            if best.is_none_or(|(_, h)| half_rtt < h) {
+                best = Some((skew, half_rtt));
+            }
+        }
+        Ok(best.unwrap_or_default())
+    }
 }

@@ -2,6 +2,7 @@
 //! what was a test file, so `cargo test -p gateway --test it NAME::` runs one of them.
 //! Tests reading the process-wide metrics registry are in `tests/metrics`.
 
+mod clock_faked;
 mod closed_replay;
 // Shared with `tests/metrics`, which uses the parts reading `/metrics`.
 #[allow(dead_code)]
