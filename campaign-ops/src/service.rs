@@ -91,6 +91,7 @@ pub async fn run(
     background.spawn(crate::draw::run::run(
         pool.clone(),
         client.clone(),
+        cfg.replica_wait,
         cfg.db_timeout,
         shutdown.clone(),
     ));

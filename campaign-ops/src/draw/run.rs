@@ -17,7 +17,11 @@
 //! 5. **Grant** in rank order: each rank's user gets an ordinary one-unit claim under the
 //!    request id `draw` (so a retry, a crash between the claim and the ledger, a second
 //!    consumer, all replay it). The first rank the stock cannot cover stops the pass: the
-//!    waitlist waits for units a release or a wave brings back, in draw order.
+//!    waitlist waits for units a release or a wave brings back, in draw order. A grant
+//!    counts (its win recorded, `W|`, the rank granted) only once a replica of the shard
+//!    that took the unit holds its claim, under `--replica-wait` like the consumer's
+//!    commits ([`granted_on_a_replica`]); unconfirmed, the pass stops and the next one
+//!    replays the claim (or, on a promoted replica that lost it, claims afresh).
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
@@ -26,10 +30,14 @@ use ledger::campaigns::Campaign;
 use ledger::draws::{self, Draw, Ranked};
 use shard_router::draw::{draw_order, DrawState};
 use shard_router::protocol::{self, ClaimOptions, LocalEmptyShards};
-use shard_router::{ClaimOutcome, ClaimRequest, ShardId, StockClient, GRANT_REQUEST};
+use shard_router::{
+    keys, Claim, ClaimOutcome, ClaimRecord, ClaimRequest, ReplicationInfo, ShardId, StockClient,
+    StockError, GRANT_REQUEST,
+};
 use sqlx::MySqlPool;
 use tokio::sync::watch;
 
+use consumer::replica::{self, ReplicaWait};
 use consumer::ConsumerError;
 
 /// How long the draw waits for the ledger to hold every entry the shards accepted.
@@ -60,10 +68,12 @@ fn stream_id(id: &str) -> Option<(u64, u64)> {
     Some((ms.parse().ok()?, seq.parse().ok()?))
 }
 
-/// Runs the draws as they fall due, until shutdown.
+/// Runs the draws as they fall due, until shutdown; grants wait for replicas under
+/// `replica_wait` (the consumer's `--replica-wait`).
 pub async fn run(
     pool: MySqlPool,
     client: StockClient,
+    replica_wait: ReplicaWait,
     t: Duration,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -92,7 +102,7 @@ pub async fn run(
         };
         let due_skus: Vec<u64> = due.iter().map(|d| d.sku).collect();
         for d in due {
-            if let Err(e) = step(&pool, &client, &d, now, &mut closing, t).await {
+            if let Err(e) = step(&pool, &client, &d, now, &mut closing, replica_wait, t).await {
                 tracing::warn!(sku = d.sku, error = %e, "draw step failed");
             }
         }
@@ -124,6 +134,7 @@ pub async fn step(
     d: &Draw,
     now_ms: i64,
     closing: &mut HashMap<u64, Closing>,
+    replica_wait: ReplicaWait,
     t: Duration,
 ) -> Result<(), ConsumerError> {
     let c = ledger::campaigns::get(pool, d.sku, t).await?;
@@ -137,7 +148,7 @@ pub async fn step(
         closing.remove(&d.sku);
     }
     mark(pool, client, &c, t).await?;
-    grant(pool, client, &c, now_ms, t).await
+    grant(pool, client, &c, now_ms, replica_wait, t).await
 }
 
 /// Steps 1 to 3; `false` while the draw waits (a shard to restore, entries to commit).
@@ -325,12 +336,14 @@ pub async fn mark_shard(
     Ok(())
 }
 
-/// Step 5: claims for the ranks not granted yet, in order, while the stock covers them.
+/// Step 5: claims for the ranks not granted yet, in order, while the stock covers them
+/// and a replica confirms each (see [`granted_on_a_replica`]).
 async fn grant(
     pool: &MySqlPool,
     client: &StockClient,
     c: &Campaign,
     now_ms: i64,
+    replica_wait: ReplicaWait,
     t: Duration,
 ) -> Result<(), ConsumerError> {
     let Some(d) = draws::get(pool, c.sku, t).await? else {
@@ -339,6 +352,15 @@ async fn grant(
     let meta = crate::sku::meta(c);
     let empties = LocalEmptyShards::default();
     let ranks = draws::ranks(pool, c.sku, d.granted_rank, PAGE, t).await?;
+    // Each shard's master as it is before any claim of this pass: a grant is confirmed by
+    // a fence under the same replication id only (a failover between the claim and the
+    // fence leaves a master without the claim, whose fence would confirm nothing of it).
+    let mut before: HashMap<ShardId, ReplicationInfo> = HashMap::new();
+    if !ranks.is_empty() && replica_wait != ReplicaWait::Off {
+        for shard in client.placement().shards_of(c.sku, c.width) {
+            before.insert(shard, client.replication(shard).await?);
+        }
+    }
     let mut by_shard: BTreeMap<u16, u32> = BTreeMap::new();
     for r in ranks {
         let req = ClaimRequest {
@@ -347,11 +369,22 @@ async fn grant(
             qty: 1,
             request_id: Some(GRANT_REQUEST.to_owned()),
         };
-        let (outcome, confirmation) =
+        let claimed =
             protocol::claim_confirmed(client, &meta, &req, ClaimOptions::new(&empties, now_ms))
-                .await?;
-        let claim = match outcome {
-            ClaimOutcome::Claimed { claim, .. } | ClaimOutcome::Replay(claim) => claim,
+                .await;
+        let (outcome, confirmation) = match claimed {
+            Ok(o) => o,
+            // A Redis the ledger has not vouched for yet (restarted, or a promoted
+            // replica): the watch rebuilds and vouches for it; the next pass grants.
+            Err(e @ StockError::Restoring { .. }) => {
+                tracing::info!(sku = c.sku, rank = r.rank, error = %e, "draw: grant waits for the shard's restore");
+                break;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let (claim, replayed) = match outcome {
+            ClaimOutcome::Claimed { claim, .. } => (claim, false),
+            ClaimOutcome::Replay(claim) => (claim, true),
             ClaimOutcome::LimitReached { held } => {
                 // Only grants claim in a draw, one per user: a user already holding the
                 // limit got their unit some other way. Passed over, for an operator.
@@ -369,8 +402,23 @@ async fn grant(
             // Sold out: the waitlist waits for units to come back. The rest: later.
             _ => break,
         };
-        if !confirmation.acknowledgeable() {
-            // Taken, not on a replica yet: the next pass replays it.
+        if !confirmation.acknowledgeable()
+            || !granted_on_a_replica(
+                pool,
+                client,
+                c,
+                &r.user,
+                &claim,
+                replayed,
+                &before,
+                replica_wait,
+                t,
+            )
+            .await?
+        {
+            // Taken, not on a replica yet: nothing recorded, the next pass replays it (a
+            // promoted replica that lost it claims afresh under the same request id).
+            tracing::info!(sku = c.sku, rank = r.rank, claim = %claim.claim_id, "draw: grant not on a replica yet; the next pass replays it");
             break;
         }
         // The win in the ledger before Redis and before the rank counts as granted: the
@@ -389,6 +437,98 @@ async fn grant(
         tracing::info!(sku = c.sku, granted, "draw: units granted");
     }
     Ok(())
+}
+
+/// Whether a replica holds the grant `claim` of `user`, so that a failover cannot take it
+/// back: a fence on the shard that took the unit, after the claim, under the master
+/// `before` described (read before this pass claimed anything), confirms everything that
+/// master wrote (`consumer::replica::write_confirmed`, under `replica_wait`).
+///
+/// A replayed grant whose unit came from another shard than the user's home (a reroute of
+/// an earlier pass) may have lost its record in a failover of that shard while the home
+/// kept the answer: it counts only when its record is in that shard's stream (read before
+/// the fence) or already in the ledger. A replay on the home shard needs no such check:
+/// the answer and the record were written by one script.
+#[allow(clippy::too_many_arguments)]
+async fn granted_on_a_replica(
+    pool: &MySqlPool,
+    client: &StockClient,
+    c: &Campaign,
+    user: &str,
+    claim: &Claim,
+    replayed: bool,
+    before: &HashMap<ShardId, ReplicationInfo>,
+    replica_wait: ReplicaWait,
+    t: Duration,
+) -> Result<bool, ConsumerError> {
+    if replica_wait == ReplicaWait::Off {
+        return Ok(true);
+    }
+    let Some(info) = before.get(&claim.shard) else {
+        // Not a shard of the SKU: nothing to confirm it under.
+        return Ok(false);
+    };
+    if !replica::write_needs_replica(replica_wait, info) {
+        return Ok(true);
+    }
+    let home = client.placement().home_shard(c.sku, c.width, user);
+    if replayed && claim.shard != home && !committed(pool, c, claim, t).await? {
+        match record_fenced(client, c, user, claim, info, replica_wait).await? {
+            // Read and fenced in one pipeline on the master `before` described.
+            Some(fence) if fence.confirms(info) => return Ok(true),
+            Some(_) => {}
+            None => {
+                tracing::warn!(sku = c.sku, user, claim = %claim.claim_id, "draw: a replayed grant's record is neither in its shard's stream nor in the ledger");
+                return Ok(false);
+            }
+        }
+    }
+    Ok(replica::write_confirmed(client, claim.shard, replica_wait, info).await)
+}
+
+/// Whether the claims table holds `claim` (committed, its entry maybe trimmed since).
+async fn committed(
+    pool: &MySqlPool,
+    c: &Campaign,
+    claim: &Claim,
+    t: Duration,
+) -> Result<bool, ConsumerError> {
+    let grants = draws::grants(pool, c.sku, GRANT_REQUEST, t).await?;
+    Ok(grants.iter().any(|(_, id, _)| *id == claim.claim_id))
+}
+
+/// `claim`'s record (this user's, under the grant's request id) read from its shard's
+/// stream with a fence behind it in one pipeline; `None` when the stream has no such
+/// record.
+async fn record_fenced(
+    client: &StockClient,
+    c: &Campaign,
+    user: &str,
+    claim: &Claim,
+    before: &ReplicationInfo,
+    replica_wait: ReplicaWait,
+) -> Result<Option<shard_router::Fence>, ConsumerError> {
+    let prefix = format!("{}-", claim.shard);
+    let Some(entry) = claim.claim_id.strip_prefix(&prefix) else {
+        return Ok(None);
+    };
+    let mut xrange = redis::cmd("XRANGE");
+    xrange
+        .arg(keys::claims_stream(client.placement(), claim.shard))
+        .arg(entry)
+        .arg(entry);
+    let wait = replica_wait.bound().unwrap_or_default();
+    type Entries = Vec<(String, Vec<(String, Vec<u8>)>)>;
+    let (entries, fence) = client
+        .read_fenced::<Entries>(claim.shard, xrange, before.replicas_to_wait(), wait)
+        .await?;
+    let held = entries.iter().any(|(id, fields)| {
+        let pairs = fields.iter().map(|(k, v)| (k.as_str(), v.as_slice()));
+        ClaimRecord::decode(id, pairs).is_ok_and(|rec| {
+            rec.sku == c.sku && rec.user == user && rec.request_id.as_deref() == Some(GRANT_REQUEST)
+        })
+    });
+    Ok(held.then_some(fence))
 }
 
 async fn anomaly(

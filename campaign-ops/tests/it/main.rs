@@ -10,6 +10,7 @@ mod collision;
 #[allow(dead_code)]
 mod common;
 mod draw;
+mod draw_replica;
 mod draw_review;
 mod faults;
 mod ledger;
