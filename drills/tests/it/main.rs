@@ -5,5 +5,6 @@ mod durability;
 mod older_snapshot;
 mod redis_faults;
 mod redis_loss;
+mod reroute_none;
 mod replay_final;
 mod vouch_review;

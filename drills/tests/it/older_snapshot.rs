@@ -225,7 +225,7 @@ async fn a_restart_from_an_older_snapshot_resells_nothing() {
 
 /// Waits until the consumer vouched for the process serving every shard of `meta` (its
 /// watch, every 2 s): the snapshot then carries the vouch, as a live deployment's would.
-async fn wait_vouched(client: &StockClient, meta: &shard_router::SkuMeta) {
+pub(crate) async fn wait_vouched(client: &StockClient, meta: &shard_router::SkuMeta) {
     let deadline = Instant::now() + T;
     for s in client.placement().shards_of(meta.sku, meta.width) {
         while !client
