@@ -5,6 +5,6 @@ mod durability;
 mod older_snapshot;
 mod redis_faults;
 mod redis_loss;
-mod reroute_none;
 mod replay_final;
+mod reroute_none;
 mod vouch_review;

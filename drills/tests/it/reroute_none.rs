@@ -56,8 +56,12 @@ async fn a_rerouted_claim_whose_home_fails_over_is_claimed_once() {
         end_ms: now + 3_600_000,
         payment_timeout_s: 3600,
     };
-    campaign::put(&pool, &c, cfg.shards, T).await.expect("campaign");
-    campaign::preheat(&pool, &client, sku, T).await.expect("preheat");
+    campaign::put(&pool, &c, cfg.shards, T)
+        .await
+        .expect("campaign");
+    campaign::preheat(&pool, &client, sku, T)
+        .await
+        .expect("preheat");
     let meta = campaign_ops::sku::meta(&c);
     let (stop, rx) = consumer::signal::channel();
     let service = tokio::spawn(service::run(cfg.clone(), None, rx));
