@@ -36,7 +36,7 @@ fn cut_replicas(node: &test_support::RedisServer) {
 async fn a_rerouted_claim_whose_home_fails_over_is_claimed_once() {
     let mut cluster = RedisCluster::start(3, 1);
     let db = TestDatabase::create();
-    let mut cfg = Config::new(RedisTarget::Cluster(cluster.urls()), 16, &db.url());
+    let mut cfg = Config::new(RedisTarget::Cluster(cluster.urls()), 16, db.url());
     cfg.read_block = Duration::from_millis(200);
     cfg.lease = Duration::from_millis(1500);
     cfg.reconcile_interval = Duration::from_secs(3600);
