@@ -79,6 +79,10 @@ pub async fn check(
             Ok(Checked::Rebuilt) => rebuilt.push(sku),
             Ok(Checked::Pending(shards)) => pending.extend(shards),
             Err((shards, e)) => {
+                // Unread campaign: its shards are unknown, so no shard is vouched.
+                if shards.is_empty() {
+                    pending.extend(0..client.placement().shard_count());
+                }
                 pending.extend(shards);
                 tracing::warn!(sku, error = %e, "rebuild check of the SKU failed; retrying on the next check");
             }
