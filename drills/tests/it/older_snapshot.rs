@@ -11,7 +11,6 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use campaign_ops::campaign::{self, Campaign};
 use campaign_ops::service;
 use drills::load::Answers;
 use drills::verdict;
@@ -21,7 +20,7 @@ use sqlx::MySqlPool;
 use test_support::mariadb::TestDatabase;
 use test_support::RedisServer;
 
-use super::redis_loss::{config, ledger, wait_reading};
+use super::redis_loss::{config, ledger, open_campaign, put_and_preheat, wait_reading};
 
 const T: Duration = Duration::from_secs(10);
 const STOCK: u64 = 10;
@@ -83,24 +82,8 @@ async fn a_restart_from_an_older_snapshot_resells_nothing() {
     let client = StockClient::connect(cfg.stock()).await.expect("redis");
     let pool = ledger::pool::connect(&cfg.mysql_url, T).await.expect("db");
     ledger::pool::migrate(&pool).await.expect("migrate");
-    let now = now_ms();
-    let c = Campaign {
-        sku: 1_301,
-        name: "older_snapshot drill".into(),
-        stock: STOCK,
-        width: 2,
-        limit: 1,
-        start_ms: now - 60_000,
-        end_ms: now + 3_600_000,
-        payment_timeout_s: 3600,
-    };
-    campaign::put(&pool, &c, cfg.shards, T)
-        .await
-        .expect("campaign");
-    campaign::preheat(&pool, &client, c.sku, T)
-        .await
-        .expect("preheat");
-    let meta = campaign_ops::sku::meta(&c);
+    let c = open_campaign(1_301, "older_snapshot drill", STOCK, 2, 1);
+    let meta = put_and_preheat(&pool, &client, &c, cfg.shards).await;
     let (stop, rx) = consumer::signal::channel();
     let service = tokio::spawn(service::run(cfg.clone(), None, rx));
     wait_reading(&pool).await;

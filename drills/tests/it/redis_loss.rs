@@ -32,6 +32,35 @@ enum Loss {
     Restart,
 }
 
+/// A campaign that opened a minute ago and closes in an hour.
+pub(crate) fn open_campaign(sku: u64, name: &str, stock: u64, width: u16, limit: u32) -> Campaign {
+    let now = now_ms();
+    Campaign {
+        sku,
+        name: name.into(),
+        stock,
+        width,
+        limit,
+        start_ms: now - 60_000,
+        end_ms: now + 3_600_000,
+        payment_timeout_s: 3600,
+    }
+}
+
+/// Stores `c` in the ledger and preheats it; its SKU metadata.
+pub(crate) async fn put_and_preheat(
+    pool: &MySqlPool,
+    client: &StockClient,
+    c: &Campaign,
+    shards: u16,
+) -> shard_router::SkuMeta {
+    campaign::put(pool, c, shards, T).await.expect("campaign");
+    campaign::preheat(pool, client, c.sku, T)
+        .await
+        .expect("preheat");
+    campaign_ops::sku::meta(c)
+}
+
 pub(crate) fn config(redis: &str, db: &str) -> Config {
     let mut c = Config::new(RedisTarget::Single(redis.to_owned()), SHARDS, db);
     c.read_block = Duration::from_millis(200);

@@ -9,7 +9,6 @@
 
 use std::time::{Duration, Instant};
 
-use campaign_ops::campaign::{self, Campaign};
 use campaign_ops::service;
 use consumer::Config;
 use shard_router::protocol::{self, LocalEmptyShards};
@@ -19,7 +18,7 @@ use test_support::mariadb::TestDatabase;
 use test_support::RedisCluster;
 
 use super::older_snapshot::wait_vouched;
-use super::redis_loss::{ledger, wait_reading};
+use super::redis_loss::{ledger, open_campaign, put_and_preheat, wait_reading};
 
 const T: Duration = Duration::from_secs(10);
 
@@ -45,24 +44,8 @@ async fn a_rerouted_claim_whose_home_fails_over_is_claimed_once() {
     let pool = ledger::pool::connect(&cfg.mysql_url, T).await.expect("db");
     ledger::pool::migrate(&pool).await.expect("migrate");
     let sku = split_sku(&client, 13_500, |slot| cluster.master_of(slot));
-    let now = now_ms();
-    let c = Campaign {
-        sku,
-        name: "reroute_none drill".into(),
-        stock: 10,
-        width: 2,
-        limit: 1,
-        start_ms: now - 60_000,
-        end_ms: now + 3_600_000,
-        payment_timeout_s: 3600,
-    };
-    campaign::put(&pool, &c, cfg.shards, T)
-        .await
-        .expect("campaign");
-    campaign::preheat(&pool, &client, sku, T)
-        .await
-        .expect("preheat");
-    let meta = campaign_ops::sku::meta(&c);
+    let c = open_campaign(sku, "reroute_none drill", 10, 2, 1);
+    let meta = put_and_preheat(&pool, &client, &c, cfg.shards).await;
     let (stop, rx) = consumer::signal::channel();
     let service = tokio::spawn(service::run(cfg.clone(), None, rx));
     wait_reading(&pool).await;

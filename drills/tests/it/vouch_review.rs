@@ -10,14 +10,13 @@
 
 use std::time::{Duration, Instant};
 
-use campaign_ops::campaign::{self, Campaign};
 use campaign_ops::service;
 use shard_router::protocol::{self, LocalEmptyShards};
 use shard_router::{now_ms, ClaimOutcome, StockClient, StockError};
 use test_support::mariadb::TestDatabase;
 use test_support::RedisServer;
 
-use super::redis_loss::{config, wait_reading};
+use super::redis_loss::{config, open_campaign, put_and_preheat, wait_reading};
 
 const T: Duration = Duration::from_secs(10);
 
@@ -43,24 +42,8 @@ async fn promoted_replica(wait: Option<consumer::replica::ReplicaWait>) {
     let client = StockClient::connect(cfg.stock()).await.expect("redis");
     let pool = ledger::pool::connect(&cfg.mysql_url, T).await.expect("db");
     ledger::pool::migrate(&pool).await.expect("migrate");
-    let now = now_ms();
-    let c = Campaign {
-        sku: 1_401,
-        name: "review: promoted replica".into(),
-        stock: 10,
-        width: 1,
-        limit: 1,
-        start_ms: now - 60_000,
-        end_ms: now + 3_600_000,
-        payment_timeout_s: 3600,
-    };
-    campaign::put(&pool, &c, cfg.shards, T)
-        .await
-        .expect("campaign");
-    campaign::preheat(&pool, &client, c.sku, T)
-        .await
-        .expect("preheat");
-    let meta = campaign_ops::sku::meta(&c);
+    let c = open_campaign(1_401, "review: promoted replica", 10, 1, 1);
+    let meta = put_and_preheat(&pool, &client, &c, cfg.shards).await;
     let shard = client.placement().shards_of(c.sku, 1)[0];
     let (stop, rx) = consumer::signal::channel();
     let service = tokio::spawn(service::run(cfg.clone(), None, rx));
