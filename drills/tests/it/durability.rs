@@ -120,7 +120,7 @@ async fn reconnect_between_script_and_wait_gives_no_false_ack() {
 }
 
 /// Closes the node's replication links to its replicas.
-fn cut_replicas(node: &RedisServer) {
+pub(crate) fn cut_replicas(node: &RedisServer) {
     let _: redis::Value = redis::cmd("CLIENT")
         .arg("KILL")
         .arg("TYPE")

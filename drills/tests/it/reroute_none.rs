@@ -17,19 +17,11 @@ use shard_router::{now_ms, ClaimOutcome, ClaimRequest, RedisTarget, StockClient,
 use test_support::mariadb::TestDatabase;
 use test_support::RedisCluster;
 
+use super::durability::cut_replicas;
 use super::older_snapshot::wait_vouched;
 use super::redis_loss::{ledger, open_campaign, put_and_preheat, wait_reading};
 
 const T: Duration = Duration::from_secs(10);
-
-fn cut_replicas(node: &test_support::RedisServer) {
-    let _: redis::Value = redis::cmd("CLIENT")
-        .arg("KILL")
-        .arg("TYPE")
-        .arg("replica")
-        .query(&mut node.connection())
-        .expect("CLIENT KILL TYPE replica");
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rerouted_claim_whose_home_fails_over_is_claimed_once() {
