@@ -10,7 +10,7 @@
 -- since Redis 7.0), and the consumer writes `{T}:vouch` = run_id once it has rebuilt the
 -- shard's live SKUs from the ledger (campaign-ops/src/rebuild/watch.rs, lua/vouch.lua).
 -- A vouch of another process (a copy that came back with the data) refuses: {17}
--- RESTORING, nothing else read or written. The refusal also revokes that copy: an old
+-- RESTORING, nothing of the sale read or written. The refusal does revoke that copy: an old
 -- master that resyncs from this process and is promoted back keeps its run_id, and must
 -- not find its own vouch in the data it got here. No vouch at all (a Redis that never had
 -- a consumer, or lost everything: its slices are missing too) passes.
