@@ -32,6 +32,7 @@ mod reconcile_pages;
 mod redis_cost;
 mod release;
 mod release_loss;
+mod release_race;
 mod replica;
 mod replica_recovery;
 mod startup;
