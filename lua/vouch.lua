@@ -13,9 +13,13 @@
 --         "revoke": the vouch names another process: replace it by `revoked`, so that
 --         process (an old master that resyncs from here and is promoted back, keeping
 --         its run_id) does not find its own vouch in the copy
+--         "distrust": replace whatever vouch there is by `revoked`, this process's too: the
+--         ledger found what only a process older than the ledger hands out (a claim id it
+--         holds for another claim, a user's sequence used twice), so the shard sells
+--         nothing until the consumer rebuilt it from the ledger and vouched again
 -- ARGV[2] the run_id the caller checked ("set" only)
 -- Returns (never nil):
---   {18}          VOUCHED (or REVOKED for "revoke")
+--   {18}          VOUCHED (or REVOKED for "revoke" and "distrust")
 --   {19, run_id}  NOT_THIS_PROCESS: this process is another (set), a vouch or a stream
 --                 exists (init), the vouch names this process (revoke)
 
@@ -29,6 +33,9 @@ elseif ARGV[1] == 'revoke' then
   if not v or v == run_id or v == 'revoked' then
     return {19, run_id}
   end
+  redis.call('SET', KEYS[1], 'revoked')
+  return {18}
+elseif ARGV[1] == 'distrust' then
   redis.call('SET', KEYS[1], 'revoked')
   return {18}
 elseif redis.call('EXISTS', KEYS[1]) == 1 or redis.call('EXISTS', KEYS[2]) == 1 then

@@ -26,6 +26,9 @@ pub struct BatchOutcome {
     /// `(sku, user, user_seq)`: both were acknowledged, so both rows are kept (and counted
     /// in `inserted`); each is a critical `collision` anomaly for an operator.
     pub collisions: Vec<ClaimRecord>,
+    /// Records whose claim id the ledger holds for another claim: not inserted, each a
+    /// critical `id_reuse` anomaly (`ledger/src/id_reuse.rs`).
+    pub id_reused: Vec<ClaimRecord>,
     /// Units of the rows inserted (collisions included).
     pub inserted_units: u64,
     /// Inserted records the last rebuild of their SKU did not count (older generation):
@@ -33,11 +36,23 @@ pub struct BatchOutcome {
     pub late: Vec<LateClaim>,
 }
 
+impl BatchOutcome {
+    /// Shards that handed out what only a Redis older than the ledger would: a claim id the
+    /// ledger holds for another claim (the shard whose stream gave it), or a user's sequence
+    /// used twice (the user's home shard, which allocates it).
+    pub fn gone_back(&self) -> std::collections::BTreeSet<u16> {
+        let reused = self.id_reused.iter().map(|r| r.shard);
+        let collided = self.collisions.iter().map(|r| r.home);
+        reused.chain(collided).collect()
+    }
+}
+
 fn outcome(records: &[&ClaimRecord], s: Stored) -> BatchOutcome {
     BatchOutcome {
         inserted: s.inserted,
         redelivered: s.redelivered,
         collisions: s.collisions.iter().map(|&i| records[i].clone()).collect(),
+        id_reused: s.id_reused.iter().map(|&i| records[i].clone()).collect(),
         inserted_units: s.inserted_units,
         late: s
             .late

@@ -40,7 +40,7 @@ pub struct Stored {
     pub redelivered: usize,
     /// Rows whose claim id the ledger holds for another claim (a `id_reuse` anomaly each,
     /// `id_reuse.rs`); not inserted.
-    pub id_reused: usize,
+    pub id_reused: Vec<usize>,
     /// Rows inserted although another claim id already holds their
     /// `(sku, user, user_seq)`: both were acknowledged, so both rows are kept (and counted
     /// in `inserted`); each is a critical `collision` anomaly for an operator.
@@ -134,7 +134,7 @@ pub async fn write_at(
     poison::keep(&mut tx, poison, timeout).await?;
     bounded("commit", timeout, tx.commit()).await?;
     // Indices into `distinct` back to indices into `rows`.
-    for i in &mut out.collisions {
+    for i in out.collisions.iter_mut().chain(&mut out.id_reused) {
         *i = kept[*i];
     }
     for (i, _) in &mut out.late {
@@ -214,10 +214,8 @@ pub async fn store(
             }
         }
         // Read again, or another claim under the same id (`id_reuse.rs`).
-        out.id_reused = crate::id_reuse::record_reused(tx, rows, &again, timeout)
-            .await?
-            .len();
-        out.redelivered -= out.id_reused;
+        out.id_reused = crate::id_reuse::record_reused(tx, rows, &again, timeout).await?;
+        out.redelivered -= out.id_reused.len();
         all.into_iter()
             .filter(|&i| ours.contains(rows[i].claim_id))
             .collect()
@@ -316,9 +314,12 @@ async fn insert_collision(
     .map(|done| done.rows_affected() == 1)
 }
 
-/// The guarded UPDATE: the ledger's available count can never go negative. When the
-/// guard trips (more claims than the campaign's stock, or no campaign row), the claims stay
-/// recorded (they were acknowledged) and the disagreement becomes an anomaly.
+/// The guarded UPDATE: the ledger's available count can never go negative. Units come back
+/// to it before Redis can sell them again (a release as it starts,
+/// `releases::mark_releasing`), so the guard trips only on a real excess: more units claimed
+/// than the campaign released, or no campaign row. The claims stay recorded (they were
+/// acknowledged): the batch takes what the ledger still had, and the excess becomes an
+/// anomaly.
 async fn take_stock(
     tx: &mut Transaction<'_, MySql>,
     sku: u64,
@@ -345,7 +346,7 @@ async fn take_stock(
     let available: Option<i64> = bounded(
         "read stock",
         timeout,
-        sqlx::query_scalar("SELECT available FROM sku_stock WHERE sku = ?")
+        sqlx::query_scalar("SELECT available FROM sku_stock WHERE sku = ? FOR UPDATE")
             .bind(sku)
             .fetch_optional(&mut **tx),
     )
@@ -355,12 +356,31 @@ async fn take_stock(
             "no_campaign",
             format!("{units} unit(s) claimed for sku {sku}, which has no stock row"),
         ),
-        Some(a) => (
-            "stock_guard",
-            format!("{units} unit(s) claimed for sku {sku} with only {a} available in the ledger"),
-        ),
+        Some(a) => {
+            bounded(
+                "update stock",
+                timeout,
+                sqlx::query("UPDATE sku_stock SET available = 0 WHERE sku = ?")
+                    .bind(sku)
+                    .execute(&mut **tx),
+            )
+            .await?;
+            (
+                "stock_guard",
+                format!(
+                    "{units} unit(s) claimed for sku {sku} with only {a} available in the ledger: \
+                     {} unit(s) beyond its stock",
+                    units as i64 - a
+                ),
+            )
+        }
     };
-    tracing::error!(sku, units, kind, "stock guard refused a batch's units");
+    tracing::error!(
+        sku,
+        units,
+        kind,
+        "stock guard: a batch claimed beyond the ledger's stock"
+    );
     anomaly(
         &mut **tx,
         kind,

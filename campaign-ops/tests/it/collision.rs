@@ -138,7 +138,6 @@ async fn a_duplicate_in_the_batch_does_not_shift_which_record_collided() {
 /// back): the consumer fences that shard (`lua/vouch.lua` "distrust"), so it sells nothing
 /// more from the older state, until the watch rebuilt it from the ledger and vouched again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "fails on main: the consumer records the collision and the shard keeps selling"]
 async fn a_collision_fences_the_home_shard_until_the_ledger_rebuilt_it() {
     let s = Stack::start().await;
     let c = campaign(&s, 7104, 10, 1, 2, 3600).await;

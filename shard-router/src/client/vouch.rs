@@ -72,6 +72,14 @@ impl StockClient {
         self.run_vouch(shard, "revoke", "").await
     }
 
+    /// Replaces `shard`'s vouch by `revoked` whomever it names (`lua/vouch.lua`
+    /// "distrust"): the ledger found the shard handing out what only a process older than
+    /// the ledger would (a claim id or a user's sequence used twice). The shard answers
+    /// `restoring` until the consumer's watch rebuilt it from the ledger and vouched again.
+    pub async fn distrust(&self, shard: ShardId) -> Result<(), StockError> {
+        self.run_vouch(shard, "distrust", "").await.map(|_| ())
+    }
+
     async fn run_vouch(
         &self,
         shard: ShardId,
