@@ -13,6 +13,7 @@ mod draw;
 mod draw_replica;
 mod draw_review;
 mod faults;
+mod hold_names;
 mod ledger;
 mod lifecycle;
 mod offsets;

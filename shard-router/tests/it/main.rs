@@ -3,6 +3,7 @@
 
 mod common;
 mod draw;
+mod hold_names;
 mod queue;
 mod record_forms;
 mod record_fuzz;
