@@ -10,7 +10,7 @@ cd "$FG_ROOT"
 ensure_rust
 ensure_redis
 ensure_mariadb
-ensure_packages wrk:wrk h2load:nghttp2-client faketime:faketime
+ensure_packages wrk:wrk h2load:nghttp2-client faketime:faketime valgrind:valgrind
 
 say "deploy checks (promtool, haproxy, compose, dashboard)"
 ./deploy/check.sh

@@ -5,6 +5,7 @@ mod baseline;
 mod common;
 mod external;
 mod interrupt;
+mod redis_instructions;
 mod report;
 mod scenario;
 mod stock_core;
