@@ -49,7 +49,7 @@ async fn ledger_len(pool: &MySqlPool, sku: u64) -> usize {
     ledger(pool, sku).await.len()
 }
 
-async fn wait_ledger(pool: &MySqlPool, sku: u64, n: usize) {
+pub(crate) async fn wait_ledger(pool: &MySqlPool, sku: u64, n: usize) {
     let deadline = Instant::now() + T;
     while ledger_len(pool, sku).await < n {
         assert!(
