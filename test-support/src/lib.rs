@@ -2,9 +2,11 @@
 //! `redis-server` (also with TLS, `TlsRedis`), a local Redis Cluster made with
 //! `redis-cli --cluster create`, and MariaDB (see `mariadb`). Each guard kills what it
 //! started when dropped. Tests call the panicking constructors (`start`); the bench harness
-//! calls the `try_` ones and reports a [`ServerError`] in one line.
+//! calls the `try_` ones and reports a [`ServerError`] in one line. [`docs`] reads the
+//! project's Markdown for the tests that hold it to the code.
 
 mod certs;
+pub mod docs;
 pub mod mariadb;
 mod ports;
 mod redis_cluster;
