@@ -25,9 +25,16 @@
 #                 whose hashes are listpacks searched linearly
 # Each window is framed by two callgrind dumps (server start, loading and preheat fall
 # outside); the idle process's instructions per second (a window with no calls: serverCron,
-# at --hz 1, and the event loop's timeouts) times the window's length are taken off, so what is left is per
-# call. FORM=pairs has claim.lua and take.lua write the nine-pair record (default compact,
-# the `c` field). REDIS_ARGS are more redis-server arguments (the test suite's short form
+# at --hz 1, and the event loop's timeouts) times the window's length are taken off, so
+# what is left is per call. A second table splits each steady-state call by inclusive
+# counts of Redis 7.0's functions: the commands the script runs (scriptCall), the Lua
+# around them (lua_pcall without those: the script's own code and redis.call's
+# conversions), KEYS and ARGV in and the reply out (luaCallFunction without lua_pcall), and
+# the rest (reading the request, finding the script, writing the reply, the event loop);
+# it is left out when a name is missing from the profile.
+#
+# FORM=pairs has claim.lua and take.lua write the nine-pair record (default compact, the
+# `c` field). REDIS_ARGS are more redis-server arguments (the test suite's short form
 # shrinks the listpacks with them). DUMPS=<dir> keeps each window's dump there, for
 # callgrind_annotate. Installs valgrind when it is missing.
 #
@@ -133,9 +140,23 @@ proc = subprocess.Popen(
      "--hz", "1", *redis_args],
     stdout=subprocess.DEVNULL, stderr=open(f"{work}/valgrind.log", "w"))
 
+# Where a call's instructions go, by inclusive counts of Redis 7.0's functions: the
+# commands the script runs, the Lua around them, KEYS/ARGV in and the reply out.
+PARTS = ("scriptCall", "lua_pcall", "luaCallFunction")
+
+def parts_of(f):
+    out = subprocess.run(["callgrind_annotate", "--inclusive=yes", f], capture_output=True,
+                         text=True, timeout=TIMEOUT).stdout
+    found = {}
+    for name in PARTS:
+        m = re.search(rf"^\s*([\d,]+) .*:{name} \[", out, re.M)
+        if m:
+            found[name] = int(m.group(1).replace(",", ""))
+    return found if len(found) == len(PARTS) else None
+
 def dump(keep=None):
-    """Instructions since the previous dump (each dump starts the count again); `keep`
-    names the file to keep it under in DUMPS."""
+    """Instructions since the previous dump (each dump starts the count again), and with
+    `keep` their parts, the dump kept under that name in DUMPS."""
     before = set(glob.glob(f"{work}/cg.{proc.pid}.*"))
     subprocess.run(["callgrind_control", "-d", str(proc.pid)], capture_output=True,
                    timeout=TIMEOUT)
@@ -144,11 +165,12 @@ def dump(keep=None):
         for f in set(glob.glob(f"{work}/cg.{proc.pid}.*")) - before:
             m = re.search(r"^totals: (\d+)", open(f).read(), re.M)
             if m:
+                parts = parts_of(f) if keep else None
                 if keep and dumps:
                     os.replace(f, os.path.join(dumps, keep))
                 else:
                     os.remove(f)
-                return int(m.group(1))
+                return int(m.group(1)), parts
         time.sleep(0.05)
     raise RuntimeError("callgrind wrote no dump")
 
@@ -258,14 +280,18 @@ try:
     dump()
     t0 = time.monotonic()
     time.sleep(idle_s)
-    idle_rate = dump() / (time.monotonic() - t0)
+    idle_rate = dump()[0] / (time.monotonic() - t0)
 
     def measure(us, steps, name):
         dump()
         t0 = time.monotonic()
         drive(us, steps)
-        total, secs = dump(re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")), time.monotonic() - t0
-        return (total - idle_rate * secs) / len(us)
+        (total, parts), secs = dump(re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")), time.monotonic() - t0
+        per_call = (total - idle_rate * secs) / len(us)
+        if parts:
+            parts = {k: v / len(us) for k, v in parts.items()}
+            parts["rest"] = per_call - parts["luaCallFunction"]
+        return per_call, parts
 
     next_sku = [1000]
     def fresh(prepare, k):
@@ -275,7 +301,7 @@ try:
             prepare(s)
         return skus
 
-    results = []
+    results, breakdown = [], []
     for label, prepare, rid, windows in rows:
         figures = {}
         if n > 0:
@@ -283,12 +309,14 @@ try:
             drive(users(skus, max(warm, listpack + 1), rid), [s for _, steps in windows for s in steps])
             us = users(skus, n, rid)
             figures["steady"] = [measure(us, steps, f"{label}{sfx} steady") for sfx, steps in windows]
+            for w, (sfx, _) in enumerate(windows):
+                breakdown.append((label + sfx, figures["steady"][w][1]))
         if small > 0:
             skus = fresh(prepare, max(1, small // listpack))
             us = users(skus, listpack, rid)
             figures["small"] = [measure(us, steps, f"{label}{sfx} small") for sfx, steps in windows]
         for w, (suffix, _) in enumerate(windows):
-            results.append((label + suffix, {k: v[w] for k, v in figures.items()}))
+            results.append((label + suffix, {k: v[w][0] for k, v in figures.items()}))
     for c in conns + [admin]:
         c.s.close()
 finally:
@@ -306,4 +334,13 @@ print("| script | " + " | ".join(f"{names[r]}: k instructions per call | × peer
 print("| --- |" + " ---: | ---: |" * len(regimes))
 for label, f in results:
     print(f"| {label} | " + " | ".join(f"{f[r] / 1e3:.1f}k | {f[r] / peer[r]:.2f}" for r in regimes) + " |")
+if breakdown and all(p for _, p in breakdown):
+    print()
+    print("| steady state, k instructions per call | commands the script runs | the Lua around "
+          "them | KEYS, ARGV and the reply | request, script lookup and event loop |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    for label, p in breakdown:
+        cells = (p["scriptCall"], p["lua_pcall"] - p["scriptCall"],
+                 p["luaCallFunction"] - p["lua_pcall"], p["rest"])
+        print(f"| {label} | " + " | ".join(f"{c / 1e3:.1f}k" for c in cells) + " |")
 PY
