@@ -227,3 +227,101 @@ async fn draw_window_missing_draw_and_modes() {
     assert!(v.get("seed_sha256").is_none(), "{v}");
     assert_eq!(view(gw.api, early.sku).await["hint"], "not_started");
 }
+
+/// Issue 38 item 8a: close-out removes a draw's keys, and a draw SKU's request reaches
+/// `draw_enter.lua` for as long as the SKU metadata stays (`closeout::retire`). Each
+/// entrant is told where they stood, after close-out too: a winner `won` with the claim
+/// the ledger holds, everyone else `ended`, never a 503 for a draw that is over. The
+/// ledger's own draw: entries through the gateway, the consumer's draw, grants and
+/// close-out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "fails on main: close-out deletes the draw's keys, so every entrant, the winners too, is answered 503"]
+async fn after_close_out_a_winner_is_told_won_and_the_rest_ended() {
+    use crate::common::ledger::{ingest_and_confirm, ledger, SHARDS, T};
+    use std::time::Duration;
+
+    let redis = RedisServer::start();
+    let l = ledger(&redis).await;
+    let now = now_ms();
+    let (stock, waitlist) = (2u64, 1u32);
+    let c = campaign_ops::campaign::Campaign {
+        sku: 8806,
+        name: "closed draw".into(),
+        stock,
+        width: 2,
+        limit: 1,
+        start_ms: now - 1000,
+        end_ms: now + 4500,
+        payment_timeout_s: 1,
+    };
+    campaign_ops::campaign::put(&l.pool, &c, SHARDS, T)
+        .await
+        .unwrap();
+    campaign_ops::draw::create(&l.pool, &c, now + 2500, waitlist, T)
+        .await
+        .unwrap();
+    campaign_ops::campaign::preheat(&l.pool, &l.client, c.sku, T)
+        .await
+        .unwrap();
+    let mut cfg = config(&redis.url(), false);
+    // Short, so the gateway reads the metadata again after close-out.
+    cfg.cache_ttl_ms = 300;
+    let gw = Gateway::start(cfg).await;
+    let who: Vec<String> = (0..6).map(|i| format!("entrant-{i}")).collect();
+    for u in &who {
+        expect(&enter(&gw, c.sku, u).await, StatusCode::ACCEPTED, "entered");
+    }
+    // The consumer reads the entries, draws, grants both units; the winners pay.
+    ingest_and_confirm(&l, c.sku, stock as i64).await;
+    let won: Vec<(String, String)> = sqlx::query_as(
+        "SELECT CAST(user_id AS CHAR), claim_id FROM claims WHERE sku = ? AND request_id = 'draw'",
+    )
+    .bind(c.sku)
+    .fetch_all(&l.pool)
+    .await
+    .unwrap();
+    assert_eq!(won.len(), stock as usize);
+    let waitlisted: String = sqlx::query_scalar(
+        "SELECT CAST(user_id AS CHAR) FROM draw_ranks WHERE sku = ? AND rnk = ?",
+    )
+    .bind(c.sku)
+    .bind(stock as u32 + 1)
+    .fetch_one(&l.pool)
+    .await
+    .unwrap();
+
+    let over = c.end_ms + i64::from(c.payment_timeout_s) * 1000;
+    while now_ms() <= over {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    campaign_ops::closeout::close(&l.pool, &l.client, c.sku, now_ms(), T)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(700)).await; // past the cache TTL
+
+    let mut told = Vec::new();
+    for u in who.iter().map(String::as_str).chain(["stranger"]) {
+        let a = enter(&gw, c.sku, u).await;
+        told.push(format!("{u}: {} {}", a.status.as_u16(), a.body["status"]));
+        let claim = won.iter().find(|(w, _)| w == u).map(|(_, id)| id.as_str());
+        let want = match claim {
+            Some(id) => {
+                a.status == StatusCode::CREATED
+                    && a.body["status"] == "won"
+                    && a.body["claim_id"] == id
+            }
+            None => a.status == StatusCode::FORBIDDEN && a.body["status"] == "ended",
+        };
+        told.push(String::from(if want { " ok;" } else { " WRONG;" }));
+    }
+    let winners: Vec<&str> = won.iter().map(|(u, _)| u.as_str()).collect();
+    eprintln!(
+        "after close-out (won: {winners:?}, waitlisted: {waitlisted}): {}",
+        told.concat()
+    );
+    assert!(
+        !told.iter().any(|t| t.contains("WRONG")),
+        "{}",
+        told.concat()
+    );
+}
