@@ -1,7 +1,8 @@
 //! `bench/external/redis_instructions.sh` in a short form: every row of its table (the
 //! peer's script, claim.lua without and with a request id, a reroute's hold and its take +
-//! settle) gets a count in both regimes, or the test fails. No bound on the counts or the
-//! time: the figures are docs/BENCHMARKS.md's, taken with the full command.
+//! settle) gets a count in both regimes and its steady-state count split in four parts, or
+//! the test fails. No bound on the counts or the time: the figures are docs/BENCHMARKS.md's,
+//! taken with the full command.
 
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
@@ -19,7 +20,14 @@ const ROWS: [&str; 7] = [
     "reroute, request id: take.lua + settle.lua",
 ];
 
-/// The row's thousands of instructions per call: steady state, then small hashes.
+/// The table of `out` whose header starts with `head`.
+fn table<'a>(out: &'a str, head: &str) -> &'a str {
+    out.split("\n\n")
+        .find(|t| t.starts_with(head))
+        .unwrap_or_else(|| panic!("no table {head:?} in\n{out}"))
+}
+
+/// The row's thousands of instructions per call, cell by cell.
 fn counts(table: &str, row: &str) -> Vec<f64> {
     let line = table
         .lines()
@@ -73,23 +81,31 @@ fn every_script_gets_a_count_per_call_under_callgrind() {
             .status();
         let _ = child.wait();
     }
-    let table = std::fs::read_to_string(&out).unwrap_or_default();
+    let printed = std::fs::read_to_string(&out).unwrap_or_default();
     let stderr = std::fs::read_to_string(&err).unwrap_or_default();
     let _ = (std::fs::remove_file(&out), std::fs::remove_file(&err));
-    println!("{table}");
+    println!("{printed}");
     waited.unwrap();
     assert!(
         status.is_some_and(|s| s.success()),
-        "{status:?}\n{table}\n{stderr}"
+        "{status:?}\n{printed}\n{stderr}"
     );
+    let per_call = table(&printed, "| script |");
+    let parts = table(&printed, "| steady state,");
     for row in ROWS {
-        let k = counts(&table, row);
+        let k = counts(per_call, row);
         assert_eq!(k.len(), 2, "{row}: a count for both regimes: {k:?}");
         assert!(k.iter().all(|&x| x > 0.0), "{row}: {k:?}");
+        let p = counts(parts, row);
+        assert_eq!(p.len(), 4, "{row}: four parts: {p:?}");
+        assert!(p.iter().all(|&x| x > 0.0), "{row}: {p:?}");
     }
     // A request id adds its stored answer's read and write to a claim, a hold and a settle.
     for (without, with) in [(1, 2), (3, 5), (4, 6)] {
-        let (a, b) = (counts(&table, ROWS[without]), counts(&table, ROWS[with]));
+        let (a, b) = (
+            counts(per_call, ROWS[without]),
+            counts(per_call, ROWS[with]),
+        );
         assert!(
             a.iter().zip(&b).all(|(a, b)| b >= a),
             "{} {a:?} against {} {b:?}",
