@@ -6,7 +6,9 @@
 -- KEYS[2] shard meta        {T}:meta:<sku>      hash: limit, start, end (ms), gen (rebuild)
 -- KEYS[3] user counts       {T}:users:<sku>     hash: user -> units held (holds included)
 -- KEYS[4] user sequence     {T}:useq:<sku>      hash: user -> last user_seq
--- KEYS[5] holds             {T}:holds:<sku>     hash: "user|seq" -> "qty|expires_ms|request_id"
+-- KEYS[5] holds             {T}:holds:<sku>     hash: "user|seq" -> "qty|expires_ms:gen|request_id"
+--                           (`gen`, this shard's rebuild generation, names the hold: see the
+--                           hold below)
 -- KEYS[6] claims stream     {T}:claims
 -- KEYS[7] request result    {T}:req:<sku>:<len>:<user>:<rid>  (unused when ARGV[5] == "")
 -- ARGV[1] sku   ARGV[2] user   ARGV[3] qty (>= 1)   ARGV[4] now_ms (gateway clock)
@@ -79,7 +81,13 @@ local seq = redis.call('HINCRBY', KEYS[4], user, '1')
 
 if stock < qty then
   -- '%d': `..` would write seq as 1e+14 from 10^14 on, a hold settle could not find.
-  redis.call('HSET', KEYS[5], user .. '|' .. string.format('%d', seq), qty .. '|' .. (now + hold_ttl) .. '|' .. rid)
+  -- The generation names the hold: after a loss a user's sequence starts again, so a
+  -- later hold can have this `user|seq`, but never this generation (the loss is rebuilt,
+  -- and fenced until then: lua/guard.lua). Settles and late applies act only on the hold
+  -- they name. It rides in the expiry field, so a reader of the previous release still
+  -- finds qty first and the request id after the second `|`.
+  redis.call('HSET', KEYS[5], user .. '|' .. string.format('%d', seq),
+    qty .. '|' .. (now + hold_ttl) .. ':' .. (meta[4] or '0') .. '|' .. rid)
   if rid ~= '' then
     redis.call('SET', KEYS[7], 'P', 'EX', ARGV[8])
   end

@@ -34,6 +34,8 @@
 -- ARGV[7] replay answer "claim_id|shard|qty" or ""   ARGV[8] answer ttl s
 -- ARGV[9] events channel   ARGV[10] sku   ARGV[11] this shard id
 -- ARGV[12] the claim's request id or ""
+-- ARGV[13] the claim's record generation (`gen`): the generation its hold, if it came from
+-- one, was placed under
 -- Returns (never nil):
 --   {70, short}   APPLIED; `short` units were missing from the slice (an oversell)
 --   {71, short}   ALREADY applied on this shard; `short` as that apply found it
@@ -84,14 +86,23 @@ redis.call('HSET', KEYS[2], mark, '1|' .. short)
 
 local user = ARGV[5]
 -- A hold still standing for this (user, seq) already counts the units for the user, when
--- it is this claim's own (the second chance it came from). The seq may have been handed
--- out again after Redis lost it: a hold of another request id is another claim's.
+-- it is this claim's own (the second chance it came from). The seq was handed out again
+-- after Redis lost it (that loss is what made this claim late), so a hold of the same
+-- `user|seq`, even of the same request id (the client's retry), is another claim's unless
+-- it was placed under the generation this claim was taken under: a hold is named by its
+-- generation (claim.lua). A hold of the previous release (no generation) is matched by
+-- its request id.
 local ours = false
 if user ~= '' then
   local hold = redis.call('HGET', KEYS[5], user .. '|' .. ARGV[6])
   if hold then
-    local rid = string.match(hold, '^[^|]*|[^|]*|(.*)$') or ''
-    ours = rid == '' or ARGV[12] == '' or rid == ARGV[12]
+    local placed, rid = string.match(hold, '^[^|]*|%-?%d+:(%d+)|(.*)$')
+    if placed then
+      ours = tonumber(placed) == tonumber(ARGV[13]) and (rid == '' or ARGV[12] == '' or rid == ARGV[12])
+    else
+      rid = string.match(hold, '^[^|]*|[^|]*|(.*)$') or ''
+      ours = rid == '' or ARGV[12] == '' or rid == ARGV[12]
+    end
   end
 end
 -- Its own hold is settled here as kept (settle.lua "keep"): the claim is in the ledger, so

@@ -3,18 +3,20 @@
 -- consumer to resolve holds a crashed gateway left behind, after checking the ledger.
 --
 -- KEYS[1] user counts     {T}:users:<sku>
--- KEYS[2] holds           {T}:holds:<sku>     hash: "user|seq" -> "qty|expires_ms|request_id"
+-- KEYS[2] holds           {T}:holds:<sku>     hash: "user|seq" -> "qty|expires_ms:gen|request_id"
 -- KEYS[3] request result  {T}:req:<sku>:<len>:<user>:<rid>  (unused when ARGV[4] == "")
 -- KEYS[4] shard meta      {T}:meta:<sku>  (optional: `gen`, the rebuild generation)
 -- ARGV[1] user   ARGV[2] user_seq   ARGV[3] "keep" | "undo" | "final"   ARGV[4] request id or ""
 -- ARGV[5] stored answer "claim_id|shard|qty" (keep: "~" first while the take on another
 -- shard is unconfirmed; final: without)   ARGV[6] request result ttl s
--- ARGV[7] (keep, undo) the rebuild generation the caller's hold was placed under
--- (claim.lua's reply), or "" (any hold of this user|seq: the consumer's resolution). A
--- shard rebuilt since answers HOLD_GONE: after a loss a user's sequence starts again, so a
--- retry's hold can take the `user|seq` of a stalled attempt's lost hold, and the stalled
--- attempt must not settle the retry's (found by the model checker, model/). A hold of an
--- older generation that a rebuild kept is then left to the consumer's resolution.
+-- ARGV[7] (keep, undo) the name of the caller's hold: the rebuild generation it was placed
+-- under (claim.lua's reply to the gateway, the hold's own value to the consumer), or ""
+-- (any hold of this user|seq). A hold of another generation answers HOLD_GONE: after a
+-- loss a user's sequence starts again, so a retry's hold can take the `user|seq` of a
+-- stalled attempt's lost hold, and neither the stalled attempt (found by the model
+-- checker, model/) nor a resolution decided on the lost hold may settle the retry's. A
+-- hold written by the previous release (no generation in it) is judged by the shard's
+-- generation instead: one rebuilt since is left to the consumer's resolution.
 -- "final" touches no hold: it drops the "~" once the take is on a replica or in the ledger
 -- (shard-router/src/replay.rs), also over a "P" (the consumer may commit the record before
 -- the gateway settles; keep then leaves the final answer alone).
@@ -41,12 +43,17 @@ local qty = tonumber(string.match(hold, '^(%d+)|'))
 if not qty or (ARGV[3] ~= 'keep' and ARGV[3] ~= 'undo') then
   return {15}
 end
-if KEYS[4] and ARGV[7] and ARGV[7] ~= '' then
-  local hold_gen = tonumber(ARGV[7])
-  if not hold_gen then
+if ARGV[7] and ARGV[7] ~= '' then
+  local named = tonumber(ARGV[7])
+  if not named then
     return {15}
   end
-  if tonumber(redis.call('HGET', KEYS[4], 'gen') or '0') > hold_gen then
+  local placed = tonumber(string.match(hold, '^%d+|%-?%d+:(%d+)|'))
+  if placed then
+    if placed ~= named then
+      return {31}
+    end
+  elseif KEYS[4] and tonumber(redis.call('HGET', KEYS[4], 'gen') or '0') > named then
     return {31}
   end
 end

@@ -34,6 +34,8 @@ pub struct Meta {
 pub struct HoldVal {
     pub qty: Units,
     pub expires: i64,
+    /// The shard's rebuild generation when it was placed: the hold's name for a settle.
+    pub gen: u32,
     pub rid: Option<Rid>,
 }
 

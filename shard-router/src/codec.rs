@@ -75,13 +75,18 @@ impl From<ClaimId> for String {
 }
 
 /// A hold as `claim.lua` writes it in the shard's holds hash: field `user|seq`, value
-/// `qty|expires_ms|request_id` (request id empty when none).
+/// `qty|expires_ms:gen|request_id` (request id empty when none; a hold of the previous
+/// release has no `:gen`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HoldEntry {
     pub user: String,
     pub user_seq: u64,
     pub qty: u32,
     pub expires_ms: i64,
+    /// The rebuild generation it was placed under: its name, which a settle gives so that
+    /// it never settles another hold of the same `user|seq` (`lua/settle.lua`). `None` for
+    /// a hold of the previous release.
+    pub gen: Option<u64>,
     pub request_id: Option<String>,
 }
 
@@ -90,11 +95,16 @@ impl HoldEntry {
         let (user, seq) = field.rsplit_once('|')?;
         let mut parts = value.splitn(3, '|');
         let (qty, exp, rid) = (parts.next()?, parts.next()?, parts.next().unwrap_or(""));
+        let (exp, gen) = match exp.split_once(':') {
+            Some((exp, gen)) => (exp, Some(gen.parse().ok()?)),
+            None => (exp, None),
+        };
         Some(Self {
             user: user.to_owned(),
             user_seq: seq.parse().ok()?,
             qty: qty.parse().ok()?,
             expires_ms: exp.parse().ok()?,
+            gen,
             request_id: (!rid.is_empty()).then(|| rid.to_owned()),
         })
     }
@@ -151,10 +161,17 @@ mod tests {
 
     #[test]
     fn holds_and_answers_parse_as_the_scripts_write_them() {
-        let h = HoldEntry::parse("al|ice|4", "2|1700|r-1").unwrap();
+        let h = HoldEntry::parse("al|ice|4", "2|1700:3|r|1").unwrap();
         assert_eq!((h.user.as_str(), h.user_seq, h.qty), ("al|ice", 4, 2));
-        assert_eq!((h.expires_ms, h.request_id.as_deref()), (1700, Some("r-1")));
-        assert_eq!(HoldEntry::parse("bob|1", "1|5|").unwrap().request_id, None);
+        assert_eq!((h.expires_ms, h.gen), (1700, Some(3)));
+        assert_eq!(h.request_id.as_deref(), Some("r|1"));
+        let old = HoldEntry::parse("bob|1", "1|5|r-1").unwrap();
+        assert_eq!((old.gen, old.request_id.as_deref()), (None, Some("r-1")));
+        assert_eq!(
+            HoldEntry::parse("bob|1", "1|5:0|").unwrap().request_id,
+            None
+        );
+        assert!(HoldEntry::parse("bob|1", "1|5:x|").is_none());
         assert!(HoldEntry::parse("bob", "1|5|").is_none());
         assert_eq!(encode_answer("3-1700-0", 5, 2, true), "~3-1700-0|5|2");
         let (id, shard, qty, tentative) = parse_answer("~3-1700-0|5|2").unwrap();

@@ -25,6 +25,13 @@ pub enum StockError {
     /// anything and gave the user's count back. Nothing was taken.
     #[error("redis {op}: the claim outlived its hold; nothing was taken")]
     Expired { op: &'static str },
+    /// A rerouted claim took its units, but its hold was no longer there to keep: settled
+    /// by someone else (the consumer's resolution of an expired hold, its late claim's
+    /// apply, a rebuild after a loss) or, after a loss, replaced by another claim's hold of
+    /// the same `user|seq`. The request's answer is not this attempt's to give: a retry
+    /// with the same request id reads the one stored.
+    #[error("redis {op}: the hold was settled elsewhere; the request's stored answer decides")]
+    HoldSettled { op: &'static str },
     /// Replica durability: no replica confirmed a step that must be durable before the
     /// claim goes on (the hold of a second chance). The step was undone; nothing was taken.
     #[error("redis {op}: no replica confirmed it; undone, nothing was taken")]
@@ -61,6 +68,7 @@ impl StockError {
             }
             StockError::Timeout { .. }
             | StockError::Expired { .. }
+            | StockError::HoldSettled { .. }
             | StockError::Unconfirmed { .. }
             | StockError::SliceMissing { .. }
             | StockError::Restoring { .. } => true,
@@ -74,10 +82,11 @@ impl StockError {
         matches!(self, StockError::Redis { source, .. } if has_code(source, "NOGROUP"))
     }
 
-    /// True when a write may or may not have happened (timeout or dropped connection).
+    /// True when a write may or may not have happened (timeout or dropped connection), or
+    /// happened and its answer is another's to give ([`StockError::HoldSettled`]).
     pub fn is_ambiguous(&self) -> bool {
         match self {
-            StockError::Timeout { .. } => true,
+            StockError::Timeout { .. } | StockError::HoldSettled { .. } => true,
             StockError::Redis { source, .. } => {
                 source.is_timeout() || source.is_connection_dropped() || source.is_io_error()
             }

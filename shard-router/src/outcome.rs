@@ -165,10 +165,14 @@ pub enum Settlement {
     Keep(Claim),
     /// Nothing was taken: the count goes back.
     Undo,
-    /// [`Settlement::Undo`] of the hold this caller placed under rebuild generation `gen`
-    /// (`claim.lua`'s reply): on a shard rebuilt since, the hold of that `user|seq` may be
-    /// a retry's (a loss restarted the sequence), so it is left standing.
+    /// [`Settlement::Undo`] of the hold placed under rebuild generation `gen` (the hold's
+    /// name: `claim.lua`'s reply to the gateway, the hold's value to the consumer). After a
+    /// loss a user's sequence starts again, so another hold of that `user|seq` (a retry's)
+    /// has another generation, and is left standing.
     UndoOwn { gen: u64 },
+    /// [`Settlement::Keep`] of the hold placed under rebuild generation `gen`, as
+    /// [`Settlement::UndoOwn`].
+    KeepOwn { claim: Claim, gen: u64 },
 }
 
 /// A hold standing on a home shard while (or because) a second chance ran.
@@ -181,6 +185,10 @@ pub struct Hold {
     pub qty: u32,
     /// Past this (gateway clock) the consumer may resolve it against the ledger.
     pub expires_ms: i64,
+    /// The rebuild generation it was placed under, its name for a settle
+    /// ([`Settlement::UndoOwn`], [`Settlement::KeepOwn`]); `None` for a hold of the
+    /// previous release.
+    pub gen: Option<u64>,
     /// The request id being served, so resolving the hold also settles its replay answer.
     pub request_id: Option<String>,
 }

@@ -235,8 +235,8 @@ struct Hold<'a> {
     home: ShardId,
     user_seq: u64,
     /// The home shard's rebuild generation at the hold: a take refuses an older one, and
-    /// the undo names its hold by it (not a retry's that took the same `user|seq` after a
-    /// loss).
+    /// the keep and the undo name the hold by it (not a retry's that took the same
+    /// `user|seq` after a loss).
     gen: u64,
 }
 
@@ -269,12 +269,28 @@ impl Hold<'_> {
         }
     }
 
-    /// Keeps the claim taken on another shard. The unit is taken and recorded whatever
-    /// settle says: a failed settle leaves the hold (count included) for the consumer,
-    /// which finds the claim in the ledger and keeps it.
-    async fn keep(&self, claim: Claim, take_acked: Option<u32>) -> (ClaimOutcome, Confirmation) {
-        let settled = match self.settle(&Settlement::Keep(claim.clone())).await {
-            Ok((_, acked)) => Confirmation::of(acked),
+    /// Keeps the claim taken on another shard, naming the hold by its generation. The unit
+    /// is taken and recorded whatever settle says: a failed settle leaves the hold (count
+    /// included) for the consumer, which finds the claim in the ledger and keeps it (or,
+    /// refused on a Redis process not vouched for, for the rebuild, which finds the record
+    /// in the taking shard's stream). A hold that is gone was settled by someone else, or
+    /// after a loss is another claim's hold of the same `user|seq`: the request's answer is
+    /// the one stored on the home shard, not this attempt's to give.
+    async fn keep(
+        &self,
+        claim: Claim,
+        take_acked: Option<u32>,
+    ) -> Result<(ClaimOutcome, Confirmation), StockError> {
+        let own = Settlement::KeepOwn {
+            claim: claim.clone(),
+            gen: self.gen,
+        };
+        let settled = match self.settle(&own).await {
+            Ok((SettleOutcome::HoldGone, _)) => {
+                tracing::warn!(sku = self.meta.sku, user = %self.req.user, claim_id = %claim.claim_id, "the hold was settled elsewhere before its keep");
+                return Err(StockError::HoldSettled { op: "keep" });
+            }
+            Ok((SettleOutcome::Settled { .. }, acked)) => Confirmation::of(acked),
             Err(e) => {
                 tracing::warn!(sku = self.meta.sku, user = %self.req.user, error = %e, "settle keep failed; hold left for the consumer");
                 Confirmation::of(take_acked.map(|_| 0))
@@ -285,7 +301,7 @@ impl Hold<'_> {
             claim,
             rerouted: true,
         };
-        (rerouted, confirmed)
+        Ok((rerouted, confirmed))
     }
 }
 
@@ -341,7 +357,7 @@ async fn take_elsewhere(
                     shard,
                     qty: req.qty,
                 };
-                return Ok(hold.keep(claim, take_acked).await);
+                return hold.keep(claim, take_acked).await;
             }
             TakeOutcome::SoldOut { remaining } => {
                 note_remaining(opts.empties, meta.sku, shard, remaining);

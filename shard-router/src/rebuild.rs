@@ -207,7 +207,8 @@ impl StockClient {
             .arg(keys::EVENTS_CHANNEL)
             .arg(record.sku)
             .arg(shard)
-            .arg(record.request_id.as_deref().unwrap_or(""));
+            .arg(record.request_id.as_deref().unwrap_or(""))
+            .arg(record.gen);
         let r = self.run("rebuild late", &inv).await?;
         match r.code {
             code::LATE_APPLIED => Ok(LateOutcome::Applied { short: r.num(0)? }),

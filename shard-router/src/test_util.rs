@@ -142,3 +142,29 @@ pub async fn vouch_current(client: &StockClient, shard: crate::ShardId) {
         tokio::time::sleep(std::time::Duration::from_millis(250)).await;
     }
 }
+
+/// What a loss and the rebuild after it leave of `user` on `home` when the ledger does not
+/// hold what was lost either (a restart from an older snapshot): the user's count,
+/// sequence and holds and the answer of `request_id` gone, and the next rebuild generation
+/// on every shard of the SKU. So the user's sequence starts again.
+pub fn lose_user(
+    conn: &mut redis::Connection,
+    client: &StockClient,
+    meta: &SkuMeta,
+    home: crate::ShardId,
+    user: &str,
+    request_id: &str,
+) {
+    use crate::keys::ShardKeys;
+    let k = ShardKeys::new(client.placement(), home, meta.sku);
+    let mut lost = redis::pipe();
+    lost.cmd("HDEL").arg(k.users()).arg(user);
+    lost.cmd("HDEL").arg(k.user_seq()).arg(user);
+    lost.cmd("DEL").arg(k.holds());
+    lost.cmd("DEL").arg(k.request(user, Some(request_id)));
+    for s in client.placement().shards_of(meta.sku, meta.width) {
+        let m = ShardKeys::new(client.placement(), s, meta.sku).meta();
+        lost.cmd("HINCRBY").arg(m).arg("gen").arg(1);
+    }
+    let _: () = lost.query(conn).expect("lose the user's keys");
+}

@@ -53,7 +53,7 @@ pub async fn resolve_stale_holds(
     for &home in shards {
         for h in client.holds(sku, home).await? {
             if h.expires_ms < now_ms {
-                stale.push((home, h.user, h.user_seq, h.request_id));
+                stale.push((home, h.user, h.user_seq, h.gen, h.request_id));
             }
         }
     }
@@ -84,7 +84,7 @@ pub async fn resolve_stale_holds(
     // Per shard: did a replica confirm what was read from (or written to) it.
     let mut confirmed: HashMap<ShardId, bool> = HashMap::new();
     let mut settled: HashMap<ShardId, usize> = HashMap::new();
-    for (home, user, seq, rid) in stale {
+    for (home, user, seq, gen, rid) in stale {
         let in_ledger = ledger::books::held_claim(pool, sku, &user, seq, t).await?;
         let found = match in_ledger {
             // A late claim not applied yet: its apply settles its own hold as kept and
@@ -123,21 +123,32 @@ pub async fn resolve_stale_holds(
                 None => None,
             },
         };
-        let how = match found {
-            Some((claim_id, shard, qty)) => Settlement::Keep(Claim {
-                claim_id,
-                sku,
-                shard,
-                qty,
-            }),
-            None => Settlement::Undo,
+        // The settle names the hold read above by its generation: by now it may be gone
+        // and, after a loss and its rebuild, another request's hold may have its
+        // `user|seq`, which this decision is not about (a hold of the previous release
+        // carries no name).
+        let how = match (found, gen) {
+            (Some((claim_id, shard, qty)), gen) => {
+                let claim = Claim {
+                    claim_id,
+                    sku,
+                    shard,
+                    qty,
+                };
+                match gen {
+                    Some(gen) => Settlement::KeepOwn { claim, gen },
+                    None => Settlement::Keep(claim),
+                }
+            }
+            (None, Some(gen)) => Settlement::UndoOwn { gen },
+            (None, None) => Settlement::Undo,
         };
         let res = client
             .settle(sku, home, &user, seq, rid.as_deref(), &how)
             .await?;
         if matches!(res, SettleOutcome::Settled { .. }) {
             *settled.entry(home).or_default() += 1;
-            tracing::warn!(sku, user = %user, seq, keep = matches!(how, Settlement::Keep(_)), "stale hold resolved");
+            tracing::warn!(sku, user = %user, seq, keep = matches!(how, Settlement::Keep(_) | Settlement::KeepOwn { .. }), "stale hold resolved");
         }
     }
     for (home, n) in settled {

@@ -91,6 +91,7 @@ pub fn claim(
             HoldVal {
                 qty: a.qty,
                 expires: a.now + a.hold_ttl,
+                gen: sh.gen(),
                 rid: a.rid,
             },
         );

@@ -33,9 +33,9 @@ fn untentative(a: Answer) -> Answer {
     }
 }
 
-/// `hold_gen`: the rebuild generation the caller's hold was placed under (`ARGV[7]`, with
-/// the meta as `KEYS[4]`); on a shard rebuilt since, the hold of that `user|seq` may be a
-/// retry's (a loss restarted the sequence) and is left standing.
+/// `hold_gen`: the name of the caller's hold, the rebuild generation it was placed under
+/// (`ARGV[7]`), or none (any hold of that `user|seq`). A hold of another generation is
+/// another claim's (a loss restarted the sequence: a retry's) and is left standing.
 pub fn settle(
     sh: &mut Shard,
     user: User,
@@ -69,10 +69,10 @@ pub fn settle(
         sh.req.insert((user, rid), fin);
         return SettleReply::Settled { qty: 0 };
     }
-    if !sh.holds.contains_key(&(user, seq)) {
+    let Some(placed) = sh.holds.get(&(user, seq)).map(|h| h.gen) else {
         return SettleReply::HoldGone;
-    }
-    if hold_gen.is_some_and(|g| sh.gen() > g) {
+    };
+    if hold_gen.is_some_and(|g| g != placed) {
         return SettleReply::HoldGone;
     }
     let hold = sh.holds.remove(&(user, seq)).expect("checked above");

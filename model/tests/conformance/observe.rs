@@ -107,14 +107,18 @@ fn hold(field: &str, value: &str) -> Result<((u8, u32), HoldVal), String> {
         .split_once('|')
         .ok_or_else(|| format!("hold field {field:?}"))?;
     let mut it = value.splitn(3, '|');
-    let (Some(q), Some(exp), Some(rid)) = (it.next(), it.next(), it.next()) else {
+    let (Some(q), Some(named), Some(rid)) = (it.next(), it.next(), it.next()) else {
         return Err(format!("hold value {value:?}"));
     };
+    let (exp, gen) = named
+        .split_once(':')
+        .ok_or_else(|| format!("hold without its generation: {value:?}"))?;
     Ok((
         (keys::parse_user(u)?, num(seq, "hold seq")?),
         HoldVal {
             qty: num(q, "hold qty")?,
             expires: num(exp, "hold expiry")?,
+            gen: num(gen, "hold generation")?,
             rid: keys::parse_rid(rid)?,
         },
     ))

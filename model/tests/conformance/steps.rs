@@ -201,17 +201,17 @@ fn answer(rng: &mut StdRng, seen: &[Seen]) -> Answer {
 }
 
 /// A hold of the model, any shard, as (home, user, seq, qty, rid).
-fn some_hold(
-    rng: &mut StdRng,
-    model: &[Shard],
-) -> Option<(ShardId, User, u32, Units, Option<Rid>)> {
+/// A standing hold's quantity and generation.
+type Held = (Units, u32);
+
+fn some_hold(rng: &mut StdRng, model: &[Shard]) -> Option<(ShardId, User, u32, Held, Option<Rid>)> {
     let all: Vec<_> = model
         .iter()
         .enumerate()
         .flat_map(|(s, sh)| {
             sh.holds
                 .iter()
-                .map(move |(&(u, seq), h)| (s as ShardId, u, seq, h.qty, h.rid))
+                .map(move |(&(u, seq), h)| (s as ShardId, u, seq, (h.qty, h.gen), h.rid))
         })
         .collect();
     all.choose(rng).copied()
@@ -234,7 +234,7 @@ pub(crate) fn random_step(rng: &mut StdRng, model: &[Shard], seen: &[Seen]) -> S
         },
         35..=49 => {
             let (home, user, seq, qty, rid) = match some_hold(rng, model) {
-                Some(h) if rng.random_bool(0.8) => h,
+                Some((home, u, seq, (qty, _), r)) if rng.random_bool(0.8) => (home, u, seq, qty, r),
                 _ => (
                     rng.random_range(0..SHARDS),
                     rng.random_range(0..USERS),
@@ -271,12 +271,15 @@ pub(crate) fn random_step(rng: &mut StdRng, model: &[Shard], seen: &[Seen]) -> S
         }
         50..=64 => {
             // Mostly a hold that stands, settled on its home shard.
-            let (shard, user, seq, hold_rid) = match some_hold(rng, model) {
-                Some((home, u, seq, _, r)) if rng.random_bool(0.8) => (home, u, seq, r),
+            let (shard, user, seq, placed, hold_rid) = match some_hold(rng, model) {
+                Some((home, u, seq, (_, g), r)) if rng.random_bool(0.8) => {
+                    (home, u, seq, Some(g), r)
+                }
                 _ => (
                     shard,
                     rng.random_range(0..USERS),
                     rng.random_range(1..5),
+                    None,
                     rid(rng),
                 ),
             };
@@ -316,9 +319,10 @@ pub(crate) fn random_step(rng: &mut StdRng, model: &[Shard], seen: &[Seen]) -> S
                     })
                 }
             };
-            // The generation a gateway names its own hold by: mostly the shard's, sometimes
-            // an older one (a rebuild since), sometimes none (the consumer's resolution).
-            let gen = sh.gen();
+            // The generation a settle names its hold by: mostly the hold's own, sometimes an
+            // older or newer one (a stalled attempt's, after a loss restarted the sequence),
+            // sometimes none (any hold).
+            let gen = placed.unwrap_or_else(|| sh.gen());
             let hold_gen = match rng.random_range(0..10) {
                 0..=3 => Some(gen),
                 4..=5 => Some(gen.saturating_sub(1)),

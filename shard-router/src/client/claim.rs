@@ -198,7 +198,7 @@ impl StockClient {
         let (verb, answer) = match how {
             // With replica durability, a reroute's answer is tentative until its take is
             // known to be on a replica of its own shard (see `replay.rs`).
-            Settlement::Keep(c) => (
+            Settlement::Keep(c) | Settlement::KeepOwn { claim: c, .. } => (
                 "keep",
                 crate::codec::encode_answer(
                     &c.claim_id,
@@ -207,12 +207,11 @@ impl StockClient {
                     self.cfg.replica_ack.is_some() && c.shard != home,
                 ),
             ),
-            Settlement::Undo => ("undo", String::new()),
-            Settlement::UndoOwn { gen } => {
-                hold_gen = gen.to_string();
-                ("undo", String::new())
-            }
+            Settlement::Undo | Settlement::UndoOwn { .. } => ("undo", String::new()),
         };
+        if let Settlement::KeepOwn { gen, .. } | Settlement::UndoOwn { gen } = how {
+            hold_gen = gen.to_string();
+        }
         let (r, acked) = self
             .script_batched("settle", home, Selling::Settle, |cmd| {
                 cmd.arg(4)

@@ -30,6 +30,7 @@ impl StockClient {
                     user_seq: h.user_seq,
                     qty: h.qty,
                     expires_ms: h.expires_ms,
+                    gen: h.gen,
                     request_id: h.request_id,
                 })
             })
