@@ -3,6 +3,7 @@
 
 mod cluster_sale;
 mod durability;
+mod hold_failover;
 mod older_snapshot;
 mod older_snapshot_cluster;
 mod redis_faults;
