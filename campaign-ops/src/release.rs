@@ -1,8 +1,10 @@
 //! Confirm, cancel and release of claims. A release runs in three idempotent steps, so a
 //! crash anywhere is finished by the next attempt and units never come back twice:
-//! 1. ledger `pending|confirmed → releasing` (from then on it can no longer be confirmed);
+//! 1. ledger `pending|confirmed → releasing` (from then on it can no longer be confirmed)
+//!    and the units back to `sku_stock`, in one transaction: before step 2 can sell them
+//!    again (`ledger::releases::mark_releasing`);
 //! 2. Redis: slice and user count back, once per claim id (`restock` published);
-//! 3. ledger `releasing → released` and the units back to `sku_stock`, in one transaction.
+//! 3. ledger `releasing → released`.
 //!
 //! Step 3 waits until a replica holds step 2 (`replica::write_confirmed`, under
 //! `--replica-wait`; the replication ids of both shards read before step 2). A failover
@@ -191,7 +193,7 @@ async fn release_once(
     finish(pool, claim_id, sku, qty, reason, t).await
 }
 
-/// Step 3: `releasing → released` and the units back to `sku_stock`, once.
+/// Step 3: `releasing → released`, once.
 async fn finish(
     pool: &MySqlPool,
     claim_id: &str,
@@ -200,7 +202,7 @@ async fn finish(
     reason: Reason,
     t: Duration,
 ) -> Result<Outcome, ConsumerError> {
-    let moved = ledger::releases::mark_released(pool, claim_id, sku, qty, t).await?;
+    let moved = ledger::releases::mark_released(pool, claim_id, t).await?;
     if moved {
         metrics::counter!(m::RELEASED, "reason" => reason.as_str()).increment(1);
         tracing::info!(

@@ -17,7 +17,8 @@ pub struct Before {
     /// Units released so far: the campaign's stock (its applied waves included).
     pub stock: i64,
     pub width: u16,
-    /// `sku_stock.available`, and the units of rows pending / confirmed / releasing.
+    /// `sku_stock.available`, and the units of active rows (pending / confirmed: a release
+    /// gives its units back to `sku_stock` as it starts).
     pub available: i64,
     pub held_rows: i64,
     /// Waves applied (ledger side) and claims `released`, both as of this read.
@@ -75,7 +76,8 @@ pub async fn before(pool: &MySqlPool, sku: u64, t: Duration) -> Result<Before, L
         "held units",
         t,
         sqlx::query_scalar(
-            "SELECT CAST(SUM(qty) AS SIGNED) FROM claims WHERE sku = ? AND status <> 'released'",
+            "SELECT CAST(SUM(qty) AS SIGNED) FROM claims WHERE sku = ? \
+             AND status IN ('pending', 'confirmed')",
         )
         .bind(sku)
         .fetch_one(&mut *tx),

@@ -1,7 +1,7 @@
 //! A claim's payment and release in `claims` (`pending → confirmed`, `pending|confirmed →
-//! releasing → released`), and its units back to `sku_stock`. The Redis step between
-//! `releasing` and `released`, and why the steps are ordered so, are the campaign
-//! operations' (`campaign-ops/src/release.rs`).
+//! releasing → released`), and its units back to `sku_stock` as the release starts. The
+//! Redis step between `releasing` and `released`, and why the steps are ordered so, are the
+//! campaign operations' (`campaign-ops/src/release.rs`).
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -67,7 +67,11 @@ pub async fn mark_confirmed(
 
 /// Step 1 of a release: `→ releasing` with its reason, from `pending` or `confirmed` for a
 /// cancel, from `pending` only for a payment timeout (a claim in any other status is left
-/// as it is; read it back with [`row`]).
+/// as it is; read it back with [`row`]), and its units back to `sku_stock`, in one
+/// transaction, once. Back before the Redis step returns them to a slice: once there they
+/// can be sold again, and that claim's batch may commit before the release's last step,
+/// so a later give-back would leave the batch's guarded UPDATE short (a false
+/// `stock_guard`, `claims.rs`). A `releasing` claim never becomes active again.
 pub async fn mark_releasing(
     pool: &MySqlPool,
     claim_id: &str,
@@ -78,36 +82,14 @@ pub async fn mark_releasing(
         Reason::Cancelled => "status IN ('pending', 'confirmed')",
         Reason::PaymentTimeout => "status = 'pending'",
     };
-    bounded(
+    let mut tx = bounded("begin", t, pool.begin()).await?;
+    let moved = bounded(
         "mark releasing",
         t,
         sqlx::query(&format!(
             "UPDATE claims SET status = 'releasing', release_reason = ? WHERE claim_id = ? AND {from}"
         ))
         .bind(reason.as_str())
-        .bind(claim_id)
-        .execute(pool),
-    )
-    .await?;
-    Ok(())
-}
-
-/// Step 3 of a release: `releasing → released` and `qty` units back to `sku_stock`, in one
-/// transaction, once. True when this call moved it.
-pub async fn mark_released(
-    pool: &MySqlPool,
-    claim_id: &str,
-    sku: u64,
-    qty: u32,
-    t: Duration,
-) -> Result<bool, LedgerError> {
-    let mut tx = bounded("begin", t, pool.begin()).await?;
-    let moved = bounded(
-        "mark released",
-        t,
-        sqlx::query(
-            "UPDATE claims SET status = 'released' WHERE claim_id = ? AND status = 'releasing'",
-        )
         .bind(claim_id)
         .execute(&mut *tx),
     )
@@ -117,14 +99,37 @@ pub async fn mark_released(
         bounded(
             "stock back",
             t,
-            sqlx::query("UPDATE sku_stock SET available = available + ? WHERE sku = ?")
-                .bind(qty)
-                .bind(sku)
-                .execute(&mut *tx),
+            sqlx::query(
+                "UPDATE sku_stock s JOIN claims c ON c.sku = s.sku \
+                 SET s.available = s.available + c.qty WHERE c.claim_id = ?",
+            )
+            .bind(claim_id)
+            .execute(&mut *tx),
         )
         .await?;
     }
     bounded("commit", t, tx.commit()).await?;
+    Ok(())
+}
+
+/// Step 3 of a release: `releasing → released` (its units went back at step 1). True when
+/// this call moved it.
+pub async fn mark_released(
+    pool: &MySqlPool,
+    claim_id: &str,
+    t: Duration,
+) -> Result<bool, LedgerError> {
+    let moved = bounded(
+        "mark released",
+        t,
+        sqlx::query(
+            "UPDATE claims SET status = 'released' WHERE claim_id = ? AND status = 'releasing'",
+        )
+        .bind(claim_id)
+        .execute(pool),
+    )
+    .await?
+    .rows_affected();
     Ok(moved == 1)
 }
 
