@@ -8,6 +8,13 @@
 //! and without an entry here, so random SKU ids cannot push real ones out. Before that set
 //! is known, "no such SKU" is remembered for `--unknown-sku-ttl-ms` only, so a freshly
 //! preheated campaign becomes visible quickly while unknown SKUs cannot flood Redis.
+//!
+//! A SKU's metadata (`fg:sku:<sku>`) and its live-set entry carry no shard tag: on a
+//! cluster one master holds them, apart from the SKU's shards, and it may lose its data
+//! while the shards keep theirs. Until the consumer's watch writes them back from the
+//! ledger, a SKU this gateway loaded whose window still runs is served from what it
+//! loaded ([`SoldOutCache::kept`]): its shards elsewhere keep selling, and a winner's
+//! retry on a shard lost with them gets 503 `restoring`, never 404 `unknown_sku`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -155,9 +162,10 @@ struct Slot {
 pub(crate) struct SoldOutCache {
     entries: Cache<u64, Arc<Slot>>,
     /// The last state loaded per SKU, kept past `entries`' TTL: when a reload fails (the
-    /// metadata key's master is down or failing over) the SKU is served from it instead of
-    /// answering 503 for every shard. Metadata does not change during a sale and every
-    /// script checks window, limit and stock itself, so serving it stale is safe.
+    /// metadata key's master is down or failing over), or finds the metadata gone while
+    /// the window runs (that master lost its data), the SKU is served from it instead of
+    /// answering 503 or 404 for every shard. Metadata does not change during a sale and
+    /// every script checks window, limit and stock itself, so serving it stale is safe.
     last_loaded: Cache<u64, Arc<SkuState>>,
     unknown_ttl: Duration,
     live: Arc<LiveSkus>,
@@ -211,13 +219,13 @@ impl SoldOutCache {
                 }
             }
         }
-        if self.live.absent(sku) {
+        if self.live.absent(sku) && self.kept(sku).is_none() {
             event("unknown");
             return Ok(None);
         }
         let slot = self.entries.get_with(sku, new_slot);
         event("miss");
-        match slot.state.get_or_try_init(|| load(client, sku)).await {
+        match slot.state.get_or_try_init(|| self.load(client, sku)).await {
             Ok(state) => {
                 if let Some(s) = state {
                     self.last_loaded.insert(sku, s.clone());
@@ -241,6 +249,29 @@ impl SoldOutCache {
         }
     }
 
+    /// [`load`], or the [`Self::kept`] state when the metadata is gone.
+    async fn load(
+        &self,
+        client: &StockClient,
+        sku: u64,
+    ) -> Result<Option<Arc<SkuState>>, StockError> {
+        Ok(load(client, sku).await?.or_else(|| {
+            let kept = self.kept(sku)?;
+            event("meta_lost");
+            kept.replay.drop_users();
+            Some(kept)
+        }))
+    }
+
+    /// The last state loaded for `sku`, while its window runs. Its metadata can be gone
+    /// from Redis then only because the master holding it lost its data: close-out retires
+    /// a SKU a day after its end (`campaign-ops/src/closeout.rs`). So it is served, not
+    /// answered 404, until the consumer's watch (or a rebuild) writes the metadata back.
+    fn kept(&self, sku: u64) -> Option<Arc<SkuState>> {
+        let state = self.last_loaded.get(&sku)?;
+        (shard_router::now_ms() < state.meta.end_ms).then_some(state)
+    }
+
     /// The view a claim of `state` runs the protocol with.
     pub(crate) fn claim_view<'a>(&'a self, state: &'a SkuState) -> ClaimView<'a> {
         ClaimView { cache: self, state }
@@ -251,11 +282,12 @@ impl SoldOutCache {
         self.entries.get(&sku)?.state.get()?.clone()
     }
 
-    /// Drops a SKU, e.g. when Redis says it is not preheated any more.
+    /// Drops a SKU's entry, e.g. when Redis says it is not preheated any more: the next
+    /// request loads it again. What was loaded stays in `last_loaded`: a shard that lost
+    /// its slice may have lost the SKU's metadata with it ([`Self::kept`]).
     pub(crate) fn invalidate(&self, sku: u64) {
         event("invalidate");
         self.entries.invalidate(&sku);
-        self.last_loaded.invalidate(&sku);
     }
 
     /// Applies an `empty` / `restock` event. Either drops the SKU's replay filter: an

@@ -23,8 +23,9 @@ pub const IN_FLIGHT: &str = "flashgate_in_flight_requests";
 /// Gauge: open client connections.
 pub const CONNECTIONS: &str = "flashgate_open_connections";
 /// Counter `{event}`: sold-out cache traffic (hit, miss, load_error, stale (a failed load
-/// served from the last loaded state), unknown, empty, restock, resync, resync_error (some
-/// shard did not answer), invalidate).
+/// served from the last loaded state), meta_lost (the metadata gone while the window runs,
+/// served likewise), unknown, empty, restock, resync, resync_error (some shard did not
+/// answer), invalidate).
 pub const CACHE_EVENTS: &str = "flashgate_cache_events_total";
 /// Counter: Pub/Sub (re)connections after the first.
 pub const PUBSUB_RECONNECTS: &str = "flashgate_pubsub_reconnects_total";
@@ -53,7 +54,7 @@ pub const DESCRIPTIONS: &[(&str, &str)] = &[
     (REDIS_SECONDS, "Redis time of a claim's scripts (op=claim) and of replica WAITs (op=wait), in seconds."),
     (IN_FLIGHT, "Requests being served now; past --max-in-flight claims are shed with 503."),
     (CONNECTIONS, "Open client connections, capped by --max-connections."),
-    (CACHE_EVENTS, "Sold-out cache traffic by event: hit, miss, load_error, unknown, empty, restock, resync, resync_error, invalidate."),
+    (CACHE_EVENTS, "Sold-out cache traffic by event: hit, miss, load_error, stale, meta_lost, unknown, empty, restock, resync, resync_error, invalidate."),
     (PUBSUB_RECONNECTS, "Pub/Sub (re)subscriptions after the first; each one resyncs the sold-out cache from Redis."),
     (REPLICATION_UNCONFIRMED, "Claims in --durability replica whose WAIT saw no replica acknowledge; answered 503 with unconfirmed=true."),
     (READY, "1 while /readyz answers 200 (Redis reachable, scripts loaded, not draining), else 0."),

@@ -1,4 +1,4 @@
-//! Drill `older_snapshot_cluster` (docs/DESIGN.md): `older_snapshot` on a 3-master Redis
+//! Drill `older_snapshot_cluster` (docs/DRILLS.md): `older_snapshot` on a 3-master Redis
 //! Cluster with replicas. The master serving the SKU's shard and its replica both come
 //! back from an older snapshot mid-sale, on their own ports and with their `nodes.conf`,
 //! so the cluster takes them back as they were: the master with its slots, the replica
