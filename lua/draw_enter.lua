@@ -11,12 +11,14 @@
 -- `consumer draw verify` recomputes every priority from the revealed seed
 -- (campaign-ops/src/draw/verify.rs).
 --
--- KEYS[1] draw meta      {T}:draw:<sku>     hash: state (open|closed|drawn), estart, draw_at,
---                                           k, ik, ok, stock
+-- KEYS[1] draw meta      {T}:draw:<sku>     hash: state (open|closed|drawn|over), estart,
+--                                           draw_at, k, ik, ok, stock (`over`: state alone)
 -- KEYS[2] entrants       {T}:entrants:<sku> hash: user -> E|<entry id> | R|<rank> | W|<claim id>|<shard>
 -- KEYS[3] top-K          {T}:topk:<sku>     sorted set: user by priority, at most k members
 -- KEYS[4] entries stream {T}:entries        one entry per accepted entry, for the ledger
 -- KEYS[5] grant answer   {T}:req:<sku>:<len>:<user>:draw  (the grant claim's stored answer)
+-- KEYS[6] winners        {T}:winners:<sku>  hash: user -> <claim id>|<shard>, written by
+--                                           close-out from the ledger's wins
 -- ARGV[1] sku   ARGV[2] user   ARGV[3] now_ms (gateway clock)
 -- Returns (never nil):
 --   {80, entry_id, fresh}       ENTERED (fresh 1: this call entered; 0: entered before)
@@ -25,8 +27,13 @@
 --   {83, position}              WAITLISTED at `position` (1 = next to be served)
 --   {84}                        LOST
 --   {85, entry_id}              CLOSED: entered, the draw has not run yet
+--   {86}                        OVER: the campaign closed out and this user won nothing
 --   {12} NOT_STARTED   {13} ENDED (entries closed, this user did not enter)
 --   {14} NOT_PREHEATED   {15} BAD_ARGUMENT
+--
+-- Close-out (campaign-ops/src/draw/over.rs) removes the entrants and the top-K but leaves
+-- the meta in state `over` and the winners, both for as long as the SKU's metadata may
+-- send a request here: a winner is still told its claim, anyone else that it is over.
 
 local m = redis.call('HMGET', KEYS[1], 'state', 'estart', 'draw_at', 'k', 'ik', 'ok', 'stock')
 if not m[1] then
@@ -36,6 +43,14 @@ local user = ARGV[2]
 local now = tonumber(ARGV[3])
 if user == '' or not now then
   return {15}
+end
+if m[1] == 'over' then
+  local won = redis.call('HGET', KEYS[6], user)
+  if not won then
+    return {86}
+  end
+  local claim_id, shard = string.match(won, '^([^|]+)|(%d+)$')
+  return {81, claim_id, tonumber(shard), 1}
 end
 local v = redis.call('HGET', KEYS[2], user)
 

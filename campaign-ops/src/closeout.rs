@@ -11,18 +11,20 @@
 //!    the fence is committed and settled first; the loop retries);
 //! 4. the final reconciliation stored as `closing_report`, only if none is stored yet (a
 //!    retry after a crash in step 5 would measure a half-removed Redis);
-//! 5. the Redis keys removed: per shard the user counts, `useq`, holds, release sets, waves, fix
+//! 5. a draw's winners' answers kept (`draw::over`), then the Redis keys removed: per shard
+//!    a draw's entrants and top-K, the user counts, `useq`, holds, release sets, waves, fix
 //!    epoch, and the slice last;
 //! 6. `closed_ms` set; the per-SKU series forgotten. A claim released after that is
 //!    released in the ledger only (`release.rs`): there is no Redis stock left to return to.
 //!
 //! What stays: the stored answers of request ids (`{T}:req:…`), which expire by their own
-//! TTL, and, as long as one of them may still be there, the SKU's metadata `fg:sku:<sku>`
-//! and its place in the live set `fg:skus`. Invariant `replay` (docs/DESIGN.md) promises a
-//! retried success its first answer that long, and a gateway reaches its replay check only
-//! for a SKU it knows: with the metadata it sees the window closed, answers a retry from the
-//! stored answer and anything else `ended`. [`retire`] removes both once the answers are
-//! gone (the consumer's housekeeping runs it).
+//! TTL, a draw's meta (state `over`) and winners, which expire a little later
+//! (`draw_answers_ttl`), and, as long as one of them may still be there, the SKU's
+//! metadata `fg:sku:<sku>` and its place in the live set `fg:skus`. Invariant `replay`
+//! (docs/DESIGN.md) promises a retried success its first answer that long, and a gateway
+//! reaches its replay check only for a SKU it knows: with the metadata it sees the window
+//! closed, answers a retry from the stored answer and anything else `ended`. [`retire`]
+//! removes both once the answers are gone (the consumer's housekeeping runs it).
 
 use std::time::Duration;
 
@@ -71,6 +73,13 @@ async fn not_yet(
 /// still be stored (a second chance settling) during the close-out round whose start time
 /// became `closed_ms`, up to that round's final checks, each of them bounded far below this.
 pub const RETIRE_MARGIN: Duration = Duration::from_secs(600);
+
+/// How long a closed-out draw keeps its winners' answers (`draw::over`): one
+/// [`RETIRE_MARGIN`] past the time [`retire`] may take the SKU's metadata, so a housekeeping
+/// round late by less than that still finds the answers behind the metadata.
+fn draw_answers_ttl(client: &StockClient) -> Duration {
+    client.config().request_ttl + 2 * RETIRE_MARGIN
+}
 
 /// Removes the metadata and the live-set membership of every campaign closed long enough
 /// ago that no stored answer of it can be left: no script writes or refreshes one after
@@ -154,6 +163,7 @@ pub async fn close(
         let text = serde_json::to_string(&report).unwrap_or_default();
         ledger::closing::store_report(pool, sku, &text, t).await?;
     }
+    crate::draw::over::keep_answers(pool, client, &c, draw_answers_ttl(client), t).await?;
     client.remove_campaign_keys(sku, c.width).await?;
     ledger::closing::mark_closed(pool, sku, now_ms, t).await?;
     reconcile::forget_metrics(sku);

@@ -8,6 +8,7 @@
 //! - [`run`]: close, draw, mark, grant.
 //! - [`restore`]: a shard whose draw Redis lost gets it back from the ledger.
 //! - [`verify`]: anyone with the revealed seed recomputes the draw from the ledger.
+//! - [`over`]: at close-out, the winners' answers kept on the shards.
 
 use std::time::Duration;
 
@@ -21,6 +22,7 @@ use sqlx::MySqlPool;
 use consumer::ConsumerError;
 
 pub mod entries;
+pub mod over;
 pub mod restore;
 pub mod run;
 pub mod verify;

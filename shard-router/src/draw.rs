@@ -64,6 +64,8 @@ pub enum DrawState {
     Closed,
     /// Ranks marked: entrants are told where they stand.
     Drawn,
+    /// The campaign closed out: only its winners are left on the shard (`ShardKeys::winners`).
+    Over,
 }
 
 impl DrawState {
@@ -72,6 +74,7 @@ impl DrawState {
             Self::Open => "open",
             Self::Closed => "closed",
             Self::Drawn => "drawn",
+            Self::Over => "over",
         }
     }
 
@@ -80,6 +83,7 @@ impl DrawState {
             "open" => Some(Self::Open),
             "closed" => Some(Self::Closed),
             "drawn" => Some(Self::Drawn),
+            "over" => Some(Self::Over),
             _ => None,
         }
     }
@@ -132,6 +136,8 @@ pub enum EntryOutcome {
     NotStarted,
     /// Entries are closed and this user did not enter.
     Closed,
+    /// The campaign closed out and this user won nothing (lost, waitlisted or never entered).
+    Ended,
     NotPreheated,
 }
 

@@ -89,11 +89,17 @@ impl ShardKeys {
     pub fn top_k(&self) -> String {
         tagged(&self.tag, "topk", self.sku, 0)
     }
-    /// Every key of the campaign on this shard but its stored answers (they expire by their
-    /// TTL): what close-out removes. A key added above belongs here too.
-    pub fn campaign_keys(&self) -> [String; 13] {
+    /// A closed-out draw's winners homed on this shard: user → `<claim id>|<shard>`, kept
+    /// with the draw meta (state `over`) until they expire, so a winner asking after
+    /// close-out is still told its claim (`lua/draw_enter.lua`).
+    pub fn winners(&self) -> String {
+        tagged(&self.tag, "winners", self.sku, 0)
+    }
+    /// Every key of the campaign on this shard but its stored answers, a draw's meta and
+    /// its winners (they expire by their TTL): what close-out removes. A key added above
+    /// belongs here too.
+    pub fn campaign_keys(&self) -> [String; 12] {
         [
-            self.draw_meta(),
             self.entrants(),
             self.top_k(),
             self.meta(),
@@ -230,6 +236,7 @@ mod tests {
             assert_eq!(k.draw_meta(), f("draw"));
             assert_eq!(k.entrants(), f("entrants"));
             assert_eq!(k.top_k(), f("topk"));
+            assert_eq!(k.winners(), f("winners"));
             for user in ["", "u", "ü-名"] {
                 assert_eq!(
                     k.request(user, Some("r-1")),

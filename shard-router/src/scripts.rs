@@ -111,6 +111,7 @@ pub(crate) mod code {
     pub(crate) const WAITLISTED: i64 = 83;
     pub(crate) const LOST: i64 = 84;
     pub(crate) const DRAW_CLOSED: i64 = 85;
+    pub(crate) const DRAW_OVER: i64 = 86;
     pub(crate) const DRAW_LIST: i64 = 90;
     pub(crate) const DRAW_MARKED: i64 = 91;
     pub(crate) const DRAW_RESTORED: i64 = 92;

@@ -269,7 +269,7 @@ async fn mark(
             Some(DrawState::Open) => {
                 client.draw_close(shard, c.sku).await?;
             }
-            Some(DrawState::Drawn) | None => continue,
+            Some(DrawState::Drawn | DrawState::Over) | None => continue,
         }
         mark_shard(pool, client, c, shard, t).await?;
         any = true;

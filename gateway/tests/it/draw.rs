@@ -235,9 +235,8 @@ async fn draw_window_missing_draw_and_modes() {
 /// ledger's own draw: entries through the gateway, the consumer's draw, grants and
 /// close-out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "fails on main: close-out deletes the draw's keys, so every entrant, the winners too, is answered 503"]
 async fn after_close_out_a_winner_is_told_won_and_the_rest_ended() {
-    use crate::common::ledger::{ingest_and_confirm, ledger, SHARDS, T};
+    use crate::common::ledger::{ingest_and_confirm, ledger, T};
     use std::time::Duration;
 
     let redis = RedisServer::start();
@@ -254,15 +253,7 @@ async fn after_close_out_a_winner_is_told_won_and_the_rest_ended() {
         end_ms: now + 4500,
         payment_timeout_s: 1,
     };
-    campaign_ops::campaign::put(&l.pool, &c, SHARDS, T)
-        .await
-        .unwrap();
-    campaign_ops::draw::create(&l.pool, &c, now + 2500, waitlist, T)
-        .await
-        .unwrap();
-    campaign_ops::campaign::preheat(&l.pool, &l.client, c.sku, T)
-        .await
-        .unwrap();
+    l.open_draw(&c, Some((now + 2500, waitlist))).await;
     let mut cfg = config(&redis.url(), false);
     // Short, so the gateway reads the metadata again after close-out.
     cfg.cache_ttl_ms = 300;

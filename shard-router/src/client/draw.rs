@@ -67,6 +67,7 @@ impl StockClient {
             .key(k.top_k())
             .key(keys::entries_stream(&self.placement, home))
             .key(k.request(user, Some(GRANT_REQUEST)))
+            .key(k.winners())
             .arg(sku)
             .arg(user)
             .arg(now_ms);
@@ -91,6 +92,7 @@ impl StockClient {
             code::LOST => EntryOutcome::Lost,
             code::NOT_STARTED => EntryOutcome::NotStarted,
             code::ENDED => EntryOutcome::Closed,
+            code::DRAW_OVER => EntryOutcome::Ended,
             code::NOT_PREHEATED => EntryOutcome::NotPreheated,
             code::BAD_ARGUMENT => return Err(StockError::InvalidArgument("draw entry".into())),
             _ => return Err(r.unexpected()),
@@ -197,6 +199,52 @@ impl StockClient {
                 .query_async::<()>(&mut conn),
         )
         .await
+    }
+
+    /// Ends a closed-out draw on one shard: its winners (`(user, claim id, shard the unit
+    /// came from)`, users homed here) written, then the meta replaced by state `over`, both
+    /// expiring after `ttl`. Idempotent; the entrants and the top-K are close-out's to
+    /// remove after this (`remove_campaign_keys`), so a winner is never without an answer.
+    pub async fn draw_over(
+        &self,
+        shard: ShardId,
+        sku: u64,
+        winners: &[(String, String, ShardId)],
+        ttl: std::time::Duration,
+    ) -> Result<(), StockError> {
+        let k = self.keys(shard, sku);
+        let ms = ttl.as_millis() as u64;
+        let mut conn = self.conn.clone();
+        for chunk in winners.chunks(500) {
+            let mut pipe = redis::pipe();
+            let mut hset = redis::cmd("HSET");
+            hset.arg(k.winners());
+            for (user, claim_id, from) in chunk {
+                hset.arg(user).arg(format!("{claim_id}|{from}"));
+            }
+            pipe.add_command(hset).ignore();
+            pipe.cmd("PEXPIRE").arg(k.winners()).arg(ms).ignore();
+            self.bounded("draw winners", pipe.query_async::<()>(&mut conn))
+                .await?;
+        }
+        // State first: from then on the script reads nothing else of the meta, so each
+        // step leaves an answer (and a shard that lost its draw gets one).
+        let mut pipe = redis::pipe();
+        pipe.cmd("HSET")
+            .arg(k.draw_meta())
+            .arg("state")
+            .arg(DrawState::Over.as_str())
+            .ignore()
+            .cmd("HDEL")
+            .arg(k.draw_meta())
+            .arg(&["estart", "draw_at", "k", "ik", "ok", "stock"])
+            .ignore()
+            .cmd("PEXPIRE")
+            .arg(k.draw_meta())
+            .arg(ms)
+            .ignore();
+        self.bounded("draw over", pipe.query_async::<()>(&mut conn))
+            .await
     }
 
     /// Puts entries the ledger holds back on a shard (`draw_restore.lua`): `(user,

@@ -165,6 +165,16 @@ fn answer(standing: &EntryOutcome, meta: &SkuMeta, draw: &SkuDraw) -> (&'static 
                 ApiStatus::EntriesClosed.as_str(),
             )
         }
+        EntryOutcome::Ended => {
+            body.error = Some(format!(
+                "the draw of sku {sku} is over (the campaign closed); this user won nothing"
+            ));
+            (
+                outcome::REJECTED,
+                StatusCode::FORBIDDEN,
+                ApiStatus::Ended.as_str(),
+            )
+        }
         EntryOutcome::NotPreheated => unreachable!("answered by `enter`"),
     };
     body.status = status;

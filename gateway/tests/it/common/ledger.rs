@@ -42,7 +42,18 @@ pub(crate) async fn ledger(redis: &RedisServer) -> Ledger {
 impl Ledger {
     /// Stores `c` in the ledger and preheats it onto Redis, as an operator does.
     pub(crate) async fn open(&self, c: &Campaign) {
+        self.open_draw(c, None).await;
+    }
+
+    /// [`Self::open`], as a draw at `draw` = `(draw_at_ms, waitlist)` when given (made
+    /// between the two steps, as `consumer campaign --mode draw` does).
+    pub(crate) async fn open_draw(&self, c: &Campaign, draw: Option<(i64, u32)>) {
         campaign::put(&self.pool, c, SHARDS, T).await.unwrap();
+        if let Some((draw_at_ms, waitlist)) = draw {
+            campaign_ops::draw::create(&self.pool, c, draw_at_ms, waitlist, T)
+                .await
+                .unwrap();
+        }
         campaign::preheat(&self.pool, &self.client, c.sku, T)
             .await
             .unwrap();
