@@ -237,6 +237,8 @@ impl Reply {
             Content::Value(v) => serde_json::to_vec(&v).unwrap_or_else(|_| b"{}".to_vec()),
             Content::Rendered(b) => b,
         };
+        #[cfg(debug_assertions)]
+        assert_declared(self.status, &bytes);
         bytes.push(b'\n');
         let mut resp = Response::new(Full::new(Bytes::from(bytes)));
         *resp.status_mut() = self.status;
@@ -258,6 +260,22 @@ impl Reply {
             h.insert(CONNECTION, HeaderValue::from_static("close"));
         }
         resp
+    }
+}
+
+/// Every answer's pair of HTTP code and `status` is one that `ApiStatus::codes` declares:
+/// docs/API.md's status tables are held to that list (gateway/tests/docs.rs), so an answer
+/// outside it is a bug, caught in debug builds by whichever test produces it.
+#[cfg(debug_assertions)]
+fn assert_declared(code: StatusCode, body: &[u8]) {
+    let value: Value = serde_json::from_slice(body).unwrap_or_default();
+    let status = value.get("status").and_then(Value::as_str);
+    match status.map(str::parse::<ApiStatus>) {
+        Some(Ok(kind)) => assert!(
+            kind.codes().contains(&code.as_u16()),
+            "an answer {code} with status {kind}: add the pair to shard-router/src/status.rs and docs/API.md"
+        ),
+        _ => panic!("an answer {code} without a known status: {value}"),
     }
 }
 

@@ -1,13 +1,13 @@
-//! The `status` field of every gateway answer (README.md "HTTP API"): one enum for the
-//! gateway that writes it, and the bench and tests that read it back, so a name cannot
-//! drift between writer and reader. Each name is spelled once, in the `api_statuses!` table
-//! below; `as_str`, `FromStr` and serde all go through it.
+//! The `status` field of every gateway answer (docs/API.md): one enum for the gateway that
+//! writes it, and the bench and tests that read it back, so a name cannot drift between
+//! writer and reader. Each name is spelled once, in the `api_statuses!` table below, with
+//! the HTTP codes it goes with; `as_str`, `codes`, `FromStr` and serde all go through it.
 
 use std::fmt;
 use std::str::FromStr;
 
 macro_rules! api_statuses {
-    ($($(#[$doc:meta])* $variant:ident => $name:literal,)*) => {
+    ($($(#[$doc:meta])* $variant:ident => $name:literal $codes:expr,)*) => {
         /// A value of the `status` field of a gateway answer.
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
         pub enum ApiStatus {
@@ -24,66 +24,75 @@ macro_rules! api_statuses {
                     $(ApiStatus::$variant => $name,)*
                 }
             }
+
+            /// The HTTP codes an answer with this status may carry: the gateway checks
+            /// every answer against them in debug builds (gateway/src/reply.rs), and
+            /// gateway/tests/docs.rs holds docs/API.md's status tables to them.
+            pub const fn codes(self) -> &'static [u16] {
+                match self {
+                    $(ApiStatus::$variant => &$codes,)*
+                }
+            }
         }
     };
 }
 
 api_statuses! {
-    /// 201 a fresh claim, 200 its replay.
-    Claimed => "claimed",
-    /// 410: no stock on any shard.
-    SoldOut => "sold_out",
-    /// 409: the user already holds the SKU's limit.
-    LimitReached => "limit_reached",
-    /// 409: the same request id is being served right now.
-    InProgress => "in_progress",
-    /// 403: before the sale window.
-    NotStarted => "not_started",
-    /// 403: after the sale window.
-    Ended => "ended",
-    /// 404: no such campaign, or not preheated.
-    UnknownSku => "unknown_sku",
-    /// 400 / 408 / 413 / 415: the request itself is wrong.
-    BadRequest => "bad_request",
-    /// 401: no identity, or one the gateway does not believe.
-    Unauthorized => "unauthorized",
-    /// 429: per-client-address or per-user rate limit.
-    RateLimited => "rate_limited",
-    /// 503: shed past the in-flight cap; nothing was taken.
-    Overloaded => "overloaded",
-    /// 503: Redis trouble, clock skew, or (replica mode) not yet replicated.
-    Unavailable => "unavailable",
-    /// 500: a bug (a script reply this build does not understand).
-    Internal => "internal",
-    /// 404: no route for the path.
-    NotFound => "not_found",
-    /// 405: wrong method for the route.
-    MethodNotAllowed => "method_not_allowed",
-    /// 200: `/healthz`, `GET /v1/skus/{sku}`.
-    Ok => "ok",
-    /// 200: `/readyz`.
-    Ready => "ready",
-    /// 503: `/readyz` while not ready.
-    NotReady => "not_ready",
+    /// A fresh claim (201), or its replay (200).
+    Claimed => "claimed" [201, 200],
+    /// No stock on any shard.
+    SoldOut => "sold_out" [410],
+    /// The user already holds the SKU's limit.
+    LimitReached => "limit_reached" [409],
+    /// The same request id is being served right now.
+    InProgress => "in_progress" [409],
+    /// Before the sale window.
+    NotStarted => "not_started" [403],
+    /// After the sale window.
+    Ended => "ended" [403],
+    /// No such campaign, or not preheated.
+    UnknownSku => "unknown_sku" [404],
+    /// The request itself is wrong.
+    BadRequest => "bad_request" [400, 408, 413, 415],
+    /// No identity, or one the gateway does not believe.
+    Unauthorized => "unauthorized" [401],
+    /// Per-client-address or per-user rate limit.
+    RateLimited => "rate_limited" [429],
+    /// Shed past the in-flight cap; nothing was taken.
+    Overloaded => "overloaded" [503],
+    /// Redis trouble, clock skew, or (replica mode) not yet replicated.
+    Unavailable => "unavailable" [503],
+    /// A bug (a script reply this build does not understand).
+    Internal => "internal" [500],
+    /// No route for the path.
+    NotFound => "not_found" [404],
+    /// Wrong method for the route.
+    MethodNotAllowed => "method_not_allowed" [405],
+    /// `/healthz`, `GET /v1/skus/{sku}`.
+    Ok => "ok" [200],
+    /// `/readyz`.
+    Ready => "ready" [200],
+    /// `/readyz` while not ready.
+    NotReady => "not_ready" [503],
     /// A draw's entry is in (docs/DESIGN.md "The draw").
-    Entered => "entered",
+    Entered => "entered" [202],
     /// Entered; entries are closed and the draw is running.
-    Drawing => "drawing",
+    Drawing => "drawing" [202],
     /// Drawn a winner, and the unit is claimed.
-    Won => "won",
+    Won => "won" [201],
     /// Drawn a winner; the claim is being made.
-    WonPending => "won_pending",
-    Waitlisted => "waitlisted",
-    Lost => "lost",
+    WonPending => "won_pending" [202],
+    Waitlisted => "waitlisted" [200],
+    Lost => "lost" [410],
     /// Entries are closed and this user did not enter.
-    EntriesClosed => "entries_closed",
+    EntriesClosed => "entries_closed" [403],
     /// Waiting in a queue SKU's waiting room.
-    Queued => "queued",
+    Queued => "queued" [202],
     /// A queue token that is not this gateway's, this user's or this SKU's.
-    InvalidQueueToken => "invalid_queue_token",
-    /// 503: the shard's Redis restarted or failed over and is being checked against the
-    /// ledger (`lua/guard.lua`); nothing was taken, retry shortly.
-    Restoring => "restoring",
+    InvalidQueueToken => "invalid_queue_token" [403],
+    /// The shard's Redis restarted or failed over and is being checked against the
+    /// Ledger (`lua/guard.lua`); nothing was taken, retry shortly.
+    Restoring => "restoring" [503],
 }
 
 impl fmt::Display for ApiStatus {
