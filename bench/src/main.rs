@@ -2,6 +2,8 @@
 //! module; `anyhow` lives only in the binary (`main.rs`, `cmd/`).
 
 mod cmd;
+#[cfg(test)]
+mod doc_cli;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
