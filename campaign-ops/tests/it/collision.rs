@@ -202,7 +202,7 @@ async fn a_collision_fences_the_home_shard_until_the_ledger_rebuilt_it() {
 
 /// `user` claims a unit, Redis forgets the user's sequence, and the user claims again
 /// under the same one; the first record reaches the ledger before the second is made.
-async fn one_seq_claimed_in_order(
+pub(crate) async fn one_seq_claimed_in_order(
     s: &Stack,
     c: &campaign_ops::campaign::Campaign,
     shard: u16,

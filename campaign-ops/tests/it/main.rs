@@ -36,6 +36,7 @@ mod release_loss;
 mod release_race;
 mod replica;
 mod replica_recovery;
+mod review_commit_unknown;
 mod startup;
 mod throughput;
 mod tls;
