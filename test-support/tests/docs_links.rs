@@ -134,7 +134,6 @@ impl Repository {
 }
 
 #[test]
-#[ignore = "fails on main: docs name lua/stream_ack.lua, bench/src/load/recorder.rs and consumer/tests"]
 fn every_repository_path_the_docs_name_exists() {
     let repo = Repository::load();
     let dirs = &repo.dirs;
@@ -215,7 +214,6 @@ fn every_markdown_link_and_anchor_resolves() {
 }
 
 #[test]
-#[ignore = "fails on main: README \"Benchmarks\", \"Upgrading\", \"HTTP API\" and \"Identity\" moved to docs/"]
 fn every_section_the_docs_refer_to_exists() {
     let mut problems = Vec::new();
     let all = docs::all();
