@@ -5,8 +5,11 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use drills::load::Answers;
+use drills::verdict::{self, Figures};
 use gateway::Listeners;
-use shard_router::RedisTarget;
+use shard_router::{Claim, ClaimRecord, RedisTarget, ShardId, SkuMeta};
+use sqlx::MySqlPool;
 use test_support::RedisCluster;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -124,4 +127,34 @@ async fn http(
         Some((status, json))
     };
     tokio::time::timeout(HTTP_TIMEOUT, exchange).await.ok()?
+}
+
+/// One unit of `sku` taken on `shard`, as its client was told.
+pub(crate) fn unit(claim_id: String, sku: u64, shard: ShardId) -> Claim {
+    Claim {
+        claim_id,
+        sku,
+        shard,
+        qty: 1,
+    }
+}
+
+/// What clients were told (`acknowledged`) against the ledger's active rows of `meta`'s SKU.
+pub(crate) async fn ledger_figures(
+    pool: &MySqlPool,
+    drill: &str,
+    meta: &SkuMeta,
+    acknowledged: Vec<(String, Claim)>,
+) -> Figures {
+    let rows = super::redis_loss::ledger(pool, meta.sku).await;
+    let records: Vec<ClaimRecord> = rows
+        .into_values()
+        .filter(|(_, s)| s == "pending" || s == "confirmed")
+        .map(|(r, _)| r)
+        .collect();
+    let answers = Answers {
+        acknowledged,
+        ..Answers::default()
+    };
+    verdict::compare(drill, meta, &answers, &records)
 }

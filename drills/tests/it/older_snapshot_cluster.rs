@@ -14,14 +14,12 @@ use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use campaign_ops::service;
-use drills::load::Answers;
-use drills::verdict;
 use shard_router::placement::slot_of_tag;
-use shard_router::{Claim, ClaimRecord, StockClient};
+use shard_router::{Claim, StockClient};
 use test_support::mariadb::TestDatabase;
 use test_support::RedisCluster;
 
-use super::cluster_sale::{claim, consumer_config, gateway};
+use super::cluster_sale::{claim, consumer_config, gateway, ledger_figures, unit};
 use super::older_snapshot::{wait_ledger, wait_vouched};
 use super::redis_loss::{ledger, open_campaign, put_and_preheat, wait_reading};
 
@@ -70,16 +68,7 @@ async fn a_master_and_its_replica_back_from_an_older_snapshot_resell_nothing() {
         let Some(claim_id) = a.claim_id.clone().filter(|_| a.status == Some(201)) else {
             panic!("claim {i} before the fault: {a:?}");
         };
-        let qty = 1;
-        first.insert(
-            user,
-            Claim {
-                claim_id,
-                sku: c.sku,
-                shard,
-                qty,
-            },
-        );
+        first.insert(user, unit(claim_id, c.sku, shard));
         if i + 1 == STOCK / 2 {
             wait_ledger(&pool, c.sku, first.len()).await;
             wait_vouched(&client, &meta).await;
@@ -118,16 +107,7 @@ async fn a_master_and_its_replica_back_from_an_older_snapshot_resell_nothing() {
             let a = claim(gw.addr, c.sku, &user, &rid).await;
             match (a.status, a.claim_id) {
                 (Some(201), Some(claim_id)) => {
-                    let qty = 1;
-                    after.fresh.push((
-                        user,
-                        Claim {
-                            claim_id,
-                            sku: c.sku,
-                            shard,
-                            qty,
-                        },
-                    ));
+                    after.fresh.push((user, unit(claim_id, c.sku, shard)))
                 }
                 (Some(200), Some(id)) => {
                     let own = first.get(&user).is_some_and(|f| f.claim_id == id);
@@ -159,20 +139,9 @@ async fn a_master_and_its_replica_back_from_an_older_snapshot_resell_nothing() {
         .expect("service ends cleanly");
 
     let rows = ledger(&pool, c.sku).await;
-    let records: Vec<ClaimRecord> = rows
-        .values()
-        .filter(|(_, s)| s == "pending" || s == "confirmed")
-        .map(|(r, _)| r.clone())
-        .collect();
-    let answers = Answers {
-        acknowledged: first
-            .clone()
-            .into_iter()
-            .chain(after.fresh.clone())
-            .collect(),
-        ..Answers::default()
-    };
-    let mut f = verdict::compare("older_snapshot_cluster", &meta, &answers, &records);
+    let acknowledged = first.clone().into_iter().chain(after.fresh.clone());
+    let name = "older_snapshot_cluster";
+    let mut f = ledger_figures(&pool, name, &meta, acknowledged.collect()).await;
     f.recover_ms = Some(recover_ms);
     let voided = before
         .iter()

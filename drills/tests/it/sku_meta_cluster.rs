@@ -18,14 +18,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use campaign_ops::service;
-use drills::load::Answers;
-use drills::verdict::{self, Figures};
+use drills::verdict::Figures;
 use shard_router::placement::slot_of_tag;
-use shard_router::{keys, Claim, ClaimRecord, ShardId, StockClient};
+use shard_router::{keys, Claim, ShardId, StockClient};
 use test_support::mariadb::TestDatabase;
 use test_support::RedisCluster;
 
-use super::cluster_sale::{claim, consumer_config, gateway, Answer};
+use super::cluster_sale::{claim, consumer_config, gateway, ledger_figures, unit, Answer};
 use super::older_snapshot::{wait_ledger, wait_vouched};
 use super::redis_loss::{ledger, open_campaign, put_and_preheat, wait_reading};
 
@@ -114,16 +113,7 @@ async fn the_master_holding_sku_metadata_loses_its_data() {
                 panic!("winner {user} before the fault: {a:?}");
             };
             let shard = client.placement().home_shard(sku, WIDTH, &user);
-            first.push((
-                sku,
-                user,
-                Claim {
-                    claim_id,
-                    sku,
-                    shard,
-                    qty: 1,
-                },
-            ));
+            first.push((sku, user, unit(claim_id, sku, shard)));
         }
         wait_ledger(&pool, sku, WINNERS).await;
         wait_vouched(&client, &metas[&sku]).await;
@@ -223,15 +213,8 @@ async fn the_master_holding_sku_metadata_loses_its_data() {
             .filter(|s| s.sku == sku && !s.retry && s.answer.status == Some(201));
         let fresh = fresh.filter_map(|s| {
             let claim_id = s.answer.claim_id.clone()?;
-            Some((
-                s.user.clone(),
-                Claim {
-                    claim_id,
-                    sku,
-                    shard: 0,
-                    qty: 1,
-                },
-            ))
+            // The verdict matches claim ids; the taking shard is not judged here.
+            Some((s.user.clone(), unit(claim_id, sku, 0)))
         });
         let winners = first.iter().filter(|(s, _, _)| *s == sku);
         winners
@@ -257,17 +240,7 @@ async fn the_master_holding_sku_metadata_loses_its_data() {
         ..Figures::default()
     };
     for sku in [apart, with] {
-        let rows = ledger(&pool, sku).await;
-        let records: Vec<ClaimRecord> = rows
-            .values()
-            .filter(|(_, s)| s == "pending" || s == "confirmed")
-            .map(|(r, _)| r.clone())
-            .collect();
-        let answers = Answers {
-            acknowledged: acknowledged(sku),
-            ..Answers::default()
-        };
-        let g = verdict::compare("sku_meta_cluster", &metas[&sku], &answers, &records);
+        let g = ledger_figures(&pool, "sku_meta_cluster", &metas[&sku], acknowledged(sku)).await;
         f.acknowledged += g.acknowledged;
         f.recorded += g.recorded;
         f.lost += g.lost;
