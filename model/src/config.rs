@@ -53,6 +53,10 @@ pub struct Ops {
     /// stream fed before a rebuild raised it (a SKU preheated on the shard after the loss
     /// shares its stream), under a master whose clock is behind the old one's.
     pub rebuild_floor: bool,
+    /// A master restarts from an older snapshot (one snapshot and one restart per run).
+    pub restore: bool,
+    /// The database refuses writes for a while.
+    pub db_refuses: bool,
 }
 
 impl Ops {
@@ -68,6 +72,26 @@ impl Ops {
         repreheat: true,
         replay_filter: true,
         rebuild_floor: true,
+        // Checked in forms of their own (`Config::restore`, `Config::db_refusal`).
+        restore: false,
+        db_refuses: false,
+    };
+
+    /// No fault or operation at all (the small forms add the ones they need).
+    pub const NONE: Ops = Ops {
+        gateway_crash: false,
+        lose_event: false,
+        replica_lag: false,
+        failover: false,
+        loss: false,
+        consumer_crash: false,
+        wave: 0,
+        releases: 0,
+        repreheat: false,
+        replay_filter: false,
+        rebuild_floor: true,
+        restore: false,
+        db_refuses: false,
     };
 }
 
@@ -94,6 +118,43 @@ impl Config {
     /// --deep`): one retrying user and one fault together.
     pub fn deep() -> Self {
         Self::base()
+    }
+
+    /// A master restarts from an older snapshot: one snapshot of
+    /// either shard at any point, then the restart, and no other fault (the vouch fence's
+    /// form, `cargo test -p model --test new_faults`).
+    pub fn restore() -> Self {
+        Config {
+            retrying: 0,
+            ops: Ops {
+                restore: true,
+                ..Ops::NONE
+            },
+            ..Self::base()
+        }
+    }
+
+    /// The same with a user who sends its request twice, over one gateway, with the
+    /// clock stopped (no hold expires): what a winner's retry is told after the restart.
+    pub fn restore_retry() -> Self {
+        Config {
+            retrying: 1,
+            gateways: 1,
+            max_time: 0,
+            ..Self::restore()
+        }
+    }
+
+    /// The database refuses writes for a while, and no other fault.
+    pub fn db_refusal() -> Self {
+        Config {
+            retrying: 0,
+            ops: Ops {
+                db_refuses: true,
+                ..Ops::NONE
+            },
+            ..Self::base()
+        }
     }
 
     fn base() -> Self {

@@ -171,6 +171,12 @@ impl System {
             return false;
         }
         row.offset = to;
+        if st.db_refusing {
+            // Reached with [`Mutant::ServerErrorIsPoison`] only (otherwise the commit is
+            // retried once the database accepts): the rows are kept as poison, and the
+            // place moves past them.
+            return true;
+        }
         for &(e, rec) in entries {
             let id = rec.claim_id(e);
             let late = rec.gen < st.ledger.rebuild_gen;

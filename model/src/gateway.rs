@@ -94,6 +94,14 @@ impl System {
                     return self.step_undo_or_keep(st, t, lag);
                 };
                 walk.remove(0);
+                if !self.guarded(st, shard) {
+                    st.tasks[t].pc = Pc::Undoing {
+                        seq,
+                        gen,
+                        answer: Reply::Restoring,
+                    };
+                    return true;
+                }
                 let args = TakeArgs {
                     user: task.user,
                     qty: task.qty,
@@ -174,8 +182,12 @@ impl System {
             // Sold out from memory: no answer over a missing slice is 503 (the answer may
             // be lost with it until the rebuild: `replay_confirmed_live`).
             let slice_missing = st.nodes[usize::from(home)].master.stock.is_none();
+            // Nor over a process the ledger has not vouched for: its answers may be older.
+            let restoring = crate::vouch::unvouched(st, home)
+                && !self.cfg.mutant_is(Mutant::ReplayReadIgnoresVouch);
             let answer = match self.replay_read(st, task, home, Reply::SoldOut, lag) {
                 Reply::SoldOut if slice_missing => Reply::Unavailable,
+                Reply::SoldOut if restoring => Reply::Restoring,
                 a => a,
             };
             return self.finish(st, t, answer);
@@ -197,6 +209,9 @@ impl System {
                 self.cfg.hold_ttl
             },
         };
+        if !self.guarded(st, home) {
+            return self.finish(st, t, Reply::Restoring);
+        }
         let mut ev = Vec::new();
         let reply = scripts::claim(st.master(home), &args, self.cfg.mutant, &mut ev);
         st.publish(&ev);
@@ -268,6 +283,11 @@ impl System {
     fn step_undo_or_keep(&self, st: &mut State, t: usize, lag: bool) -> bool {
         let task = st.tasks[t].clone();
         let home = self.cfg.home(task.user);
+        // A hold placed under one process is never settled on another: the hold stays for
+        // the consumer to resolve, the retry after the rebuild gets its answer.
+        if !self.guarded(st, home) {
+            return self.finish(st, t, Reply::Restoring);
+        }
         match task.pc {
             Pc::Keeping {
                 seq,

@@ -25,6 +25,8 @@ pub enum Reply {
     InProgress,
     /// 503: Redis trouble or a write no replica confirmed.
     Unavailable,
+    /// 503 `restoring`: the guard refused, the shard's process is not vouched for.
+    Restoring,
     /// 404/403: no slice (lost, fenced) or the window.
     Refused,
 }

@@ -75,6 +75,15 @@ impl Record {
     }
 }
 
+/// `{T}:vouch`: which Redis process the ledger vouched for (`lua/vouch.lua`). Processes
+/// are numbered per shard (the model's `run_id`: a new one at every start and failover).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Vouch {
+    Run(u8),
+    /// `revoked`: a vouch of another process, replaced by the guard or the watch.
+    Revoked,
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Shard {
     pub stock: Option<Units>,
@@ -93,6 +102,8 @@ pub struct Shard {
     /// The stream's last id (XADD hands out the next one; XSETID raises it; a loss sets it
     /// back to 0).
     pub last_id: u32,
+    /// Data like the rest: it rolls back with a snapshot and is lost with the shard.
+    pub vouch: Option<Vouch>,
 }
 
 impl Shard {

@@ -6,7 +6,8 @@
 //! settle, with their sold-out cache and replay filter (`gateway`), the offset consumer
 //! (read after the ledger's offset, fence, conditional commit, trim) and its resolution of
 //! expired holds (`consumer`), the operator's recovery steps (`operator`), the faults
-//! (`faults`), and the invariants of docs/DESIGN.md as properties (`properties`). `system`
+//! (`faults`), the vouch fence against a Redis that comes back older (`vouch`), and the
+//! invariants of docs/DESIGN.md as properties (`properties`). `system`
 //! is the state they share (with `gateway_state`, the gateways' and requests' part of it)
 //! and its actions; `transitions` ties them into one [`stateright::Model`]. It has no
 //! I/O: `tests/conformance.rs` holds the script functions to the real scripts on a real
@@ -29,6 +30,7 @@ pub mod scripts;
 pub mod system;
 pub mod trace;
 mod transitions;
+pub mod vouch;
 
 pub use config::Config;
 pub use mutant::Mutant;

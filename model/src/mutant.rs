@@ -28,10 +28,28 @@ pub enum Mutant {
     /// stream_trim.lua without its guard (the master's replication id the offset's, the
     /// stream's last id at or above the offset).
     TrimPastCommitted,
+    /// claim.lua, take.lua and settle.lua loaded without `lua/guard.lua`: a master back
+    /// from an older snapshot sells from its older slices, counts and answers.
+    NoVouchFence,
+    /// The consumer's watch vouches for a new process without rebuilding its shard.
+    VouchWithoutRebuild,
+    /// The watch rebuilds a shard that came back older only when the ledger holds claims of
+    /// the campaign (`campaign-ops/src/rebuild/watch.rs`'s `ledger_has_claims` check): in
+    /// the sale's first moments, before the consumer committed anything, it vouches the
+    /// older data as it is, so a walk under a hold the restart lost still takes.
+    WatchTrustsEmptyLedger,
+    /// The sold-out path's replay read (`replay_confirmed_live`: the answer and the home
+    /// slice in one `MGET`) trusts a missing answer on a process the ledger has not vouched
+    /// for, as `shard-router/src/replay.rs` does: a winner's retry after a restart from an
+    /// older snapshot is told 410.
+    ReplayReadIgnoresVouch,
+    /// The writer takes a commit the database refused (a server-state error, not the row's
+    /// own) for poison: the place moves past the rows, which never reach the ledger.
+    ServerErrorIsPoison,
 }
 
 impl Mutant {
-    pub const ALL: [Mutant; 10] = [
+    pub const ALL: [Mutant; 15] = [
         Mutant::TakeIgnoresDeadline,
         Mutant::SettleKeepsFailedTake,
         Mutant::RebuildIgnoresStreams,
@@ -42,5 +60,10 @@ impl Mutant {
         Mutant::OffsetKeptAcrossNewMaster,
         Mutant::UnconditionalOffset,
         Mutant::TrimPastCommitted,
+        Mutant::NoVouchFence,
+        Mutant::VouchWithoutRebuild,
+        Mutant::WatchTrustsEmptyLedger,
+        Mutant::ReplayReadIgnoresVouch,
+        Mutant::ServerErrorIsPoison,
     ];
 }

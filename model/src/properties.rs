@@ -7,7 +7,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use stateright::Property;
 
-use crate::keyspace::{ClaimId, Record, ShardId, Units, User};
+use crate::gateway_state::Reply;
+use crate::keyspace::{ClaimId, Record, ShardId, Units, User, Vouch};
 use crate::ledger::Status;
 use crate::system::{State, System};
 
@@ -31,6 +32,24 @@ pub fn all(m: &System) -> Vec<Property<System>> {
             quiescent(m, st) && !st.ledger.claims.is_empty()
         }),
     ];
+    // Where a master comes back older, show that the guard refused a sale there and that
+    // such a shard was vouched again after its rebuild.
+    if m.cfg.faults > 0 && m.cfg.ops.restore {
+        all.push(Property::sometimes(
+            "a sale refused restoring",
+            |_, st: &State| st.answers.iter().any(|(_, _, r)| *r == Reply::Restoring),
+        ));
+        all.push(Property::sometimes(
+            "a new process vouched after a rebuild",
+            |_, st: &State| {
+                st.rebuilds > 0
+                    && st
+                        .nodes
+                        .iter()
+                        .any(|n| n.run > 0 && n.master.vouch == Some(Vouch::Run(n.run)))
+            },
+        ));
+    }
     // Where a retry and a lost event can meet, show that the replay filter's residual is
     // reached (and it is allowed only within its bound: `replay` above).
     let c = &m.cfg;
@@ -103,6 +122,8 @@ fn ledger_truth(m: &System, st: &State) -> bool {
     (0..m.cfg.shards).all(|s| {
         let sh = &st.nodes[usize::from(s)].master;
         match (sh.stock, &sh.meta) {
+            // A shard the guard refuses on offers nothing until the watch rebuilt it.
+            _ if crate::vouch::unvouched(st, s) => true,
             (Some(slice), Some(meta)) if !meta.fenced => {
                 slice + out_of(st, s) - sh.debt <= m.share(st, s)
             }
@@ -117,6 +138,8 @@ fn ledger_truth(m: &System, st: &State) -> bool {
 pub fn quiescent(m: &System, st: &State) -> bool {
     st.tasks.is_empty()
         && st.stalled.is_none()
+        && !st.db_refusing
+        && (0..m.cfg.shards).all(|s| !crate::vouch::unvouched(st, s))
         && (0..m.cfg.shards).all(|s| m.caught_up(st, s))
         && st.nodes.iter().all(|n| {
             n.master.holds.is_empty()

@@ -6,6 +6,7 @@
 //! A [`Mutant`] switches one rule off, for the tests that prove the checker finds bugs.
 
 mod claim;
+mod guard;
 mod preheat;
 mod release;
 mod settle;
@@ -13,6 +14,7 @@ mod take;
 mod wave;
 
 pub use claim::{claim, ClaimArgs, ClaimReply};
+pub use guard::guard;
 pub use preheat::{preheat, PreheatReply};
 pub use release::{release_stock, release_user, ReleaseReply};
 pub use settle::{settle, SettleReply, Verb};

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::config::Config;
 use crate::gateway_state::{Gateway, Reply, Request, Task};
-use crate::keyspace::{ClaimId, Event, Meta, Record, Rid, Shard, ShardId, Units, User};
+use crate::keyspace::{ClaimId, Event, Meta, Record, Rid, Shard, ShardId, Units, User, Vouch};
 use crate::ledger::{Ledger, Offset, StreamRow};
 
 /// One shard's Redis: a master and its replica. The replica is the master as of its last
@@ -23,6 +23,12 @@ pub struct Node {
     /// failover and every loss (Redis takes a new id at every master start), so what a
     /// reader saw under an older one may be gone, and ids may be handed out again.
     pub replid: u8,
+    /// The master's process (its `run_id`): a new one at every start and failover, and the
+    /// one thing a restart from an older snapshot does not roll back.
+    pub run: u8,
+    /// The snapshot a restart may come back from (an RDB, an AOF that lost its last
+    /// second): the master's data as it was when taken.
+    pub snapshot: Option<Shard>,
 }
 
 /// A rule the run broke on the way (the properties read these).
@@ -75,6 +81,9 @@ pub struct State {
     pub repreheated: bool,
     pub rebuilds: u8,
     pub reroutes: u8,
+    /// The database refuses writes (read-only, full, connections lost): every transaction
+    /// fails, the consumer's commit and its place with it, until it accepts again.
+    pub db_refusing: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -121,6 +130,17 @@ pub enum Action {
     Replicate(ShardId),
     Failover(ShardId),
     Lose(ShardId),
+    /// A snapshot of the shard's master is taken (the one a restart may come back from).
+    Snapshot(ShardId),
+    /// The master restarts from its snapshot, under a new process; its replica resyncs.
+    Restore(ShardId),
+    /// The consumer's watch on a shard whose vouch is not its process's: revoke, rebuild
+    /// from the ledger, vouch (`campaign-ops/src/rebuild/watch.rs`).
+    Watch(ShardId),
+    /// The database starts refusing writes.
+    DbRefuses,
+    /// The database accepts writes again.
+    DbAccepts,
     Rebuild,
     Repreheat,
     ReleaseBegin(ClaimId),
@@ -162,12 +182,16 @@ impl System {
                         fenced: false,
                     }),
                     last_id: FIRST_LAST_ID,
+                    // The first preheat vouches for the process it writes to.
+                    vouch: Some(Vouch::Run(0)),
                     ..Shard::default()
                 };
                 Node {
                     replica: master.clone(),
                     master,
                     replid: 0,
+                    run: 0,
+                    snapshot: None,
                 }
             })
             .collect();
@@ -201,6 +225,7 @@ impl System {
             repreheated: false,
             rebuilds: 0,
             reroutes: 0,
+            db_refusing: false,
         }
     }
 

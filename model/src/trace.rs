@@ -41,7 +41,10 @@ pub fn render(_m: &System, path: &Path<State, Action>) -> String {
         for (s, n) in last.nodes.iter().enumerate() {
             let _ = writeln!(
                 out,
-                "     shard {s}: replid {} slice {:?} debt {} users {:?} holds {:?} stream {:?} last id {}, ledger offset {:?} lease {}",
+                "     shard {s}: process {} vouch {:?} gen {} replid {} slice {:?} debt {} users {:?} holds {:?} stream {:?} last id {}, ledger offset {:?} lease {}",
+                n.run,
+                n.master.vouch,
+                n.master.gen(),
                 n.replid,
                 n.master.stock,
                 n.master.debt,
@@ -94,7 +97,9 @@ pub fn describe(before: &State, a: &Action) -> String {
             } else {
                 "consumer reads"
             };
-            let end = if crash {
+            let end = if before.db_refusing {
+                "the database refuses the commit; the rows are kept as poison and the offset moves past them"
+            } else if crash {
                 "commits, and crashes before its final answers and trim"
             } else {
                 "commits, moves the offset and trims"
@@ -144,6 +149,20 @@ pub fn describe(before: &State, a: &Action) -> String {
         Action::Replicate(s) => format!("shard {s}'s replica catches up"),
         Action::Failover(s) => format!("FAULT: shard {s} fails over to its replica"),
         Action::Lose(s) => format!("FAULT: shard {s} loses its data"),
+        Action::Snapshot(s) => format!("shard {s}'s master is snapshotted"),
+        Action::Restore(s) => format!(
+            "FAULT: shard {s}'s master restarts from its older snapshot as process {}",
+            before.nodes[usize::from(s)].run.wrapping_add(1)
+        ),
+        Action::Watch(s) => {
+            let n = &before.nodes[usize::from(s)];
+            format!(
+                "consumer's watch finds shard {s}'s vouch {:?} (process {}), rebuilds if foreign, vouches",
+                n.master.vouch, n.run
+            )
+        }
+        Action::DbRefuses => "FAULT: the database refuses writes".to_owned(),
+        Action::DbAccepts => "the database accepts writes again".to_owned(),
         Action::Rebuild => "consumer rebuilds the campaign from the ledger".to_owned(),
         Action::Repreheat => "operator preheats again".to_owned(),
         Action::ReleaseBegin(id) => {

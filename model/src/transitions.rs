@@ -5,6 +5,7 @@
 
 use stateright::{Model, Property};
 
+use crate::mutant::Mutant;
 use crate::system::{Action, State, System};
 
 impl Model for System {
@@ -20,6 +21,11 @@ impl Model for System {
         self.consumer_actions(st, out);
         self.operator_actions(st, out);
         self.fault_actions(st, out);
+        self.watch_actions(st, out);
+        if st.db_refusing {
+            // What writes the ledger fails and is retried later: nothing changes now.
+            out.retain(|a| !self.writes_ledger(a));
+        }
     }
 
     fn next_state(&self, last: &State, action: Action) -> Option<State> {
@@ -50,6 +56,18 @@ impl Model for System {
             }
             Action::Failover(s) => self.failover(&mut st, s),
             Action::Lose(s) => self.lose(&mut st, s),
+            Action::Snapshot(s) => {
+                let n = &mut st.nodes[usize::from(s)];
+                n.snapshot = Some(n.master.clone());
+                true
+            }
+            Action::Restore(s) => self.restore(&mut st, s),
+            Action::Watch(s) => self.watch(&mut st, s),
+            Action::DbRefuses => self.db_refuses(&mut st),
+            Action::DbAccepts => {
+                st.db_refusing = false;
+                true
+            }
             Action::Rebuild => self.rebuild(&mut st),
             Action::Repreheat => self.repreheat(&mut st),
             Action::ReleaseBegin(id) => self.release_begin(&mut st, id),
@@ -66,5 +84,25 @@ impl Model for System {
 
     fn properties(&self) -> Vec<Property<Self>> {
         crate::properties::all(self)
+    }
+}
+
+impl System {
+    /// A transaction on the ledger (the watch's rebuild is left out by the watch itself).
+    /// [`Mutant::ServerErrorIsPoison`]: the consumer's commits go on, as poison.
+    fn writes_ledger(&self, a: &Action) -> bool {
+        match a {
+            Action::Consume { .. } | Action::CommitStalled => {
+                !self.cfg.mutant_is(Mutant::ServerErrorIsPoison)
+            }
+            Action::Takeover(_)
+            | Action::Rebuild
+            | Action::Repreheat
+            | Action::ReleaseBegin(_)
+            | Action::ReleaseRedis(_)
+            | Action::WavePlace
+            | Action::WaveRedis => true,
+            _ => false,
+        }
     }
 }

@@ -8,23 +8,10 @@ use model::{check, Config, Mutant};
 /// A form small enough to reach each mutant's counterexample in seconds: the CI form with
 /// only the faults the mutant needs.
 fn form(m: Mutant) -> Config {
-    let none = Ops {
-        gateway_crash: false,
-        lose_event: false,
-        replica_lag: false,
-        failover: false,
-        loss: false,
-        consumer_crash: false,
-        wave: 0,
-        releases: 0,
-        repreheat: false,
-        replay_filter: false,
-        rebuild_floor: true,
-    };
     // One user retries (the replay mutant needs it); the fault forms do without.
     let mut cfg = Config {
         faults: 0,
-        ops: none,
+        ops: Ops::NONE,
         ..Config::ci_retry()
     };
     match m {
@@ -61,6 +48,11 @@ fn form(m: Mutant) -> Config {
             cfg.faults = 1;
             cfg.ops.consumer_crash = true;
         }
+        Mutant::NoVouchFence | Mutant::VouchWithoutRebuild | Mutant::WatchTrustsEmptyLedger => {
+            cfg = Config::restore();
+        }
+        Mutant::ReplayReadIgnoresVouch => cfg = Config::restore_retry(),
+        Mutant::ServerErrorIsPoison => cfg = Config::db_refusal(),
         Mutant::TakeIgnoresDeadline | Mutant::SettleKeepsFailedTake | Mutant::ReplayAfterCache => {}
     }
     cfg.with_mutant(m)
@@ -147,6 +139,59 @@ fn a_trim_past_what_is_committed_is_caught() {
     caught(
         Mutant::TrimPastCommitted,
         &["nothing-lost", "books-close", "ledger-truth"],
+    );
+}
+
+#[test]
+fn selling_on_a_master_back_from_an_older_snapshot_is_caught() {
+    caught(
+        Mutant::NoVouchFence,
+        &["no-oversell", "user-limit", "replay", "nothing-lost"],
+    );
+}
+
+#[test]
+fn a_vouch_without_a_rebuild_is_caught() {
+    caught(
+        Mutant::VouchWithoutRebuild,
+        &[
+            "no-oversell",
+            "user-limit",
+            "replay",
+            "nothing-lost",
+            "books-close",
+        ],
+    );
+}
+
+/// `campaign-ops/src/rebuild/watch.rs` as it is: no rebuild while the ledger holds no
+/// claim of the campaign.
+#[test]
+fn a_watch_that_trusts_an_empty_ledger_is_caught() {
+    caught(
+        Mutant::WatchTrustsEmptyLedger,
+        &[
+            "no-oversell",
+            "user-limit",
+            "replay",
+            "nothing-lost",
+            "books-close",
+        ],
+    );
+}
+
+/// `shard-router/src/replay.rs` as it is: the sold-out path's replay read does not look
+/// at the vouch.
+#[test]
+fn a_replay_read_that_trusts_an_unvouched_process_is_caught() {
+    caught(Mutant::ReplayReadIgnoresVouch, &["replay"]);
+}
+
+#[test]
+fn a_refused_commit_taken_for_poison_is_caught() {
+    caught(
+        Mutant::ServerErrorIsPoison,
+        &["nothing-lost", "books-close"],
     );
 }
 

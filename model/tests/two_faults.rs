@@ -13,17 +13,9 @@ fn loss_and_release() -> Config {
         retrying: 0,
         faults: 2,
         ops: Ops {
-            gateway_crash: false,
-            lose_event: false,
-            replica_lag: false,
-            failover: false,
             loss: true,
-            consumer_crash: false,
-            wave: 0,
             releases: 1,
-            repreheat: false,
-            replay_filter: false,
-            rebuild_floor: true,
+            ..Ops::NONE
         },
         ..Config::ci()
     }

@@ -14,6 +14,13 @@ struct Args {
     /// The CI form's second half (a retrying user, no fault).
     #[arg(long, conflicts_with = "deep")]
     retry: bool,
+    /// The older-snapshot form (a snapshot, then a restart from it; `--retry` for its
+    /// retry form).
+    #[arg(long, conflicts_with_all = ["deep", "db_refusal"])]
+    restore: bool,
+    /// The database-refusal form.
+    #[arg(long, conflicts_with = "deep")]
+    db_refusal: bool,
     /// Faults per run, over the form's own.
     #[arg(long)]
     faults: Option<u8>,
@@ -55,6 +62,12 @@ fn main() {
     let args = Args::parse();
     let mut cfg = if args.deep {
         Config::deep()
+    } else if args.restore && args.retry {
+        Config::restore_retry()
+    } else if args.restore {
+        Config::restore()
+    } else if args.db_refusal {
+        Config::db_refusal()
     } else if args.retry {
         Config::ci_retry()
     } else {
