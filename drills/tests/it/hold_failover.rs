@@ -7,9 +7,9 @@
 //! never a second 201 and gets the first claim once the consumer rebuilt the home shard
 //! from the ledger and the take's record; the user within the limit.
 //!
-//! What this holds to the fence: without the guard the promoted replica sells at once,
-//! the retry finds no answer and no hold and claims a second unit (the failure
-//! `reroute_none_failover` showed before the fence).
+//! What this holds to the fence: the consumer is down while the home fails over (no
+//! rebuild can come first), so for the retries sent then only the guard stands between
+//! the promoted replica, which has neither the answer nor the hold, and a second unit.
 
 use std::time::{Duration, Instant};
 
@@ -90,7 +90,10 @@ async fn a_keep_after_its_home_failed_over_is_refused_and_the_retry_replays() {
         qty: 1,
     };
 
-    // The home master dies before replicating; the stalled keep arrives afterwards.
+    // The consumer stops (a restart of it, say), then the home master dies before
+    // replicating; the stalled keep arrives afterwards, and the client retries.
+    let _ = stop.send(true);
+    let _ = service.await;
     tokio::task::block_in_place(|| {
         cluster.take_over(home_master, home_replica);
         cluster.rejoin_as_replica(home_master);
@@ -115,8 +118,17 @@ async fn a_keep_after_its_home_failed_over_is_refused_and_the_retry_replays() {
     let (mut again, mut replayed, mut mismatch, mut restoring, mut other_answers) =
         (0, false, 0, 0, 0);
     let empties = LocalEmptyShards::default();
+    let back = Instant::now() + Duration::from_secs(3);
+    let mut service = None;
+    let (stop, rx) = consumer::signal::channel();
+    let mut rx = Some(rx);
     let deadline = Instant::now() + Duration::from_secs(40);
     while !replayed && Instant::now() < deadline {
+        if Instant::now() > back {
+            if let Some(rx) = rx.take() {
+                service = Some(tokio::spawn(service::run(cfg.clone(), None, rx)));
+            }
+        }
         match protocol::claim(&gateway, &meta, &req, &empties, now_ms()).await {
             Ok(ClaimOutcome::Claimed { .. }) => again += 1,
             Ok(ClaimOutcome::Replay(c)) if c.claim_id == taken.claim_id => replayed = true,
@@ -139,7 +151,9 @@ async fn a_keep_after_its_home_failed_over_is_refused_and_the_retry_replays() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     let _ = stop.send(true);
-    let _ = service.await;
+    if let Some(service) = service {
+        let _ = service.await;
+    }
     println!(
         "drill=hold_failover_before_keep keep={kept:?} second_201={again} \
          replay_mismatch={mismatch} winner_replayed={replayed} restoring={restoring} \
