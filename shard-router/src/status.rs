@@ -151,7 +151,7 @@ mod tests {
 
     #[test]
     fn wire_names_are_pinned() {
-        // README.md "HTTP API" documents these; clients match on them.
+        // docs/API.md documents these; clients match on them.
         let names: Vec<_> = ApiStatus::ALL.iter().map(|a| a.as_str()).collect();
         assert_eq!(
             names,
