@@ -44,7 +44,11 @@ pub(crate) async fn handle(app: &App, sku: &str) -> Reply {
     body.insert("limit".into(), Value::from(meta.limit));
     body.insert("start_ms".into(), Value::from(meta.start_ms));
     body.insert("end_ms".into(), Value::from(meta.end_ms));
-    let mode = if meta.draw.is_some() { "draw" } else { "fcfs" };
+    let mode = match (&meta.draw, meta.queue) {
+        (Some(_), _) => "draw",
+        (None, true) => "queue",
+        (None, false) => "fcfs",
+    };
     body.insert("mode".into(), Value::from(mode));
     if let Some(d) = &meta.draw {
         body.insert("draw_at_ms".into(), Value::from(d.draw_at_ms));
