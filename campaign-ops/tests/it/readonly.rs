@@ -1,7 +1,8 @@
 //! Drill `mysql_readonly`: what a primary switchover does to the consumer. A private
 //! MariaDB; the consumer connects as a user without SUPER (so `read_only` applies to it)
 //! while claims flow; one of its batch statements is killed (`KILL QUERY`) mid-commit, then
-//! the server is read-only for a few seconds. Neither is the rows' fault: every
+//! the server is read-only for 5 s, then flips read-only in 30 short blips (20 ms on,
+//! 80 ms off: a switchover that goes back and forth). None of it is the rows' fault: every
 //! acknowledged claim must reach `claims`, nothing may be kept as poison, the writer must
 //! move again once the server is writable, and `/healthz` must say so while it cannot.
 
@@ -101,6 +102,19 @@ async fn kill_a_commit(root: &MySqlPool, sku: u64) -> usize {
     killed
 }
 
+/// How often the server flips read-only briefly after the long spell.
+const BLIPS: usize = 30;
+
+async fn set_read_only(root: &MySqlPool, on: bool) {
+    sqlx::query(&format!(
+        "SET GLOBAL read_only = {}",
+        if on { "ON" } else { "OFF" }
+    ))
+    .execute(root)
+    .await
+    .unwrap();
+}
+
 /// True once the ledger has `n` claims of `sku` and nothing past the places is left.
 async fn drained_within(s: &Stack, sku: u64, n: usize, limit: Duration) -> bool {
     let deadline = Instant::now() + limit;
@@ -144,10 +158,10 @@ async fn mysql_readonly() {
     let admin = listener.local_addr().unwrap();
     let consumer = start_service(cfg, Some(listener));
 
-    // ~300 claims/s, from before the first fault until well after the last.
-    let long = drills::scale() > 1.0;
-    let read_only_for = Duration::from_secs(if long { 5 } else { 3 });
-    let rounds = (drills::scaled(Duration::from_secs(9)).as_millis() / 100) as usize;
+    // ~300 claims/s, from before the first fault until well after the last (the kill
+    // takes up to 2.5 s, read-only 5 s, the blips 3 s).
+    let read_only_for = Duration::from_secs(5);
+    let rounds = (drills::scaled(Duration::from_secs(14)).as_millis() / 100) as usize;
     let producer = {
         let client = s.client.clone();
         let c = c.clone();
@@ -168,17 +182,18 @@ async fn mysql_readonly() {
 
     tokio::time::sleep(Duration::from_millis(500)).await;
     let root = &s.pool;
-    sqlx::query("SET GLOBAL read_only = ON")
-        .execute(root)
-        .await
-        .unwrap();
+    set_read_only(root, true).await;
     let on_at = start.elapsed();
     tokio::time::sleep(read_only_for).await;
-    sqlx::query("SET GLOBAL read_only = OFF")
-        .execute(root)
-        .await
-        .unwrap();
+    set_read_only(root, false).await;
     let off_at = start.elapsed();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for _ in 0..BLIPS {
+        set_read_only(root, true).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        set_read_only(root, false).await;
+        tokio::time::sleep(Duration::from_millis(80)).await;
+    }
 
     let ids = producer.await.unwrap();
     let caught_up = drained_within(&s, sku, ids.len(), CATCH_UP).await;
@@ -208,7 +223,7 @@ async fn mysql_readonly() {
         ..drills::Figures::default()
     };
     println!(
-        "{figures} poison={poison} killed={killed} read_only_ms={}..{} caught_up={caught_up} health={seen:?}",
+        "{figures} poison={poison} killed={killed} read_only_ms={}..{} blips={BLIPS} caught_up={caught_up} health={seen:?}",
         on_at.as_millis(),
         off_at.as_millis()
     );
