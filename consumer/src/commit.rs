@@ -105,6 +105,53 @@ pub async fn write_at(
     Ok((written, o))
 }
 
+/// What a batch committed by an earlier attempt did, as far as the ledger still shows it
+/// (that attempt's answer was lost: a COMMIT that went through while its connection
+/// dropped or its bound ran out): the records stored as collisions and those whose claim id
+/// holds another claim, so the shards that went back in time are fenced all the same. Its
+/// late claims are in `late_claims`, for the sweep.
+pub async fn committed_before(
+    pool: &MySqlPool,
+    records: &[&ClaimRecord],
+    timeout: Duration,
+) -> Result<BatchOutcome, ConsumerError> {
+    let mut stored: HashMap<String, (u64, String, u64, String)> = HashMap::new();
+    for chunk in records.chunks(ledger::claims::IDS_PER_QUERY) {
+        let mut q = sqlx::QueryBuilder::<MySql>::new(
+            "SELECT claim_id, sku, CAST(user_id AS CHAR), user_seq, CAST(collides AS CHAR) FROM claims \
+             WHERE claim_id IN (",
+        );
+        let mut list = q.separated(", ");
+        for r in chunk {
+            list.push_bind(r.claim_id.as_str());
+        }
+        q.push(")");
+        let rows: Vec<(String, u64, String, u64, String)> = ledger::pool::bounded(
+            "read a committed batch back",
+            timeout,
+            q.build_query_as().fetch_all(pool),
+        )
+        .await?;
+        stored.extend(
+            rows.into_iter()
+                .map(|(id, sku, u, seq, c)| (id, (sku, u, seq, c))),
+        );
+    }
+    let mut out = BatchOutcome::default();
+    for r in records {
+        let Some((sku, user, seq, collides)) = stored.get(&r.claim_id) else {
+            continue;
+        };
+        if (*sku, user.as_str(), *seq) != (r.sku, r.user.as_str(), r.user_seq) {
+            out.id_reused.push((*r).clone());
+        } else if collides == &r.claim_id {
+            out.collisions.push((*r).clone());
+        }
+    }
+    out.redelivered = stored.len() - out.id_reused.len();
+    Ok(out)
+}
+
 /// `ledger::claims::store` over records, inside `tx` (a rebuild's in-flight claims).
 pub async fn store(
     tx: &mut Transaction<'_, MySql>,

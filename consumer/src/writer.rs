@@ -203,6 +203,18 @@ impl Writer {
             match self.write_retrying(&records, &moves, &poison, stall).await {
                 Ok((Written::Committed(_), o)) => break o,
                 Ok((Written::Fenced(which), _)) => {
+                    // Every refused place already where this batch takes it, under its own
+                    // lease: an earlier attempt committed and its answer was lost. Done, and
+                    // what it found (a collision to fence) is read back from the ledger.
+                    match self.committed_before(&moves, &which, &records).await {
+                        Ok(Some(o)) => break o,
+                        Ok(None) => {}
+                        Err(e) => {
+                            stall.failed(records.len(), &e);
+                            tokio::time::sleep(stalled.step()).await;
+                            continue;
+                        }
+                    }
                     let lost: Vec<(ShardId, u64)> = which
                         .iter()
                         .map(|&i| (moves[i].1, moves[i].0.epoch))
@@ -311,6 +323,31 @@ impl Writer {
             self.inflight
                 .remove(r.shard, r.entries.iter().map(|d| d.entry_id.as_str()));
         }
+    }
+
+    /// The outcome of an earlier attempt of this batch that committed (its answer lost),
+    /// when every move `which` names finds its stream at the move's end under its epoch;
+    /// `None` when another consumer moved it.
+    async fn committed_before(
+        &self,
+        moves: &[(Advance, ShardId)],
+        which: &[usize],
+        records: &[&ClaimRecord],
+    ) -> Result<Option<BatchOutcome>, crate::ConsumerError> {
+        let t = self.cfg.db_timeout;
+        for &i in which {
+            let a = &moves[i].0;
+            let at = ledger::offsets::get(&self.pool, &a.stream, t).await?;
+            if !matches!(at, Some((to, epoch, _)) if to == a.to && epoch == a.epoch) {
+                return Ok(None);
+            }
+        }
+        let o = commit::committed_before(&self.pool, records, t).await?;
+        tracing::warn!(
+            rows = records.len(),
+            "batch found committed by an attempt whose answer was lost"
+        );
+        Ok(Some(o))
     }
 
     fn lease(&self, shard: ShardId) -> &ShardLease {

@@ -95,7 +95,6 @@ fn proxied(url: &str, port: u16) -> (String, u16) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "fails on main: the retry after a lost COMMIT answer is fenced by its own place, commits the rows placeless as redeliveries, and the collision's distrust is never sent (rebuild gen 1 -> 1)"]
 async fn a_collision_whose_commit_answer_was_lost_still_fences_its_home_shard() {
     let s = Stack::start().await;
     let c = campaign(&s, 7191, 10, 1, 2, 3600).await;
