@@ -149,7 +149,7 @@ impl CutHome {
     }
 }
 
-/// What a client's retries of one request id got, until one replays `first` (or 40 s).
+/// What a client's retries of one request id got.
 #[derive(Debug, Default)]
 pub(crate) struct Retries {
     pub(crate) again: u32,
@@ -159,29 +159,36 @@ pub(crate) struct Retries {
     pub(crate) other: u32,
 }
 
-/// Retries `req` every 100 ms until it replays `first`; `between` runs before each try.
-pub(crate) async fn retry_until_replayed(
-    gateway: &StockClient,
-    meta: &SkuMeta,
-    req: &ClaimRequest,
-    first: &Claim,
-    mut between: impl FnMut(),
-) -> Retries {
-    let mut r = Retries::default();
-    let empties = LocalEmptyShards::default();
-    let deadline = Instant::now() + Duration::from_secs(40);
-    while !r.replayed && Instant::now() < deadline {
-        between();
-        match protocol::claim(gateway, meta, req, &empties, now_ms()).await {
-            Ok(ClaimOutcome::Claimed { .. }) => r.again += 1,
-            Ok(ClaimOutcome::Replay(c)) if c.claim_id == first.claim_id => r.replayed = true,
-            Ok(ClaimOutcome::Replay(_)) => r.mismatch += 1,
-            Err(StockError::Restoring { .. }) => r.restoring += 1,
-            _ => r.other += 1,
+impl CutHome {
+    /// Retries `req` every 100 ms through `gateway` until it replays `first` (or 40 s),
+    /// starting the paused consumer again after `resume_after`.
+    pub(crate) async fn retry_until_replayed(
+        &mut self,
+        gateway: &StockClient,
+        req: &ClaimRequest,
+        first: &Claim,
+        resume_after: Duration,
+    ) -> Retries {
+        let mut r = Retries::default();
+        let empties = LocalEmptyShards::default();
+        let meta = self.meta.clone();
+        let back = Instant::now() + resume_after;
+        let deadline = Instant::now() + Duration::from_secs(40);
+        while !r.replayed && Instant::now() < deadline {
+            if self.service.is_none() && Instant::now() > back {
+                self.resume();
+            }
+            match protocol::claim(gateway, &meta, req, &empties, now_ms()).await {
+                Ok(ClaimOutcome::Claimed { .. }) => r.again += 1,
+                Ok(ClaimOutcome::Replay(c)) if c.claim_id == first.claim_id => r.replayed = true,
+                Ok(ClaimOutcome::Replay(_)) => r.mismatch += 1,
+                Err(StockError::Restoring { .. }) => r.restoring += 1,
+                _ => r.other += 1,
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        r
     }
-    r
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -230,16 +237,9 @@ async fn a_keep_after_its_home_failed_over_is_refused_and_the_retry_replays() {
     let kept = gateway
         .settle(sku, home, &user, user_seq, Some("once"), &keep)
         .await;
-    let back = Instant::now() + Duration::from_secs(3);
-    let mut paused = true;
-    let meta = s.meta.clone();
-    let r = retry_until_replayed(&gateway, &meta, &req, &taken, || {
-        if paused && Instant::now() > back {
-            paused = false;
-            s.resume();
-        }
-    })
-    .await;
+    let r = s
+        .retry_until_replayed(&gateway, &req, &taken, Duration::from_secs(3))
+        .await;
     let held = s.rows_of(&user, usize::from(r.again > 0)).await;
     s.pause().await;
     println!(

@@ -7,10 +7,12 @@
 //! never the user over the limit; the retry gets its first claim back once the consumer
 //! rebuilt the home shard from the ledger and the streams.
 
+use std::time::Duration;
+
 use shard_router::protocol::{self, LocalEmptyShards};
 use shard_router::{now_ms, ClaimOutcome, ClaimRequest};
 
-use super::hold_failover::{retry_until_replayed, CutHome};
+use super::hold_failover::CutHome;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rerouted_claim_whose_home_fails_over_is_claimed_once() {
@@ -31,9 +33,14 @@ async fn a_rerouted_claim_whose_home_fails_over_is_claimed_once() {
         other => panic!("expected a rerouted claim: {other:?}"),
     };
 
-    // The home master dies before replicating the hold, the count or the answer.
+    // The home master dies before replicating the hold, the count or the answer, while
+    // the consumer is down (no rebuild can come first: only the fence stands between the
+    // retries and a second unit); it is back after 3 s.
+    s.pause().await;
     let gateway = s.fail_over_home().await;
-    let r = retry_until_replayed(&gateway, &s.meta, &req, &first, || {}).await;
+    let r = s
+        .retry_until_replayed(&gateway, &req, &first, Duration::from_secs(3))
+        .await;
     // Whatever was taken reaches the ledger.
     let held = s.rows_of(&user, usize::from(r.again > 0)).await;
     s.pause().await;
