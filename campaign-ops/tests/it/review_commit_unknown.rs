@@ -22,7 +22,8 @@ struct CommitCutter {
 }
 
 impl CommitCutter {
-    async fn start(upstream: u16) -> Self {
+    /// `hold`: how long the connection stays open, silent, after the COMMIT was forwarded.
+    async fn start(upstream: u16, hold: Duration) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let armed = Arc::new(AtomicBool::new(false));
@@ -33,7 +34,7 @@ impl CommitCutter {
                 let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)).await else {
                     continue;
                 };
-                tokio::spawn(relay(client, server, a.clone(), f.clone()));
+                tokio::spawn(relay(client, server, a.clone(), f.clone(), hold));
             }
         });
         Self { port, armed, fired }
@@ -45,6 +46,7 @@ async fn relay(
     server: TcpStream,
     armed: Arc<AtomicBool>,
     fired: Arc<AtomicBool>,
+    hold: Duration,
 ) {
     let (mut cr, mut cw) = client.into_split();
     let (mut sr, mut sw) = server.into_split();
@@ -74,7 +76,7 @@ async fn relay(
             let _ = sw.write_all(&head).await;
             let _ = sw.write_all(&body).await;
             fired.store(true, Ordering::SeqCst);
-            tokio::time::sleep(Duration::from_millis(500)).await;
+            tokio::time::sleep(hold).await;
             return;
         }
         collided &= !commit;
@@ -94,13 +96,32 @@ fn proxied(url: &str, port: u16) -> (String, u16) {
     (url, upstream.parse().unwrap())
 }
 
+/// The connection drops once MySQL committed: the writer sees a lost connection.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_collision_whose_commit_answer_was_lost_still_fences_its_home_shard() {
+    lost_commit_answer(7191, false).await;
+}
+
+/// No answer within the writer's bound (`db_timeout`), then the connection drops: the writer
+/// gave the attempt up on its own clock first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_collision_whose_commit_outlived_the_bound_still_fences_its_home_shard() {
+    lost_commit_answer(7192, true).await;
+}
+
+/// A collision is committed and its answer lost (after the writer's bound ran out when
+/// `past_bound`), and the home shard must still be fenced and rebuilt, the books closing.
+async fn lost_commit_answer(sku: u64, past_bound: bool) {
     let s = Stack::start().await;
-    let c = campaign(&s, 7191, 10, 1, 2, 3600).await;
+    let hold = if past_bound {
+        s.cfg.db_timeout + Duration::from_secs(1)
+    } else {
+        Duration::from_millis(500)
+    };
+    let c = campaign(&s, sku, 10, 1, 2, 3600).await;
     let shard = s.client.placement().shards_of(c.sku, 1)[0];
     let (_, upstream) = proxied(&s.cfg.mysql_url, 0);
-    let cutter = CommitCutter::start(upstream).await;
+    let cutter = CommitCutter::start(upstream, hold).await;
     let mut cfg = s.cfg.clone();
     cfg.mysql_url = proxied(&s.cfg.mysql_url, cutter.port).0;
     let gen_before = ::ledger::rebuild::rebuild_gen(&s.pool, c.sku, T)
