@@ -252,7 +252,7 @@ pub async fn rebuild(
             .holds(sku, shard)
             .await?
             .into_iter()
-            .map(|h| format!("{}|{}", h.user, h.user_seq))
+            .map(|h| (format!("{}|{}", h.user, h.user_seq), h.gen))
             .collect();
         holds.insert(shard, fields);
     }

@@ -35,12 +35,16 @@ pub(super) struct Images {
 }
 
 /// Computes the images. `shares` are the shards of the SKU with their share of the stock
-/// (`SkuMeta::slices`). `holds` are `user|seq` fields of holds standing per home shard.
+/// (`SkuMeta::slices`). `holds` are the holds standing per home shard: their `user|seq`
+/// field and the generation they were placed under (their name; `None` for a hold of the
+/// previous release). A hold is its claim's (already counted with it) only at the claim
+/// record's generation: after a loss handed a sequence out again, the hold of that
+/// `user|seq` is another request's.
 /// Replay answers are kept for claims younger than `request_ttl_ms` at `now_ms`.
 pub(super) fn compute(
     shares: &[(ShardId, u64)],
     claims: &[Known],
-    holds: &HashMap<ShardId, Vec<String>>,
+    holds: &HashMap<ShardId, Vec<(String, Option<u64>)>>,
     now_ms: i64,
     request_ttl_ms: i64,
 ) -> Images {
@@ -49,7 +53,8 @@ pub(super) fn compute(
     let mut users: HashMap<ShardId, BTreeMap<&str, (u64, u64)>> = HashMap::new();
     let mut rel_stock: HashMap<ShardId, Vec<String>> = HashMap::new();
     let mut rel_user: HashMap<ShardId, Vec<String>> = HashMap::new();
-    let mut claimed: HashSet<(ShardId, String)> = HashSet::new();
+    let mut claimed: HashSet<(ShardId, String, u64)> = HashSet::new();
+    let mut claimed_any: HashSet<(ShardId, String)> = HashSet::new();
     for k in claims {
         let r = &k.record;
         let qty = u64::from(r.qty);
@@ -60,7 +65,9 @@ pub(super) fn compute(
             .or_default();
         // The sequence never goes below any seq handed out, released claims included.
         entry.1 = entry.1.max(r.user_seq);
-        claimed.insert((r.home, format!("{}|{}", r.user, r.user_seq)));
+        let field = format!("{}|{}", r.user, r.user_seq);
+        claimed.insert((r.home, field.clone(), r.gen));
+        claimed_any.insert((r.home, field));
         match k.seen {
             Seen::Active => {
                 *taken.entry(r.shard).or_default() += qty;
@@ -100,8 +107,11 @@ pub(super) fn compute(
             .get(&shard)
             .map(|hs| {
                 hs.iter()
-                    .filter(|h| claimed.contains(&(shard, (*h).clone())))
-                    .cloned()
+                    .filter(|(field, gen)| match gen {
+                        Some(g) => claimed.contains(&(shard, field.clone(), *g)),
+                        None => claimed_any.contains(&(shard, field.clone())),
+                    })
+                    .map(|(field, _)| field.clone())
                     .collect()
             })
             .unwrap_or_default();
@@ -155,7 +165,14 @@ mod tests {
             known("b1", "bob", 1, 1, 1, Seen::Active),
             known("c3", "carol", 3, 0, 1, Seen::Active),
         ];
-        let holds = HashMap::from([(1, vec!["carol|3".to_owned(), "dave|1".to_owned()])]);
+        let holds = HashMap::from([(
+            1,
+            vec![
+                ("carol|3".to_owned(), Some(0)),
+                ("dave|1".to_owned(), None),
+                ("bob|1".to_owned(), Some(1)),
+            ],
+        )]);
         let img = compute(&[(0, 5), (1, 5)], &claims, &holds, 2_000, 10_000);
         let s0 = &img.shards[0];
         assert_eq!(s0.slice, 3, "a1 and c3 came from shard 0");
@@ -176,7 +193,7 @@ mod tests {
         assert_eq!(
             s1.matched_holds,
             vec!["carol|3".to_owned()],
-            "dave's hold is open"
+            "dave's hold is open; bob's is of another generation than his claim's"
         );
         assert_eq!((img.active_units, img.oversold), (3, 0));
         assert_eq!(img.answers.len(), 4);
