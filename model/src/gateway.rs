@@ -125,6 +125,7 @@ impl System {
                         self.note(st, task.gw, shard, remaining);
                         Pc::Keeping {
                             seq,
+                            gen,
                             claim,
                             confirmed: !lag,
                         }
@@ -291,6 +292,7 @@ impl System {
         match task.pc {
             Pc::Keeping {
                 seq,
+                gen,
                 claim,
                 confirmed,
             } => {
@@ -306,15 +308,18 @@ impl System {
                     seq,
                     Verb::Keep(answer),
                     Some(task.rid),
-                    None,
+                    Some(gen),
                 );
                 if !lag {
                     st.sync(home);
                 }
-                // The unit is taken and recorded whatever settle says.
-                let _ = settled;
-                st.reroutes = st.reroutes.saturating_add(1);
-                let ok = confirmed && !lag;
+                // The unit is taken and recorded whatever settle says; a hold gone was
+                // settled by someone else (or is another claim's after a loss): the stored
+                // answer decides, not this attempt (protocol.rs `keep`, `HoldSettled`).
+                let ok = confirmed && !lag && settled != SettleReply::HoldGone;
+                if ok {
+                    st.reroutes = st.reroutes.saturating_add(1);
+                }
                 self.finish(
                     st,
                     t,

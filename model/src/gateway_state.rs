@@ -78,6 +78,8 @@ pub enum Pc {
     /// A take succeeded; settle keeps the hold.
     Keeping {
         seq: u32,
+        /// The generation the hold was placed under, which names it in the keep.
+        gen: u32,
         claim: ClaimId,
         confirmed: bool,
     },
