@@ -120,9 +120,9 @@ impl Config {
         Self::base()
     }
 
-    /// A master restarts from an older snapshot: one snapshot of
-    /// either shard at any point, then the restart, and no other fault (the vouch fence's
-    /// form, `cargo test -p model --test new_faults`).
+    /// A master restarts from an older snapshot: one snapshot of either shard at any point,
+    /// then the restart, and no other fault (the vouch fence's form, in `cargo test -p
+    /// model --test check`).
     pub fn restore() -> Self {
         Config {
             retrying: 0,

@@ -58,6 +58,16 @@ fn form(m: Mutant) -> Config {
     cfg.with_mutant(m)
 }
 
+/// What selling from a master's older data breaks: a unit or a user's count sold again,
+/// a retry answered otherwise, a claim that misses the ledger, books that do not close.
+const RESTART_BREAKS: &[&str] = &[
+    "no-oversell",
+    "user-limit",
+    "replay",
+    "nothing-lost",
+    "books-close",
+];
+
 fn caught(m: Mutant, expected: &[&str]) {
     let report = check::run(form(m), 2, true, None);
     println!("mutant {m:?}: {}", report.summary());
@@ -152,32 +162,14 @@ fn selling_on_a_master_back_from_an_older_snapshot_is_caught() {
 
 #[test]
 fn a_vouch_without_a_rebuild_is_caught() {
-    caught(
-        Mutant::VouchWithoutRebuild,
-        &[
-            "no-oversell",
-            "user-limit",
-            "replay",
-            "nothing-lost",
-            "books-close",
-        ],
-    );
+    caught(Mutant::VouchWithoutRebuild, RESTART_BREAKS);
 }
 
 /// `campaign-ops/src/rebuild/watch.rs` as it is: no rebuild while the ledger holds no
 /// claim of the campaign.
 #[test]
 fn a_watch_that_trusts_an_empty_ledger_is_caught() {
-    caught(
-        Mutant::WatchTrustsEmptyLedger,
-        &[
-            "no-oversell",
-            "user-limit",
-            "replay",
-            "nothing-lost",
-            "books-close",
-        ],
-    );
+    caught(Mutant::WatchTrustsEmptyLedger, RESTART_BREAKS);
 }
 
 /// `shard-router/src/replay.rs` as it is: the sold-out path's replay read does not look
