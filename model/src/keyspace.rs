@@ -29,7 +29,7 @@ pub struct Meta {
     pub fenced: bool,
 }
 
-/// `{T}:holds:<sku>` value: `qty|expires_ms|request_id`.
+/// `{T}:holds:<sku>` value: `qty|expires_ms:gen|request_id`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct HoldVal {
     pub qty: Units,
