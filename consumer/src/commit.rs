@@ -47,6 +47,19 @@ impl BatchOutcome {
     }
 }
 
+/// Fences every shard `outcome` shows handing out what only a Redis older than the ledger
+/// would ([`BatchOutcome::gone_back`]): it answers `restoring` until the watch rebuilt it
+/// from the ledger and vouched again (`lua/guard.lua`). A failure is logged; the anomaly is
+/// recorded either way.
+pub async fn fence_gone_back(client: &shard_router::StockClient, outcome: &BatchOutcome) {
+    for shard in outcome.gone_back() {
+        match client.distrust(shard).await {
+            Ok(()) => tracing::error!(shard, "the shard handed out a claim id or a user's sequence the ledger holds: fenced until rebuilt from the ledger"),
+            Err(e) => tracing::error!(shard, error = %e, "the shard handed out a claim id or a user's sequence the ledger holds, and fencing it failed"),
+        }
+    }
+}
+
 fn outcome(records: &[&ClaimRecord], s: Stored) -> BatchOutcome {
     BatchOutcome {
         inserted: s.inserted,

@@ -276,9 +276,23 @@ impl ShardReader {
                 .map(|d| d.record)
                 .collect();
             crate::final_answers::finalize_records(&self.client, committed.iter()).await;
+            self.fence_committed(&committed).await;
             match page.last() {
                 Some(last) if page.len() == 500 => after = Some(last.id.clone()),
                 _ => return,
+            }
+        }
+    }
+
+    /// The consumer that committed these may have died before it fenced a shard their
+    /// commit showed going back in time (`commit::fence_gone_back`): read them back from the
+    /// ledger and fence again. A shard already rebuilt since is fenced and rebuilt once more.
+    async fn fence_committed(&self, committed: &[shard_router::ClaimRecord]) {
+        let refs: Vec<_> = committed.iter().collect();
+        match crate::commit::committed_before(&self.pool, &refs, self.cfg.db_timeout).await {
+            Ok(outcome) => crate::commit::fence_gone_back(&self.client, &outcome).await,
+            Err(e) => {
+                tracing::warn!(shard = self.lease.shard, error = %e, "committed entries not checked for a shard gone back in time")
             }
         }
     }

@@ -406,14 +406,7 @@ impl Writer {
     /// After a commit: a shard that went back in time fenced first, then no flush waits
     /// for these any more, late claims counted in Redis, rerouted answers made final.
     async fn after_commit(&self, reads: &[Read], outcome: &BatchOutcome) {
-        for shard in outcome.gone_back() {
-            // Fenced until the watch rebuilt the shard from the ledger (`lua/guard.lua`);
-            // if this fails, the anomaly is recorded and the next collision tries again.
-            match self.client.distrust(shard).await {
-                Ok(()) => tracing::error!(shard, "the shard handed out a claim id or a user's sequence the ledger holds: fenced until rebuilt from the ledger"),
-                Err(e) => tracing::error!(shard, error = %e, "the shard handed out a claim id or a user's sequence the ledger holds, and fencing it failed"),
-            }
-        }
+        commit::fence_gone_back(&self.client, outcome).await;
         let entries = || reads.iter().flat_map(|r| r.entries.iter());
         self.inflight
             .committed(entries().map(|d| (d.shard, d.entry_id.as_str())));

@@ -112,7 +112,6 @@ async fn a_collision_whose_commit_outlived_the_bound_still_fences_its_home_shard
 /// The consumer dies while the answer is on its way (after MySQL committed, before the
 /// writer fenced anything); the next consumer starts from the place the batch moved.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "fails on main: the distrust lives only in the writer's memory between its COMMIT and after_commit; a crash there leaves the collision's home shard vouched for good (rebuild gen 1 -> 1)"]
 async fn a_collision_committed_just_before_a_crash_still_fences_its_home_shard() {
     lost_commit_answer(7193, Lost::Crash).await;
 }
