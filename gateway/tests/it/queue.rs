@@ -65,7 +65,11 @@ async fn the_waiting_room_admits_by_position_and_claims_only_then() {
     let sku = meta.sku;
     let gw = Gateway::start(gateway_config(&redis, "admit")).await;
     let slices = slices_left(&client, &meta).await;
-    assert_eq!(view(gw.api, sku).await["mode"], "queue", "docs/API.md \"Queues\"");
+    assert_eq!(
+        view(gw.api, sku).await["mode"],
+        "queue",
+        "docs/API.md \"Queues\""
+    );
 
     // Three users join after the start: tickets 1, 2, 3; nothing admitted yet.
     client.queue_admit(sku, 0, 0, None, 0).await.unwrap();
