@@ -172,3 +172,62 @@ async fn the_rebuild_command_waits_for_the_running_consumers() {
     assert_eq!(s.count("SELECT COUNT(*) FROM late_claims").await, 0);
     assert_eq!(s.reconcile(c.sku).await.drift, 0);
 }
+
+/// A Redis back from a snapshot taken before the sale's first claim, while that claim sits
+/// in a live consumer's open batch and the ledger holds no claim yet: the watch must
+/// rebuild (flush handshake included) before it vouches for the restored process. Vouched
+/// as it is, the restored slice would offer alice's unit again and bob would buy it: 2
+/// units in the ledger for a stock of 1. The model's mutant `WatchTrustsEmptyLedger`
+/// (a watch that rebuilds only once the ledger has claims) does that; the watch rebuilds
+/// any campaign the ledger has claims of or has rebuilt (the first preheat is a rebuild),
+/// and this holds it to that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_older_than_the_first_claim_is_rebuilt_before_it_is_vouched() {
+    let s = Stack::start().await;
+    let c = campaign(&s, 12_105, 1, 1, 1, 3600).await;
+    let consumer = start_slow_writer(&s);
+    wait_live(&s, 1, Duration::from_secs(5)).await;
+    let shard = s.client.placement().shards_of(c.sku, 1)[0];
+    let k = shard_router::keys::ShardKeys::new(s.client.placement(), shard, c.sku);
+    held_in_an_open_batch(&s, &c, "alice").await;
+
+    // Back from the snapshot: the slice, alice's count, sequence and answer as before her
+    // claim, and a vouch naming the process that wrote the snapshot.
+    let vouch = shard_router::keys::vouch(s.client.placement(), shard);
+    let _: () = redis::pipe()
+        .cmd("SET")
+        .arg(k.stock())
+        .arg(1)
+        .cmd("HDEL")
+        .arg(k.users())
+        .arg("alice")
+        .cmd("HDEL")
+        .arg(k.user_seq())
+        .arg("alice")
+        .cmd("DEL")
+        .arg(k.request("alice", Some("r-alice")))
+        .cmd("SET")
+        .arg(&vouch)
+        .arg("0123456789abcdef0123456789abcdef01234567")
+        .query(&mut s.redis.connection())
+        .unwrap();
+
+    let rebuilt = campaign_ops::rebuild::watch::check(&s.pool, &s.client, &rebuild_opts())
+        .await
+        .unwrap();
+    let id = s.client.server_identity(shard).await.unwrap();
+    assert!(
+        id.vouched_here(),
+        "{id:?} after a check that rebuilt {rebuilt:?}"
+    );
+    let bob = claim(&s, &c, "bob").await;
+    eprintln!("rebuilt={rebuilt:?} bob={bob:?}");
+    wait_rows(&s.pool, c.sku, 1, Duration::from_secs(20)).await;
+    consumer.stop().await;
+    assert!(
+        !matches!(bob, ClaimOutcome::Claimed { .. }),
+        "alice's unit sold again: {bob:?}"
+    );
+    assert_eq!(active_units(&s, c.sku).await, 1);
+    assert_eq!(s.reconcile(c.sku).await.drift, 0);
+}
