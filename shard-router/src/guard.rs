@@ -149,7 +149,7 @@ fn major_version(info: &str) -> Option<u32> {
         .ok()
 }
 
-fn run_id_of(info: &str) -> Option<&str> {
+pub(crate) fn run_id_of(info: &str) -> Option<&str> {
     info.lines()
         .find_map(|l| l.trim().strip_prefix("run_id:"))
         .filter(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_hexdigit()))

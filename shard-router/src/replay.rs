@@ -70,11 +70,12 @@ impl StockClient {
     }
 
     /// [`Self::replay_confirmed`] for a SKU the caller believes sold out (no answer then
-    /// means "sold out"): the home slice is read with the answer (one `MGET`, the same
-    /// hash tag), and no answer over a missing slice is [`StockError::SliceMissing`], since
-    /// the answer may be lost with it until the rebuild restores it (found by the model
-    /// checker, model/). After the window closed, close-out deletes the slices, so that
-    /// path keeps [`Self::replay_confirmed`].
+    /// means "sold out"): the answer is read with the home slice and the shard's vouch
+    /// (`live_answer`), and no answer where the shard may have lost it is an error until
+    /// the rebuild restores it: [`StockError::SliceMissing`] over a missing slice,
+    /// [`StockError::Restoring`] on a process the ledger has not vouched for. After the
+    /// window closed, close-out deletes the slices, so that path keeps
+    /// [`Self::replay_confirmed`].
     pub async fn replay_confirmed_live(
         &self,
         sku: u64,
@@ -99,13 +100,7 @@ impl StockClient {
         // The common case (no answer: a request after sell-out) stays one plain read.
         let seen: Option<String> = if live {
             let home = self.placement().home_shard(sku, width, user);
-            let slice = crate::keys::ShardKeys::new(self.placement(), home, sku).stock();
-            let (seen, slice): (Option<String>, Option<String>) =
-                self.bounded("replay", conn.mget(&[&key, &slice])).await?;
-            if seen.is_none() && slice.is_none() {
-                return Err(StockError::SliceMissing { op: "replay" });
-            }
-            seen
+            self.live_answer(home, sku, &key).await?
         } else {
             self.bounded("replay", conn.get(&key)).await?
         };
@@ -223,6 +218,57 @@ impl StockClient {
             tracing::debug!(shard = home, error = %e, "replay answer left tentative");
         }
         Confirmation::Confirmed
+    }
+
+    /// The sold-out path's read of the answer at `key`: with the home slice, the shard's
+    /// vouch and the `INFO` naming the process that answered, in one pipeline on the home
+    /// shard's master (one hash tag, one connection). No answer means "sold out" only over
+    /// a slice ([`StockError::SliceMissing`] otherwise) and where `lua/guard.lua` would
+    /// sell: no vouch, or one naming this process ([`StockError::Restoring`] otherwise).
+    /// Data older than the ledger keeps its slices but lacks the answers given since (found
+    /// by the model checker, model/). The process is read here, not taken from the scripts
+    /// `guard.rs` loaded: those still name the process before a restart until a selling
+    /// script meets the new one, and a SKU sold out everywhere runs none.
+    async fn live_answer(
+        &self,
+        home: ShardId,
+        sku: u64,
+        key: &str,
+    ) -> Result<Option<String>, StockError> {
+        let slice = ShardKeys::new(self.placement(), home, sku).stock();
+        let mut pipe = redis::pipe();
+        pipe.cmd("INFO").arg("server");
+        pipe.cmd("MGET")
+            .arg(key)
+            .arg(slice)
+            .arg(keys::vouch(self.placement(), home));
+        let slot = crate::placement::slot_of_tag(self.placement().tag(home));
+        let mut conn = self.conn();
+        type Read = (String, (Option<String>, Option<String>, Option<String>));
+        let (info, (seen, slice, vouched)): Read = self
+            .bounded("replay", async {
+                let values = conn.pipeline_on_slot_master(&pipe, slot).await?;
+                Ok(redis::from_redis_value(redis::Value::Array(values))?)
+            })
+            .await?;
+        if seen.is_some() {
+            return Ok(seen);
+        }
+        if slice.is_none() {
+            return Err(StockError::SliceMissing { op: "replay" });
+        }
+        if let Some(v) = vouched {
+            let Some(run_id) = crate::guard::run_id_of(&info) else {
+                return Err(StockError::Protocol {
+                    op: "replay",
+                    detail: "INFO server has no run_id".into(),
+                });
+            };
+            if v != run_id {
+                return Err(StockError::Restoring { op: "replay" });
+            }
+        }
+        Ok(None)
     }
 
     fn answer_key(&self, sku: u64, width: u16, user: &str, request_id: &str) -> String {

@@ -242,8 +242,10 @@ async fn replay_or(
     // answer is read again under a fence on the home shard, and a reroute's take checked
     // on its own shard (`shard-router/src/replay.rs`).
     // Sold out from memory: no answer means "sold out" only while the home slice is
-    // there; a slice lost with the answer is 503 until the rebuild (`replay`, found by the
-    // model checker, model/). After the window, close-out deletes the slices.
+    // there and the ledger vouched for the process (or no vouch is set, as the guard
+    // sells); a slice lost with the answer, or data older than the ledger, is 503 until
+    // the rebuild (`replay`, found by the model checker, model/). After the window,
+    // close-out deletes the slices.
     let read = if matches!(otherwise, Refusal::SoldOut { .. }) {
         client
             .replay_confirmed_live(meta.sku, meta.width, user, rid)
