@@ -36,32 +36,16 @@ async fn wait_live_set(gw: &Gateway, redis: &RedisServer) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replay_after_sell_out_on_both_gateways() {
     let redis = RedisServer::start();
-    let stock = stock_client(&redis.url(), false).await;
-    let meta = preheat(&stock, 8101, 1, 1, 1).await;
-    let gw = Gateway::start(config(&redis.url(), false)).await;
-
-    let first = gw
-        .claim(json!({"sku": meta.sku, "user": "alice", "request_id": "r1"}))
-        .await;
-    assert_eq!(first.status, StatusCode::CREATED, "{}", first.body);
-    wait_sold_out(gw.api, meta.sku, true, "the sell-out event").await;
+    let (stock, meta, gw, first) = sold_out_by_alice(&redis, 8101).await;
 
     // The lost-response retry: same body, status 200, no second unit.
-    let again = gw
-        .claim(json!({"sku": meta.sku, "user": "alice", "request_id": "r1"}))
-        .await;
-    assert_eq!(again.status, StatusCode::OK, "{}", again.body);
-    assert_eq!(claim_fields(&again.body), claim_fields(&first.body));
+    assert_replays_alice(&gw, &meta, &first).await;
 
     // A second gateway that never saw the first answer, and knows the SKU sold out from
     // its first load.
     let other = Gateway::start(config(&redis.url(), false)).await;
     wait_sold_out(other.api, meta.sku, true, "the second gateway's load").await;
-    let there = other
-        .claim(json!({"sku": meta.sku, "user": "alice", "request_id": "r1"}))
-        .await;
-    assert_eq!(there.status, StatusCode::OK, "{}", there.body);
-    assert_eq!(claim_fields(&there.body), claim_fields(&first.body));
+    assert_replays_alice(&other, &meta, &first).await;
 
     // New requests are sold out: with a request_id after a replay read (or from the
     // replay filter once it is read, tests/it/replay_filter.rs)...
@@ -292,14 +276,7 @@ async fn a_winners_retry_while_the_slice_is_missing_is_not_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_winners_retry_after_a_loss_is_not_told_sold_out() {
     let redis = RedisServer::start();
-    let stock = stock_client(&redis.url(), false).await;
-    let meta = preheat(&stock, 8106, 1, 1, 1).await;
-    let gw = Gateway::start(config(&redis.url(), false)).await;
-    let first = gw
-        .claim(json!({"sku": meta.sku, "user": "alice", "request_id": "r1"}))
-        .await;
-    assert_eq!(first.status, StatusCode::CREATED, "{}", first.body);
-    wait_sold_out(gw.api, meta.sku, true, "the sell-out event").await;
+    let (stock, meta, gw, _) = sold_out_by_alice(&redis, 8106).await;
 
     lose_home_slice_and_answer(&redis, &stock, &meta, "alice", "r1");
 
@@ -313,6 +290,32 @@ async fn a_winners_retry_after_a_loss_is_not_told_sold_out() {
         again.body
     );
     gw.stop().await;
+}
+
+/// A SKU of stock 1 and limit 1 that alice's request `r1` sold out, cached sold out in a
+/// gateway: its stock client, its metadata, the gateway and alice's answer.
+async fn sold_out_by_alice(
+    redis: &RedisServer,
+    sku: u64,
+) -> (shard_router::StockClient, SkuMeta, Gateway, Answer) {
+    let stock = stock_client(&redis.url(), false).await;
+    let meta = preheat(&stock, sku, 1, 1, 1).await;
+    let gw = Gateway::start(config(&redis.url(), false)).await;
+    let first = gw
+        .claim(json!({"sku": meta.sku, "user": "alice", "request_id": "r1"}))
+        .await;
+    assert_eq!(first.status, StatusCode::CREATED, "{}", first.body);
+    wait_sold_out(gw.api, meta.sku, true, "the sell-out event").await;
+    (stock, meta, gw, first)
+}
+
+/// Alice's `r1` again through `gw`: 200 with her first answer's claim.
+async fn assert_replays_alice(gw: &Gateway, meta: &SkuMeta, first: &Answer) {
+    let again = gw
+        .claim(json!({"sku": meta.sku, "user": "alice", "request_id": "r1"}))
+        .await;
+    assert_eq!(again.status, StatusCode::OK, "{}", again.body);
+    assert_eq!(claim_fields(&again.body), claim_fields(&first.body));
 }
 
 /// `user`'s home shard loses the SKU's slice and the stored answer of `rid`, as a shard that
@@ -342,14 +345,7 @@ fn lose_home_slice_and_answer(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_winners_retry_on_an_older_process_is_not_told_sold_out() {
     let redis = RedisServer::start();
-    let stock = stock_client(&redis.url(), false).await;
-    let meta = preheat(&stock, 8107, 1, 1, 1).await;
-    let gw = Gateway::start(config(&redis.url(), false)).await;
-    let first = gw
-        .claim(json!({"sku": meta.sku, "user": "alice", "request_id": "r1"}))
-        .await;
-    assert_eq!(first.status, StatusCode::CREATED, "{}", first.body);
-    wait_sold_out(gw.api, meta.sku, true, "the sell-out event").await;
+    let (stock, meta, gw, first) = sold_out_by_alice(&redis, 8107).await;
 
     let home = stock.placement().home_shard(meta.sku, meta.width, "alice");
     let keys = shard_router::keys::ShardKeys::new(stock.placement(), home, meta.sku);
@@ -384,11 +380,7 @@ async fn a_winners_retry_on_an_older_process_is_not_told_sold_out() {
         .query(&mut conn)
         .unwrap();
     shard_router::test_util::vouch_current(&stock, home).await;
-    let again = gw
-        .claim(json!({"sku": meta.sku, "user": "alice", "request_id": "r1"}))
-        .await;
-    assert_eq!(again.status, StatusCode::OK, "{}", again.body);
-    assert_eq!(claim_fields(&again.body), claim_fields(&first.body));
+    assert_replays_alice(&gw, &meta, &first).await;
     // A vouched shard's losers are still sold out (a request id of the winner's with no
     // answer: the replay filter passes her to the replay read).
     let lost = gw
