@@ -169,6 +169,13 @@ fn check_span(bins: &[Binary], doc: &Doc, span: &Span) -> (bool, Vec<String>) {
         .map(|w| w.trim_matches(['[', ']']))
         .filter(|w| !w.is_empty())
         .collect();
+    // The model checker's binaries: their flags are the model's, not held here.
+    if words
+        .first()
+        .is_some_and(|w| ["model-check", "draw-check"].contains(w))
+    {
+        return (false, Vec::new());
+    }
     if let Some((bin, args)) = invocation(bins, &words) {
         return (true, walk(bins, bin, args));
     }
