@@ -4,7 +4,9 @@ use std::time::Duration;
 
 use shard_router::protocol::LocalEmptyShards;
 use shard_router::test_util::{open_meta, req};
-use shard_router::{protocol, ClaimOutcome, RedisTarget, StockClient, StockConfig, StockError};
+use shard_router::{
+    protocol, ClaimOutcome, RedisTarget, StockClient, StockConfig, StockError, StoredAnswer,
+};
 use test_support::RedisServer;
 
 fn run_id(s: &RedisServer) -> String {
@@ -131,5 +133,62 @@ async fn failback_to_the_old_master_before_the_vouch_resells() {
     assert_eq!(
         resold, 0,
         "oversold: {acked} acknowledged before + {resold} after the failback over a stock of {STOCK} (restoring: {restoring})"
+    );
+}
+
+/// The sold-out path's replay read (`replay_confirmed_live`) after a restart from a
+/// snapshot taken before the winner's claim: the slice is back, her answer is not, and the
+/// vouch names the process before the restart, the very one this client loaded its scripts
+/// on (no selling script ran since, so it has not learned the new one). No answer there
+/// is not "sold out": `restoring`, until the rebuild restores the answer and vouches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sold_out_replay_on_a_restored_older_snapshot_is_restoring() {
+    let mut m = RedisServer::start();
+    let client = StockClient::connect(StockConfig::new(RedisTarget::Single(m.url()), 16))
+        .await
+        .unwrap();
+    client.load_scripts().await.unwrap();
+    let meta = open_meta(4_243, 1, 1, 1);
+    client.preheat(&meta).await.expect("preheat (vouches m)");
+    let shard = client.placement().shards_of(meta.sku, 1)[0];
+    let snapshot = tokio::task::block_in_place(|| m.snapshot());
+    let won = claim(&client, &meta, "w").await;
+    assert!(matches!(won, Ok(ClaimOutcome::Claimed { .. })), "{won:?}");
+    let live = || client.replay_confirmed_live(meta.sku, 1, "w", "rid-w");
+    let before = live().await;
+    assert!(
+        matches!(before, Ok(Some((StoredAnswer::Claimed(_), _)))),
+        "{before:?}"
+    );
+
+    let answer_key = shard_router::keys::ShardKeys::new(client.placement(), shard, meta.sku)
+        .request("w", Some("rid-w"));
+    let stored: String = redis::cmd("GET")
+        .arg(&answer_key)
+        .query(&mut m.connection())
+        .unwrap();
+
+    tokio::task::block_in_place(|| m.restart_from_snapshot(&snapshot));
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match live().await {
+            Err(StockError::Restoring { .. }) => break,
+            Ok(seen) => panic!("the winner's retry read {seen:?} (sold out) on older data"),
+            Err(e) => assert!(std::time::Instant::now() < deadline, "{e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // The rebuild (no ledger here): her answer back, then the vouch for this process.
+    let _: () = redis::cmd("SET")
+        .arg(&answer_key)
+        .arg(&stored)
+        .query(&mut m.connection())
+        .unwrap();
+    shard_router::test_util::vouch_current(&client, shard).await;
+    let after = live().await;
+    assert!(
+        matches!(after, Ok(Some((StoredAnswer::Claimed(_), _)))),
+        "{after:?}"
     );
 }
