@@ -34,14 +34,15 @@ pub enum Mutant {
     /// The consumer's watch vouches for a new process without rebuilding its shard.
     VouchWithoutRebuild,
     /// The watch rebuilds a shard that came back older only when the ledger holds claims of
-    /// the campaign (`campaign-ops/src/rebuild/watch.rs`'s `ledger_has_claims` check): in
-    /// the sale's first moments, before the consumer committed anything, it vouches the
-    /// older data as it is, so a walk under a hold the restart lost still takes.
+    /// the campaign (`campaign-ops/src/rebuild/watch.rs` also rebuilds a campaign rebuilt
+    /// before, which every preheated one is): in the sale's first moments, before the
+    /// consumer committed anything, it vouches the older data as it is, so a walk under a
+    /// hold the restart lost still takes.
     WatchTrustsEmptyLedger,
-    /// The sold-out path's replay read (`replay_confirmed_live`: the answer and the home
-    /// slice in one `MGET`) trusts a missing answer on a process the ledger has not vouched
-    /// for, as `shard-router/src/replay.rs` does: a winner's retry after a restart from an
-    /// older snapshot is told 410.
+    /// The sold-out path's replay read (`replay_confirmed_live`) trusts a missing answer on
+    /// a process the ledger has not vouched for (`shard-router/src/replay.rs` reads the
+    /// vouch with the answer and answers 503 there): a winner's retry after a restart from
+    /// an older snapshot is told 410.
     ReplayReadIgnoresVouch,
     /// The writer takes a commit the database refused (a server-state error, not the row's
     /// own) for poison: the place moves past the rows, which never reach the ledger.
