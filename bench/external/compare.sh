@@ -37,7 +37,7 @@ TARGET="${CARGO_TARGET_DIR:-target}"
 [ "${BUILD:-1}" = 1 ] && cargo build --release -q -p bench -p gateway -p campaign-ops
 BENCH="$TARGET/release/bench"
 
-# The rows of README "Benchmarks"; every one runs without a per-user rate limit, so that
+# The rows of docs/BENCHMARKS.md "Summary"; every one runs without a per-user rate limit, so that
 # wrk's and our distinct users go as fast as they can and h2load's one user is not
 # answered 429.
 declare -A ROWS=(

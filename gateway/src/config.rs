@@ -68,7 +68,7 @@ pub struct Config {
     pub durability: Durability,
     /// The form of the claim records written to the streams: `compact` costs Redis less
     /// per claim, but a consumer, tool or gateway of a release before it cannot read it,
-    /// so `pairs` (the default) until every process runs this release (README "Upgrading").
+    /// so `pairs` (the default) until every process runs this release (docs/OPERATIONS.md "Upgrading").
     #[arg(long, env = "FLASHGATE_STREAM_RECORDS", value_enum, default_value_t = RecordForm::Pairs)]
     pub stream_records: RecordForm,
     /// `WAIT` timeout in replica mode (ms); must stay below `--redis-timeout-ms`.

@@ -1,4 +1,4 @@
-//! Metric names (README.md "Operations", metrics) and the Prometheus recorder. Names live here only, so
+//! Metric names (docs/OPERATIONS.md "Operations", metrics) and the Prometheus recorder. Names live here only, so
 //! the dashboard, the alert rules and the tests have one place to agree with.
 
 use std::sync::OnceLock;

@@ -1,5 +1,5 @@
 //! What one request ended as. The gateway's answers are classified by HTTP status and the
-//! `status` field of the JSON body (README.md "HTTP API"); transport trouble gets its own
+//! `status` field of the JSON body (docs/API.md "HTTP API"); transport trouble gets its own
 //! buckets so it is never mistaken for a business answer.
 
 use serde::Serialize;

@@ -22,7 +22,7 @@ impl ClaimReq {
         self.origin != k
     }
 
-    /// JSON body per README.md "HTTP API". `tag` keeps users and request ids of different
+    /// JSON body per docs/API.md "HTTP API". `tag` keeps users and request ids of different
     /// runs apart on a long-lived stack.
     pub fn body(&self, tag: &str) -> Bytes {
         Bytes::from(format!(

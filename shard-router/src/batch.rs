@@ -7,7 +7,7 @@
 //! Each claim stays its own EVALSHA, so atomicity and order are unchanged: Redis runs a
 //! pipeline's scripts one after another, in the order they were queued. One script running
 //! a whole batch (a `pcall` per claim) would save 2–5 % of Redis's instructions per claim
-//! at 4–8 claims, under 1 µs (`bench/redis_claim_batch.sh`, README "Redis CPU per claim
+//! at 4–8 claims, under 1 µs (`bench/redis_claim_batch.sh`, docs/BENCHMARKS.md "Redis CPU per claim
 //! with the consumer running"), so it was not built. All of a batch's keys share the
 //! shard's hash tag, so on a cluster the pipeline goes to one node. On a single Redis
 //! every shard lives on the one server, so all shards share one queue: more claims per

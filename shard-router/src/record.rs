@@ -38,7 +38,7 @@ pub struct ClaimRecord {
 /// `pairs`: to its consumer and tools a compact record is poison (dead-lettered, left out
 /// of a rebuild's and a stale hold's in-flight claims), and its gateway's replay check does
 /// not find a compact take. So `compact` is for a deployment whose every process runs this
-/// release or later: a new one, or an upgrade once it is complete (README "Upgrading").
+/// release or later: a new one, or an upgrade once it is complete (docs/OPERATIONS.md "Upgrading").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum RecordForm {
     /// Nine field/value pairs, readable by every release.

@@ -1,5 +1,5 @@
 //! `POST /v1/claims`: validate, answer from the sold-out cache when it can, run the claim
-//! protocol otherwise, and map every outcome to the status table of README.md "HTTP API".
+//! protocol otherwise, and map every outcome to the status table of docs/API.md "HTTP API".
 //!
 //! Order matters for cost: the cheap memory-only answers (unknown SKU, qty over the limit,
 //! outside the window, sold out) come before the per-user rate limit, and the rate limit

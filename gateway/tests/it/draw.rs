@@ -1,4 +1,4 @@
-//! Campaign mode `draw` through the gateway (README.md "HTTP API", "Draws"): a draw SKU's
+//! Campaign mode `draw` through the gateway (docs/API.md "Draws"): a draw SKU's
 //! `POST /v1/claims` is an entry (`draw_enter.lua`), never a claim: no slice moves and no
 //! claim record is written. Its answers follow the draw through close, marks and the
 //! grant, one answer per user whatever the request id. The campaign is set up with

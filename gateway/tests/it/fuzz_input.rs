@@ -28,7 +28,7 @@ use proptest::test_runner::{
 use serde_json::{Map, Value};
 use test_support::RedisServer;
 
-/// README.md "HTTP API": `user` and `request_id` are 1..=64 bytes.
+/// docs/API.md "HTTP API": `user` and `request_id` are 1..=64 bytes.
 const MAX_ID: usize = 64;
 /// The SKU the HTTP property preheats, so a parser that let a bad claim through would
 /// take real stock.

@@ -1,4 +1,4 @@
-//! Campaign mode `queue` through the gateway (README.md "HTTP API", "Queues"): a queue
+//! Campaign mode `queue` through the gateway (docs/API.md "Queues"): a queue
 //! SKU's `POST /v1/claims` passes the waiting room. Joining gives a signed token; a token
 //! whose position is not admitted waits (202 with position, wait and refresh), an admitted
 //! one claims; a token of another user, another SKU or another key is refused and takes

@@ -3,7 +3,7 @@
 //! Never the claim protocol and never the sold-out cache: units go to the draw's winners,
 //! not to whoever comes first. The answer is per user, not per `request_id` (accepted and
 //! ignored): a repeat gets the same answer and enters nothing more (`replay`).
-//! Statuses: README.md "HTTP API", "Draws".
+//! Statuses: docs/API.md "Draws".
 
 use std::time::Instant;
 

@@ -7,7 +7,7 @@
 //! (the queue's state is cached briefly, `crate::waiting_room`). Once the SKU is sold out the claim path
 //! answers from the sold-out cache, which the `empty` events fill: every waiting client
 //! hears "sold out" on its next request, without Redis. `shard_router::queue` says how
-//! places are made. Statuses: README.md "HTTP API", "Queues".
+//! places are made. Statuses: docs/API.md "Queues".
 
 use hyper::StatusCode;
 use shard_router::queue::{Place, QueueKey, QueueState, QueueToken};

@@ -1,6 +1,6 @@
 //! What a claim ends as: a [`Claimed`] or a [`Refusal`]. Each knows its `outcome` metric
 //! label and turns into its answer, so the handler returns early with `?` and the mapping
-//! to README.md "HTTP API" sits in one place.
+//! to docs/API.md "HTTP API" sits in one place.
 
 use std::time::Duration;
 

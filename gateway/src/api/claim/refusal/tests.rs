@@ -1,5 +1,5 @@
 //! Every claim end pinned to its metric label, HTTP status, `status` name and body fields
-//! as README.md "HTTP API" documents them.
+//! as docs/API.md "HTTP API" documents them.
 
 use futures::FutureExt;
 use http_body_util::BodyExt;
@@ -328,7 +328,7 @@ fn the_ambiguous_answers_hint_depends_on_the_request_id() {
 }
 
 /// The sold-out answer is rendered from a struct; its bytes are those the generic error
-/// shape gives (clients and README.md "HTTP API" see no change).
+/// shape gives (clients and docs/API.md "HTTP API" see no change).
 #[test]
 fn sold_out_renders_the_bytes_of_the_generic_error_shape() {
     let bytes = |reply: Reply| {
