@@ -23,11 +23,7 @@ async fn a_reused_user_seq_keeps_both_acknowledged_claims() {
     let shard = s.client.placement().shards_of(c.sku, 1)[0];
     let k = ShardKeys::new(s.client.placement(), shard, c.sku);
     let mut conn = s.redis.connection();
-    let _: i64 = redis::cmd("HDEL")
-        .arg(k.user_seq())
-        .arg("alice")
-        .query(&mut conn)
-        .unwrap();
+    forget_seq(&s, c.sku, shard, "alice");
     let second = claim_all(&s.client, &c, vec!["alice".into()], 1).await;
     assert_eq!(second.len(), 1, "the second claim is acknowledged");
     assert_ne!(first[0], second[0]);
@@ -72,12 +68,7 @@ async fn one_seq_claimed_twice(s: &Stack, sku: u64, user: &str) -> Vec<ClaimReco
     let c = campaign(s, sku, 10, 1, 2, 3600).await;
     claim_all(&s.client, &c, vec![user.into()], 1).await;
     let shard = s.client.placement().shards_of(c.sku, 1)[0];
-    let k = ShardKeys::new(s.client.placement(), shard, c.sku);
-    let _: i64 = redis::cmd("HDEL")
-        .arg(k.user_seq())
-        .arg(user)
-        .query(&mut s.redis.connection())
-        .unwrap();
+    forget_seq(s, c.sku, shard, user);
     claim_all(&s.client, &c, vec![user.into()], 1).await;
     let st = stream::ShardStream::new(&s.client, shard);
     let records: Vec<_> = st
@@ -210,11 +201,17 @@ pub(crate) async fn one_seq_claimed_in_order(
 ) {
     assert_eq!(claim_all(&s.client, c, vec![user.into()], 1).await.len(), 1);
     wait_drained(s, c.sku, 1, Duration::from_secs(20)).await;
-    let k = ShardKeys::new(s.client.placement(), shard, c.sku);
+    forget_seq(s, c.sku, shard, user);
+    assert_eq!(claim_all(&s.client, c, vec![user.into()], 1).await.len(), 1);
+}
+
+/// Redis forgets `user`'s last sequence of `sku` on `shard` (a loss, a rollback): the next
+/// claim hands that sequence out again.
+fn forget_seq(s: &Stack, sku: u64, shard: u16, user: &str) {
+    let k = ShardKeys::new(s.client.placement(), shard, sku);
     let _: i64 = redis::cmd("HDEL")
         .arg(k.user_seq())
         .arg(user)
         .query(&mut s.redis.connection())
         .unwrap();
-    assert_eq!(claim_all(&s.client, c, vec![user.into()], 1).await.len(), 1);
 }

@@ -100,15 +100,7 @@ async fn redis_down_answers_503_then_recovers() {
     redis.kill();
     let started = Instant::now();
     let a = gw.claim(json!({"sku": 6101, "user": "b"})).await;
-    assert_eq!(
-        (a.status, a.kind()),
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            Some(ApiStatus::Unavailable)
-        ),
-        "{}",
-        a.body
-    );
+    assert_unavailable(&a);
     assert!(a.headers.contains_key("retry-after"));
     assert!(
         started.elapsed() < test_support::slack(Duration::from_secs(2)),
@@ -130,19 +122,24 @@ async fn redis_down_answers_503_then_recovers() {
     // be a winner's retry waiting for the rebuild), never 404, until the SKU is back.
     for _ in 0..2 {
         let a = gw.claim(json!({"sku": 6101, "user": "c"})).await;
-        assert_eq!(
-            (a.status, a.kind()),
-            (
-                StatusCode::SERVICE_UNAVAILABLE,
-                Some(ApiStatus::Unavailable)
-            ),
-            "{}",
-            a.body
-        );
+        assert_unavailable(&a);
     }
     preheat(&stock, 6101, 10, 2, 1).await;
     tokio::time::sleep(Duration::from_millis(1_100)).await; // unknown-SKU memory
     let a = gw.claim(json!({"sku": 6101, "user": "c"})).await;
     assert_eq!(a.status, StatusCode::CREATED, "{}", a.body);
     gw.stop().await;
+}
+
+/// 503 `unavailable`: Redis down, or a SKU's shard waiting for its rebuild.
+fn assert_unavailable(a: &Answer) {
+    assert_eq!(
+        (a.status, a.kind()),
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Some(ApiStatus::Unavailable)
+        ),
+        "{}",
+        a.body
+    );
 }
