@@ -43,9 +43,7 @@ impl StockClient {
                 Ok(redis::from_redis_value(redis::Value::Array(values))?)
             })
             .await?;
-        let run_id = info
-            .lines()
-            .find_map(|l| l.trim().strip_prefix("run_id:"))
+        let run_id = crate::guard::run_id_of(&info)
             .map(str::to_owned)
             .ok_or_else(|| StockError::Protocol {
                 op: "server identity",
