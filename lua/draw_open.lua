@@ -5,21 +5,36 @@
 -- KEYS[1] draw meta   {T}:draw:<sku>
 -- ARGV[1] entries open (ms)   ARGV[2] draw_at (ms): entries close   ARGV[3] k (stock + waitlist)
 -- ARGV[4] stock   ARGV[5] key XOR ipad (64 bytes)   ARGV[6] key XOR opad (64 bytes)
--- ARGV[7] state for a new draw: open | closed | drawn (a restore passes the ledger's)
+-- ARGV[7] state for a new draw: open | closed | drawn (a restore passes the ledger's), or
+--         `held`: the fields without a state. A restore opens a lost shard held, puts the
+--         ledger's entrants (and ranks) back, then opens it again with its state: until
+--         then draw_enter.lua answers NOT_PREHEATED, so a returning entrant is never
+--         entered a second time, nor a winner told `lost` before the marks are back.
+-- ARGV[8] `publish` (optional): the restore's last step, which gives the state only to a
+--         shard it holds: one lost again since (no meta) is left for the restore's next
+--         pass, not opened with none of its entrants back.
 -- Returns (never nil): {20, state} OPENED   {21, state} LIVE (existed)   {15} BAD_ARGUMENT
+--   ({20, 'held'} when held and no state existed)   {14} NOT_PREHEATED (publish, no meta)
 
 local estart, draw_at = tonumber(ARGV[1]), tonumber(ARGV[2])
 local k, stock = tonumber(ARGV[3]), tonumber(ARGV[4])
 if not estart or not draw_at or draw_at <= estart or not k or k < 1 or not stock
   or stock < 0 or #ARGV[5] ~= 64 or #ARGV[6] ~= 64
-  or not (ARGV[7] == 'open' or ARGV[7] == 'closed' or ARGV[7] == 'drawn') then
+  or not (ARGV[7] == 'open' or ARGV[7] == 'closed' or ARGV[7] == 'drawn'
+    or ARGV[7] == 'held') then
   return {15}
+end
+if ARGV[8] == 'publish' and redis.call('EXISTS', KEYS[1]) == 0 then
+  return {14}
 end
 local state = redis.call('HGET', KEYS[1], 'state')
 redis.call('HSET', KEYS[1], 'estart', ARGV[1], 'draw_at', ARGV[2], 'k', ARGV[3],
   'stock', ARGV[4], 'ik', ARGV[5], 'ok', ARGV[6])
 if state then
   return {21, state}
+end
+if ARGV[7] == 'held' then
+  return {20, 'held'}
 end
 redis.call('HSET', KEYS[1], 'state', ARGV[7])
 return {20, ARGV[7]}

@@ -15,7 +15,7 @@ use std::time::Duration;
 use ledger::campaigns::Campaign;
 use ledger::draws::{self, Draw};
 use rand::RngCore;
-use shard_router::draw::{DrawSpec, DrawState};
+use shard_router::draw::DrawSpec;
 use shard_router::StockClient;
 use sqlx::MySqlPool;
 
@@ -92,15 +92,6 @@ pub async fn open(
         }
     }
     Ok(())
-}
-
-/// The state a shard's draw is opened in: a draw the ledger recorded is marked again by
-/// the restore before it reads `drawn`.
-fn state_for(d: &Draw) -> DrawState {
-    match d.state {
-        draws::DrawState::Open => DrawState::Open,
-        draws::DrawState::Drawn => DrawState::Closed,
-    }
 }
 
 /// Refuses a change of mode once the campaign is preheated: gateways and shards already

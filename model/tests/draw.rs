@@ -216,3 +216,11 @@ fn the_uncatchable_mutants_break_nothing() {
         assert!(report.broken.is_empty(), "{m:?}: {}", report.summary());
     }
 }
+
+#[test]
+fn a_restore_that_opens_at_once_is_caught() {
+    caught(
+        loss_or_failover().with_mutant(DrawMutant::RestoreOpensAtOnce),
+        "answer-truth",
+    );
+}

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use model::draw::scripts::{
     ClaimRef, CloseReply, CountReply, DrawShard, DrawState, EnterReply, EntryId, GrantAnswer,
-    OpenArgs, OpenReply, Standing, User,
+    MarkBatch, OpenArgs, OpenReply, Standing, User,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -203,8 +203,14 @@ fn the_draw_model_does_what_the_draw_scripts_do() {
                 let draw_at = if rng.random_bool(0.1) { 1000 } else { 2000 };
                 let k = rng.random_range(0..4u32);
                 let stock = rng.random_range(0..3u32);
-                let state =
-                    [DrawState::Open, DrawState::Closed, DrawState::Drawn][rng.random_range(0..3)];
+                // None: `held`, a restore's first step.
+                let state = [
+                    Some(DrawState::Open),
+                    Some(DrawState::Closed),
+                    Some(DrawState::Drawn),
+                    None,
+                ][rng.random_range(0..4)];
+                let publish = state.is_some() && rng.random_bool(0.3);
                 let real = side.eval(
                     "open",
                     &[META.into()],
@@ -215,7 +221,8 @@ fn the_draw_model_does_what_the_draw_scripts_do() {
                         stock.to_string().into(),
                         ipad.clone(),
                         opad.clone(),
-                        state.as_str().into(),
+                        state.map_or("held", DrawState::as_str).into(),
+                        if publish { "publish" } else { "" }.into(),
                     ],
                 );
                 let model = side.model.open(OpenArgs {
@@ -224,11 +231,14 @@ fn the_draw_model_does_what_the_draw_scripts_do() {
                     k,
                     stock,
                     state,
+                    publish,
                 });
                 let got = match num(&real[0]) {
-                    20 => OpenReply::Opened(parse_state(&real[1])),
+                    20 if text(&real[1]) == "held" => OpenReply::Opened(None),
+                    20 => OpenReply::Opened(Some(parse_state(&real[1]))),
                     21 => OpenReply::Live(parse_state(&real[1])),
                     15 => OpenReply::BadArgument,
+                    14 => OpenReply::NotPreheated,
                     c => panic!("draw_open code {c}"),
                 };
                 assert_eq!(got, model, "step {step}: draw_open");
@@ -333,16 +343,20 @@ fn the_draw_model_does_what_the_draw_scripts_do() {
                 let ranks: Vec<(User, u32)> = (0..n)
                     .map(|_| (rng.random_range(0..USERS), rng.random_range(1..6)))
                     .collect();
-                let last = rng.random_bool(0.6);
-                let mut args: Vec<Vec<u8>> = vec![if last { "1" } else { "0" }.into()];
+                let (batch, arg) = [
+                    (MarkBatch::Last, "1"),
+                    (MarkBatch::More, "0"),
+                    (MarkBatch::Held, "h"),
+                ][rng.random_range(0..3)];
+                let mut args: Vec<Vec<u8>> = vec![arg.into()];
                 for (u, r) in &ranks {
                     args.push(user(*u).into());
                     args.push(r.to_string().into());
                 }
                 let real = side.eval("mark", &[META.into(), ENTRANTS.into()], &args);
-                let model = side.model.mark(last, &ranks);
+                let model = side.model.mark(batch, &ranks);
                 assert_eq!(count(&real, 91), model, "step {step}: draw_mark {ranks:?}");
-                what = format!("mark {ranks:?} last {last} -> {model:?}");
+                what = format!("mark {ranks:?} {batch:?} -> {model:?}");
                 *seen.entry("mark").or_default() += 1;
             }
             72..82 => {

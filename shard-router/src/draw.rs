@@ -141,6 +141,28 @@ pub enum EntryOutcome {
     NotPreheated,
 }
 
+/// Which of a shard's mark batches (`draw_mark.lua`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MarkBatch {
+    /// More follow.
+    More,
+    /// The last: the shard's state becomes drawn.
+    Last,
+    /// A restore's, on a shard it holds ([`crate::StockClient::draw_hold`]): the ranks
+    /// only; the restore gives the state when everything is back.
+    Held,
+}
+
+impl MarkBatch {
+    pub(crate) fn arg(self) -> &'static str {
+        match self {
+            Self::More => "0",
+            Self::Last => "1",
+            Self::Held => "h",
+        }
+    }
+}
+
 /// One shard's entries as `draw_close.lua` froze them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClosedShard {

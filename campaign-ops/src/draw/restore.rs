@@ -62,7 +62,11 @@ pub async fn check(
     super::open(pool, client, &c, t).await
 }
 
-/// Opens the draw on `shard` and puts back what the ledger holds of it.
+/// Opens the draw on `shard` and puts back what the ledger holds of it. The shard is held
+/// (no state) until everything is back: an entrant asking in between is told to come back
+/// (NOT_PREHEATED), where an open state would enter them a second time and a drawn one
+/// tell a winner whose mark is not back yet `lost`. A restore that dies on the way leaves
+/// the shard without a state, so the next pass does it again.
 pub async fn shard(
     pool: &MySqlPool,
     client: &StockClient,
@@ -71,14 +75,8 @@ pub async fn shard(
     shard: ShardId,
     t: Duration,
 ) -> Result<(), ConsumerError> {
-    // Past the draw time (by this shard's clock, the one the draw loop closes by) a draw
-    // the ledger still has open comes back closed: reopened, it would take entries from a
-    // gateway whose clock is behind after the other shards closed.
-    let mut state = super::state_for(d);
-    if state == DrawState::Open && client.redis_time_ms(shard).await? >= d.draw_at_ms {
-        state = DrawState::Closed;
-    }
-    client.draw_open(shard, &super::spec(c, d), state).await?;
+    let spec = super::spec(c, d);
+    client.draw_hold(shard, &spec).await?;
     let mut after: Option<String> = None;
     let mut restored = 0u64;
     loop {
@@ -105,10 +103,26 @@ pub async fn shard(
             break;
         }
     }
-    if d.state == draws::DrawState::Drawn {
+    let state = if d.state == draws::DrawState::Drawn {
         // The wins, then the marks.
-        super::run::mark_shard(pool, client, c, shard, t).await?;
+        super::run::mark_shard(pool, client, c, shard, true, t).await?;
+        DrawState::Drawn
+    } else if client.redis_time_ms(shard).await? >= d.draw_at_ms {
+        // Past the draw time (by this shard's clock, the one the draw loop closes by) a
+        // draw the ledger still has open comes back closed: reopened, it would take
+        // entries from a gateway whose clock is behind after the other shards closed.
+        DrawState::Closed
+    } else {
+        DrawState::Open
+    };
+    if client.draw_publish(shard, &spec, state).await? {
+        tracing::info!(sku = c.sku, shard, restored, "draw restored on a shard");
+    } else {
+        tracing::warn!(
+            sku = c.sku,
+            shard,
+            "draw lost again while restored; next pass"
+        );
     }
-    tracing::info!(sku = c.sku, shard, restored, "draw restored on a shard");
     Ok(())
 }

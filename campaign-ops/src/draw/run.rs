@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use ledger::campaigns::Campaign;
 use ledger::draws::{self, Draw, Ranked};
-use shard_router::draw::{draw_order, DrawState};
+use shard_router::draw::{draw_order, DrawState, MarkBatch};
 use shard_router::protocol::{self, ClaimOptions, LocalEmptyShards};
 use shard_router::{
     keys, Claim, ClaimOutcome, ClaimRecord, ClaimRequest, ReplicationInfo, ShardId, StockClient,
@@ -271,7 +271,7 @@ async fn mark(
             }
             Some(DrawState::Drawn | DrawState::Over) | None => continue,
         }
-        mark_shard(pool, client, c, shard, t).await?;
+        mark_shard(pool, client, c, shard, false, t).await?;
         any = true;
     }
     // Also when every shard is marked but the metadata still hides the seed: a pass that
@@ -289,12 +289,14 @@ async fn mark(
 }
 
 /// Writes the wins and the ranks of the users whose home is `shard`, then its state
-/// `drawn`.
+/// `drawn`; `held`: the restore's, on a shard it holds, which gives the state itself (a
+/// held shard refuses the draw loop's marks: `lua/draw_mark.lua`).
 pub async fn mark_shard(
     pool: &MySqlPool,
     client: &StockClient,
     c: &Campaign,
     shard: ShardId,
+    held: bool,
     t: Duration,
 ) -> Result<(), ConsumerError> {
     // The wins first: the marks never overwrite one, and a winner asking between the two
@@ -326,12 +328,16 @@ pub async fn mark_shard(
         }
     }
     let mut chunks = mine.chunks(PAGE as usize).peekable();
-    if chunks.peek().is_none() {
-        client.draw_mark(shard, c.sku, &[], true).await?;
+    if chunks.peek().is_none() && !held {
+        client.draw_mark(shard, c.sku, &[], MarkBatch::Last).await?;
     }
     while let Some(chunk) = chunks.next() {
-        let last = chunks.peek().is_none();
-        client.draw_mark(shard, c.sku, chunk, last).await?;
+        let batch = match (held, chunks.peek()) {
+            (true, _) => MarkBatch::Held,
+            (false, None) => MarkBatch::Last,
+            (false, Some(_)) => MarkBatch::More,
+        };
+        client.draw_mark(shard, c.sku, chunk, batch).await?;
     }
     Ok(())
 }

@@ -28,6 +28,21 @@ async fn wait_draw(s: &Stack, sku: u64, limit: Duration, done: impl Fn(&draws::D
     }
 }
 
+/// Polls until every shard of the SKU has its draw back: a restore holds each shard (no
+/// state, entrants told to come back) until its entrants and ranks are back.
+async fn wait_restored(s: &Stack, sku: u64) {
+    let t0 = Instant::now();
+    for shard in s.client.placement().shards_of(sku, WIDTH) {
+        while s.client.draw_state(shard, sku).await.unwrap().is_none() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "shard {shard} not restored"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
 /// The best `k` of `who` by the revealed seed: the draw anyone can recompute.
 fn expected(seed: &[u8], sku: u64, who: &[String], k: usize) -> Vec<String> {
     let mut all: Vec<(String, u64)> = who
@@ -254,6 +269,7 @@ async fn a_draw_covers_the_entries_of_a_redis_loss() {
         assert!(t0.elapsed() < Duration::from_secs(10), "draw not restored");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    wait_restored(&s, sku).await;
     let after = users("after", 40);
     enter_all(&s, sku, &after).await;
     wait_draw(&s, sku, Duration::from_secs(40), |d| {
@@ -279,6 +295,84 @@ async fn a_draw_covers_the_entries_of_a_redis_loss() {
     consumer.stop().await;
     let v = draw::verify::verify(&s.pool, sku, T).await.unwrap();
     assert!(v.verified, "{v:?}");
+}
+
+/// The restore puts a shard's entrants back page by page. Until the last page is back a
+/// returning entrant is told to come back, never entered a second time: an entrant of the
+/// last page asks all the while. (Before the restore held the shard's state back, the
+/// shard was open from its first step, and such an entrant got a fresh entry.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_returning_entrant_is_not_entered_again_while_the_restore_runs() {
+    let s = Stack::start().await;
+    let sku = 9_104;
+    let c = draw_campaign(&s, sku, 3, 0, Duration::from_secs(600), 60).await;
+    let consumer = start_consumer(s.cfg.clone());
+    // Over 500 (the restore's page) a shard: its last user comes back in a second page.
+    let who = users("page", 2_400);
+    enter_all(&s, sku, &who).await;
+    let t0 = Instant::now();
+    while draws::entry_count(&s.pool, sku, T).await.unwrap() < who.len() as u64 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "entries not committed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The restore below is the only one: the consumer's loop would race it.
+    consumer.stop().await;
+    let last = who.iter().max().unwrap().clone();
+    let EntryOutcome::Entered { entry_id: was, .. } = s
+        .client
+        .draw_enter(sku, WIDTH, &last, shard_router::now_ms())
+        .await
+        .unwrap()
+    else {
+        panic!("{last} not entered")
+    };
+    redis::cmd("FLUSHALL")
+        .query::<()>(&mut s.redis.connection())
+        .unwrap();
+    let d = draws::get(&s.pool, sku, T).await.unwrap().unwrap();
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let asker = {
+        let (client, last, done) = (s.client.clone(), last.clone(), done.clone());
+        tokio::spawn(async move {
+            let mut seen = Vec::new();
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                let got = client
+                    .draw_enter(sku, WIDTH, &last, shard_router::now_ms())
+                    .await
+                    .unwrap();
+                if got != EntryOutcome::NotPreheated {
+                    seen.push(got);
+                }
+            }
+            seen
+        })
+    };
+    for shard in s.client.placement().shards_of(sku, WIDTH) {
+        draw::restore::shard(&s.pool, &s.client, &c, &d, shard, T)
+            .await
+            .unwrap();
+    }
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut seen = asker.await.unwrap();
+    seen.push(
+        s.client
+            .draw_enter(sku, WIDTH, &last, shard_router::now_ms())
+            .await
+            .unwrap(),
+    );
+    for got in &seen {
+        assert_eq!(
+            got,
+            &EntryOutcome::Entered {
+                entry_id: was.clone(),
+                fresh: false
+            },
+            "told while the restore ran"
+        );
+    }
 }
 
 /// A shard restored after the grants tells each winner `won` with their claim from the
@@ -323,6 +417,7 @@ async fn a_restored_shard_still_tells_the_winners_their_claims() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    wait_restored(&s, sku).await;
     let answers: Vec<String> = redis::cmd("KEYS")
         .arg(format!("*:req:{sku}:*"))
         .query(&mut conn)

@@ -7,7 +7,7 @@
 use crate::common::*;
 use hyper::StatusCode;
 use serde_json::{json, Value};
-use shard_router::draw::{self, DrawSpec, DrawState};
+use shard_router::draw::{self, DrawSpec, DrawState, MarkBatch};
 use shard_router::keys::{self, ShardKeys};
 use shard_router::{now_ms, test_util, SkuDraw, SkuMeta, StockClient};
 use test_support::RedisServer;
@@ -161,7 +161,10 @@ async fn entries_follow_the_draw_and_never_claim() {
             .filter(|(u, _)| client.placement().home_shard(sku, meta.width, u) == shard)
             .map(|(u, r)| (u.to_string(), *r))
             .collect();
-        assert!(client.draw_mark(shard, sku, &mine, true).await.unwrap());
+        assert!(client
+            .draw_mark(shard, sku, &mine, MarkBatch::Last)
+            .await
+            .unwrap());
     }
     expect(
         &enter(&gw, sku, "alice").await,

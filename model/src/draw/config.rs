@@ -36,10 +36,14 @@ pub enum DrawMutant {
     /// The draw loop before dfe0342: only due draws are marked, and only shards found
     /// `closed`.
     MarkOnlyDue,
+    /// The restore before it held a shard: the draw opened with its state at the first
+    /// step, so an entrant asking before the entries and marks were back was entered a
+    /// second time, or told `lost` though a winner.
+    RestoreOpensAtOnce,
 }
 
 impl DrawMutant {
-    pub const ALL: [DrawMutant; 11] = [
+    pub const ALL: [DrawMutant; 12] = [
         DrawMutant::NoSettle,
         DrawMutant::SettleByCount,
         DrawMutant::GrantsPastSoldOut,
@@ -51,6 +55,7 @@ impl DrawMutant {
         DrawMutant::EntriesAfterDrawJoin,
         DrawMutant::RecordWithoutCount,
         DrawMutant::MarkOnlyDue,
+        DrawMutant::RestoreOpensAtOnce,
     ];
 }
 

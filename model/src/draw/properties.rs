@@ -104,12 +104,8 @@ fn answer_truth(m: &DrawSystem, st: &State) -> bool {
         if home.state() != Some(DrawState::Drawn) {
             return true;
         }
-        // The restore of this shard is under way (its wins come after the draw loop's
-        // marks may have passed it).
-        if matches!(st.restore, Restore::Opened { shard, .. } | Restore::Wins { shard } | Restore::Marks { shard } if shard == h)
-        {
-            return true;
-        }
+        // No exception for a restore under way: it holds the shard (no state) until its
+        // wins and marks are back (`RestoreOpensAtOnce` is the restore that did not).
         if st.ledger.ranks.is_none() {
             return false;
         }

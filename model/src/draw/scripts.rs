@@ -50,7 +50,9 @@ pub enum Standing {
 /// The draw meta hash (`ik`/`ok`, the seed's pads, are fixed per run and left out).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct DrawMeta {
-    pub state: DrawState,
+    /// None while a restore holds the shard (draw_open.lua's `held`): entrants are told
+    /// NOT_PREHEATED until its entrants and ranks are back.
+    pub state: Option<DrawState>,
     pub estart: i64,
     pub draw_at: i64,
     pub k: u32,
@@ -124,9 +126,12 @@ pub enum CloseReply {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum OpenReply {
-    Opened(DrawState),
+    /// None: opened held.
+    Opened(Option<DrawState>),
     Live(DrawState),
     BadArgument,
+    /// `publish` and the shard has no meta (lost again since it was held).
+    NotPreheated,
 }
 
 /// 91 marked / 92 restored, or 14.
@@ -136,6 +141,15 @@ pub enum CountReply {
     NotPreheated,
 }
 
+/// draw_mark.lua's ARGV[1]: more follow, the last batch (the state becomes drawn), or a
+/// restore's batch on a shard it holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MarkBatch {
+    More,
+    Last,
+    Held,
+}
+
 /// The arguments of draw_open.lua (the pads are the caller's).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct OpenArgs {
@@ -143,7 +157,10 @@ pub struct OpenArgs {
     pub draw_at: i64,
     pub k: u32,
     pub stock: u32,
-    pub state: DrawState,
+    /// None: `held`, the fields without a state.
+    pub state: Option<DrawState>,
+    /// The restore's last step: only a shard that has a meta (held) gets the state.
+    pub publish: bool,
 }
 
 impl DrawShard {
@@ -152,9 +169,12 @@ impl DrawShard {
         if a.draw_at <= a.estart || a.k < 1 {
             return OpenReply::BadArgument;
         }
-        let old = self.meta.map(|m| m.state);
+        if a.publish && self.meta.is_none() {
+            return OpenReply::NotPreheated;
+        }
+        let old = self.state();
         self.meta = Some(DrawMeta {
-            state: old.unwrap_or(a.state),
+            state: old.or(a.state),
             estart: a.estart,
             draw_at: a.draw_at,
             k: a.k,
@@ -172,9 +192,12 @@ impl DrawShard {
         let Some(m) = self.meta else {
             return EnterReply::NotPreheated;
         };
+        let Some(state) = m.state else {
+            return EnterReply::NotPreheated;
+        };
         let grant = self.grants.get(&user).copied();
         let v = self.entrants.get(&user).copied();
-        if m.state == DrawState::Drawn {
+        if state == DrawState::Drawn {
             return match v {
                 None => EnterReply::Ended,
                 Some(Standing::W(c)) => EnterReply::Won(c),
@@ -187,7 +210,7 @@ impl DrawShard {
             };
         }
         if let Some(standing) = v {
-            if m.state == DrawState::Closed {
+            if state == DrawState::Closed {
                 return EnterReply::Closed(standing);
             }
             return EnterReply::Entered {
@@ -195,7 +218,7 @@ impl DrawShard {
                 fresh: false,
             };
         }
-        if m.state != DrawState::Open {
+        if state != DrawState::Open {
             return EnterReply::Ended;
         }
         if now < m.estart {
@@ -230,23 +253,30 @@ impl DrawShard {
         let Some(m) = self.meta.as_mut() else {
             return CloseReply::NotPreheated;
         };
-        if m.state == DrawState::Open {
-            m.state = DrawState::Closed;
+        let Some(mut state) = m.state else {
+            return CloseReply::NotPreheated;
+        };
+        if state == DrawState::Open {
+            state = DrawState::Closed;
+            m.state = Some(state);
         }
         CloseReply::Closed {
-            state: m.state,
+            state,
             entrants: self.entrants.len() as u32,
             top: self.topk.iter().map(|&(p, u)| (u, p)).collect(),
         }
     }
 
-    /// draw_mark.lua: ranks of this shard's entrants; `last`: the shard's last batch.
-    pub fn mark(&mut self, last: bool, ranks: &[(User, u32)]) -> CountReply {
+    /// draw_mark.lua: ranks of this shard's entrants, in one of its batches.
+    pub fn mark(&mut self, batch: MarkBatch, ranks: &[(User, u32)]) -> CountReply {
         let Some(m) = self.meta.as_mut() else {
             return CountReply::NotPreheated;
         };
-        if last {
-            m.state = DrawState::Drawn;
+        if m.state.is_none() && batch != MarkBatch::Held {
+            return CountReply::NotPreheated;
+        }
+        if batch == MarkBatch::Last {
+            m.state = Some(DrawState::Drawn);
         }
         let mut marked = 0;
         for &(u, r) in ranks {
@@ -285,6 +315,6 @@ impl DrawShard {
     }
 
     pub fn state(&self) -> Option<DrawState> {
-        self.meta.map(|m| m.state)
+        self.meta.and_then(|m| m.state)
     }
 }

@@ -9,7 +9,8 @@ use stateright::{Model, Property};
 
 use super::config::{DrawConfig, DrawMutant, DRAW_AT, ESTART, FIRST_LAST_ID};
 use super::scripts::{
-    ClaimRef, CloseReply, DrawShard, DrawState, EntryId, GrantAnswer, OpenArgs, Prio, User,
+    ClaimRef, CloseReply, DrawShard, DrawState, EntryId, GrantAnswer, MarkBatch, OpenArgs, Prio,
+    User,
 };
 
 /// One shard's Redis: the master and a replica holding a prefix of its writes.
@@ -160,12 +161,12 @@ pub enum Svc {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Restore {
     Idle,
-    /// The ledger's draw read: the clock and `draw_open` next.
+    /// The ledger's draw read: `draw_open` held (no state) next.
     Found {
         shard: u8,
         drawn: bool,
     },
-    /// Opened: `draw_restore` of the ledger's entries next.
+    /// Opened held: `draw_restore` of the ledger's entries next.
     Opened {
         shard: u8,
         drawn: bool,
@@ -177,6 +178,11 @@ pub enum Restore {
     /// The marks next.
     Marks {
         shard: u8,
+    },
+    /// Everything back: the clock and `draw_open` with the state next.
+    Publish {
+        shard: u8,
+        drawn: bool,
     },
 }
 
@@ -258,13 +264,14 @@ impl DrawSystem {
         Self { cfg }
     }
 
-    fn open_args(&self, state: DrawState) -> OpenArgs {
+    fn open_args(&self, state: Option<DrawState>, publish: bool) -> OpenArgs {
         OpenArgs {
             estart: ESTART,
             draw_at: DRAW_AT,
             k: self.cfg.k(),
             stock: self.cfg.stock,
             state,
+            publish,
         }
     }
 
@@ -277,7 +284,7 @@ impl DrawSystem {
                     last_id: FIRST_LAST_ID,
                     ..DrawShard::default()
                 };
-                master.open(self.open_args(DrawState::Open));
+                master.open(self.open_args(Some(DrawState::Open), false));
                 Node {
                     replica: master.clone(),
                     master,
@@ -462,8 +469,9 @@ impl DrawSystem {
         }
     }
 
-    /// mark_shard: the ranks of the users whose home is `s`, the last batch.
-    fn mark_shard(&self, st: &mut State, s: u8) {
+    /// mark_shard: the ranks of the users whose home is `s`, the last batch (`held`: the
+    /// restore's, on the shard it holds).
+    fn mark_shard(&self, st: &mut State, s: u8, held: bool) {
         let mine: Vec<(User, u32)> = st
             .ledger
             .ranks
@@ -473,7 +481,12 @@ impl DrawSystem {
             .filter(|(_, (u, _))| self.cfg.home(*u) == s)
             .map(|(i, (u, _))| (*u, i as u32 + 1))
             .collect();
-        st.nodes[usize::from(s)].master.mark(true, &mine);
+        let batch = if held {
+            MarkBatch::Held
+        } else {
+            MarkBatch::Last
+        };
+        st.nodes[usize::from(s)].master.mark(batch, &mine);
     }
 
     /// The settle's wait: a shard not read up to its close, or fewer entries than accepted.
@@ -609,7 +622,7 @@ impl DrawSystem {
                 st.svc = Svc::Mark { next, any };
             }
             Svc::Mark { next, .. } => {
-                self.mark_shard(st, next);
+                self.mark_shard(st, next, false);
                 st.svc = self.after_marking(next, true);
             }
             Svc::Reveal { any } => {
@@ -686,11 +699,23 @@ impl DrawSystem {
         true
     }
 
+    /// The state a restore gives a shard: drawn once its marks are back; past the draw
+    /// time by Redis's clock a draw the ledger has open comes back closed.
+    fn restored_state(st: &State, drawn: bool) -> DrawState {
+        if drawn {
+            DrawState::Drawn
+        } else if st.past {
+            DrawState::Closed
+        } else {
+            DrawState::Open
+        }
+    }
+
     pub fn restore_step(&self, st: &mut State) -> bool {
         match st.restore {
             Restore::Idle => {
-                let Some(shard) =
-                    (0..self.cfg.shards).find(|&s| st.nodes[usize::from(s)].master.meta.is_none())
+                let Some(shard) = (0..self.cfg.shards)
+                    .find(|&s| st.nodes[usize::from(s)].master.state().is_none())
                 else {
                     return false;
                 };
@@ -700,16 +725,14 @@ impl DrawSystem {
                 };
             }
             Restore::Found { shard, drawn } => {
-                // Past the draw time by Redis's clock a draw the ledger has open comes back
-                // closed.
-                let state = if drawn || st.past {
-                    DrawState::Closed
+                let state = if self.cfg.mutant_is(DrawMutant::RestoreOpensAtOnce) {
+                    Some(Self::restored_state(st, drawn))
                 } else {
-                    DrawState::Open
+                    None
                 };
                 st.nodes[usize::from(shard)]
                     .master
-                    .open(self.open_args(state));
+                    .open(self.open_args(state, false));
                 st.restore = Restore::Opened { shard, drawn };
             }
             Restore::Opened { shard, drawn } => {
@@ -722,7 +745,7 @@ impl DrawSystem {
                     .collect();
                 st.nodes[usize::from(shard)].master.restore(&batch);
                 st.restore = if !drawn {
-                    Restore::Idle
+                    Restore::Publish { shard, drawn }
                 } else if self.cfg.mutant_is(DrawMutant::RestoreWithoutWins) {
                     Restore::Marks { shard }
                 } else {
@@ -732,13 +755,20 @@ impl DrawSystem {
             Restore::Wins { shard } => {
                 self.write_wins(st, shard);
                 st.restore = if self.cfg.mutant_is(DrawMutant::RestoreWithoutMark) {
-                    Restore::Idle
+                    Restore::Publish { shard, drawn: true }
                 } else {
                     Restore::Marks { shard }
                 };
             }
             Restore::Marks { shard } => {
-                self.mark_shard(st, shard);
+                self.mark_shard(st, shard, true);
+                st.restore = Restore::Publish { shard, drawn: true };
+            }
+            Restore::Publish { shard, drawn } => {
+                let state = Self::restored_state(st, drawn);
+                st.nodes[usize::from(shard)]
+                    .master
+                    .open(self.open_args(Some(state), true));
                 st.restore = Restore::Idle;
             }
         }
@@ -826,7 +856,7 @@ impl Model for DrawSystem {
                 }
             }
         }
-        if st.restore != Restore::Idle || st.nodes.iter().any(|n| n.master.meta.is_none()) {
+        if st.restore != Restore::Idle || st.nodes.iter().any(|n| n.master.state().is_none()) {
             out.push(Action::Restore);
         }
         if st.releases < c.releases {

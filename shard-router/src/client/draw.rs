@@ -6,7 +6,9 @@
 use redis::Value;
 
 use super::StockClient;
-use crate::draw::{pads, BadEntry, ClosedShard, DrawSpec, DrawState, EntryOutcome, EntryRecord};
+use crate::draw::{
+    pads, BadEntry, ClosedShard, DrawSpec, DrawState, EntryOutcome, EntryRecord, MarkBatch,
+};
 use crate::error::StockError;
 use crate::placement::ShardId;
 use crate::replication::ReplicationInfo;
@@ -23,6 +25,41 @@ impl StockClient {
         spec: &DrawSpec,
         state: DrawState,
     ) -> Result<(DrawState, bool), StockError> {
+        let r = self.open_draw(shard, spec, state.as_str(), "").await?;
+        let created = r.code == code::PREHEATED;
+        let state = DrawState::parse(&r.text(0)?).ok_or_else(|| r.unexpected())?;
+        Ok((state, created))
+    }
+
+    /// A restore's first step on a shard that lost its draw: the window, k, stock and pads
+    /// written but no state, so entrants are answered NOT_PREHEATED (and the restore loop
+    /// still sees the shard as lost) until [`Self::draw_publish`] gives it its state, after
+    /// the ledger's entrants and ranks are back. A shard that has a state keeps it.
+    pub async fn draw_hold(&self, shard: ShardId, spec: &DrawSpec) -> Result<(), StockError> {
+        self.open_draw(shard, spec, "held", "").await.map(drop)
+    }
+
+    /// A restore's last step: the state for the shard it holds. `false`: the shard lost its
+    /// draw again since [`Self::draw_hold`] (the restore's next pass does it again).
+    pub async fn draw_publish(
+        &self,
+        shard: ShardId,
+        spec: &DrawSpec,
+        state: DrawState,
+    ) -> Result<bool, StockError> {
+        let r = self
+            .open_draw(shard, spec, state.as_str(), "publish")
+            .await?;
+        Ok(r.code != code::NOT_PREHEATED)
+    }
+
+    async fn open_draw(
+        &self,
+        shard: ShardId,
+        spec: &DrawSpec,
+        state: &str,
+        publish: &str,
+    ) -> Result<crate::reply::Reply, StockError> {
         let (inner, outer) = pads(&spec.seed);
         let mut inv = scripts::DRAW_OPEN.prepare_invoke();
         inv.key(self.keys(shard, spec.sku).draw_meta())
@@ -32,18 +69,14 @@ impl StockClient {
             .arg(spec.stock)
             .arg(&inner[..])
             .arg(&outer[..])
-            .arg(state.as_str());
+            .arg(state)
+            .arg(publish);
         let r = self.run("draw open", &inv).await?;
-        let created = match r.code {
-            code::PREHEATED => true,
-            code::LIVE => false,
-            code::BAD_ARGUMENT => {
-                return Err(StockError::InvalidArgument("draw: bad window or k".into()))
-            }
-            _ => return Err(r.unexpected()),
-        };
-        let state = DrawState::parse(&r.text(0)?).ok_or_else(|| r.unexpected())?;
-        Ok((state, created))
+        match r.code {
+            code::PREHEATED | code::LIVE | code::NOT_PREHEATED => Ok(r),
+            code::BAD_ARGUMENT => Err(StockError::InvalidArgument("draw: bad window or k".into())),
+            _ => Err(r.unexpected()),
+        }
     }
 
     /// A user's entry on their home shard, or their standing once entries closed.
@@ -154,20 +187,19 @@ impl StockClient {
         }))
     }
 
-    /// Writes ranks of a shard's entrants (`draw_mark.lua`); `last` also sets the shard's
-    /// state to drawn. `false`: the shard has no draw.
+    /// Writes ranks of a shard's entrants (`draw_mark.lua`); [`MarkBatch::Last`] also sets
+    /// the shard's state to drawn. `false`: the shard has no draw (or is held, and the
+    /// batch is not the restore's).
     pub async fn draw_mark(
         &self,
         shard: ShardId,
         sku: u64,
         ranks: &[(String, u32)],
-        last: bool,
+        batch: MarkBatch,
     ) -> Result<bool, StockError> {
         let k = self.keys(shard, sku);
         let mut inv = scripts::DRAW_MARK.prepare_invoke();
-        inv.key(k.draw_meta())
-            .key(k.entrants())
-            .arg(if last { "1" } else { "0" });
+        inv.key(k.draw_meta()).key(k.entrants()).arg(batch.arg());
         for (user, rank) in ranks {
             inv.arg(user).arg(rank);
         }

@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use shard_router::draw::{self, DrawSpec, DrawState, EntryOutcome};
+use shard_router::draw::{self, DrawSpec, DrawState, EntryOutcome, MarkBatch};
 use shard_router::{now_ms, StockClient};
 
 use crate::common::Env;
@@ -122,7 +122,10 @@ async fn entries_and_close(env: Env) {
     }
     for shard in client.placement().shards_of(SKU, WIDTH) {
         let ranks = by_home.get(&shard).cloned().unwrap_or_default();
-        assert!(client.draw_mark(shard, SKU, &ranks, true).await.unwrap());
+        assert!(client
+            .draw_mark(shard, SKU, &ranks, MarkBatch::Last)
+            .await
+            .unwrap());
         assert_eq!(
             client.draw_state(shard, SKU).await.unwrap(),
             Some(DrawState::Drawn)
@@ -156,7 +159,7 @@ async fn entries_and_close(env: Env) {
         .await
         .unwrap();
     client
-        .draw_mark(home, SKU, &[(winner.clone(), 1)], true)
+        .draw_mark(home, SKU, &[(winner.clone(), 1)], MarkBatch::Last)
         .await
         .unwrap();
     assert_eq!(
@@ -223,15 +226,40 @@ async fn restore_after_loss() {
     let shard = client.placement().shards_of(SKU, WIDTH)[0];
     let mut conn = env.node_connections().remove(0);
     redis::cmd("FLUSHALL").query::<()>(&mut conn).unwrap();
-    let lost: Vec<(String, u64, String)> = (0..5)
-        .map(|i| {
-            let u = format!("back-{i}");
+    // Users whose home is the shard, as the ledger's entries of it are.
+    let lost: Vec<(String, u64, String)> = (0..)
+        .map(|i| format!("back-{i}"))
+        .filter(|u| client.placement().home_shard(SKU, WIDTH, u) == shard)
+        .take(5)
+        .enumerate()
+        .map(|(i, u)| {
             let p = draw::priority(&s.seed, SKU, &u);
             (u, p, format!("1-{i}"))
         })
         .collect();
     assert_eq!(client.draw_restore(shard, SKU, &lost).await.unwrap(), None);
-    client.draw_open(shard, &s, DrawState::Open).await.unwrap();
+    // Lost again before its last step: the restore's publish does not open it empty.
+    assert!(!client
+        .draw_publish(shard, &s, DrawState::Open)
+        .await
+        .unwrap());
+    assert_eq!(client.draw_state(shard, SKU).await.unwrap(), None);
+    client.draw_hold(shard, &s).await.unwrap();
+    // Held: entrants come back later, the draw loop's marks are refused, the restore's not.
+    let back = &lost[4].0;
+    assert_eq!(
+        client.draw_enter(SKU, WIDTH, back, now_ms()).await.unwrap(),
+        EntryOutcome::NotPreheated
+    );
+    assert!(!client
+        .draw_mark(shard, SKU, &[], MarkBatch::Last)
+        .await
+        .unwrap());
+    assert!(client
+        .draw_mark(shard, SKU, &[], MarkBatch::Held)
+        .await
+        .unwrap());
+    assert_eq!(client.draw_state(shard, SKU).await.unwrap(), None);
     assert_eq!(
         client.draw_restore(shard, SKU, &lost).await.unwrap(),
         Some(5)
@@ -239,6 +267,17 @@ async fn restore_after_loss() {
     assert_eq!(
         client.draw_restore(shard, SKU, &lost).await.unwrap(),
         Some(0)
+    );
+    assert!(client
+        .draw_publish(shard, &s, DrawState::Open)
+        .await
+        .unwrap());
+    assert_eq!(
+        client.draw_enter(SKU, WIDTH, back, now_ms()).await.unwrap(),
+        EntryOutcome::Entered {
+            entry_id: "1-4".into(),
+            fresh: false
+        }
     );
     let closed = client.draw_close(shard, SKU).await.unwrap().unwrap();
     assert_eq!(closed.entrants, 5);
