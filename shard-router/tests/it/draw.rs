@@ -275,7 +275,7 @@ async fn restore_after_loss() {
     assert_eq!(
         client.draw_enter(SKU, WIDTH, back, now_ms()).await.unwrap(),
         EntryOutcome::Entered {
-            entry_id: "1-4".into(),
+            entry_id: format!("{shard}-1-4"),
             fresh: false
         }
     );
