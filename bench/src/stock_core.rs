@@ -195,8 +195,7 @@ async fn one_rep(
         limit: 1,
         start_ms: now - 60_000,
         end_ms: now + 3_600_000,
-        draw: None,
-        queue: false,
+        mode: shard_router::SkuMode::Fcfs,
     };
     client.preheat(&meta).await?;
     let next = Arc::new(AtomicU64::new(0));

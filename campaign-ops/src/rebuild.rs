@@ -206,8 +206,7 @@ pub async fn rebuild(
     // waves below belong together.
     c.stock = stock;
     let meta = shard_router::SkuMeta {
-        draw: mode.draw,
-        queue: mode.queue,
+        mode: mode.mode,
         ..crate::sku::meta(&c)
     };
     // The only wave ids a rebuilt wave hash keeps, so a wave half applied before the

@@ -5,7 +5,7 @@ use std::time::Duration;
 use consumer::ConsumerError;
 use ledger::campaigns::Campaign;
 use ledger::draws::{self, DrawState};
-use shard_router::{SkuDraw, SkuMeta};
+use shard_router::{SkuDraw, SkuMeta, SkuMode};
 use sqlx::MySqlPool;
 
 /// The SKU metadata of `c`.
@@ -17,8 +17,7 @@ pub fn meta(c: &Campaign) -> SkuMeta {
         limit: c.limit,
         start_ms: c.start_ms,
         end_ms: c.end_ms,
-        draw: None,
-        queue: false,
+        mode: SkuMode::Fcfs,
     }
 }
 
@@ -30,11 +29,14 @@ pub async fn meta_of(
     t: Duration,
 ) -> Result<SkuMeta, ConsumerError> {
     let mut m = meta(c);
-    m.queue = draws::mode(pool, c.sku, t).await? == Some(draws::Mode::Queue);
-    m.draw = draws::get(pool, c.sku, t).await?.map(|d| SkuDraw {
-        draw_at_ms: d.draw_at_ms,
-        seed: (d.state == DrawState::Drawn).then(|| hex::encode(&d.seed)),
-        seed_sha256: d.seed_sha256,
-    });
+    if let Some(d) = draws::get(pool, c.sku, t).await? {
+        m.mode = SkuMode::Draw(SkuDraw {
+            draw_at_ms: d.draw_at_ms,
+            seed: (d.state == DrawState::Drawn).then(|| hex::encode(&d.seed)),
+            seed_sha256: d.seed_sha256,
+        });
+    } else if draws::mode(pool, c.sku, t).await? == Some(draws::Mode::Queue) {
+        m.mode = SkuMode::Queue;
+    }
     Ok(m)
 }

@@ -140,8 +140,7 @@ mod tests {
             limit: 1,
             start_ms: 0,
             end_ms: 1,
-            draw: None,
-            queue: false,
+            mode: shard_router::SkuMode::Fcfs,
         };
         let claim = |id: &str| Claim {
             claim_id: id.into(),

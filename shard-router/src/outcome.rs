@@ -18,12 +18,40 @@ pub struct SkuMeta {
     /// Sale window `[start_ms, end_ms)`, gateway clock, ms since the epoch.
     pub start_ms: i64,
     pub end_ms: i64,
-    /// `Some` when the campaign's mode is `draw`: claims are entries (`crate::draw`).
-    /// Written in the same HSET as the fields above, so no gateway sees one without it.
-    pub draw: Option<SkuDraw>,
-    /// Campaign mode `queue`: claims pass a waiting room first (`crate::queue`). Written
-    /// with the fields above, like `draw`.
-    pub queue: bool,
+    /// How the campaign sells. Written in the same HSET as the fields above, so no
+    /// gateway sees the campaign without it.
+    pub mode: SkuMode,
+}
+
+/// A campaign's mode, fixed at its creation.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum SkuMode {
+    /// First come, first served: `claim.lua`.
+    #[default]
+    Fcfs,
+    /// Claims are entries into a draw (`crate::draw`).
+    Draw(SkuDraw),
+    /// Claims pass a waiting room first (`crate::queue`), then `claim.lua`.
+    Queue,
+}
+
+impl SkuMode {
+    /// The mode's name, as the metadata hash and `GET /v1/skus` write it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Fcfs => "fcfs",
+            Self::Draw(_) => "draw",
+            Self::Queue => "queue",
+        }
+    }
+
+    /// The draw, when the mode is `draw`.
+    pub fn draw(&self) -> Option<&SkuDraw> {
+        match self {
+            Self::Draw(d) => Some(d),
+            _ => None,
+        }
+    }
 }
 
 /// What gateways need of a draw: its entry window and its published seed digest (and the

@@ -25,8 +25,7 @@ pub fn open_meta(sku: u64, stock: u64, width: u16, limit: u32) -> SkuMeta {
         limit,
         start_ms: now - 60_000,
         end_ms: now + 3_600_000,
-        draw: None,
-        queue: false,
+        mode: crate::SkuMode::Fcfs,
     }
 }
 

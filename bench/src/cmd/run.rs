@@ -157,8 +157,7 @@ pub(crate) async fn prepare(sys: &SystemArgs, s: &Scenario) -> anyhow::Result<Op
             limit: s.limit,
             start_ms: now - 60_000,
             end_ms: now + 24 * 3_600_000,
-            draw: None,
-            queue: false,
+            mode: shard_router::SkuMode::Fcfs,
         };
         match &sys.consumer_bin {
             Some(bin) => consumer_campaign(bin, sys, &meta).await?,

@@ -280,7 +280,7 @@ async fn mark(
     let unrevealed = client
         .sku_meta(c.sku)
         .await?
-        .is_some_and(|m| m.draw.is_some_and(|d| d.seed.is_none()));
+        .is_some_and(|m| m.mode.draw().is_some_and(|d| d.seed.is_none()));
     if any || unrevealed {
         let meta = crate::sku::meta_of(pool, c, t).await?;
         client.write_sku_meta(&meta).await?;

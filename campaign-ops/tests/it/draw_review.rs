@@ -289,7 +289,7 @@ async fn a_crash_between_the_marks_and_the_metadata_still_reveals_the_seed() {
     let meta = s.client.sku_meta(sku).await.unwrap().unwrap();
     let d = the_draw(&s, sku).await;
     assert_eq!(
-        meta.draw.unwrap().seed,
+        meta.mode.draw().unwrap().seed.clone(),
         Some(hex::encode(&d.seed)),
         "the seed is revealed once drawn"
     );

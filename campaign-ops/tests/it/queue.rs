@@ -52,7 +52,11 @@ async fn admission_follows_the_stock_and_survives_a_redis_loss() {
         .await
         .unwrap();
     let meta = s.client.sku_meta(sku).await.unwrap().unwrap();
-    assert!(meta.queue, "the SKU metadata carries the mode");
+    assert_eq!(
+        meta.mode,
+        shard_router::SkuMode::Queue,
+        "the SKU metadata carries the mode"
+    );
     // Two users in the pre-queue before the first step fixes its length.
     for u in ["early-1", "early-2"] {
         s.client

@@ -18,7 +18,9 @@ use std::time::Instant;
 use hyper::body::Incoming;
 use hyper::Request;
 use shard_router::protocol::{self, Confirmation, EmptyShards};
-use shard_router::{Claim, ClaimOutcome, ClaimRequest, StockClient, StockError, StoredAnswer};
+use shard_router::{
+    Claim, ClaimOutcome, ClaimRequest, SkuMode, StockClient, StockError, StoredAnswer,
+};
 
 use super::input::{read_claim, InputRules};
 use crate::access;
@@ -39,15 +41,19 @@ pub(crate) async fn handle(app: &App, peer: SocketAddr, req: Request<Incoming>) 
     let (outcome, reply) = match admit(app, peer, req).await {
         // A draw SKU's request is an entry: never claim.lua (that would sell first come,
         // first served), never the sold-out cache (`entry.rs`).
-        Ok(admitted) if admitted.state.meta.draw.is_some() => entry::enter(app, admitted).await,
+        Ok(admitted) if admitted.state.meta.mode.draw().is_some() => {
+            entry::enter(app, admitted).await
+        }
         // A queue SKU's request passes the waiting room first (`queue.rs`).
-        Ok(admitted) if admitted.state.meta.queue => match queue::gate(app, &admitted).await {
-            queue::Gate::Claim => match claim(app, admitted).await {
-                Ok(claimed) => (claimed.label(), Reply::from(claimed)),
-                Err(refusal) => (refusal.label(), Reply::from(refusal)),
-            },
-            queue::Gate::Answer(label, reply) => (label, reply),
-        },
+        Ok(admitted) if admitted.state.meta.mode == SkuMode::Queue => {
+            match queue::gate(app, &admitted).await {
+                queue::Gate::Claim => match claim(app, admitted).await {
+                    Ok(claimed) => (claimed.label(), Reply::from(claimed)),
+                    Err(refusal) => (refusal.label(), Reply::from(refusal)),
+                },
+                queue::Gate::Answer(label, reply) => (label, reply),
+            }
+        }
         Ok(admitted) => match claim(app, admitted).await {
             Ok(claimed) => (claimed.label(), Reply::from(claimed)),
             Err(refusal) => (refusal.label(), Reply::from(refusal)),

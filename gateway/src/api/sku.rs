@@ -25,7 +25,7 @@ pub(crate) async fn handle(app: &App, sku: &str) -> Reply {
     let meta = &state.meta;
     let now = app.link.now_ms();
     let sold_out = state.all_empty();
-    let hint = match &meta.draw {
+    let hint = match meta.mode.draw() {
         _ if now < meta.start_ms => "not_started",
         // A draw's units go to its winners: availability is where its entries stand.
         Some(d) if now < d.draw_at_ms => "entries_open",
@@ -44,13 +44,8 @@ pub(crate) async fn handle(app: &App, sku: &str) -> Reply {
     body.insert("limit".into(), Value::from(meta.limit));
     body.insert("start_ms".into(), Value::from(meta.start_ms));
     body.insert("end_ms".into(), Value::from(meta.end_ms));
-    let mode = match (&meta.draw, meta.queue) {
-        (Some(_), _) => "draw",
-        (None, true) => "queue",
-        (None, false) => "fcfs",
-    };
-    body.insert("mode".into(), Value::from(mode));
-    if let Some(d) = &meta.draw {
+    body.insert("mode".into(), Value::from(meta.mode.name()));
+    if let Some(d) = meta.mode.draw() {
         body.insert("draw_at_ms".into(), Value::from(d.draw_at_ms));
         body.insert("seed_sha256".into(), Value::from(d.seed_sha256.as_str()));
         if let Some(seed) = &d.seed {

@@ -8,8 +8,7 @@ fn state() -> SkuState {
         limit: 1,
         start_ms: 0,
         end_ms: 1,
-        draw: None,
-        queue: false,
+        mode: shard_router::SkuMode::Fcfs,
     };
     SkuState::new(meta, vec![3, 4])
 }

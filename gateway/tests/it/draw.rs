@@ -34,7 +34,7 @@ async fn open_draw(client: &StockClient, sku: u64, stock: u64, width: u16) -> Sk
             .await
             .unwrap();
     }
-    meta.draw = Some(SkuDraw {
+    meta.mode = shard_router::SkuMode::Draw(SkuDraw {
         draw_at_ms,
         seed_sha256: draw::seed_digest(&SEED),
         seed: None,
@@ -100,7 +100,7 @@ async fn entries_follow_the_draw_and_never_claim() {
     assert_eq!(first.body["seed_sha256"], digest.as_str());
     assert_eq!(
         first.body["draw_at_ms"],
-        meta.draw.as_ref().unwrap().draw_at_ms
+        meta.mode.draw().unwrap().draw_at_ms
     );
     assert!(first.body.get("seed").is_none() && first.body.get("fresh").is_none());
     let again = gw
@@ -208,7 +208,7 @@ async fn draw_window_missing_draw_and_modes() {
     early.start_ms = now_ms() + 600_000;
     client.preheat(&early).await.unwrap();
     let mut missing = test_util::open_meta(8804, 2, 1, 1);
-    missing.draw = early.draw.clone();
+    missing.mode = early.mode.clone();
     client.preheat(&missing).await.unwrap();
     let fcfs = preheat(&client, 8805, 2, 1, 1).await;
     let gw = Gateway::start(config(&redis.url(), false)).await;

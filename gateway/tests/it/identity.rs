@@ -109,8 +109,7 @@ async fn bearer_tokens_decide_who_claims() {
                 limit: 1,
                 start_ms: 0,
                 end_ms: 1,
-                draw: None,
-                queue: false,
+                mode: shard_router::SkuMode::Fcfs,
             }
         )
         .await,

@@ -18,7 +18,7 @@ const SECRET: &[u8] = b"queue-secret-for-tests-0123456789";
 async fn queue_sku(client: &StockClient, sku: u64, stock: u64, start_in_ms: i64) -> SkuMeta {
     let mut meta = test_util::open_meta(sku, stock, 2, 1);
     meta.start_ms = now_ms() + start_in_ms;
-    meta.queue = true;
+    meta.mode = shard_router::SkuMode::Queue;
     client.preheat(&meta).await.unwrap();
     meta
 }

@@ -93,8 +93,7 @@ async fn replay_after_the_window_closed() {
         limit: 1,
         start_ms: now_ms() - 60_000,
         end_ms: now_ms() + 1_500,
-        draw: None,
-        queue: false,
+        mode: shard_router::SkuMode::Fcfs,
     };
     stock.preheat(&meta).await.unwrap();
     let gw = Gateway::start(config(&redis.url(), false)).await;
@@ -189,8 +188,7 @@ async fn a_missed_live_event_heals_within_the_cache_ttl() {
         limit: 1,
         start_ms: now_ms() - 60_000,
         end_ms: now_ms() + 3_600_000,
-        draw: None,
-        queue: false,
+        mode: shard_router::SkuMode::Fcfs,
     };
     let mut conn = redis.connection();
     for (shard, slice) in stock

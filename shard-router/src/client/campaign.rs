@@ -66,11 +66,10 @@ impl StockClient {
             ("end", meta.end_ms.to_string()),
         ];
         // Mode is fixed at creation, so a draw's fields are never removed; absent = fcfs.
-        if meta.queue {
-            fields.push(("mode", "queue".into()));
+        if meta.mode != SkuMode::Fcfs {
+            fields.push(("mode", meta.mode.name().into()));
         }
-        if let Some(d) = &meta.draw {
-            fields.push(("mode", "draw".into()));
+        if let SkuMode::Draw(d) = &meta.mode {
             fields.push(("draw_at", d.draw_at_ms.to_string()));
             fields.push(("seed_sha256", d.seed_sha256.clone()));
             if let Some(seed) = &d.seed {
@@ -135,10 +134,10 @@ impl StockClient {
             limit: u32::try_from(limit).map_err(|_| bad())?,
             start_ms: start,
             end_ms: end,
-            queue: vals[5].as_deref() == Some("queue"),
-            draw: match vals[5].as_deref() {
-                None | Some("fcfs") | Some("queue") => None,
-                Some("draw") => Some(SkuDraw {
+            mode: match vals[5].as_deref() {
+                None | Some("fcfs") => SkuMode::Fcfs,
+                Some("queue") => SkuMode::Queue,
+                Some("draw") => SkuMode::Draw(SkuDraw {
                     draw_at_ms: int(6).ok_or_else(bad)?,
                     seed_sha256: vals[7].clone().ok_or_else(bad)?,
                     seed: vals[8].clone(),

@@ -20,7 +20,7 @@ use crate::reply::{Reply, Retry};
 /// The answer to an entry request, with its `outcome` metric label.
 pub(super) async fn enter(app: &App, admitted: Admitted<'_>) -> (&'static str, Reply) {
     let meta = &admitted.state.meta;
-    let Some(draw) = &meta.draw else {
+    let Some(draw) = meta.mode.draw() else {
         unreachable!("only a draw SKU's request is an entry");
     };
     match entry(app, &admitted).await {

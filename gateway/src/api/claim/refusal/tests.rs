@@ -40,8 +40,7 @@ fn meta() -> SkuMeta {
         limit: 2,
         start_ms: 1_000,
         end_ms: 2_000,
-        draw: None,
-        queue: false,
+        mode: shard_router::SkuMode::Fcfs,
     }
 }
 
