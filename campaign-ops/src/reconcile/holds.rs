@@ -27,8 +27,7 @@ pub struct Resolution {
 
 /// Holds past their expiry were left by a gateway that died between hold and settle. The
 /// claim `(sku, user, user_seq)` in the ledger or in a stream means units were taken: keep
-/// the count; otherwise nothing was taken: undo it. "In a stream" includes the dead
-/// letters: a claim parked there is acknowledged all the same. The hold of a late claim
+/// the count; otherwise nothing was taken: undo it. The hold of a late claim
 /// not applied yet is the apply's to settle (`consumer/src/late.rs`).
 ///
 /// With replicas (`replicas`, see `replica::write_needs_replica`) a decision counts only

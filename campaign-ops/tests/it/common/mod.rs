@@ -168,9 +168,7 @@ pub(crate) async fn open_campaign(
 
 /// The stock client and the migrated ledger pool a stack's `cfg` names.
 async fn connect(cfg: &Config) -> (StockClient, MySqlPool) {
-    let client = StockClient::connect(claims_stock(cfg))
-        .await
-        .expect("redis");
+    let client = StockClient::connect(cfg.stock()).await.expect("redis");
     let pool = ledger::pool::connect(&cfg.mysql_url, T)
         .await
         .expect("mysql");
@@ -366,15 +364,5 @@ pub(crate) fn promote(replica: &RedisServer) {
 pub(crate) async fn client_on(server: &RedisServer, s: &Stack) -> StockClient {
     let mut cfg = s.cfg.clone();
     cfg.redis = RedisTarget::Single(server.url());
-    StockClient::connect(claims_stock(&cfg))
-        .await
-        .expect("redis")
-}
-
-/// The tests' stock client writes claims in the compact form, as the gateways of a stack
-/// of this release do (`deploy/`); the nine-pair form of earlier releases has tests of its
-/// own beside it (`ledger.rs`, `reconcile_pages.rs`).
-fn claims_stock(cfg: &Config) -> shard_router::StockConfig {
-    cfg.stock()
-        .with_record_form(shard_router::RecordForm::Compact)
+    StockClient::connect(cfg.stock()).await.expect("redis")
 }
