@@ -83,8 +83,7 @@ if stock < qty then
   -- The generation names the hold: after a loss a user's sequence starts again, so a
   -- later hold can have this `user|seq`, but never this generation (the loss is rebuilt,
   -- and fenced until then: lua/guard.lua). Settles and late applies act only on the hold
-  -- they name. It rides in the expiry field, so a reader of the previous release still
-  -- finds qty first and the request id after the second `|`.
+  -- they name.
   redis.call('HSET', KEYS[5], user .. '|' .. string.format('%d', seq),
     qty .. '|' .. (now + hold_ttl) .. ':' .. (meta[4] or '0') .. '|' .. rid)
   if rid ~= '' then
