@@ -331,20 +331,33 @@ pub(crate) async fn one_at_a_time() -> tokio::sync::MutexGuard<'static, ()> {
     ONE.lock().await
 }
 
+/// The rebuild generation `hk`'s shard meta carries (0 when never written): what
+/// `lua/claim.lua` names a hold placed there now with.
+pub(crate) async fn shard_gen(client: &StockClient, hk: &keys::ShardKeys) -> u64 {
+    let gen: Option<u64> = redis::cmd("HGET")
+        .arg(hk.meta())
+        .arg("gen")
+        .query_async(&mut client.conn())
+        .await
+        .unwrap();
+    gen.unwrap_or(0)
+}
+
 /// Adds to `pipe` what a gateway that died under a hold left on `hk`'s shard: `user`'s hold
-/// (seq 1, one unit, under `rid`, "" for none) expired a minute before `now`, and the unit
-/// it counted for the user.
+/// (seq 1, one unit, under `rid`, "" for none, placed under generation `gen`) expired a
+/// minute before `now`, and the unit it counted for the user.
 pub(crate) fn dead_hold<'a>(
     pipe: &'a mut redis::Pipeline,
     hk: &keys::ShardKeys,
     user: &str,
     rid: &str,
+    gen: u64,
     now: i64,
 ) -> &'a mut redis::Pipeline {
     pipe.cmd("HSET")
         .arg(hk.holds())
         .arg(format!("{user}|1"))
-        .arg(format!("1|{}|{rid}", now - 60_000))
+        .arg(format!("1|{}:{gen}|{rid}", now - 60_000))
         .cmd("HSET")
         .arg(hk.users())
         .arg(user)
