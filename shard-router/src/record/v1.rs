@@ -8,9 +8,9 @@
 //! cost it more to write (XADD) and far more to read back (every stream read reply carries
 //! each entry's names and values); `bench/redis_record_read.sh` measures both shapes
 //! (docs/BENCHMARKS.md, "The compact claim record"). The version rides in the field's
-//! name, not in its value: a stream stores the names of entries that repeat its first
-//! entry's once, so the version costs Redis nothing per entry stored and the scripts
-//! nothing per claim.
+//! name, not in its value: a stream node stores the field names once for all its entries
+//! that repeat its first entry's, so the version costs Redis nothing per entry stored
+//! (one byte per entry in a read's reply) and the scripts nothing per claim.
 
 use std::fmt::Write;
 
