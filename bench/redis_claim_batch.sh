@@ -15,8 +15,6 @@
 #                      # the same count however loaded the machine is (use CLAIMS=4000)
 #   EMPTY=1 ...        # scripts that only return: the fixed cost of an EVALSHA with a
 #                      # claim's 16 arguments, the most a batch script could save
-#   RECORDS=compact .. # claim.lua writes the one-field record (shard-router/src/record/
-#                      # compact.rs) instead of the nine pairs (default RECORDS=pairs)
 #   FLOOR=1 ...        # the least any claim script could do (take the unit, count the
 #                      # user, one-field record, remember the request id; no checks): the
 #                      # floor under Redis's CPU per claim (docs/BENCHMARKS.md, "Floors")
@@ -37,12 +35,6 @@ REPLICA=${REPLICA:-0}
 CALLGRIND=${CALLGRIND:-0}
 EMPTY=${EMPTY:-0}
 FLOOR=${FLOOR:-0}
-RECORDS=${RECORDS:-pairs}
-case $RECORDS in
-  compact) record_arg=c ;;
-  pairs) record_arg=p ;; # anything but "c" is the nine pairs (an empty word would vanish below)
-  *) echo "RECORDS must be pairs or compact, not $RECORDS" >&2; exit 2 ;;
-esac
 work=$(mktemp -d /tmp/fg-claim-batch.XXXXXX)
 
 if [[ $EMPTY == 1 ]]; then
@@ -58,7 +50,7 @@ if [[ $FLOOR == 1 ]]; then
   cat >"$SINGLE" <<'LUA'
 local left = redis.call('DECRBY', KEYS[1], ARGV[3])
 local held = redis.call('HINCRBY', KEYS[3], ARGV[2], ARGV[3])
-local id = redis.call('XADD', KEYS[6], '*', 'c',
+local id = redis.call('XADD', KEYS[6], '*', 'c1',
   ARGV[1] .. '|' .. ARGV[2] .. '|' .. ARGV[3] .. '|' .. ARGV[5] .. '|' .. ARGV[4])
 redis.call('SET', KEYS[7], id, 'EX', ARGV[8])
 return {1, id, held, left}
@@ -158,7 +150,7 @@ preheat() {
 claim_keys=("$tag:stock:$sku" "$tag:meta:$sku" "$tag:users:$sku" "$tag:useq:$sku"
   "$tag:holds:$sku" "$tag:claims" "$tag:req:$sku:13:u__rand_int__:r__rand_int__")
 claim_args() { # now_ms
-  echo "$sku" u__rand_int__ 1 "$1" r__rand_int__ 0 30000 86400 fg:events "$record_arg"
+  echo "$sku" u__rand_int__ 1 "$1" r__rand_int__ 0 30000 86400 fg:events
 }
 
 if [[ $CALLGRIND == 1 ]]; then

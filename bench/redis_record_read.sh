@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Redis CPU per claim record for the two record forms of shard-router/src/record.rs: the
-# nine field/value pairs the scripts wrote before, and the one compact field they write now
-# (record/compact.rs). For each form a private redis-server (reniced to -20) on a free port
+# Redis CPU per claim record for two shapes of it: nine field/value pairs, and the one
+# field the scripts write (shard-router/src/record/v1.rs), the measurement behind that
+# choice. For each shape a private redis-server (reniced to -20) on a free port
 # gets N records shaped like bench/external/claims.lua's claims (12-byte user, 15-byte
 # request id, 13-digit timestamp) through XADD, then a consumer group reads them all with
 # XREADGROUP COUNT 26 (the entries per read of docs/BENCHMARKS.md's consumer) and each
@@ -54,7 +54,7 @@ def record(form, i):
     if form == "pairs":
         return ["sku", 1, "user", user, "qty", 1, "seq", 1, "shard", 0, "home", 0,
                 "rid", rid, "ts", ts, "gen", 0]
-    return ["c", f"1,1,1,0,0,{ts},0,{len(user)},{user}{rid}"]
+    return ["c1", f"1,1,1,0,0,{ts},0,{len(user)},{user}{rid}"]
 
 def free_port():
     s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close(); return p

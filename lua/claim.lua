@@ -14,7 +14,6 @@
 -- ARGV[1] sku   ARGV[2] user   ARGV[3] qty (>= 1)   ARGV[4] now_ms (gateway clock)
 -- ARGV[5] request id or ""   ARGV[6] this shard id   ARGV[7] hold ttl ms (0 = no hold)
 -- ARGV[8] request result ttl s   ARGV[9] events channel
--- ARGV[10] record form: "c" compact (shard-router/src/record/compact.rs), "" nine pairs
 -- Returns (never nil):
 --   {1, claim_id, user_seq, remaining}   CLAIMED
 --   {2, claim_id, shard, qty}            REPLAY of an earlier success under this request id
@@ -84,8 +83,7 @@ if stock < qty then
   -- The generation names the hold: after a loss a user's sequence starts again, so a
   -- later hold can have this `user|seq`, but never this generation (the loss is rebuilt,
   -- and fenced until then: lua/guard.lua). Settles and late applies act only on the hold
-  -- they name. It rides in the expiry field, so a reader of the previous release still
-  -- finds qty first and the request id after the second `|`.
+  -- they name.
   redis.call('HSET', KEYS[5], user .. '|' .. string.format('%d', seq),
     qty .. '|' .. (now + hold_ttl) .. ':' .. (meta[4] or '0') .. '|' .. rid)
   if rid ~= '' then
@@ -95,19 +93,13 @@ if stock < qty then
 end
 
 local remaining = redis.call('DECRBY', KEYS[1], ARGV[3])
-local id
-if ARGV[10] == 'c' then
-  -- sku, qty, seq, shard, home, ts, gen, the user's length in bytes, then the user and the
-  -- request id unescaped. `seq` is a Lua number: '%d' writes it whole, where `..` would
-  -- write 1e+14 from 10^14 on.
-  id = redis.call('XADD', KEYS[6], '*', 'c', ARGV[1] .. ',' .. ARGV[3] .. ','
-    .. string.format('%d', seq) .. ',' .. ARGV[6] .. ',' .. ARGV[6] .. ',' .. ARGV[4] .. ','
-    .. (meta[4] or '0') .. ',' .. #user .. ',' .. user .. rid)
-else
-  id = redis.call('XADD', KEYS[6], '*',
-    'sku', ARGV[1], 'user', user, 'qty', ARGV[3], 'seq', seq,
-    'shard', ARGV[6], 'home', ARGV[6], 'rid', rid, 'ts', ARGV[4], 'gen', meta[4] or '0')
-end
+-- The claim record, version 1 (field `c1`, shard-router/src/record/v1.rs): sku, qty, seq,
+-- shard, home, ts, gen, the user's length in bytes, then the user and the request id
+-- unescaped. `seq` is a Lua number: '%d' writes it whole, where `..` would write 1e+14 from
+-- 10^14 on.
+local id = redis.call('XADD', KEYS[6], '*', 'c1', ARGV[1] .. ',' .. ARGV[3] .. ','
+  .. string.format('%d', seq) .. ',' .. ARGV[6] .. ',' .. ARGV[6] .. ',' .. ARGV[4] .. ','
+  .. (meta[4] or '0') .. ',' .. #user .. ',' .. user .. rid)
 local claim_id = ARGV[6] .. '-' .. id
 if remaining == 0 then
   redis.call('PUBLISH', ARGV[9], 'empty ' .. ARGV[1] .. ' ' .. ARGV[6])

@@ -146,13 +146,8 @@ for _, f in ipairs(fields) do
     redis.call('HDEL', KEYS[2], f)
   end
 end
--- `rebuilt` (Redis clock) is what the previous release's take.lua compares a hold's time
--- with; kept so gateways not yet upgraded still refuse a stale hold (this take.lua uses
--- `gen`).
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('HSET', KEYS[2], 'limit', ARGV[3], 'start', ARGV[4], 'end', ARGV[5],
-  'rebuilt', now, 'gen', ARGV[9])
+  'gen', ARGV[9])
 redis.call('HDEL', KEYS[2], 'rebuild')
 if debt > 0 then
   redis.call('SET', KEYS[10], debt)

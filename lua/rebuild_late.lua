@@ -90,19 +90,14 @@ local user = ARGV[5]
 -- after Redis lost it (that loss is what made this claim late), so a hold of the same
 -- `user|seq`, even of the same request id (the client's retry), is another claim's unless
 -- it was placed under the generation this claim was taken under: a hold is named by its
--- generation (claim.lua). A hold of the previous release (no generation) is matched by
--- its request id.
+-- generation (claim.lua).
 local ours = false
 if user ~= '' then
   local hold = redis.call('HGET', KEYS[5], user .. '|' .. ARGV[6])
   if hold then
     local placed, rid = string.match(hold, '^[^|]*|%-?%d+:(%d+)|(.*)$')
-    if placed then
-      ours = tonumber(placed) == tonumber(ARGV[13]) and (rid == '' or ARGV[12] == '' or rid == ARGV[12])
-    else
-      rid = string.match(hold, '^[^|]*|[^|]*|(.*)$') or ''
-      ours = rid == '' or ARGV[12] == '' or rid == ARGV[12]
-    end
+    ours = placed ~= nil and tonumber(placed) == tonumber(ARGV[13])
+      and (rid == '' or ARGV[12] == '' or rid == ARGV[12])
   end
 end
 -- Its own hold is settled here as kept (settle.lua "keep"): the claim is in the ledger, so

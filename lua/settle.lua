@@ -5,7 +5,7 @@
 -- KEYS[1] user counts     {T}:users:<sku>
 -- KEYS[2] holds           {T}:holds:<sku>     hash: "user|seq" -> "qty|expires_ms:gen|request_id"
 -- KEYS[3] request result  {T}:req:<sku>:<len>:<user>:<rid>  (unused when ARGV[4] == "")
--- KEYS[4] shard meta      {T}:meta:<sku>  (optional: `gen`, the rebuild generation)
+-- KEYS[4] shard meta      {T}:meta:<sku>  (not read)
 -- ARGV[1] user   ARGV[2] user_seq   ARGV[3] "keep" | "undo" | "final"   ARGV[4] request id or ""
 -- ARGV[5] stored answer "claim_id|shard|qty" (keep: "~" first while the take on another
 -- shard is unconfirmed; final: without)   ARGV[6] request result ttl s
@@ -14,9 +14,7 @@
 -- (any hold of this user|seq). A hold of another generation answers HOLD_GONE: after a
 -- loss a user's sequence starts again, so a retry's hold can take the `user|seq` of a
 -- stalled attempt's lost hold, and neither the stalled attempt (found by the model
--- checker, model/) nor a resolution decided on the lost hold may settle the retry's. A
--- hold written by the previous release (no generation in it) is judged by the shard's
--- generation instead: one rebuilt since is left to the consumer's resolution.
+-- checker, model/) nor a resolution decided on the lost hold may settle the retry's.
 -- "final" touches no hold: it drops the "~" once the take is on a replica or in the ledger
 -- (shard-router/src/replay.rs), also over a "P" (the consumer may commit the record before
 -- the gateway settles; keep then leaves the final answer alone).
@@ -48,12 +46,7 @@ if ARGV[7] and ARGV[7] ~= '' then
   if not named then
     return {15}
   end
-  local placed = tonumber(string.match(hold, '^%d+|%-?%d+:(%d+)|'))
-  if placed then
-    if placed ~= named then
-      return {31}
-    end
-  elseif KEYS[4] and tonumber(redis.call('HGET', KEYS[4], 'gen') or '0') > named then
+  if tonumber(string.match(hold, '^%d+|%-?%d+:(%d+)|')) ~= named then
     return {31}
   end
 end

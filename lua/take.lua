@@ -10,7 +10,6 @@
 -- ARGV[6] home shard   ARGV[7] request id or ""   ARGV[8] this shard id   ARGV[9] events channel
 -- ARGV[10] take deadline, ms on Redis's clock: the hold's expiry minus a safety margin
 -- ARGV[11] the home shard's rebuild generation when the hold was placed (claim.lua's reply)
--- ARGV[12] record form, as claim.lua's ARGV[10]
 -- Returns (never nil):
 --   {1, claim_id, remaining}   CLAIMED
 --   {10, remaining}            SOLD_OUT on this shard
@@ -55,18 +54,11 @@ if stock < qty then
   return {10, stock}
 end
 local remaining = redis.call('DECRBY', KEYS[1], qty)
-local id
-if ARGV[12] == 'c' then
-  -- The compact record, as claim.lua writes it. `qty` is the client's u32, which `..`
-  -- writes whole (anything else is poison in either form).
-  id = redis.call('XADD', KEYS[3], '*', 'c', ARGV[1] .. ',' .. qty .. ',' .. ARGV[5] .. ','
-    .. ARGV[8] .. ',' .. ARGV[6] .. ',' .. ARGV[4] .. ',' .. (meta[3] or '0') .. ','
-    .. #ARGV[2] .. ',' .. ARGV[2] .. ARGV[7])
-else
-  id = redis.call('XADD', KEYS[3], '*',
-    'sku', ARGV[1], 'user', ARGV[2], 'qty', qty, 'seq', ARGV[5],
-    'shard', ARGV[8], 'home', ARGV[6], 'rid', ARGV[7], 'ts', ARGV[4], 'gen', meta[3] or '0')
-end
+-- The claim record as claim.lua writes it (version 1, field `c1`). `qty` is the client's
+-- u32, which `..` writes whole (anything else is poison to every reader).
+local id = redis.call('XADD', KEYS[3], '*', 'c1', ARGV[1] .. ',' .. qty .. ',' .. ARGV[5] .. ','
+  .. ARGV[8] .. ',' .. ARGV[6] .. ',' .. ARGV[4] .. ',' .. (meta[3] or '0') .. ','
+  .. #ARGV[2] .. ',' .. ARGV[2] .. ARGV[7])
 if remaining == 0 then
   redis.call('PUBLISH', ARGV[9], 'empty ' .. ARGV[1] .. ' ' .. ARGV[8])
 end

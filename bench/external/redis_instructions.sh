@@ -33,8 +33,7 @@
 # the rest (reading the request, finding the script, writing the reply, the event loop);
 # it is left out when a name is missing from the profile.
 #
-# FORM=pairs has claim.lua and take.lua write the nine-pair record (default compact, the
-# `c` field). REDIS_ARGS are more redis-server arguments (the test suite's short form
+# REDIS_ARGS are more redis-server arguments (the test suite's short form
 # shrinks the listpacks with them). DUMPS=<dir> keeps each window's dump there, for
 # callgrind_annotate. Installs valgrind when it is missing.
 #
@@ -47,21 +46,17 @@ if ! command -v valgrind >/dev/null || ! command -v callgrind_control >/dev/null
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get install -y valgrind >/dev/null
 fi
-case "${FORM:=compact}" in
-  compact | pairs) ;;
-  *) echo "$0: FORM must be compact or pairs, not $FORM" >&2; exit 2 ;;
-esac
 work="$(mktemp -d /tmp/flashgate-redis-instructions.XXXXXX)"
 trap 'rm -rf "$work"' EXIT
 
 python3 - "$work" "${N:-20000}" "${SMALL:-2048}" "${WARM:-1000}" "${CLIENTS:-4}" \
-  "${IDLE_S:-3}" "$FORM" "${DUMPS:-}" "${REDIS_ARGS:-}" <<'PY'
+  "${IDLE_S:-3}" "${DUMPS:-}" "${REDIS_ARGS:-}" <<'PY'
 import glob, os, re, socket, subprocess, sys, time
 
 work = sys.argv[1]
 n, small, warm, clients = (int(x) for x in sys.argv[2:6])
-idle_s, form = float(sys.argv[6]), "c" if sys.argv[7] == "compact" else ""
-dumps, redis_args = sys.argv[8], sys.argv[9].split()
+idle_s = float(sys.argv[6])
+dumps, redis_args = sys.argv[7], sys.argv[8].split()
 TIMEOUT = 300   # s, any one reply or dump (valgrind runs Redis ~50x slower)
 # Shards 0 and 1 of 16 (their tags pinned in shard-router/src/placement/tests.rs).
 HOME, OTHER = ("fg:0:7", 0), ("fg:1:0", 1)
@@ -222,13 +217,13 @@ try:
         return ["EVALSHA", sha["claim"], 7, key(h, "stock", u["sku"]), key(h, "meta", u["sku"]),
                 key(h, "users", u["sku"]), key(h, "useq", u["sku"]), key(h, "holds", u["sku"]),
                 f"{{{h[0]}}}:claims", req(u), u["sku"], u["user"], 1, NOW, u["rid"], h[1],
-                HOLD_TTL, TTL, "fg:events", form]
+                HOLD_TTL, TTL, "fg:events"]
     def take(u):
         o, seq, gen = OTHER, u["last"][1], u["last"][3]
         u["seq"] = seq
         return ["EVALSHA", sha["take"], 3, key(o, "stock", u["sku"]), key(o, "meta", u["sku"]),
                 f"{{{o[0]}}}:claims", u["sku"], u["user"], 1, NOW, seq, HOME[1], u["rid"],
-                o[1], "fg:events", NOW + 10**10, gen, form]
+                o[1], "fg:events", NOW + 10**10, gen]
     def settle(u):
         h = HOME
         return ["EVALSHA", sha["settle"], 4, key(h, "users", u["sku"]), key(h, "holds", u["sku"]),
@@ -327,8 +322,8 @@ peer = results[0][1]
 regimes = [r for r in ("steady", "small") if r in peer]
 names = {"steady": f"steady state ({n} calls)",
          "small": f"first {listpack} users per shard ({max(1, small // listpack) * listpack} calls)"}
-print(f"redis {version} under callgrind, {clients} clients, record form "
-      f"{'compact' if form else 'pairs'}; idle {idle_rate / 1e3:.1f}k instructions/s taken off")
+print(f"redis {version} under callgrind, {clients} clients; "
+      f"idle {idle_rate / 1e3:.1f}k instructions/s taken off")
 print()
 print("| script | " + " | ".join(f"{names[r]}: k instructions per call | × peer" for r in regimes) + " |")
 print("| --- |" + " ---: | ---: |" * len(regimes))

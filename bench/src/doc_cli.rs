@@ -10,15 +10,12 @@
 use clap::{Arg, Command, CommandFactory};
 use test_support::docs::{self, Doc, Span};
 
-/// Code spans that name another program's flags or an earlier release's, on purpose.
+/// Code spans that name another program's flags, on purpose.
 const NOT_OURS: &[(&str, &str)] = &[
     // A tokio runtime setting measured and not added.
     ("docs/BENCHMARKS.md", "--global-queue-interval 1"),
     // h2load's own flag.
     ("docs/BENCHMARKS.md", "--log-file"),
-    // The consumer-group release's, in the notes on upgrading from it.
-    ("docs/OPERATIONS.md", "--group"),
-    ("docs/OPERATIONS.md", "consumer redrive"),
 ];
 
 struct Binary {

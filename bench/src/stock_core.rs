@@ -109,9 +109,7 @@ pub async fn run(opts: &CoreOpts) -> Result<CoreReport, CoreError> {
     let targets = [("single", &single), ("cluster", &cluster)];
     let mut clients = Vec::new();
     for (name, redis) in targets {
-        // The record form a bench stack's gateways write (`cmd/stack.rs`).
-        let cfg = StockConfig::new(redis.target(), opts.shards)
-            .with_record_form(shard_router::RecordForm::Compact);
+        let cfg = StockConfig::new(redis.target(), opts.shards);
         let client = StockClient::connect(cfg).await?;
         client.load_scripts().await?;
         clients.push((name, client, redis.watched()));

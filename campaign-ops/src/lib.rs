@@ -17,8 +17,7 @@
 //! - [`reconcile`]: invariant `books-close` per SKU, exact under load; excess removal;
 //!   stale holds.
 //! - [`rebuild`]: Redis written back from the ledger after a loss (preheat, CLI, watch).
-//! - [`adopt`]: an earlier release's dead letters, committed (or kept as poison) at start;
-//!   [`poison`]: poison entries replayed once their cause is fixed.
+//! - [`poison`]: poison entries replayed once their cause is fixed.
 //! - [`housekeeping`]: the periodic waves, close-outs and memory checks of a running process.
 //! - [`admin`]: `/healthz`, `/metrics`, the token-protected admin API; [`health`]: the
 //!   MySQL and Redis probes behind `/healthz`; [`cli`]: the operator's command line.
@@ -26,7 +25,6 @@
 //!   signal.
 
 pub mod admin;
-pub mod adopt;
 pub mod campaign;
 pub mod cli;
 pub mod closeout;

@@ -21,8 +21,7 @@
 //!    are in `rebuild/handshake.rs`.
 //! 3. **Read under the campaign row, in one transaction:** `SELECT … FOR UPDATE` on the
 //!    campaign row (every batch takes it shared first, `ledger/src/claims.rs`), then the
-//!    streams and an earlier release's dead letters not adopted yet (this step's statements: `ledger/src/rebuild.rs`); the
-//!    claims found there are inserted into the ledger (`commit::store`, the batches' own
+//!    streams (this step's statements: `ledger/src/rebuild.rs`); the claims found there are inserted into the ledger (`commit::store`, the batches' own
 //!    insert), `campaigns.rebuild_gen` is bumped, and the ledger is read
 //!    by pages (waiting late claims included: counted here, marked applied only after
 //!    step 5). A batch commits either before that
@@ -127,7 +126,7 @@ pub struct Report {
     pub slices: Vec<(u16, i64)>,
     /// Units of active ledger claims the rebuild found (before it added the in-flight ones).
     pub active_units: u64,
-    /// Units of claims found only in the streams (or an earlier release's dead letters) (inserted by the rebuild).
+    /// Units of claims found only in the streams (inserted by the rebuild).
     pub in_flight_units: u64,
     /// The rebuild generation written to every shard.
     pub gen: u64,

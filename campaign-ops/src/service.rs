@@ -36,12 +36,6 @@ pub async fn run(
     let Some(client) = startup::connect(&cfg, cfg.stock(), "redis", &mut sd).await? else {
         return Ok(());
     };
-    // Before the rebuild watch: a rebuild does not read dead letters any more.
-    if let Err(e) =
-        crate::adopt::dead_letters(&pool, &client, cfg.replica_wait, cfg.db_timeout).await
-    {
-        tracing::warn!(error = %e, "dead letters of an earlier release not adopted yet; the next start tries again");
-    }
     let Some(streams) = Streams::start(&cfg, &pool, &client, &shutdown).await? else {
         return Ok(());
     };

@@ -86,7 +86,7 @@ pub const DESCRIPTIONS: &[(&str, &str)] = &[
     (REPLICA_WAIT_SECONDS, "How long read records waited for a replica to confirm them before they could be committed, in seconds."),
     (REBUILDS, "Rebuilds of a SKU's Redis state from the ledger (after Redis lost data, or by preheat/rebuild)."),
     (UNVOUCHED_SHARDS, "Shards whose Redis process (a restart, a promoted replica) the ledger has not vouched for at the last check: they answer 503 restoring until their live SKUs are rebuilt from the ledger."),
-    (REBUILD_FLUSH_UNANSWERED, "Consumers that did not confirm a rebuild's flush request: waited for up to the bound (dead, partitioned, stuck), or named without a wait (a heartbeat stale within the last minute, a stream reader with no heartbeat row such as an older release); the rebuild then pauses, and what they commit later is a late claim, counted after the rebuild."),
+    (REBUILD_FLUSH_UNANSWERED, "Consumers that did not confirm a rebuild's flush request: waited for up to the bound (dead, partitioned, stuck), or named without a wait (a heartbeat stale within the last minute, a stream reader with no heartbeat row); the rebuild then pauses, and what they commit later is a late claim, counted after the rebuild."),
     (REPLICA_MASTER_CHANGED, "Read batches dropped (to be read again) because the shard's master changed before a replica confirmed them."),
 ];
 

@@ -246,7 +246,7 @@ impl Writer {
                                     stream: self.lease(r.shard).stream.to_string(),
                                     entry_id: d.entry_id.clone(),
                                     reason: format!("row refused: {e}"),
-                                    fields: ledger::poison::fields_json(d.record.encode_pairs()),
+                                    fields: ledger::poison::fields_json(d.record.encode()),
                                 });
                                 found = true;
                             }

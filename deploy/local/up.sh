@@ -113,12 +113,6 @@ QUEUE_SECRET_FILE="$STACK/queue-secret"
 # shellcheck disable=SC2206
 extra=(${FG_GATEWAY_ARGS:-})
 case " ${FG_GATEWAY_ARGS:-} " in *" --client-rate"*) ;; *) extra+=(--client-rate 0) ;; esac
-# Every process of this stack is of one build: the compact claim record is safe (README
-# "Upgrading" says when it is not), unless the caller chose a form.
-case " ${FG_GATEWAY_ARGS:-} " in
-  *" --stream-records"*) ;;
-  *) [ -n "${FLASHGATE_STREAM_RECORDS:-}" ] || extra+=(--stream-records compact) ;;
-esac
 for gw in "$GW1:$GW1_ADMIN" "$GW2:$GW2_ADMIN"; do
   "$BIN/gateway" "${REDIS_FLAGS[@]}" --shards "$FG_SHARDS" \
     --durability "${FG_DURABILITY:-none}" \

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 pub use shard_router::args::SettingError as ConfigError;
-use shard_router::{RecordForm, RedisArgs, Timeouts};
+use shard_router::{RedisArgs, Timeouts};
 pub use telemetry::LogFormat;
 
 pub use crate::redis_runtime::RedisRuntime;
@@ -66,11 +66,6 @@ pub struct Config {
     /// Durability of an acknowledged claim.
     #[arg(long, env = "FLASHGATE_DURABILITY", value_enum, default_value_t = Durability::None)]
     pub durability: Durability,
-    /// The form of the claim records written to the streams: `compact` costs Redis less
-    /// per claim, but a consumer, tool or gateway of a release before it cannot read it,
-    /// so `pairs` (the default) until every process runs this release (docs/OPERATIONS.md "Upgrading").
-    #[arg(long, env = "FLASHGATE_STREAM_RECORDS", value_enum, default_value_t = RecordForm::Pairs)]
-    pub stream_records: RecordForm,
     /// `WAIT` timeout in replica mode (ms); must stay below `--redis-timeout-ms`.
     #[arg(long, env = "FLASHGATE_WAIT_MS", default_value_t = 50)]
     pub wait_ms: u64,
@@ -320,7 +315,6 @@ impl Config {
         };
         // The WAIT rides in each claim pipeline, on the connection that ran the scripts.
         stock.replica_ack = (self.durability == Durability::Replica).then(|| ms(self.wait_ms));
-        stock.record_form = self.stream_records;
         Settings::new(self, stock)
     }
 }

@@ -54,7 +54,7 @@ pub enum Answer {
     },
 }
 
-/// A claims stream entry (the record's fields; both record forms carry the same ones).
+/// A claims stream entry (the claim record's parts, `shard-router/src/record/v1.rs`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Record {
     pub user: User,

@@ -101,8 +101,12 @@ fn a_script_change_the_model_does_not_share_fails() {
 #[test]
 fn changes_seen_only_in_keys_or_events_fail() {
     let changes = [
-        // take.lua's nine-pair record names this shard as the home.
-        ("take", "'home', ARGV[6]", "'home', ARGV[8]"),
+        // take.lua's record names this shard as the home.
+        (
+            "take",
+            "ARGV[8] .. ',' .. ARGV[6] .. ','",
+            "ARGV[8] .. ',' .. ARGV[8] .. ','",
+        ),
         // claim.lua's hold expires a millisecond late.
         ("claim", "(now + hold_ttl)", "(now + hold_ttl + 1)"),
         // settle.lua's undo leaves the stored `P`.

@@ -306,7 +306,7 @@ fn pairs(map: &HashMap<String, Value>) -> impl Iterator<Item = (&str, &[u8])> {
         .filter_map(|(k, v)| Some((k.as_str(), bytes(v)?)))
 }
 
-/// Units of an entry if it is a record of `sku`, in either form of `record.rs`.
+/// Units of an entry if it is a record of `sku` (`record.rs`: none for an unknown version).
 fn units_of(map: &HashMap<String, Value>, sku: &[u8]) -> Option<i64> {
     let (of, units) = ClaimRecord::sku_and_units(pairs(map))?;
     (of == sku).then_some(units)

@@ -17,7 +17,6 @@ use crate::error::StockError;
 use crate::guard::{Guards, Selling};
 use crate::keys::ShardKeys;
 use crate::placement::{Placement, ShardId};
-use crate::record::RecordForm;
 use crate::reply::Reply;
 use crate::scripts;
 
@@ -41,8 +40,6 @@ pub struct StockConfig {
     /// connection that ran its scripts, and the protocol reports what it confirmed (see
     /// `batch.rs`). `None`: no WAIT.
     pub replica_ack: Option<Duration>,
-    /// The form of the claim records the scripts write.
-    pub record_form: RecordForm,
     /// On a cluster, read-only commands (the consumer's XREAD) go to a replica of the
     /// slot's master where it has one (READONLY connections); writes still go to the
     /// master. Only for a client that sends nothing else: the claim path must not.
@@ -61,15 +58,8 @@ impl StockConfig {
             hold_ttl: Self::DEFAULT_HOLD_TTL,
             request_ttl: Self::DEFAULT_REQUEST_TTL,
             replica_ack: None,
-            record_form: RecordForm::default(),
             read_from_replicas: false,
         }
-    }
-
-    /// The same settings, with the scripts writing claim records in `form`.
-    pub fn with_record_form(mut self, form: RecordForm) -> Self {
-        self.record_form = form;
-        self
     }
 }
 

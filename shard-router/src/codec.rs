@@ -75,8 +75,7 @@ impl From<ClaimId> for String {
 }
 
 /// A hold as `claim.lua` writes it in the shard's holds hash: field `user|seq`, value
-/// `qty|expires_ms:gen|request_id` (request id empty when none; a hold of the previous
-/// release has no `:gen`).
+/// `qty|expires_ms:gen|request_id` (request id empty when none).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HoldEntry {
     pub user: String,
@@ -84,9 +83,8 @@ pub struct HoldEntry {
     pub qty: u32,
     pub expires_ms: i64,
     /// The rebuild generation it was placed under: its name, which a settle gives so that
-    /// it never settles another hold of the same `user|seq` (`lua/settle.lua`). `None` for
-    /// a hold of the previous release.
-    pub gen: Option<u64>,
+    /// it never settles another hold of the same `user|seq` (`lua/settle.lua`).
+    pub gen: u64,
     pub request_id: Option<String>,
 }
 
@@ -95,16 +93,13 @@ impl HoldEntry {
         let (user, seq) = field.rsplit_once('|')?;
         let mut parts = value.splitn(3, '|');
         let (qty, exp, rid) = (parts.next()?, parts.next()?, parts.next().unwrap_or(""));
-        let (exp, gen) = match exp.split_once(':') {
-            Some((exp, gen)) => (exp, Some(gen.parse().ok()?)),
-            None => (exp, None),
-        };
+        let (exp, gen) = exp.split_once(':')?;
         Some(Self {
             user: user.to_owned(),
             user_seq: seq.parse().ok()?,
             qty: qty.parse().ok()?,
             expires_ms: exp.parse().ok()?,
-            gen,
+            gen: gen.parse().ok()?,
             request_id: (!rid.is_empty()).then(|| rid.to_owned()),
         })
     }
@@ -163,10 +158,10 @@ mod tests {
     fn holds_and_answers_parse_as_the_scripts_write_them() {
         let h = HoldEntry::parse("al|ice|4", "2|1700:3|r|1").unwrap();
         assert_eq!((h.user.as_str(), h.user_seq, h.qty), ("al|ice", 4, 2));
-        assert_eq!((h.expires_ms, h.gen), (1700, Some(3)));
+        assert_eq!((h.expires_ms, h.gen), (1700, 3));
         assert_eq!(h.request_id.as_deref(), Some("r|1"));
-        let old = HoldEntry::parse("bob|1", "1|5|r-1").unwrap();
-        assert_eq!((old.gen, old.request_id.as_deref()), (None, Some("r-1")));
+        // A hold without its generation has no name a settle could give: not a hold.
+        assert!(HoldEntry::parse("bob|1", "1|5|r-1").is_none());
         assert_eq!(
             HoldEntry::parse("bob|1", "1|5:0|").unwrap().request_id,
             None

@@ -160,12 +160,6 @@ pub fn entries_stream(placement: &Placement, shard: ShardId) -> String {
     format!("{{{}}}:entries", placement.tag(shard))
 }
 
-/// The dead-letter stream of a shard, written by releases before the offset consumer; this
-/// one only adopts what is left there at start (`campaign-ops/src/adopt.rs`).
-pub fn dead_letter_stream(placement: &Placement, shard: ShardId) -> String {
-    format!("{{{}}}:dead", placement.tag(shard))
-}
-
 /// A counter per shard that replication checks write before their `WAIT`, so the WAIT
 /// covers every earlier write of the master whatever connection made them (see
 /// `replication.rs`).

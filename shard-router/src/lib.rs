@@ -21,7 +21,7 @@
 //! - [`rebuild`]: the Redis half of a rebuild from the ledger (fence, write, replay answers).
 //! - [`status`]: the `status` names of the gateway's answers, shared with bench and tests.
 //! - [`stream`]: a shard's claims stream as typed operations (group, read, ack+delete,
-//!   take-over, dead letters, depth) for the consumer, the rebuild and reconciliation.
+//!   take-over, depth) for the consumer, the rebuild and reconciliation.
 
 pub mod args;
 pub mod audit;
@@ -58,7 +58,7 @@ pub use error::StockError;
 pub use health::ShardHealth;
 pub use outcome::*;
 pub use placement::{Placement, ShardId};
-pub use record::{ClaimRecord, RecordForm};
+pub use record::ClaimRecord;
 pub use replay::StoredAnswer;
 pub use replay_users::{ReplayMarks, ReplayUsers};
 pub use replication::{Fence, ReplicationInfo};

@@ -214,9 +214,8 @@ pub struct Hold {
     /// Past this (gateway clock) the consumer may resolve it against the ledger.
     pub expires_ms: i64,
     /// The rebuild generation it was placed under, its name for a settle
-    /// ([`Settlement::UndoOwn`], [`Settlement::KeepOwn`]); `None` for a hold of the
-    /// previous release.
-    pub gen: Option<u64>,
+    /// ([`Settlement::UndoOwn`], [`Settlement::KeepOwn`]).
+    pub gen: u64,
     /// The request id being served, so resolving the hold also settles its replay answer.
     pub request_id: Option<String>,
 }

@@ -1,12 +1,14 @@
 //! The claim record: what a Lua script XADDs to a shard's claims stream, and what the
-//! consumer reads back into the ledger. Two forms, both always read: nine field/value
-//! pairs, and the one-field compact form of `record/compact.rs` ([`RecordForm`]).
+//! consumer reads back into the ledger. One stream field whose name carries the format's
+//! version: `c1`, laid out in `record/v1.rs`. A reader decodes only the versions it knows;
+//! an entry of any other version is poison to it (kept aside with that reason, never
+//! counted as a claim). How a later format comes in: docs/DESIGN.md, "Claim record versions".
 
 use std::fmt;
 
 use crate::codec::ClaimId;
 
-mod compact;
+mod v1;
 
 /// One acknowledged claim, as carried by a claims stream entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,38 +29,13 @@ pub struct ClaimRecord {
     pub request_id: Option<String>,
     /// Gateway clock at claim time, in ms since the epoch.
     pub ts_ms: i64,
-    /// Rebuild generation of the shard meta when the script ran (`gen`; absent = 0): a
-    /// record older than the campaign's last rebuild that reaches the ledger only after
-    /// it was not counted by that rebuild (see `consumer/src/late.rs`).
+    /// Rebuild generation of the shard meta when the script ran (0 on a shard never
+    /// rebuilt): a record older than the campaign's last rebuild that reaches the ledger
+    /// only after it was not counted by that rebuild (see `consumer/src/late.rs`).
     pub gen: u64,
 }
 
-/// Which form `lua/claim.lua` and `lua/take.lua` write (the gateway's `--stream-records`).
-/// Every reader of this release reads both; a reader of an earlier release reads only
-/// `pairs`: to its consumer and tools a compact record is poison (dead-lettered, left out
-/// of a rebuild's and a stale hold's in-flight claims), and its gateway's replay check does
-/// not find a compact take. So `compact` is for a deployment whose every process runs this
-/// release or later: a new one, or an upgrade once it is complete (docs/OPERATIONS.md "Upgrading").
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
-pub enum RecordForm {
-    /// Nine field/value pairs, readable by every release.
-    #[default]
-    Pairs,
-    /// One field (`record/compact.rs`): less Redis CPU per claim written and read.
-    Compact,
-}
-
-impl RecordForm {
-    /// The scripts' argument for it.
-    pub(crate) fn script_arg(self) -> &'static str {
-        match self {
-            Self::Pairs => "",
-            Self::Compact => compact::FIELD,
-        }
-    }
-}
-
-/// A stream entry that is not a valid claim record (a poison entry).
+/// A stream entry that is not a claim record this reader knows (a poison entry).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("claim record {entry_id}: {reason}")]
 pub struct RecordError {
@@ -66,18 +43,21 @@ pub struct RecordError {
     pub reason: String,
 }
 
-impl ClaimRecord {
-    /// Field names of the nine-pair form ([`RecordForm::Pairs`]); `gen` is optional
-    /// (records written before it existed decode as generation 0).
-    pub const FIELDS: [&'static str; 9] = [
-        "sku", "user", "qty", "seq", "shard", "home", "rid", "ts", "gen",
-    ];
-    /// The one field of the compact form.
-    pub const COMPACT: &'static str = compact::FIELD;
+/// The version a stream field's name gives a record: `c<decimal digits>`.
+fn version_of(name: &str) -> Option<&str> {
+    let v = name.strip_prefix('c')?;
+    (!v.is_empty() && v.bytes().all(|b| b.is_ascii_digit())).then_some(v)
+}
 
-    /// Decodes a stream entry. `fields` are the entry's name/value pairs in any order:
-    /// the compact field when there is one (other fields, such as a dead letter's, are
-    /// then ignored), else the nine pairs.
+impl ClaimRecord {
+    /// The record's one field, `c` and the version of its layout (`lua/claim.lua` and
+    /// `lua/take.lua` write it).
+    pub const FIELD: &'static str = v1::FIELD;
+
+    /// Decodes a stream entry. `fields` are the entry's name/value pairs in any order; the
+    /// record is the value of [`Self::FIELD`] (a name given twice keeps its last value, as
+    /// a map of the fields would). An entry with a record field of another version only,
+    /// or with none, is poison, and the reason says which.
     pub fn decode<'a>(
         entry_id: &str,
         fields: impl IntoIterator<Item = (&'a str, &'a [u8])>,
@@ -86,88 +66,49 @@ impl ClaimRecord {
             entry_id: entry_id.to_owned(),
             reason,
         };
-        // A name given twice keeps its last value (as a map of the fields would), and only
-        // that value must be UTF-8.
-        let mut raw: [Option<&[u8]>; 9] = [None; 9];
         let mut packed = None;
+        let mut other = None;
         for (name, value) in fields {
-            if name == compact::FIELD {
+            if name == v1::FIELD {
                 packed = Some(value);
-            } else if let Some(i) = Self::FIELDS.iter().position(|f| *f == name) {
-                raw[i] = Some(value);
+            } else if let Some(v) = version_of(name) {
+                other.get_or_insert(v);
             }
         }
-        if let Some(value) = packed {
-            let text = std::str::from_utf8(value)
-                .map_err(|_| err("compact record is not UTF-8".into()))?;
-            return Self::from_parts(entry_id, compact::split(text).map_err(err)?);
-        }
-        let mut vals: [Option<&str>; 9] = [None; 9];
-        for (i, value) in raw.iter().enumerate() {
-            if let Some(value) = value {
-                let text = std::str::from_utf8(value)
-                    .map_err(|_| err(format!("field {} is not UTF-8", Self::FIELDS[i])))?;
-                vals[i] = Some(text);
-            }
-        }
-        let get =
-            |i: usize| vals[i].ok_or_else(|| err(format!("missing field {}", Self::FIELDS[i])));
-        let parts = compact::Parts {
-            sku: get(0)?,
-            user: get(1)?,
-            qty: get(2)?,
-            seq: get(3)?,
-            shard: get(4)?,
-            home: get(5)?,
-            rid: get(6)?,
-            ts: get(7)?,
-            gen: vals[8].unwrap_or("0"),
+        let Some(value) = packed else {
+            return Err(err(match other {
+                Some(v) => format!(
+                    "claim record of unknown version {v} (field c{v}; this reader knows version {})",
+                    v1::VERSION
+                ),
+                None => format!("not a claim record: no field {}", v1::FIELD),
+            }));
         };
-        Self::from_parts(entry_id, parts)
+        let text =
+            std::str::from_utf8(value).map_err(|_| err("claim record is not UTF-8".into()))?;
+        Self::from_parts(entry_id, v1::split(text).map_err(err)?)
     }
 
-    /// The nine-pair form: what `--stream-records pairs` and every earlier release write.
-    pub fn encode_pairs(&self) -> Vec<(&'static str, String)> {
-        vec![
-            ("sku", self.sku.to_string()),
-            ("user", self.user.clone()),
-            ("qty", self.qty.to_string()),
-            ("seq", self.user_seq.to_string()),
-            ("shard", self.shard.to_string()),
-            ("home", self.home.to_string()),
-            ("rid", self.request_id.clone().unwrap_or_default()),
-            ("ts", self.ts_ms.to_string()),
-            ("gen", self.gen.to_string()),
-        ]
-    }
-
-    /// The SKU (as written) and units of a stream entry, read from those two fields
-    /// only, in either form: reconciliation counts an entry's units even when a later
-    /// field would make it poison (the dead letters hold such entries).
+    /// The SKU (as written) and units of a stream entry, read from the record's first two
+    /// parts only: reconciliation counts an entry's units even when a later part would make
+    /// it poison (its units were taken all the same). `None` for an entry with no record
+    /// of a known version, whose parts mean nothing to this reader.
     pub fn sku_and_units<'a>(
         fields: impl IntoIterator<Item = (&'a str, &'a [u8])>,
     ) -> Option<(&'a [u8], i64)> {
-        let (mut sku, mut qty, mut packed) = (None, None, None);
+        let mut packed = None;
         for (name, value) in fields {
-            match name {
-                compact::FIELD => packed = Some(value),
-                "sku" => sku = Some(value),
-                "qty" => qty = Some(value),
-                _ => {}
+            if name == v1::FIELD {
+                packed = Some(value);
             }
         }
-        let (sku, qty) = match packed {
-            Some(value) => {
-                let mut parts = value.splitn(3, |b| *b == b',');
-                (parts.next()?, parts.next()?)
-            }
-            None => (sku?, qty?),
-        };
+        let mut parts = packed?.splitn(3, |b| *b == b',');
+        let (sku, qty) = (parts.next()?, parts.next()?);
         Some((sku, std::str::from_utf8(qty).ok()?.parse().ok()?))
     }
 
-    /// One validation for both forms.
-    fn from_parts(entry_id: &str, p: compact::Parts<'_>) -> Result<Self, RecordError> {
+    /// Validates a record's parts.
+    fn from_parts(entry_id: &str, p: v1::Parts<'_>) -> Result<Self, RecordError> {
         let err = |reason: String| RecordError {
             entry_id: entry_id.to_owned(),
             reason,
@@ -202,10 +143,10 @@ impl ClaimRecord {
         })
     }
 
-    /// The record in the compact form (tests build records with it; an entry moved
-    /// elsewhere, such as a dead letter, keeps the fields it came with).
+    /// The record's fields as the scripts write them (tests build stream entries with it,
+    /// and a record the ledger refuses is kept as poison in it).
     pub fn encode(&self) -> Vec<(&'static str, String)> {
-        vec![(compact::FIELD, compact::pack(self))]
+        vec![(v1::FIELD, v1::pack(self))]
     }
 }
 
@@ -245,19 +186,22 @@ mod tests {
         )
     }
 
-    #[test]
-    fn round_trips_in_both_forms() {
-        let rec = sample();
-        assert_eq!(
-            rec.encode(),
-            vec![("c", "42,2,5,3,1,1700000000000,3,5,alicer-1".to_owned())]
-        );
-        assert_eq!(decode(&rec.encode()).unwrap(), rec);
-        assert_eq!(decode(&rec.encode_pairs()).unwrap(), rec);
+    fn units<'a>(fields: &'a [(&'a str, String)]) -> Option<(&'a [u8], i64)> {
+        ClaimRecord::sku_and_units(fields.iter().map(|(k, v)| (*k, v.as_bytes())))
     }
 
     #[test]
-    fn the_compact_user_is_cut_by_its_length_not_by_its_characters() {
+    fn round_trips() {
+        let rec = sample();
+        assert_eq!(
+            rec.encode(),
+            vec![("c1", "42,2,5,3,1,1700000000000,3,5,alicer-1".to_owned())]
+        );
+        assert_eq!(decode(&rec.encode()).unwrap(), rec);
+    }
+
+    #[test]
+    fn the_user_is_cut_by_its_length_not_by_its_characters() {
         let mut rec = sample();
         for (user, rid) in [
             ("a,b,c", Some("1,2")),
@@ -272,17 +216,43 @@ mod tests {
     }
 
     #[test]
-    fn the_compact_field_wins_over_pairs_beside_it() {
-        // A dead letter's copy carries the record plus `dead_entry` and `dead_reason`.
+    fn the_record_field_wins_over_fields_beside_it() {
         let rec = sample();
         let mut fields = rec.encode();
-        fields.push(("dead_entry", "1700000000000-7".into()));
+        fields.push(("c", "43,1,1,3,1,1,0,1,x".into()));
         fields.push(("user", "mallory".into()));
+        fields.push(("c2", "anything".into()));
         assert_eq!(decode(&fields).unwrap(), rec);
     }
 
+    /// A record of a version this reader does not know is poison, however much it looks
+    /// like one it knows: its parts may mean something else (docs/DESIGN.md, "Claim record
+    /// versions"). Every reader decodes through `decode` and counts units through
+    /// `sku_and_units`, so neither may take it.
     #[test]
-    fn rejects_a_bad_compact_record() {
+    fn an_unknown_version_is_poison() {
+        let v1 = sample().encode().remove(0).1;
+        for (name, why) in [
+            ("c2", "unknown version 2"),
+            ("c0", "unknown version 0"),
+            ("c10", "unknown version 10"),
+            ("c", "no field c1"),
+            ("C1", "no field c1"),
+            ("c1 ", "no field c1"),
+        ] {
+            let fields = [(name, v1.clone())];
+            let e = decode(&fields).unwrap_err();
+            assert!(e.reason.contains(why), "{name:?}: {}", e.reason);
+            assert_eq!(units(&fields), None, "{name:?}");
+        }
+        let e = decode(&[("sku", "42".into()), ("qty", "2".into())]).unwrap_err();
+        assert!(e.reason.contains("no field c1"), "{}", e.reason);
+        let e = decode(&[]).unwrap_err();
+        assert!(e.reason.contains("no field c1"), "{}", e.reason);
+    }
+
+    #[test]
+    fn rejects_a_bad_record() {
         for (bad, why) in [
             ("42,2,5,3,1,1700000000000,3,9,alice", "does not fit"),
             ("42,2,5,3,1,1700000000000,3,1,ünï", "does not fit"),
@@ -295,33 +265,24 @@ mod tests {
             ("42,0,5,3,1,1700000000000,3,5,alice", "qty is 0"),
             ("42,2,5,99999,1,1700000000000,3,5,alice", "field shard"),
             ("42,2,5,3,1,1700000000000,x,5,alice", "field gen"),
+            ("42,2,5,3,1,1700000000000,,5,alice", "field gen"),
+            ("x,2,5,3,1,1700000000000,3,5,alice", "field sku"),
         ] {
-            let e = decode(&[("c", bad.to_owned())]).unwrap_err();
+            let e = decode(&[("c1", bad.to_owned())]).unwrap_err();
             assert!(e.reason.contains(why), "{bad:?}: {}", e.reason);
         }
-        let e = ClaimRecord::decode("1-0", [("c", &b"42,\xff"[..])]).unwrap_err();
+        let e = ClaimRecord::decode("1-0", [("c1", &b"42,\xff"[..])]).unwrap_err();
         assert!(e.reason.contains("not UTF-8"), "{}", e.reason);
     }
 
     #[test]
-    fn sku_and_units_read_both_forms() {
+    fn sku_and_units_read_the_first_two_parts() {
         let rec = sample();
-        fn units<'a>(fields: &'a [(&'a str, String)]) -> Option<(&'a [u8], i64)> {
-            ClaimRecord::sku_and_units(fields.iter().map(|(k, v)| (*k, v.as_bytes())))
-        }
         assert_eq!(units(&rec.encode()), Some((&b"42"[..], 2)));
-        assert_eq!(units(&rec.encode_pairs()), Some((&b"42"[..], 2)));
-        assert_eq!(units(&[("c", "42,2".into())]), Some((&b"42"[..], 2)));
-        assert_eq!(units(&[("c", "42".into())]), None);
-        assert_eq!(units(&[("c", "42,x,".into())]), None);
-        assert_eq!(units(&[("sku", "42".into())]), None);
-    }
-
-    #[test]
-    fn a_record_without_gen_is_generation_zero() {
-        let mut fields = sample().encode_pairs();
-        fields.retain(|(k, _)| *k != "gen");
-        assert_eq!(decode(&fields).unwrap().gen, 0);
+        assert_eq!(units(&[("c1", "42,2".into())]), Some((&b"42"[..], 2)));
+        assert_eq!(units(&[("c1", "42".into())]), None);
+        assert_eq!(units(&[("c1", "42,x,".into())]), None);
+        assert_eq!(units(&[("sku", "42".into()), ("qty", "2".into())]), None);
     }
 
     #[test]
@@ -329,22 +290,5 @@ mod tests {
         let mut rec = sample();
         rec.request_id = None;
         assert_eq!(decode(&rec.encode()).unwrap().request_id, None);
-        assert_eq!(decode(&rec.encode_pairs()).unwrap().request_id, None);
-    }
-
-    #[test]
-    fn rejects_poison() {
-        let rec = sample();
-        let mut fields = rec.encode_pairs();
-        fields.retain(|(k, _)| *k != "qty");
-        let e = decode(&fields);
-        assert!(e.unwrap_err().reason.contains("missing field qty"));
-
-        let mut fields = rec.encode_pairs();
-        fields[2].1 = "0".into();
-        assert!(decode(&fields).is_err());
-
-        let e = ClaimRecord::decode("1-0", [("sku", &b"\xff"[..])]);
-        assert!(e.is_err());
     }
 }

@@ -160,7 +160,7 @@ impl ShardStream {
 }
 
 /// Decodes an entry, or says why it is poison. Borrows the field bytes; they are copied
-/// only for a poison entry (which goes to the dead letters with its fields).
+/// only for a poison entry (kept in the ledger with its fields, `ledger/src/poison.rs`).
 pub fn decode(shard: ShardId, entry: &StreamId) -> Result<Delivered, Poison> {
     let borrowed = entry.map.iter().filter_map(|(k, v)| match v {
         Value::BulkString(b) => Some((k.as_str(), b.as_slice())),
@@ -187,8 +187,9 @@ pub fn decode(shard: ShardId, entry: &StreamId) -> Result<Delivered, Poison> {
     }
 }
 
-/// An entry's fields as they are, for a copy that must keep them (a dead letter): a record
-/// moved in the form it was written in stays readable by whatever could read it before.
+/// An entry's fields as they are, for a copy that must keep them (a poison entry kept in
+/// the ledger, `ledger/src/poison.rs`): whatever they hold, a later reader sees it as
+/// written.
 pub fn fields_of(entry: &StreamId) -> Vec<(String, Vec<u8>)> {
     entry
         .map
@@ -229,7 +230,6 @@ async fn range_page(
     Ok(r.ids)
 }
 
-mod dead;
 mod read;
 mod trim;
 

@@ -196,17 +196,6 @@ impl Stack {
             {
                 cmd.args(["--client-rate", "0"]);
             }
-            // With the gateway and the consumer of this build, the cheaper record form is
-            // safe (shard-router/src/record.rs, `RecordForm`), unless the caller picks one;
-            // another build may not know the flag, or not read the form.
-            let chosen = o
-                .gateway_args
-                .iter()
-                .any(|a| a.starts_with("--stream-records"))
-                || std::env::var_os("FLASHGATE_STREAM_RECORDS").is_some();
-            if !chosen && o.gateway_bin.is_none() && o.consumer_bin_path.is_none() {
-                cmd.args(["--stream-records", "compact"]);
-            }
             for a in &o.ablation {
                 match a {
                     Ablation::NoSoldOutCache => cmd.arg("--no-sold-out-cache"),

@@ -27,8 +27,8 @@
 //! partitioned, stuck) is logged, counted in
 //! `flashgate_consumer_rebuild_flush_unanswered_total` and named in the rebuild's `Report`;
 //! so, without a wait, is a consumer whose heartbeat went stale within the last minute
-//! (it may be alive with a stalled beat) and a stream lease owner with no row (an older
-//! release, or a row lost; below). The
+//! (it may be alive with a stalled beat) and a stream lease owner with no row (its row
+//! lost or gone stale; below). The
 //! rebuild then pauses `Options::quiesce` as before the handshake (also when no
 //! consumer is registered) and goes on: what such a consumer commits
 //! later is a late claim (`consumer/src/late.rs`), recorded, not prevented. Also outside
@@ -64,7 +64,7 @@ pub struct Flush {
     /// Of those, the names of the ones that did not answer within the bound (dead,
     /// partitioned, stuck); with them, not waited for, a consumer whose heartbeat went
     /// stale within [`MAYBE_ALIVE`] without answering, and one seen reading a claims
-    /// stream with no row (an older release during a rolling upgrade): what they commit
+    /// stream with no row: what they commit
     /// later goes through `consumer/src/late.rs`.
     pub unanswered: Vec<String>,
     pub waited_ms: u64,
@@ -158,9 +158,8 @@ async fn forget_silent(pool: &MySqlPool, t: Duration) {
     }
 }
 
-/// Stream lease owners (`ledger/src/offsets.rs`) with no heartbeat row: a consumer of a
-/// release without the flush handshake, or one whose row went stale while it still holds
-/// a lease. It may hold reads from before the loss that it commits later: named, so the
+/// Stream lease owners (`ledger/src/offsets.rs`) with no heartbeat row: a consumer whose
+/// row was lost or went stale while it still holds a lease. It may hold reads from before the loss that it commits later: named, so the
 /// rebuild keeps its pause. A lease that runs out names nobody.
 async fn unregistered_readers(
     pool: &MySqlPool,

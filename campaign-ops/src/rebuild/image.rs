@@ -36,15 +36,14 @@ pub(super) struct Images {
 
 /// Computes the images. `shares` are the shards of the SKU with their share of the stock
 /// (`SkuMeta::slices`). `holds` are the holds standing per home shard: their `user|seq`
-/// field and the generation they were placed under (their name; `None` for a hold of the
-/// previous release). A hold is its claim's (already counted with it) only at the claim
+/// field and the generation they were placed under (their name). A hold is its claim's (already counted with it) only at the claim
 /// record's generation: after a loss handed a sequence out again, the hold of that
 /// `user|seq` is another request's.
 /// Replay answers are kept for claims younger than `request_ttl_ms` at `now_ms`.
 pub(super) fn compute(
     shares: &[(ShardId, u64)],
     claims: &[Known],
-    holds: &HashMap<ShardId, Vec<(String, Option<u64>)>>,
+    holds: &HashMap<ShardId, Vec<(String, u64)>>,
     now_ms: i64,
     request_ttl_ms: i64,
 ) -> Images {
@@ -54,7 +53,6 @@ pub(super) fn compute(
     let mut rel_stock: HashMap<ShardId, Vec<String>> = HashMap::new();
     let mut rel_user: HashMap<ShardId, Vec<String>> = HashMap::new();
     let mut claimed: HashSet<(ShardId, String, u64)> = HashSet::new();
-    let mut claimed_any: HashSet<(ShardId, String)> = HashSet::new();
     for k in claims {
         let r = &k.record;
         let qty = u64::from(r.qty);
@@ -66,8 +64,7 @@ pub(super) fn compute(
         // The sequence never goes below any seq handed out, released claims included.
         entry.1 = entry.1.max(r.user_seq);
         let field = format!("{}|{}", r.user, r.user_seq);
-        claimed.insert((r.home, field.clone(), r.gen));
-        claimed_any.insert((r.home, field));
+        claimed.insert((r.home, field, r.gen));
         match k.seen {
             Seen::Active => {
                 *taken.entry(r.shard).or_default() += qty;
@@ -107,10 +104,7 @@ pub(super) fn compute(
             .get(&shard)
             .map(|hs| {
                 hs.iter()
-                    .filter(|(field, gen)| match gen {
-                        Some(g) => claimed.contains(&(shard, field.clone(), *g)),
-                        None => claimed_any.contains(&(shard, field.clone())),
-                    })
+                    .filter(|(field, gen)| claimed.contains(&(shard, field.clone(), *gen)))
                     .map(|(field, _)| field.clone())
                     .collect()
             })
@@ -168,9 +162,9 @@ mod tests {
         let holds = HashMap::from([(
             1,
             vec![
-                ("carol|3".to_owned(), Some(0)),
-                ("dave|1".to_owned(), None),
-                ("bob|1".to_owned(), Some(1)),
+                ("carol|3".to_owned(), 0),
+                ("dave|1".to_owned(), 0),
+                ("bob|1".to_owned(), 1),
             ],
         )]);
         let img = compute(&[(0, 5), (1, 5)], &claims, &holds, 2_000, 10_000);

@@ -1,5 +1,5 @@
-//! What a rebuild reads: the claims still in flight (the streams, and an earlier release's dead letters not adopted yet) and the
-//! ledger's claims of the SKU, a bounded page at a time.
+//! What a rebuild reads: the claims still in flight (the streams) and the ledger's claims
+//! of the SKU, a bounded page at a time.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -17,14 +17,12 @@ const PAGE: usize = 1000;
 /// Ledger rows per page of the rebuild's read (keyset pagination on the claim id).
 pub(super) const LEDGER_PAGE: usize = 5000;
 
-/// Dead letters of an earlier release read per shard (they are few, and emptied at start).
-const DEAD_LETTERS_READ: usize = 10_000;
-
-/// Claims of `sku` in the shard streams (and an earlier release's dead letters not adopted
-/// yet): acknowledged claims not (or not yet known to be)
+/// Claims of `sku` in the shard streams: acknowledged claims not (or not yet known to be)
 /// in the ledger, one record per claim id (committed ones stay until a trim: the callers
-/// skip what the ledger holds). Also what stale-hold
-/// resolution (`reconcile/holds.rs`) looks in before undoing a hold.
+/// skip what the ledger holds). Also what stale-hold resolution (`reconcile/holds.rs`)
+/// looks in before undoing a hold. A poison entry (a record of an unknown version
+/// included) is no claim here: the consumer keeps it in the ledger's `stream_poison` with
+/// an anomaly, and `consumer poison replay` brings it in once a reader knows it.
 pub(crate) async fn in_flight(
     client: &StockClient,
     streams: &[ShardStream],
@@ -36,15 +34,6 @@ pub(crate) async fn in_flight(
             if let Ok(d) = stream::decode(s.shard, &entry) {
                 if d.record.sku == sku {
                     out.insert(d.record.claim_id.clone(), d.record);
-                }
-            }
-        }
-        // An earlier release's dead letters not adopted yet (`adopt.rs` empties them at
-        // start, but may have failed or still be running): acknowledged claims too.
-        for entry in s.dead_letters(client, DEAD_LETTERS_READ).await? {
-            if let Some(r) = crate::adopt::decode(s.shard, &entry.map) {
-                if r.sku == sku {
-                    out.insert(r.claim_id.clone(), r);
                 }
             }
         }

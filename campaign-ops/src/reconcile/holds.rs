@@ -27,8 +27,7 @@ pub struct Resolution {
 
 /// Holds past their expiry were left by a gateway that died between hold and settle. The
 /// claim `(sku, user, user_seq)` in the ledger or in a stream means units were taken: keep
-/// the count; otherwise nothing was taken: undo it. "In a stream" includes the dead
-/// letters: a claim parked there is acknowledged all the same. The hold of a late claim
+/// the count; otherwise nothing was taken: undo it. The hold of a late claim
 /// not applied yet is the apply's to settle (`consumer/src/late.rs`).
 ///
 /// With replicas (`replicas`, see `replica::write_needs_replica`) a decision counts only
@@ -125,30 +124,25 @@ pub async fn resolve_stale_holds(
         };
         // The settle names the hold read above by its generation: by now it may be gone
         // and, after a loss and its rebuild, another request's hold may have its
-        // `user|seq`, which this decision is not about (a hold of the previous release
-        // carries no name).
-        let how = match (found, gen) {
-            (Some((claim_id, shard, qty)), gen) => {
-                let claim = Claim {
+        // `user|seq`, which this decision is not about.
+        let how = match found {
+            Some((claim_id, shard, qty)) => Settlement::KeepOwn {
+                claim: Claim {
                     claim_id,
                     sku,
                     shard,
                     qty,
-                };
-                match gen {
-                    Some(gen) => Settlement::KeepOwn { claim, gen },
-                    None => Settlement::Keep(claim),
-                }
-            }
-            (None, Some(gen)) => Settlement::UndoOwn { gen },
-            (None, None) => Settlement::Undo,
+                },
+                gen,
+            },
+            None => Settlement::UndoOwn { gen },
         };
         let res = client
             .settle(sku, home, &user, seq, rid.as_deref(), &how)
             .await?;
         if matches!(res, SettleOutcome::Settled { .. }) {
             *settled.entry(home).or_default() += 1;
-            tracing::warn!(sku, user = %user, seq, keep = matches!(how, Settlement::Keep(_) | Settlement::KeepOwn { .. }), "stale hold resolved");
+            tracing::warn!(sku, user = %user, seq, keep = matches!(how, Settlement::KeepOwn { .. }), "stale hold resolved");
         }
     }
     for (home, n) in settled {

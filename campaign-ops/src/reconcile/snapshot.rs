@@ -7,7 +7,7 @@
 //!    releases still unseen, the meta's generation and which late claims the ledger listed
 //!    unapplied (read with step 2) carry their mark; when the size says a member is still
 //!    unknown, 1–3 again, and when the ledger lists a late claim it did not before, 2–3;
-//! 4. the claims stream up to the cutoff, then the whole dead-letter stream, in XRANGE pages.
+//! 4. the claims stream up to the cutoff, in XRANGE pages.
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -43,7 +43,7 @@ pub struct ShardSnap {
     pub cutoff: EntryId,
     pub epoch: i64,
     /// claim id → units of this SKU's entries taken up to the cutoff, read from the claims
-    /// stream and the dead-letter stream after `T_s` (`mod.rs` says why that is enough).
+    /// stream after `T_s` (`mod.rs` says why that is enough).
     pub entries: HashMap<String, i64>,
     /// Claim ids whose units went back to this slice before `T_s` (exactly the set then).
     pub released: HashSet<String>,
@@ -153,7 +153,7 @@ pub async fn take(
             "shard {shard}: the release set or the late claims of sku {sku} kept changing under {ANCHOR_ATTEMPTS} anchors; try again"
         ))
     })?;
-    // Step 4: entries taken up to the cutoff, still in the claims stream or dead-lettered.
+    // Step 4: entries taken up to the cutoff, still in the claims stream.
     let entries = client.units_taken(shard, sku, a.cutoff, page).await?;
     Ok(ShardSnap {
         shard,

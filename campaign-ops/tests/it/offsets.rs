@@ -209,62 +209,6 @@ async fn reads_from_a_replica_cost_the_master_no_read() {
     );
 }
 
-/// Upgrading from a release with dead letters: a letter there is an acknowledged claim
-/// whose unit is taken, which this release's rebuild and reconciliation no longer read.
-/// The consumer adopts them at start: the claim into the ledger, the garbage into
-/// `stream_poison`, the letters deleted; the books close.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_earlier_release_s_dead_letters_are_adopted_at_start() {
-    let s = Stack::start().await;
-    let c = campaign(&s, 14_005, 10, 1, 1, 3600).await;
-    let shard = s.client.placement().shards_of(c.sku, 1)[0];
-    // A claim taken and its entry dead-lettered by the earlier release: the unit is gone
-    // from the slice, the record only in `{T}:dead`.
-    let ids = claim_all(&s.client, &c, users("old", 1), 1).await;
-    let (_, entry) = ids[0].split_once('-').unwrap();
-    let stream = ShardStream::new(&s.client, shard);
-    let mut conn = s.redis.connection();
-    type Entry = (String, Vec<(String, Vec<u8>)>);
-    let found: Vec<Entry> = redis::cmd("XRANGE")
-        .arg(&stream.key)
-        .arg(entry)
-        .arg(entry)
-        .query(&mut conn)
-        .unwrap();
-    let dead = stream.dead_key(&s.client);
-    let mut add = redis::cmd("XADD");
-    add.arg(&dead).arg("*");
-    for (k, v) in &found[0].1 {
-        add.arg(k).arg(v.as_slice());
-    }
-    add.arg("dead_entry")
-        .arg(entry)
-        .arg("dead_reason")
-        .arg("delivered 10 times");
-    let _: String = add.query(&mut conn).unwrap();
-    let _: String = redis::cmd("XADD")
-        .arg(&dead)
-        .arg("*")
-        .arg("garbage")
-        .arg("1")
-        .query(&mut conn)
-        .unwrap();
-    let _: () = redis::cmd("DEL").arg(&stream.key).query(&mut conn).unwrap();
-
-    let consumer = start_consumer(s.cfg.clone());
-    wait_rows(&s.pool, c.sku, 1, Duration::from_secs(20)).await;
-    consumer.stop().await;
-    let id: String = sqlx::query_scalar("SELECT claim_id FROM claims WHERE sku = 14005")
-        .fetch_one(&s.pool)
-        .await
-        .unwrap();
-    assert_eq!(id, ids[0]);
-    assert_eq!(ledger::poison::count(&s.pool, T).await.unwrap(), 1);
-    let left: u64 = redis::cmd("XLEN").arg(&dead).query(&mut conn).unwrap();
-    assert_eq!(left, 0, "the letters went once handled");
-    assert_eq!(s.reconcile(c.sku).await.drift, 0);
-}
-
 /// On a Redis Cluster with a replica per master, `--read-from-replicas` sends stream reads
 /// to the replicas (a share still reaches the masters, see below), and every claim lands
 /// once.

@@ -1,7 +1,7 @@
 //! Edges of the rebuild's flush handshake (docs/DESIGN.md, "Rebuild from the ledger";
 //! `consumer/src/flush.rs`, `campaign-ops/src/rebuild/handshake.rs`): a reader backing off,
-//! a read whose reply reaches the writer after the cut, and a stream reader that never
-//! registered (an older release during a rolling upgrade).
+//! a read whose reply reaches the writer after the cut, and a stream reader with no
+//! heartbeat row.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -164,8 +164,8 @@ async fn an_entry_read_before_the_cut_and_handed_on_after_it_is_committed_at_onc
     writer.await.unwrap();
 }
 
-/// A consumer that holds a stream's lease without a heartbeat row (an older release during
-/// a rolling upgrade, or one whose row was lost): the handshake cannot hear from it, and it
+/// A consumer that holds a stream's lease without a heartbeat row (its row lost): the
+/// handshake cannot hear from it, and it
 /// may hold alice's record, read just before the rebuild. Its lease names it, so the
 /// rebuild names it as unanswered and keeps the pause it took before the handshake, instead
 /// of calling the handshake complete because the one registered consumer answered.
@@ -286,7 +286,7 @@ async fn on_a_cluster_the_readers_are_listed_from_every_master() {
         .unwrap();
     assert!(r.flush.complete(), "{:?}", r.flush);
 
-    // An older release holds a record read from one of the SKU's shards.
+    // A reader with no heartbeat row holds a record read from one of the SKU's shards.
     let shard = s.client.placement().shards_of(c.sku, c.width)[0];
     let old = ShardStream::new(&s.client, shard);
     consumer.stop().await;

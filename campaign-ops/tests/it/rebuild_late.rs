@@ -324,8 +324,9 @@ async fn a_stale_hold_of_an_unapplied_late_claim_is_left_to_its_apply() {
         .unwrap();
     let now = shard_router::now_ms();
     let hk = shard_router::keys::ShardKeys::new(&p, shard, c.sku);
-    // bob's hold, expired, counted for him (as the rebuild counts a standing hold).
-    let _: () = dead_hold(&mut redis::pipe(), &hk, "bob", "r-bob", now)
+    // bob's hold, expired, counted for him (as the rebuild counts a standing hold), placed
+    // under the generation his claim below was taken under: his own.
+    let _: () = dead_hold(&mut redis::pipe(), &hk, "bob", "r-bob", 0, now)
         .query(&mut s.redis.connection())
         .unwrap();
     let bob = ClaimRecord {

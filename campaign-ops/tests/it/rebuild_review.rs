@@ -349,7 +349,8 @@ async fn a_hold_undone_after_its_late_claim_was_applied_keeps_the_count() {
         .cmd("HSET")
         .arg(k.holds())
         .arg("zoe|3")
-        .arg(format!("1|{}|r-zoe", now - 1))
+        // Placed under the generation her record below was taken under: her own hold.
+        .arg(format!("1|{}:0|r-zoe", now - 1))
         .ignore()
         .cmd("SET")
         .arg(&req)

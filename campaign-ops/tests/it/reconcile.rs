@@ -67,16 +67,17 @@ async fn stale_holds_are_kept_or_undone_by_the_ledger() {
     let mut conn = s.redis.connection();
     // Two holds a crashed gateway left: seq 1 has its claim (already written by claim.lua
     // under seq 1), seq 9 never took anything. Both expired long ago.
+    let hold = format!("1|1000:{}|", shard_gen(&s.client, &k).await);
     let _: i64 = redis::cmd("HSET")
         .arg(k.holds())
         .arg("gina|1")
-        .arg("1|1000")
+        .arg(&hold)
         .query(&mut conn)
         .unwrap();
     let _: i64 = redis::cmd("HSET")
         .arg(k.holds())
         .arg("gina|9")
-        .arg("1|1000")
+        .arg(&hold)
         .query(&mut conn)
         .unwrap();
     let _: i64 = redis::cmd("HINCRBY")

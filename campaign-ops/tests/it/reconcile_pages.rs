@@ -19,10 +19,8 @@ fn entries() -> usize {
         .unwrap_or(20_000)
 }
 
-/// `n` claim records of `sku` on `shard`, every other one in the compact form the scripts
-/// write now and the rest in the nine-pair form of the earlier release (a stream during
-/// the upgrade holds both, and each must count), their units taken from the slice, and `n`
-/// released claim ids in the release set (ids no ledger row has: they weigh on the read,
+/// `n` claim records of `sku` on `shard` as the scripts write them, their units taken from
+/// the slice, and `n` released claim ids in the release set (ids no ledger row has: they weigh on the read,
 /// not on the figures).
 fn fill(s: &Stack, sku: u64, shard: u16, n: usize) {
     let mut conn = s.redis.connection();
@@ -43,13 +41,8 @@ fn fill(s: &Stack, sku: u64, shard: u16, n: usize) {
                 ts_ms: shard_router::now_ms(),
                 gen: 0,
             };
-            let fields = if i % 2 == 0 {
-                record.encode()
-            } else {
-                record.encode_pairs()
-            };
             let add = pipe.cmd("XADD").arg(&stream).arg("*");
-            for (name, value) in fields {
+            for (name, value) in record.encode() {
                 add.arg(name).arg(value);
             }
             add.ignore();

@@ -43,8 +43,7 @@
 //! the difference of the medians).
 //!
 //! Run: `cargo test -p campaign-ops --test it redis_cost:: -- --ignored --nocapture`
-//! (`FG_COST_ROUNDS`, default 3, prints medians over the rounds; `FG_COST_RECORDS=pairs`
-//! writes the nine-pair records instead of the compact ones; Redis's own cost does not
+//! (`FG_COST_ROUNDS`, default 3, prints medians over the rounds; Redis's own cost does not
 //! depend on the build, but the consumer's read sizes do a little: release is closer to a
 //! deployment). Four Redis-heavy phases and a replica fit a 2-core machine at the default
 //! size; `FG_COST_CLAIMS` / `FG_COST_RATE` change it.
@@ -57,7 +56,7 @@ use crate::common::*;
 use campaign_ops::campaign::{self, Campaign};
 use consumer::Config;
 use shard_router::protocol::{self, LocalEmptyShards};
-use shard_router::{ClaimOutcome, ClaimRequest, RecordForm, RedisTarget, StockClient};
+use shard_router::{ClaimOutcome, ClaimRequest, RedisTarget, StockClient};
 use sqlx::MySqlPool;
 use test_support::mariadb::TestDatabase;
 use test_support::RedisServer;
@@ -72,15 +71,6 @@ const INNER_CLAIM: &[&str] = &[
 /// Commands the consumer's trim script runs inside its EVAL (`lua/stream_trim.lua`,
 /// `shard-router/src/stream/trim.rs`).
 const INNER_TRIM: &[&str] = &["exists", "xinfo|stream", "xtrim"];
-
-/// `FG_COST_RECORDS`: the form of the claim records, `compact` (default) or `pairs`.
-fn record_form() -> RecordForm {
-    match std::env::var("FG_COST_RECORDS").as_deref() {
-        Ok("pairs") => RecordForm::Pairs,
-        Ok("compact") | Err(_) => RecordForm::Compact,
-        Ok(other) => panic!("FG_COST_RECORDS must be compact or pairs, not {other:?}"),
-    }
-}
 
 fn env(k: &str, default: usize) -> usize {
     std::env::var(k)
@@ -292,9 +282,7 @@ async fn round(round: usize, n: usize, rate: usize) -> Round {
     let db = TestDatabase::create();
     let mut cfg = Config::new(RedisTarget::Single(redis.url()), COST_SHARDS, db.url());
     cfg.reconcile_interval = Duration::from_secs(3600);
-    let client = StockClient::connect(cfg.stock().with_record_form(record_form()))
-        .await
-        .unwrap();
+    let client = StockClient::connect(cfg.stock()).await.unwrap();
     let pool = ledger::pool::connect(&cfg.mysql_url, T).await.unwrap();
     ledger::pool::migrate(&pool).await.unwrap();
     let now = shard_router::now_ms();

@@ -104,7 +104,8 @@ async fn a_hold_is_kept_on_a_take_only_once_a_replica_of_its_shard_holds_it() {
     let answer_key = hk.request("bob", Some("r-bob"));
     let mut conn = s.client.conn();
     // bob's hold (expired a minute ago) with its request in progress, on his home...
-    let _: () = dead_hold(&mut redis::pipe(), &hk, "bob", "r-bob", now)
+    let gen = shard_gen(&s.client, &hk).await;
+    let _: () = dead_hold(&mut redis::pipe(), &hk, "bob", "r-bob", gen, now)
         .cmd("HSET")
         .arg(hk.user_seq())
         .arg("bob")
@@ -189,9 +190,17 @@ async fn a_stale_hold_resolution_counts_only_once_a_replica_holds_it() {
     let home = p.home_shard(c.sku, c.width, "bob");
     let hk = ShardKeys::new(&p, home, c.sku);
     // A hold a dead gateway left; its claim is nowhere (nothing was taken).
-    let _: () = dead_hold(&mut redis::pipe(), &hk, "bob", "", shard_router::now_ms())
-        .query(&mut s.redis.connection())
-        .unwrap();
+    let gen = shard_gen(&s.client, &hk).await;
+    let _: () = dead_hold(
+        &mut redis::pipe(),
+        &hk,
+        "bob",
+        "",
+        gen,
+        shard_router::now_ms(),
+    )
+    .query(&mut s.redis.connection())
+    .unwrap();
     assert_on_the_replica(&s.client, home, "the hold is on the replica").await;
 
     promote(&replica);

@@ -18,8 +18,7 @@ use test_support::{RedisCluster, RedisServer};
 const ACK: Duration = Duration::from_millis(100);
 
 async fn connect(target: RedisTarget, ack: Option<Duration>) -> StockClient {
-    // The record form `deploy/` runs.
-    let mut cfg = StockConfig::new(target, 16).with_record_form(shard_router::RecordForm::Compact);
+    let mut cfg = StockConfig::new(target, 16);
     cfg.replica_ack = ack;
     StockClient::connect(cfg).await.expect("connect")
 }

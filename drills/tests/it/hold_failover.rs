@@ -116,8 +116,7 @@ impl CutHome {
             .filter(|n| n.pid().is_some())
             .map(|n| n.url())
             .collect();
-        let mut gw_cfg = shard_router::StockConfig::new(RedisTarget::Cluster(live), 16);
-        gw_cfg.record_form = self.cfg.stock().record_form;
+        let gw_cfg = shard_router::StockConfig::new(RedisTarget::Cluster(live), 16);
         StockClient::connect(gw_cfg).await.expect("reconnect")
     }
 

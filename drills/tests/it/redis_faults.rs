@@ -6,13 +6,11 @@ use std::time::{Duration, Instant};
 use drills::load::{self, Durability};
 use drills::{signal, verdict};
 use shard_router::test_util::open_meta;
-use shard_router::{
-    now_ms, ClaimOutcome, ClaimRequest, RecordForm, RedisTarget, StockClient, StockConfig,
-};
+use shard_router::{now_ms, ClaimOutcome, ClaimRequest, RedisTarget, StockClient, StockConfig};
 use test_support::{RedisCluster, RedisServer};
 
 async fn connect(target: RedisTarget) -> StockClient {
-    StockClient::connect(StockConfig::new(target, 16).with_record_form(RecordForm::Compact))
+    StockClient::connect(StockConfig::new(target, 16))
         .await
         .expect("connect")
 }
@@ -21,9 +19,7 @@ async fn connect(target: RedisTarget) -> StockClient {
 /// durability `replica` nothing acknowledged may be lost; with `none` the loss is measured.
 async fn failover(durability: Durability) -> verdict::Figures {
     let mut cluster = RedisCluster::start(3, 1);
-    // The drills write the claim records `deploy/` runs: the compact form.
-    let mut cfg = StockConfig::new(RedisTarget::Cluster(cluster.urls()), 16)
-        .with_record_form(RecordForm::Compact);
+    let mut cfg = StockConfig::new(RedisTarget::Cluster(cluster.urls()), 16);
     if durability == Durability::Replica {
         cfg.replica_ack = Some(Duration::from_millis(200));
     }

@@ -136,11 +136,7 @@ async fn drill(loss: Loss) -> verdict::Figures {
     let mut redis = RedisServer::start();
     let db = TestDatabase::create();
     let cfg = config(&redis.url(), &db.url());
-    // Claims in the record form `deploy/` runs.
-    let stock = cfg
-        .stock()
-        .with_record_form(shard_router::RecordForm::Compact);
-    let client = StockClient::connect(stock).await.expect("redis");
+    let client = StockClient::connect(cfg.stock()).await.expect("redis");
     let pool = ledger::pool::connect(&cfg.mysql_url, T).await.expect("db");
     ledger::pool::migrate(&pool).await.expect("migrate");
     let now = now_ms();

@@ -57,9 +57,6 @@ async fn replay_of_a_reroute_is_confirmed_on_the_shard_that_took_it() {
 
     let mut cfg = config(&seeds, true);
     cfg.durability = Durability::Replica;
-    // The replay check finds the take's record by its fields (`shard-router/src/replay.rs`):
-    // the compact form here, the nine pairs in its unit test.
-    cfg.stream_records = shard_router::RecordForm::Compact;
     // Room for a replica's acknowledgement on a loaded machine: the control claim below
     // must be confirmed (it failed once in a full run with 100 ms).
     cfg.wait_ms = slack(Duration::from_millis(300)).as_millis() as u64;

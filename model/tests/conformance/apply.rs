@@ -41,7 +41,7 @@ impl Run<'_> {
         let mut ev = Vec::new();
         let s = |sh: ShardId| usize::from(sh);
         match step {
-            Step::Claim { args, form } => {
+            Step::Claim { args } => {
                 let k = Keys::new(args.shard);
                 let keys = [
                     k.stock(),
@@ -62,7 +62,6 @@ impl Run<'_> {
                     args.hold_ttl.to_string(),
                     REQ_TTL_S.to_string(),
                     CHANNEL.to_owned(),
-                    form.arg().to_owned(),
                 ];
                 let real = match lua::eval(&mut self.con, &self.scripts.claim, &keys, &argv) {
                     Ok(v) => lua::claim_reply(&v, &mut self.ids),
@@ -71,7 +70,7 @@ impl Run<'_> {
                 let m = scripts::claim(&mut self.model[s(args.shard)], args, None, &mut ev);
                 (real, Reply::Claim(m), ev)
             }
-            Step::Take { args, late, form } => {
+            Step::Take { args, late } => {
                 let now = redis_now_ms();
                 args.deadline = if *late {
                     now - DEADLINE_MARGIN_MS
@@ -92,7 +91,6 @@ impl Run<'_> {
                     CHANNEL.to_owned(),
                     args.deadline.to_string(),
                     args.hold_gen.to_string(),
-                    form.arg().to_owned(),
                 ];
                 let real = match lua::eval(&mut self.con, &self.scripts.take, &keys, &argv) {
                     Ok(v) => lua::take_reply(&v, &mut self.ids),

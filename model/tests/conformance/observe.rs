@@ -16,14 +16,12 @@ use redis::{Connection, Value};
 
 use crate::ids::Ids;
 use crate::keys::{self, Keys, RIDS, SKU, USERS};
-use crate::steps::Form;
 
 /// A stream entry read this time, beyond the model's record: what the model does not
 /// keep but the step decided.
 #[derive(Debug)]
 pub(crate) struct EntryExtra {
     pub(crate) entry: u32,
-    pub(crate) form: Form,
     pub(crate) ts: i64,
 }
 
@@ -151,40 +149,23 @@ fn claim_set(v: &Value, ids: &mut Ids) -> Result<BTreeSet<ClaimId>, String> {
         .collect()
 }
 
-/// A record in either form (`shard-router/src/record`), with its form and `ts`.
-fn record(fields: &[(String, String)]) -> Result<(Record, Form, i64), String> {
-    let sku: &str;
-    let (user, qty, seq, shard, home, ts, gen, rid);
-    let form;
-    if let [(c, text)] = fields {
-        if c != "c" {
-            return Err(format!("single field {c:?}"));
-        }
-        form = Form::Compact;
-        let p: Vec<&str> = text.splitn(9, ',').collect();
-        let [s, q, sq, sh, hm, t, g, len, rest] = p[..] else {
-            return Err(format!("compact record {text:?}"));
-        };
-        let len: usize = num(len, "user length")?;
-        let (u, r) = (
-            rest.get(..len).ok_or("user length past the text")?,
-            &rest[len..],
-        );
-        (sku, qty, seq, shard, home, ts, gen) = (s, q, sq, sh, hm, t, g);
-        (user, rid) = (u, r);
-    } else {
-        form = Form::Pairs;
-        let names: Vec<&str> = fields.iter().map(|(k, _)| k.as_str()).collect();
-        let want = [
-            "sku", "user", "qty", "seq", "shard", "home", "rid", "ts", "gen",
-        ];
-        if names != want {
-            return Err(format!("record fields {names:?}, not {want:?}"));
-        }
-        let v: Vec<&str> = fields.iter().map(|(_, v)| v.as_str()).collect();
-        (sku, user, qty, seq, shard, home, rid, ts, gen) =
-            (v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8]);
+/// A claim record (`shard-router/src/record/v1.rs`: one field, `c1`), with its `ts`.
+fn record(fields: &[(String, String)]) -> Result<(Record, i64), String> {
+    let [(c, text)] = fields else {
+        return Err(format!("record fields {fields:?}, not one"));
+    };
+    if c != "c1" {
+        return Err(format!("record field {c:?}, not \"c1\""));
     }
+    let p: Vec<&str> = text.splitn(9, ',').collect();
+    let [sku, qty, seq, shard, home, ts, gen, len, rest] = p[..] else {
+        return Err(format!("record {text:?}"));
+    };
+    let len: usize = num(len, "user length")?;
+    let (user, rid) = (
+        rest.get(..len).ok_or("user length past the text")?,
+        &rest[len..],
+    );
     if sku != SKU.to_string() {
         return Err(format!("record of sku {sku:?}"));
     }
@@ -198,7 +179,6 @@ fn record(fields: &[(String, String)]) -> Result<(Record, Form, i64), String> {
             rid: keys::parse_rid(rid)?,
             gen: num(gen, "record gen")?,
         },
-        form,
         num(ts, "record ts")?,
     ))
 }
@@ -271,9 +251,9 @@ pub(crate) fn read_shard(
         };
         let id = need(id)?;
         let entry = ids.entry_to_model(s, &id)?;
-        let (rec, form, ts) = record(&pairs(fields)?).map_err(|e| format!("entry {id}: {e}"))?;
+        let (rec, ts) = record(&pairs(fields)?).map_err(|e| format!("entry {id}: {e}"))?;
         sh.stream.insert(entry, rec);
-        new_entries.push(EntryExtra { entry, form, ts });
+        new_entries.push(EntryExtra { entry, ts });
         last_real = Some(id);
     }
     sh.last_id = ids.count(s);

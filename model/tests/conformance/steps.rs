@@ -23,22 +23,6 @@ const NOW: i64 = 5_000;
 /// How far from Redis's clock a take's deadline is, so TIME decides it one way for sure.
 pub(crate) const DEADLINE_MARGIN_MS: i64 = 3_600_000;
 
-/// Which record form the step asks claim.lua / take.lua for (their last ARGV).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Form {
-    Pairs,
-    Compact,
-}
-
-impl Form {
-    pub(crate) fn arg(self) -> &'static str {
-        match self {
-            Form::Pairs => "",
-            Form::Compact => "c",
-        }
-    }
-}
-
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Fault {
     /// The slice is lost (a failover, an operator): scripts answer "not preheated".
@@ -59,13 +43,11 @@ pub(crate) enum Fault {
 pub(crate) enum Step {
     Claim {
         args: ClaimArgs,
-        form: Form,
     },
     /// `late`: the deadline is an hour behind Redis's clock, else an hour ahead.
     Take {
         args: TakeArgs,
         late: bool,
-        form: Form,
     },
     Settle {
         shard: ShardId,
@@ -132,14 +114,6 @@ pub(crate) struct Seen {
     pub(crate) user: User,
     pub(crate) qty: Units,
     pub(crate) home: ShardId,
-}
-
-fn form(rng: &mut StdRng) -> Form {
-    if rng.random_bool(0.5) {
-        Form::Pairs
-    } else {
-        Form::Compact
-    }
 }
 
 fn rid(rng: &mut StdRng) -> Option<Rid> {
@@ -230,7 +204,6 @@ pub(crate) fn random_step(rng: &mut StdRng, model: &[Shard], seen: &[Seen]) -> S
                 shard,
                 hold_ttl: if rng.random_bool(0.4) { 0 } else { 30_000 },
             },
-            form: form(rng),
         },
         35..=49 => {
             let (home, user, seq, qty, rid) = match some_hold(rng, model) {
@@ -266,7 +239,6 @@ pub(crate) fn random_step(rng: &mut StdRng, model: &[Shard], seen: &[Seen]) -> S
                     hold_gen,
                 },
                 late: rng.random_bool(0.1),
-                form: form(rng),
             }
         }
         50..=64 => {

@@ -59,8 +59,7 @@ impl StockClient {
                     .arg(home)
                     .arg(hold_ttl)
                     .arg(request_ttl)
-                    .arg(keys::EVENTS_CHANNEL)
-                    .arg(self.cfg.record_form.script_arg());
+                    .arg(keys::EVENTS_CHANNEL);
             })
             .await?;
         let outcome = match r.code {
@@ -143,8 +142,7 @@ impl StockClient {
                     .arg(shard)
                     .arg(keys::EVENTS_CHANNEL)
                     .arg(deadline)
-                    .arg(hold_gen)
-                    .arg(self.cfg.record_form.script_arg());
+                    .arg(hold_gen);
             })
             .await?;
         let outcome = match r.code {

@@ -168,9 +168,7 @@ pub(crate) async fn open_campaign(
 
 /// The stock client and the migrated ledger pool a stack's `cfg` names.
 async fn connect(cfg: &Config) -> (StockClient, MySqlPool) {
-    let client = StockClient::connect(claims_stock(cfg))
-        .await
-        .expect("redis");
+    let client = StockClient::connect(cfg.stock()).await.expect("redis");
     let pool = ledger::pool::connect(&cfg.mysql_url, T)
         .await
         .expect("mysql");
@@ -333,20 +331,33 @@ pub(crate) async fn one_at_a_time() -> tokio::sync::MutexGuard<'static, ()> {
     ONE.lock().await
 }
 
+/// The rebuild generation `hk`'s shard meta carries (0 when never written): what
+/// `lua/claim.lua` names a hold placed there now with.
+pub(crate) async fn shard_gen(client: &StockClient, hk: &keys::ShardKeys) -> u64 {
+    let gen: Option<u64> = redis::cmd("HGET")
+        .arg(hk.meta())
+        .arg("gen")
+        .query_async(&mut client.conn())
+        .await
+        .unwrap();
+    gen.unwrap_or(0)
+}
+
 /// Adds to `pipe` what a gateway that died under a hold left on `hk`'s shard: `user`'s hold
-/// (seq 1, one unit, under `rid`, "" for none) expired a minute before `now`, and the unit
-/// it counted for the user.
+/// (seq 1, one unit, under `rid`, "" for none, placed under generation `gen`) expired a
+/// minute before `now`, and the unit it counted for the user.
 pub(crate) fn dead_hold<'a>(
     pipe: &'a mut redis::Pipeline,
     hk: &keys::ShardKeys,
     user: &str,
     rid: &str,
+    gen: u64,
     now: i64,
 ) -> &'a mut redis::Pipeline {
     pipe.cmd("HSET")
         .arg(hk.holds())
         .arg(format!("{user}|1"))
-        .arg(format!("1|{}|{rid}", now - 60_000))
+        .arg(format!("1|{}:{gen}|{rid}", now - 60_000))
         .cmd("HSET")
         .arg(hk.users())
         .arg(user)
@@ -366,15 +377,5 @@ pub(crate) fn promote(replica: &RedisServer) {
 pub(crate) async fn client_on(server: &RedisServer, s: &Stack) -> StockClient {
     let mut cfg = s.cfg.clone();
     cfg.redis = RedisTarget::Single(server.url());
-    StockClient::connect(claims_stock(&cfg))
-        .await
-        .expect("redis")
-}
-
-/// The tests' stock client writes claims in the compact form, as the gateways of a stack
-/// of this release do (`deploy/`); the nine-pair form of earlier releases has tests of its
-/// own beside it (`ledger.rs`, `reconcile_pages.rs`).
-fn claims_stock(cfg: &Config) -> shard_router::StockConfig {
-    cfg.stock()
-        .with_record_form(shard_router::RecordForm::Compact)
+    StockClient::connect(cfg.stock()).await.expect("redis")
 }

@@ -1,23 +1,26 @@
-//! The compact claim record: one stream field, `c`, instead of nine name/value pairs.
+//! Version 1 of the claim record: one stream field, `c1`, instead of nine name/value pairs.
 //!
 //! `<sku>,<qty>,<seq>,<shard>,<home>,<ts>,<gen>,<user length>,<user><request id>`
 //!
 //! The user's length in bytes comes before it, so neither the user nor the request id
 //! needs escaping; the request id is the rest (empty when the claim had none). Why one
 //! field: Redis stores, copies and replies each field as its own string, so nine pairs
-//! cost it more to write (XADD) and far more to read back (every XREADGROUP reply carries
-//! each entry's names and values); `bench/redis_record_read.sh` measures both forms
-//! (docs/BENCHMARKS.md, "The compact claim record"). Written only under
-//! `--stream-records compact` (`RecordForm`); every reader takes both forms.
+//! cost it more to write (XADD) and far more to read back (every stream read reply carries
+//! each entry's names and values); `bench/redis_record_read.sh` measures both shapes
+//! (docs/BENCHMARKS.md, "The compact claim record"). The version rides in the field's
+//! name, not in its value: a stream node stores the field names once for all its entries
+//! that repeat its first entry's, so the version costs Redis nothing per entry stored
+//! (one byte per entry in a read's reply) and the scripts nothing per claim.
 
 use std::fmt::Write;
 
 use super::ClaimRecord;
 
-/// The field name of a compact record.
-pub(super) const FIELD: &str = "c";
+/// The layout's version, and the record field that carries it.
+pub(super) const VERSION: u32 = 1;
+pub(super) const FIELD: &str = "c1";
 
-/// A compact record's parts, borrowed from its text.
+/// A record's parts, borrowed from its text.
 pub(super) struct Parts<'a> {
     pub sku: &'a str,
     pub qty: &'a str,
@@ -30,12 +33,12 @@ pub(super) struct Parts<'a> {
     pub rid: &'a str,
 }
 
-/// Splits a compact record into its parts, or says what is wrong with it.
+/// Splits a record into its parts, or says what is wrong with it.
 pub(super) fn split(text: &str) -> Result<Parts<'_>, String> {
     let mut it = text.splitn(9, ',');
     let mut next = |name: &str| {
         it.next()
-            .ok_or_else(|| format!("compact record ends before {name}"))
+            .ok_or_else(|| format!("claim record ends before {name}"))
     };
     let (sku, qty, seq, shard, home, ts, gen) = (
         next("sku")?,
@@ -50,11 +53,11 @@ pub(super) fn split(text: &str) -> Result<Parts<'_>, String> {
     let rest = next("user")?;
     let len: usize = len_text
         .parse()
-        .map_err(|_| format!("compact record's user length is not a number: {len_text:?}"))?;
+        .map_err(|_| format!("claim record's user length is not a number: {len_text:?}"))?;
     // `get` is None past the end and inside a character: either way not a record we wrote.
     let user = rest
         .get(..len)
-        .ok_or_else(|| format!("compact record's user length {len} does not fit its text"))?;
+        .ok_or_else(|| format!("claim record's user length {len} does not fit its text"))?;
     Ok(Parts {
         sku,
         qty,
@@ -68,7 +71,7 @@ pub(super) fn split(text: &str) -> Result<Parts<'_>, String> {
     })
 }
 
-/// Writes the record the way `lua/claim.lua` and `lua/take.lua` do in the compact form.
+/// Writes the record the way `lua/claim.lua` and `lua/take.lua` do.
 pub(super) fn pack(r: &ClaimRecord) -> String {
     let (user, rid) = (&r.user, r.request_id.as_deref().unwrap_or_default());
     let mut out = String::with_capacity(64 + user.len() + rid.len());
