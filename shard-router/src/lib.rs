@@ -30,6 +30,7 @@ mod client;
 mod clock;
 pub mod codec;
 pub mod conn;
+pub mod decision;
 pub mod draw;
 mod error;
 mod guard;

@@ -79,8 +79,9 @@ impl<'a> ClaimOptions<'a> {
     }
 }
 
-/// Runs one claim end to end. Errors are Redis trouble; an ambiguous error during a second
-/// chance leaves the hold standing, for the consumer to resolve against the ledger.
+/// Runs one claim end to end (the outcome alone: the gateway's answer is
+/// [`crate::decision::decide`]'s). Errors are Redis trouble; an ambiguous error during a
+/// second chance leaves the hold standing, for the consumer to resolve against the ledger.
 pub async fn claim(
     client: &StockClient,
     meta: &SkuMeta,
@@ -88,16 +89,7 @@ pub async fn claim(
     empties: &dyn EmptyShards,
     now_ms: i64,
 ) -> Result<ClaimOutcome, StockError> {
-    claim_with(client, meta, req, ClaimOptions::new(empties, now_ms)).await
-}
-
-/// [`claim`] with every option spelled out.
-pub async fn claim_with(
-    client: &StockClient,
-    meta: &SkuMeta,
-    req: &ClaimRequest,
-    opts: ClaimOptions<'_>,
-) -> Result<ClaimOutcome, StockError> {
+    let opts = ClaimOptions::new(empties, now_ms);
     Ok(claim_confirmed(client, meta, req, opts).await?.0)
 }
 
@@ -136,7 +128,7 @@ impl Confirmation {
     }
 }
 
-/// [`claim_with`], also saying what replica durability confirmed. A rerouted claim wrote
+/// [`claim`] with every option, also saying what replica durability confirmed. A rerouted claim wrote
 /// on two shards: the units and record on the other shard, the user's count, sequence
 /// and stored answer on the home shard. Its hold must be confirmed before the take, so
 /// that a retry after the home master's failover finds the hold (and waits for it to be

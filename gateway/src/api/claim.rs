@@ -17,10 +17,9 @@ use std::time::Instant;
 
 use hyper::body::Incoming;
 use hyper::Request;
-use shard_router::protocol::{self, Confirmation, EmptyShards};
-use shard_router::{
-    Claim, ClaimOutcome, ClaimRequest, SkuMode, StockClient, StockError, StoredAnswer,
-};
+use shard_router::decision::{self, Decision};
+use shard_router::protocol::{self, EmptyShards};
+use shard_router::{ClaimRequest, SkuMeta, SkuMode, StockClient, StockError};
 
 use super::input::{read_claim, InputRules};
 use crate::access;
@@ -35,7 +34,7 @@ mod finish;
 mod queue;
 mod refusal;
 
-use refusal::{Claimed, How, Refusal, Window};
+use refusal::{answer, Claimed, Refusal, Window};
 
 pub(crate) async fn handle(app: &App, peer: SocketAddr, req: Request<Incoming>) -> Reply {
     let (outcome, reply) = match admit(app, peer, req).await {
@@ -120,7 +119,8 @@ async fn admit<'a>(
     })
 }
 
-/// The claim protocol, first come first served.
+/// The claim protocol, first come first served: what memory can answer, else one call to
+/// shard-router's decision, and the reply to it.
 async fn claim(app: &App, admitted: Admitted<'_>) -> Result<Claimed, Refusal> {
     let Admitted {
         req,
@@ -130,6 +130,7 @@ async fn claim(app: &App, admitted: Admitted<'_>) -> Result<Claimed, Refusal> {
         ..
     } = admitted;
     let meta = &state.meta;
+    let now = app.link.now_ms();
     if req.qty > meta.limit {
         return Err(Refusal::OverLimit {
             qty: req.qty,
@@ -137,15 +138,47 @@ async fn claim(app: &App, admitted: Admitted<'_>) -> Result<Claimed, Refusal> {
             limit: meta.limit,
         });
     }
-    let now = app.link.now_ms();
     if now < meta.start_ms {
         return Err(Refusal::window(Window::NotStarted, meta));
     }
-    // The answers memory can give once the sale is over for this gateway. A request with a
-    // request_id may be the retry of a success, whose first answer it must get (invariant
-    // `replay`, docs/DESIGN.md), so it reaches the replay check first; one without is
-    // answered here.
-    let from_memory = if now >= meta.end_ms {
+    if let Some(memory) = over_for_now(app, &state, now) {
+        return memory_or_replay(app, client, &state, &req, memory).await;
+    }
+    app.admission
+        .check_user(&req.user)
+        .map_err(Refusal::RateLimited)?;
+    let started = Instant::now();
+    let decision = run_to_end(app, client, &state, &req, now).await;
+    hot()
+        .redis_claim_seconds
+        .record(started.elapsed().as_secs_f64());
+    let retry = Retry::for_claim(req.request_id.as_deref());
+    match decision {
+        Ok(Decision::NotPreheated) => {
+            // Metadata without slices, and no stored answer: the campaign is gone or Redis
+            // lost it. Forget the cached metadata so the next request looks again; this one
+            // is 503, not 404: a winner's retry gets its answer once the rebuild restores it.
+            // Close-out keeps the metadata while stored answers last and runs only after
+            // the end plus a payment timeout (campaign-ops/src/closeout.rs): this near the
+            // end, this gateway's clock is behind (within its skew bound) and the sale is over.
+            app.cache.invalidate(meta.sku);
+            if now.saturating_add(app.link.max_skew_ms() as i64) >= meta.end_ms {
+                Err(Refusal::window(Window::Ended, meta))
+            } else {
+                Err(Refusal::Restoring(meta.sku))
+            }
+        }
+        Ok(decision) => answer(decision, meta, retry),
+        Err(StockError::InvalidArgument(m)) => Err(Refusal::BadArgument(m)),
+        Err(e) => Err(Refusal::Redis(e, retry)),
+    }
+}
+
+/// The answer memory gives once the sale is over for this gateway: the window closed, or
+/// sold out on every shard.
+fn over_for_now(app: &App, state: &SkuState, now: i64) -> Option<Refusal> {
+    let meta = &state.meta;
+    if now >= meta.end_ms {
         Some(Refusal::window(Window::Ended, meta))
     } else if app.sold_out_cache && state.all_empty() {
         Some(Refusal::SoldOut {
@@ -154,156 +187,64 @@ async fn claim(app: &App, admitted: Admitted<'_>) -> Result<Claimed, Refusal> {
         })
     } else {
         None
-    };
-    if let Some(answer) = from_memory {
-        let Some(rid) = req.request_id.as_deref() else {
-            return Err(answer);
-        };
-        // Sold out on every shard: a user the replay filter read and did not find has no
-        // stored answer under any request id, so memory answers (`replay_filter.rs`).
-        if app.sold_out_cache
-            && app.replay_limits.per_sku > 0
-            && state.all_empty()
-            && app.cache.subscribed()
-            && state
-                .replay
-                .never_won(&state, client, &app.replay_limits, &req.user)
-        {
-            return Err(answer);
-        }
-        // Replay checks cost a Redis read, so they count against the user's rate.
-        app.admission
-            .check_user(&req.user)
-            .map_err(Refusal::RateLimited)?;
-        return replay_or(client, meta, &req.user, rid, answer).await;
     }
+}
+
+/// Memory's answer, unless the request may be the retry of a success: one with a
+/// request_id gets its first answer (invariant `replay`, docs/DESIGN.md), read first.
+async fn memory_or_replay(
+    app: &App,
+    client: &StockClient,
+    state: &Arc<SkuState>,
+    req: &ClaimRequest,
+    memory: Refusal,
+) -> Result<Claimed, Refusal> {
+    let Some(rid) = req.request_id.as_deref() else {
+        return Err(memory);
+    };
+    // Sold out on every shard: a user the replay filter read and did not find has no
+    // stored answer under any request id, so memory answers (`replay_filter.rs`).
+    if app.sold_out_cache
+        && app.replay_limits.per_sku > 0
+        && state.all_empty()
+        && app.cache.subscribed()
+        && state
+            .replay
+            .never_won(state, client, &app.replay_limits, &req.user)
+    {
+        return Err(memory);
+    }
+    // Replay checks cost a Redis read, so they count against the user's rate.
     app.admission
         .check_user(&req.user)
         .map_err(Refusal::RateLimited)?;
-
-    let started = Instant::now();
-    let result = run_to_end(app, client, &state, &req, now).await;
-    hot()
-        .redis_claim_seconds
-        .record(started.elapsed().as_secs_f64());
-    let (outcome, confirmation) = result.map_err(|e| match e {
-        StockError::InvalidArgument(m) => Refusal::BadArgument(m),
-        e => Refusal::Redis(e, Retry::for_claim(req.request_id.as_deref())),
-    })?;
-    match outcome {
-        ClaimOutcome::Claimed { claim, rerouted } => {
-            let how = if rerouted { How::Rerouted } else { How::Fresh };
-            let retry = Retry::for_claim(req.request_id.as_deref());
-            Claimed::confirmed(claim, how, confirmation, retry)
-        }
-        ClaimOutcome::Replay(claim) => {
-            let confirmation = rerouted_replay(client, meta, &req, &claim, confirmation).await;
-            Claimed::confirmed(claim, How::Replay, confirmation, Retry::SameRequestId)
-        }
-        ClaimOutcome::SoldOut => Err(Refusal::SoldOut {
-            sku: meta.sku,
-            from_cache: false,
-        }),
-        ClaimOutcome::LimitReached { held } => Err(Refusal::LimitReached {
-            held,
-            sku: meta.sku,
-            limit: meta.limit,
-        }),
-        ClaimOutcome::NotStarted => Err(Refusal::window(Window::NotStarted, meta)),
-        ClaimOutcome::Ended => Err(Refusal::window(Window::Ended, meta)),
-        ClaimOutcome::NotPreheated => {
-            // Metadata without slices: the campaign is gone or Redis lost it. Forget the
-            // cached metadata so the next request looks again; this one is 503, not 404:
-            // it may be a winner's retry whose answer the rebuild restores (`replay`,
-            // found by the model checker, model/).
-            app.cache.invalidate(meta.sku);
-            // Close-out keeps the metadata while stored answers last and runs only after
-            // the end plus a payment timeout (campaign-ops/src/closeout.rs): this near the end,
-            // this gateway's clock is behind (within its skew bound) and the sale is over.
-            // The script stopped before its replay check, so it runs here (`replay`).
-            let answer = if now.saturating_add(app.link.max_skew_ms() as i64) >= meta.end_ms {
-                Refusal::window(Window::Ended, meta)
-            } else {
-                Refusal::Restoring(meta.sku)
-            };
-            match req.request_id.as_deref() {
-                Some(rid) => replay_or(client, meta, &req.user, rid, answer).await,
-                None => Err(answer),
-            }
-        }
-        ClaimOutcome::InProgress => Err(Refusal::InProgress),
-    }
+    replay_or(client, &state.meta, &req.user, rid, memory).await
 }
 
 /// The replay check alone (one read on the user's home shard, no script): the stored answer
 /// of `rid` when it has one, else `otherwise`, the answer memory gave.
 async fn replay_or(
-    client: &shard_router::StockClient,
-    meta: &shard_router::SkuMeta,
+    client: &StockClient,
+    meta: &SkuMeta,
     user: &str,
     rid: &str,
     otherwise: Refusal,
 ) -> Result<Claimed, Refusal> {
-    // Read without a script, so no claim pipeline carried a WAIT: in replica mode the
-    // answer is read again under a fence on the home shard, and a reroute's take checked
-    // on its own shard (`shard-router/src/replay.rs`).
     // Sold out from memory: no answer means "sold out" only while the home slice is
     // there and the ledger vouched for the process (or no vouch is set, as the guard
     // sells); a slice lost with the answer, or data older than the ledger, is 503 until
     // the rebuild (`replay`, found by the model checker, model/). After the window,
     // close-out deletes the slices.
     let read = if matches!(otherwise, Refusal::SoldOut { .. }) {
-        client
-            .replay_confirmed_live(meta.sku, meta.width, user, rid)
-            .await
+        decision::Replay::Live
     } else {
-        client
-            .replay_confirmed(meta.sku, meta.width, user, rid)
-            .await
+        decision::Replay::Plain
     };
-    match read {
+    match decision::replay(client, meta, user, rid, read).await {
         Ok(None) => Err(otherwise),
-        Ok(Some((StoredAnswer::Claimed(claim), confirmation))) => {
-            Claimed::confirmed(claim, How::Replay, confirmation, Retry::SameRequestId)
-        }
-        Ok(Some((StoredAnswer::InProgress, _))) => Err(Refusal::InProgress),
+        Ok(Some(d)) => answer(d, meta, Retry::SameRequestId),
         // Not the memory answer: a lost success would be told it lost.
         Err(e) => Err(Refusal::Redis(e, Retry::SameRequestId)),
-    }
-}
-
-/// `claim.lua`'s replay confirmed by the home shard's WAIT covers only what the home shard
-/// wrote. A rerouted claim's units and record are on another shard: in replica mode its
-/// replay is acknowledged only once that shard's part is confirmed too (the stored answer
-/// read again, and the take checked there when the answer is still tentative).
-async fn rerouted_replay(
-    client: &shard_router::StockClient,
-    meta: &shard_router::SkuMeta,
-    req: &shard_router::ClaimRequest,
-    claim: &Claim,
-    confirmation: Confirmation,
-) -> Confirmation {
-    let home = client
-        .placement()
-        .home_shard(meta.sku, meta.width, &req.user);
-    let (Confirmation::Confirmed, Some(rid)) = (confirmation, req.request_id.as_deref()) else {
-        return confirmation;
-    };
-    if claim.shard == home {
-        return confirmation;
-    }
-    match client
-        .replay_confirmed(meta.sku, meta.width, &req.user, rid)
-        .await
-    {
-        Ok(Some((StoredAnswer::Claimed(c), confirmed))) if c.claim_id == claim.claim_id => {
-            confirmed
-        }
-        Ok(_) => Confirmation::Unconfirmed,
-        Err(e) => {
-            tracing::debug!(error = %e, trace_id = %access::trace_id(), "rerouted replay unconfirmed");
-            Confirmation::Unconfirmed
-        }
     }
 }
 
@@ -318,7 +259,7 @@ async fn run_to_end(
     state: &std::sync::Arc<crate::cache::SkuState>,
     req: &shard_router::ClaimRequest,
     now: i64,
-) -> Result<(ClaimOutcome, Confirmation), StockError> {
+) -> Result<Decision, StockError> {
     let (client, state, req) = (client.clone(), state.clone(), req.clone());
     let (cache_on, second_chance) = (app.sold_out_cache, app.second_chance);
     let cache = app.cache.clone();
@@ -327,7 +268,7 @@ async fn run_to_end(
         let cached = cache.claim_view(&state);
         let empties: &dyn EmptyShards = if cache_on { &cached } else { &blind };
         let opts = protocol::ClaimOptions::new(empties, now).second_chance(second_chance);
-        protocol::claim_confirmed(&client, &state.meta, &req, opts).await
+        decision::decide(&client, &state.meta, &req, opts).await
     });
     run.await.unwrap_or_else(|_panic| {
         Err(StockError::Protocol {

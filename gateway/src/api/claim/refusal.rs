@@ -5,23 +5,12 @@
 use std::time::Duration;
 
 use hyper::StatusCode;
-use shard_router::protocol::Confirmation;
+use shard_router::decision::{Decision, How};
 use shard_router::{ApiStatus, Claim, SkuMeta, StockError};
 
 use crate::durability;
 use crate::metrics::outcome;
 use crate::reply::{Reply, Retry};
-
-/// How a claim was made.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum How {
-    /// Taken on the user's home shard.
-    Fresh,
-    /// Taken on another shard after the home slice came up short.
-    Rerouted,
-    /// The stored answer of a request id seen before.
-    Replay,
-}
 
 /// A claim to acknowledge.
 #[derive(Debug)]
@@ -31,24 +20,8 @@ pub(super) struct Claimed {
 }
 
 impl Claimed {
-    /// The claim, unless replica durability is on and did not confirm it. Taken and
-    /// recorded on the primary, an unconfirmed claim could be lost by a failover now, so it
-    /// is not acknowledged (see `durability.rs`); `retry` says how the client learns
-    /// whether it lasted.
-    pub(super) fn confirmed(
-        claim: Claim,
-        how: How,
-        confirmation: Confirmation,
-        retry: Retry,
-    ) -> Result<Self, Refusal> {
-        if durability::acknowledgeable(confirmation) {
-            Ok(Self { claim, how })
-        } else {
-            Err(Refusal::Unconfirmed {
-                claim_id: claim.claim_id,
-                retry,
-            })
-        }
+    pub(super) fn new(claim: Claim, how: How) -> Self {
+        Self { claim, how }
     }
 
     /// The value of the `outcome` label.
@@ -95,6 +68,41 @@ impl From<Claimed> for Reply {
 pub(super) enum Window {
     NotStarted,
     Ended,
+}
+
+/// What a decision of shard-router's is answered with. An unconfirmed claim (replica
+/// durability on, no replica confirmed it) could be lost by a failover now, so it is not
+/// acknowledged (see `durability.rs`); `retry` says how the client learns whether it
+/// lasted (a replay's request id always can).
+pub(super) fn answer(decision: Decision, meta: &SkuMeta, retry: Retry) -> Result<Claimed, Refusal> {
+    match decision {
+        Decision::Claimed { claim, how } => Ok(Claimed::new(claim, how)),
+        Decision::Unconfirmed { claim, how } => {
+            durability::count_unconfirmed();
+            let retry = if how == How::Replay {
+                Retry::SameRequestId
+            } else {
+                retry
+            };
+            Err(Refusal::Unconfirmed {
+                claim_id: claim.claim_id,
+                retry,
+            })
+        }
+        Decision::SoldOut => Err(Refusal::SoldOut {
+            sku: meta.sku,
+            from_cache: false,
+        }),
+        Decision::LimitReached { held } => Err(Refusal::LimitReached {
+            held,
+            sku: meta.sku,
+            limit: meta.limit,
+        }),
+        Decision::NotStarted => Err(Refusal::window(Window::NotStarted, meta)),
+        Decision::Ended => Err(Refusal::window(Window::Ended, meta)),
+        Decision::NotPreheated => Err(Refusal::Restoring(meta.sku)),
+        Decision::InProgress => Err(Refusal::InProgress),
+    }
 }
 
 /// Why a claim took nothing (or, for [`Refusal::Unconfirmed`] and an ambiguous

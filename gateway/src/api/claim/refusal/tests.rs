@@ -238,8 +238,7 @@ fn claims_are_201_or_200_for_a_replay_with_one_body() {
         (How::Rerouted, "rerouted", 201),
         (How::Replay, "replay", 200),
     ] {
-        let c =
-            Claimed::confirmed(claim.clone(), how, Confirmation::Confirmed, Retry::Blind).unwrap();
+        let c = Claimed::new(claim.clone(), how);
         assert_eq!(c.label(), label);
         assert_eq!(
             seen(Reply::from(c)),
@@ -257,11 +256,23 @@ fn an_unconfirmed_claim_is_refused_not_acknowledged() {
         shard: 1,
         qty: 1,
     };
-    let retry = Retry::SameRequestId;
-    assert!(Claimed::confirmed(claim.clone(), How::Fresh, Confirmation::NotAsked, retry).is_ok());
-    let refused = Claimed::confirmed(claim, How::Replay, Confirmation::Unconfirmed, retry);
+    let meta = meta();
+    let acked = Decision::Claimed {
+        claim: claim.clone(),
+        how: How::Fresh,
+    };
+    assert!(answer(acked, &meta, Retry::Blind).is_ok());
+    // A replay's client always has its request id to retry with.
+    let refused = answer(
+        Decision::Unconfirmed {
+            claim,
+            how: How::Replay,
+        },
+        &meta,
+        Retry::Blind,
+    );
     assert!(
-        matches!(&refused, Err(Refusal::Unconfirmed { claim_id, .. }) if claim_id == "c1"),
+        matches!(&refused, Err(Refusal::Unconfirmed { claim_id, retry: Retry::SameRequestId }) if claim_id == "c1"),
         "{refused:?}"
     );
 }
