@@ -11,8 +11,11 @@ image_checks() {
   [ "$uid" != 0 ] || die "image runs as root"
   [ "${entry%% *}" = /usr/bin/tini ] || die "image entrypoint is '$entry', not tini"
   local name="${FG_PROJECT}-sigterm-check"
-  # No Redis: the gateway stays up, not ready, until told to stop.
-  podman run -d --name "$name" -e FLASHGATE_REDIS=redis://127.0.0.1:1 "$FG_IMAGE" >/dev/null
+  # No Redis: the gateway stays up, not ready, until told to stop. Its identity source
+  # is the compose file's development token secret, mounted as compose mounts it.
+  podman run -d --name "$name" -e FLASHGATE_REDIS=redis://127.0.0.1:1 \
+    -e FLASHGATE_TOKEN_SECRET_FILE=/run/flashgate/token-secret \
+    -v "$FG_ROOT/deploy/compose/token-secret.dev:/run/flashgate/token-secret:ro" "$FG_IMAGE" >/dev/null
   local i
   for i in $(seq 50); do
     podman exec "$name" curl -fsS -o /dev/null http://127.0.0.1:9090/healthz 2>/dev/null && break

@@ -40,12 +40,24 @@ PY
 k8s_play() {
   # The base's gateway Deployment, ConfigMap and Secret as they are, but for what a
   # cluster would supply: the Redis seed nodes are the compose stack's, one replica (podman
-  # plays a Deployment as one pod), and the image is the one built above.
-  python3 - "$WORK/k8s/base.yaml" "$COMPOSE_FILE" >"$WORK/kube.yaml" <<'PY'
-import sys, yaml
+  # plays a Deployment as one pod), and the image is the one built above. Debian's podman
+  # 4.3 panics on a `secret` volume (kube.VolumeFromSecret is handed no secrets manager),
+  # so the test does the kubelet's part: it writes the Secret's items as files, owned by
+  # the pod's fsGroup with the volume's defaultMode, and mounts that folder (hostPath) where
+  # the secret volume would be. The Secret is still played, and the files are its data.
+  mkdir -p "$WORK/k8s-secrets"
+  python3 - "$WORK/k8s/base.yaml" "$COMPOSE_FILE" "$WORK/k8s-secrets" >"$WORK/kube.yaml" <<'PY'
+import base64, os, sys, yaml
 docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
 compose = yaml.safe_load(open(sys.argv[2]))
+out = sys.argv[3]
 redis = compose["x-flashgate-env"]["FLASHGATE_REDIS"]
+secrets = {}
+for d in docs:
+    if d["kind"] == "Secret":
+        data = {k: base64.b64decode(v) for k, v in d.get("data", {}).items()}
+        data.update({k: v.encode() for k, v in d.get("stringData", {}).items()})
+        secrets[d["metadata"]["name"]] = data
 keep = []
 for d in docs:
     if d["kind"] == "ConfigMap":
@@ -55,7 +67,25 @@ for d in docs:
         keep.append(d)
     elif d["kind"] == "Deployment" and d["metadata"]["name"] == "flashgate-gateway":
         d["spec"]["replicas"] = 1
-        d["spec"]["template"]["spec"]["containers"][0]["image"] = "localhost/flashgate:local"
+        pod = d["spec"]["template"]["spec"]
+        pod["containers"][0]["image"] = "localhost/flashgate:local"
+        group = pod.get("securityContext", {}).get("fsGroup")
+        for v in pod.get("volumes", []):
+            src = v.pop("secret", None)
+            if src is None:
+                continue
+            folder = os.path.join(out, v["name"])
+            os.makedirs(folder, mode=0o755)
+            data = secrets[src["secretName"]]
+            items = src.get("items") or [{"key": k, "path": k} for k in data]
+            for item in items:
+                path = os.path.join(folder, item["path"])
+                with open(path, "wb") as f:
+                    f.write(data[item["key"]])
+                if group is not None:
+                    os.chown(path, 0, group)
+                os.chmod(path, item.get("mode", src.get("defaultMode", 0o644)))
+            v["hostPath"] = {"path": folder, "type": "Directory"}
         keep.append(d)
 yaml.safe_dump_all(keep, sys.stdout, sort_keys=False)
 PY

@@ -76,6 +76,7 @@ ensure_base_image() {
   fi
   say "importing $FG_BASE_IMAGE"
   podman import --change "LABEL $FG_CT_LABEL=debian:$DEBIAN_SUITE-slim (debootstrap minbase)" \
+    --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
     --change 'CMD ["bash"]' "$tar" "$FG_BASE_IMAGE" >/dev/null
 }
 
@@ -90,11 +91,13 @@ build_standin() {
 }
 
 # In parallel (their time is mostly apt downloads); Debian's .deb files are kept in the
-# cache folder, so a second run downloads only the package lists.
+# cache folder, one per stand-in (apt locks its archive folder), so a second run downloads
+# only the package lists.
 ensure_standins() {
-  local name pids=() apt="$FG_CT_CACHE/apt-archives"
-  mkdir -p "$apt/partial"
+  local name pids=() apt
   for name in "${!FG_STANDIN[@]}"; do
+    apt="$FG_CT_CACHE/apt-archives/${FG_STANDIN[$name]}"
+    mkdir -p "$apt/partial"
     case "${FG_STANDIN[$name]}" in
       rust) build_standin "$name" rust -v "$apt:/var/cache/apt/archives" \
               -v "$(rustc --print sysroot):/host-toolchain:ro" & ;;

@@ -39,6 +39,7 @@ inventory() {
     podman volume ls -q | sed 's/^/volume /'
     podman network ls -q | sed 's/^/network /'
     podman pod ps -q --no-trunc | sed 's/^/pod /'
+    podman secret ls --format '{{.Name}}' | sed 's/^/secret /'
   } | sort -u
 }
 
@@ -56,10 +57,15 @@ cleanup() {
   fi
   step "cleaning up"
   [ -f "$WORK/kube.yaml" ] && podman kube down "$WORK/kube.yaml" >/dev/null 2>&1
-  pc --profile bench down -v -t 5 >/dev/null 2>&1
+  # kube down leaves the Secrets it played in podman's secret store.
+  grep -qx 'secret flashgate-secrets' "$WORK/before.txt" 2>/dev/null ||
+    podman secret rm flashgate-secrets >/dev/null 2>&1
+  # Containers first, with their anonymous volumes (the redis image's VOLUME /data in the
+  # one-shot cluster init), then what `down -v` removes: named volumes, the network.
   local ids
   ids=$(podman ps -aq --filter "label=io.podman.compose.project=$FG_PROJECT")
-  [ -n "$ids" ] && podman rm -f -t 0 $ids >/dev/null 2>&1
+  [ -n "$ids" ] && podman rm -f -v -t 0 $ids >/dev/null 2>&1
+  pc --profile bench down -v -t 5 >/dev/null 2>&1
   ids=$(podman volume ls -q --filter "label=io.podman.compose.project=$FG_PROJECT")
   [ -n "$ids" ] && podman volume rm -f $ids >/dev/null 2>&1
   podman network rm -f "${FG_PROJECT}_default" >/dev/null 2>&1
