@@ -6,7 +6,7 @@ PROM=http://127.0.0.1:9090
 
 prometheus_queries() {
   local i up
-  for i in $(seq 30); do
+  for i in $(seq 40); do
     up=$(curl -fsS "$PROM/api/v1/query?query=up" 2>/dev/null |
       python3 -c 'import json,sys; r=json.load(sys.stdin)["data"]["result"]; print(sum(1 for s in r if s["value"][1] == "1"), len(r))' || echo "0 0")
     [ "${up%% *}" = 4 ] && break
@@ -38,4 +38,5 @@ print(",".join(x["state"]+":"+x["labels"].get("instance","") for x in a))' || tr
   [[ "$state" == *firing:gateway-2* ]] || die "drill: FlashgateTargetDown did not fire for gateway-2 ($state)"
   note "alert drill: gateway-2 stopped → FlashgateTargetDown firing after $(elapsed "$DRILL_T0") s (rule: for 1m)"
   podman start "$(ctr gateway-2)" >/dev/null
+  wait_healthy "$(ctr gateway-2)"
 }
