@@ -40,7 +40,8 @@ PY
 k8s_play() {
   # The base's gateway Deployment, ConfigMap and Secret as they are, but for what a
   # cluster would supply: the Redis seed nodes are the compose stack's, one replica (podman
-  # plays a Deployment as one pod), and the image is the one built above. Debian's podman
+  # plays a Deployment as one pod), the image is the one built above, and host ports
+  # that do not collide with the compose stack's (see below). Debian's podman
   # 4.3 panics on a `secret` volume (kube.VolumeFromSecret is handed no secrets manager),
   # so the test does the kubelet's part: it writes the Secret's items as files, owned by
   # the pod's fsGroup with the volume's defaultMode, and mounts that folder (hostPath) where
@@ -69,6 +70,11 @@ for d in docs:
         d["spec"]["replicas"] = 1
         pod = d["spec"]["template"]["spec"]
         pod["containers"][0]["image"] = "localhost/flashgate:local"
+        # podman 4.3 publishes every containerPort on the host (the same port when no
+        # hostPort is given), where haproxy already holds 8080: loopback, 10000 above.
+        for port in pod["containers"][0].get("ports", []):
+            port["hostPort"] = port["containerPort"] + 10000
+            port["hostIP"] = "127.0.0.1"
         group = pod.get("securityContext", {}).get("fsGroup")
         for v in pod.get("volumes", []):
             src = v.pop("secret", None)

@@ -62,7 +62,7 @@ cleanup() {
     podman secret rm flashgate-secrets >/dev/null 2>&1
   # Containers first, with their anonymous volumes (the redis image's VOLUME /data in the
   # one-shot cluster init), then what `down -v` removes: named volumes, the network.
-  local ids
+  local ids v
   ids=$(podman ps -aq --filter "label=io.podman.compose.project=$FG_PROJECT")
   [ -n "$ids" ] && podman rm -f -v -t 0 $ids >/dev/null 2>&1
   pc --profile bench down -v -t 5 >/dev/null 2>&1
@@ -71,7 +71,6 @@ cleanup() {
   podman network rm -f "${FG_PROJECT}_default" >/dev/null 2>&1
   # Anonymous volumes (an image's VOLUME with nothing mounted over it) that appeared during
   # the run and that `rm -v` left: podman-compose's one-shot containers leave one.
-  local v
   for v in $(podman volume ls -q); do
     grep -qx "volume $v" "$WORK/before.txt" 2>/dev/null && continue
     [ "$(podman volume inspect --format '{{.Anonymous}}' "$v" 2>/dev/null)" = true ] &&
@@ -79,6 +78,10 @@ cleanup() {
   done
   ids=$(podman images -q --filter "label=$FG_CT_LABEL")
   [ -n "$ids" ] && podman rmi -f $ids >/dev/null 2>&1
+  # The pod's infra image kube play builds when there is none.
+  for v in $(podman images -q --no-trunc --filter reference=localhost/podman-pause); do
+    grep -qx "image $v" "$WORK/before.txt" 2>/dev/null || podman rmi -f "$v" >/dev/null 2>&1
+  done
   if [ -f "$WORK/before.txt" ]; then
     inventory >"$WORK/after.txt"
     local left
