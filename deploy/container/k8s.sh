@@ -38,63 +38,11 @@ PY
 }
 
 k8s_play() {
-  # The base's gateway Deployment, ConfigMap and Secret as they are, but for what a
-  # cluster would supply: the Redis seed nodes are the compose stack's, one replica (podman
-  # plays a Deployment as one pod), the image is the one built above, and host ports
-  # that do not collide with the compose stack's (see below). Debian's podman
-  # 4.3 panics on a `secret` volume (kube.VolumeFromSecret is handed no secrets manager),
-  # so the test does the kubelet's part: it writes the Secret's items as files, owned by
-  # the pod's fsGroup with the volume's defaultMode, and mounts that folder (hostPath) where
-  # the secret volume would be. The Secret is still played, and the files are its data.
+  # The base's gateway Deployment, ConfigMap and Secret with what a cluster would supply
+  # instead of podman 4.3 (kube_play.py's header says what and why).
   mkdir -p "$WORK/k8s-secrets"
-  python3 - "$WORK/k8s/base.yaml" "$COMPOSE_FILE" "$WORK/k8s-secrets" >"$WORK/kube.yaml" <<'PY'
-import base64, os, sys, yaml
-docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
-compose = yaml.safe_load(open(sys.argv[2]))
-out = sys.argv[3]
-redis = compose["x-flashgate-env"]["FLASHGATE_REDIS"]
-secrets = {}
-for d in docs:
-    if d["kind"] == "Secret":
-        data = {k: base64.b64decode(v) for k, v in d.get("data", {}).items()}
-        data.update({k: v.encode() for k, v in d.get("stringData", {}).items()})
-        secrets[d["metadata"]["name"]] = data
-keep = []
-for d in docs:
-    if d["kind"] == "ConfigMap":
-        d["data"]["FLASHGATE_REDIS"] = redis
-        keep.append(d)
-    elif d["kind"] == "Secret":
-        keep.append(d)
-    elif d["kind"] == "Deployment" and d["metadata"]["name"] == "flashgate-gateway":
-        d["spec"]["replicas"] = 1
-        pod = d["spec"]["template"]["spec"]
-        pod["containers"][0]["image"] = "localhost/flashgate:local"
-        # podman 4.3 publishes every containerPort on the host (the same port when no
-        # hostPort is given), where haproxy already holds 8080: loopback, 10000 above.
-        for port in pod["containers"][0].get("ports", []):
-            port["hostPort"] = port["containerPort"] + 10000
-            port["hostIP"] = "127.0.0.1"
-        group = pod.get("securityContext", {}).get("fsGroup")
-        for v in pod.get("volumes", []):
-            src = v.pop("secret", None)
-            if src is None:
-                continue
-            folder = os.path.join(out, v["name"])
-            os.makedirs(folder, mode=0o755)
-            data = secrets[src["secretName"]]
-            items = src.get("items") or [{"key": k, "path": k} for k in data]
-            for item in items:
-                path = os.path.join(folder, item["path"])
-                with open(path, "wb") as f:
-                    f.write(data[item["key"]])
-                if group is not None:
-                    os.chown(path, 0, group)
-                os.chmod(path, item.get("mode", src.get("defaultMode", 0o644)))
-            v["hostPath"] = {"path": folder, "type": "Directory"}
-        keep.append(d)
-yaml.safe_dump_all(keep, sys.stdout, sort_keys=False)
-PY
+  python3 "$FG_CT_DIR/kube_play.py" yaml "$WORK/k8s/base.yaml" "$COMPOSE_FILE" \
+    "$WORK/k8s-secrets" >"$WORK/kube.yaml"
   podman kube play --network "${FG_PROJECT}_default" "$WORK/kube.yaml" >"$WORK/kube-play.log" 2>&1 ||
     { cat "$WORK/kube-play.log" >&2; die "podman kube play failed"; }
   local c
@@ -108,21 +56,7 @@ PY
   [ "$ro" = true ] || die "played gateway: root filesystem not read-only"
   [ -n "$ip" ] || die "played gateway: no address on ${FG_PROJECT}_default"
   # The kubelet's part: every probe of the Deployment, as it declares it, must answer 200.
-  python3 - "$WORK/kube.yaml" >"$WORK/probes.txt" <<'PY'
-import sys, yaml
-for d in yaml.safe_load_all(open(sys.argv[1])):
-    if d and d["kind"] == "Deployment":
-        c = d["spec"]["template"]["spec"]["containers"][0]
-        ports = {p["name"]: p["containerPort"] for p in c["ports"]}
-        for kind in ("startupProbe", "readinessProbe", "livenessProbe"):
-            p = c.get(kind) or {}
-            if "httpGet" in p:
-                port = p["httpGet"]["port"]
-                print(kind, ports.get(port, port), p["httpGet"]["path"])
-            elif "tcpSocket" in p:
-                port = p["tcpSocket"]["port"]
-                print(kind, ports.get(port, port), "-")
-PY
+  python3 "$FG_CT_DIR/kube_play.py" probes "$WORK/kube.yaml" >"$WORK/probes.txt"
   local kind port path code i
   while read -r kind port path; do
     for i in $(seq 30); do
@@ -137,9 +71,7 @@ PY
     [ "$code" = 200 ] || { podman logs --tail 20 "$c" >&2; die "played gateway: $kind GET :$port$path answers $code"; }
   done <"$WORK/probes.txt"
   local secret token answer
-  secret=$(python3 -c 'import sys, yaml
-for d in yaml.safe_load_all(open(sys.argv[1])):
-    if d and d["kind"] == "Secret": print(d["stringData"]["token-secret"])' "$WORK/kube.yaml")
+  secret=$(python3 "$FG_CT_DIR/kube_play.py" token-secret "$WORK/kube.yaml")
   token=$(k8s_token "$secret" k8s-play-user-1)
   answer=$(curl -s -w ' %{http_code}' --max-time 5 -H "Authorization: Bearer $token" \
     -H 'Content-Type: application/json' -d '{"sku": 9, "qty": 1, "request_id": "k8s-play-1"}' \
