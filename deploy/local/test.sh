@@ -23,3 +23,4 @@ say "cargo test --workspace"
 cargo test --workspace --locked -- --test-threads="${FG_TEST_THREADS:-2}"
 say "end to end: demo sale through haproxy, 2 gateways, consumer and ledger, then the bots scenario (debug build)"
 FG_BUILD=debug FG_DRAW=1 ./deploy/local/demo.sh
+./deploy/container/test.sh
