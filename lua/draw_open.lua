@@ -13,7 +13,8 @@
 -- ARGV[8] `publish` (optional): the restore's last step, which gives the state only to a
 --         shard it holds: one lost again since (no meta) is left for the restore's next
 --         pass, not opened with none of its entrants back.
--- Returns (never nil): {20, state} OPENED   {21, state} LIVE (existed)   {15} BAD_ARGUMENT
+-- Returns (never nil): {20, state} OPENED   {21, state} LIVE (existed; `over`: nothing
+--   written)   {15} BAD_ARGUMENT
 --   ({20, 'held'} when held and no state existed)   {14} NOT_PREHEATED (publish, no meta)
 
 local estart, draw_at = tonumber(ARGV[1]), tonumber(ARGV[2])
@@ -28,6 +29,12 @@ if ARGV[8] == 'publish' and redis.call('EXISTS', KEYS[1]) == 0 then
   return {14}
 end
 local state = redis.call('HGET', KEYS[1], 'state')
+-- Close-out's `over` meta is its state alone (campaign-ops/src/draw/over.rs): a restore
+-- racing close-out writes no window back, or its pages would find `k` and put the
+-- entrants and top-K back with no expiry after the campaign's keys were removed.
+if state == 'over' then
+  return {21, state}
+end
 redis.call('HSET', KEYS[1], 'estart', ARGV[1], 'draw_at', ARGV[2], 'k', ARGV[3],
   'stock', ARGV[4], 'ik', ARGV[5], 'ok', ARGV[6])
 if state then

@@ -224,3 +224,24 @@ fn a_restore_that_opens_at_once_is_caught() {
         "answer-truth",
     );
 }
+
+/// A shard lost, then failed over while its restore runs: the replica holds a prefix of
+/// the restore's writes (the hold, maybe the entries) and the restore's last step must not
+/// give the state to a shard missing the rest (its wins and marks, or entries). Two users
+/// and no waitlist keep two faults small; `always` properties only (no waitlist to serve).
+#[test]
+fn a_failover_mid_restore_publishes_no_shard_missing_its_writes() {
+    let cfg = DrawConfig {
+        users: 2,
+        waitlist: 0,
+        faults: 2,
+        releases: 0,
+        ..loss_or_failover()
+    };
+    let report = check::run(cfg, 2, true);
+    println!("draw model, a loss then a failover: {}", report.summary());
+    for (name, trace) in &report.broken {
+        println!("BROKEN {name}\n{trace}");
+    }
+    assert!(report.broken.is_empty(), "{}", report.summary());
+}

@@ -11,6 +11,7 @@ mod collision;
 mod common;
 mod draw;
 mod draw_replica;
+mod draw_restore_review;
 mod draw_review;
 mod faults;
 mod hold_names;

@@ -34,9 +34,12 @@ impl StockClient {
     /// A restore's first step on a shard that lost its draw: the window, k, stock and pads
     /// written but no state, so entrants are answered NOT_PREHEATED (and the restore loop
     /// still sees the shard as lost) until [`Self::draw_publish`] gives it its state, after
-    /// the ledger's entrants and ranks are back. A shard that has a state keeps it.
-    pub async fn draw_hold(&self, shard: ShardId, spec: &DrawSpec) -> Result<(), StockError> {
-        self.open_draw(shard, spec, "held", "").await.map(drop)
+    /// the ledger's entrants and ranks are back. A shard that has a state keeps it:
+    /// `false`, nothing for the restore to do (another restore published it, or close-out
+    /// made it `over`).
+    pub async fn draw_hold(&self, shard: ShardId, spec: &DrawSpec) -> Result<bool, StockError> {
+        let r = self.open_draw(shard, spec, "held", "").await?;
+        Ok(r.code == code::PREHEATED)
     }
 
     /// A restore's last step: the state for the shard it holds. `false`: the shard lost its
