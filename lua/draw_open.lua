@@ -10,12 +10,16 @@
 --         ledger's entrants (and ranks) back, then opens it again with its state: until
 --         then draw_enter.lua answers NOT_PREHEATED, so a returning entrant is never
 --         entered a second time, nor a winner told `lost` before the marks are back.
--- ARGV[8] `publish` (optional): the restore's last step, which gives the state only to a
---         shard it holds: one lost again since (no meta) is left for the restore's next
---         pass, not opened with none of its entrants back.
+-- ARGV[8] '' or `publish`: the restore's last step, which gives the state only to a shard
+--         that holds every write of this restore: its hold names ARGV[9] and counts
+--         ARGV[10] writes (draw_restore.lua and draw_mark.lua `h:` each count one). A
+--         shard lost again, or failed over to a replica holding only a prefix of the
+--         restore's writes (a replica, or an AOF, holds a prefix of one connection's
+--         writes), or held since by another restore, is left for the next pass.
+-- ARGV[9] the restore's token (held, publish)   ARGV[10] its count of writes (publish)
 -- Returns (never nil): {20, state} OPENED   {21, state} LIVE (existed; `over`: nothing
 --   written)   {15} BAD_ARGUMENT
---   ({20, 'held'} when held and no state existed)   {14} NOT_PREHEATED (publish, no meta)
+--   ({20, 'held'} when held and no state existed)   {14} NOT_PREHEATED (publish refused)
 
 local estart, draw_at = tonumber(ARGV[1]), tonumber(ARGV[2])
 local k, stock = tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -25,8 +29,12 @@ if not estart or not draw_at or draw_at <= estart or not k or k < 1 or not stock
     or ARGV[7] == 'held') then
   return {15}
 end
-if ARGV[8] == 'publish' and redis.call('EXISTS', KEYS[1]) == 0 then
-  return {14}
+if ARGV[8] == 'publish' then
+  local h = redis.call('HMGET', KEYS[1], 'hold', 'hn')
+  if h[1] ~= ARGV[9] or tonumber(h[2]) ~= tonumber(ARGV[10]) then
+    return {14}
+  end
+  redis.call('HDEL', KEYS[1], 'hold', 'hn')
 end
 local state = redis.call('HGET', KEYS[1], 'state')
 -- Close-out's `over` meta is its state alone (campaign-ops/src/draw/over.rs): a restore
@@ -41,6 +49,7 @@ if state then
   return {21, state}
 end
 if ARGV[7] == 'held' then
+  redis.call('HSET', KEYS[1], 'hold', ARGV[9], 'hn', 0)
   return {20, 'held'}
 end
 redis.call('HSET', KEYS[1], 'state', ARGV[7])

@@ -3,15 +3,18 @@
 -- may be a rank or a win written since, or a fresh entry of the same user.
 --
 -- KEYS[1] draw meta {T}:draw:<sku>   KEYS[2] entrants {T}:entrants:<sku>   KEYS[3] top-K
--- ARGV[1..] user, priority, entry id triples
--- Returns (never nil): {92, restored}   {14} NOT_PREHEATED (open the draw first)
+-- ARGV[1] the restore's token (draw_open.lua `held`): the call counts itself in the hold
+-- ARGV[2..] user, priority, entry id triples
+-- Returns (never nil): {92, restored}   {14} NOT_PREHEATED (not held under this token)
 
-local k = tonumber(redis.call('HGET', KEYS[1], 'k'))
-if not k then
+local m = redis.call('HMGET', KEYS[1], 'k', 'hold')
+local k = tonumber(m[1])
+if not k or m[2] ~= ARGV[1] then
   return {14}
 end
+redis.call('HINCRBY', KEYS[1], 'hn', 1)
 local restored = 0
-for i = 1, #ARGV, 3 do
+for i = 2, #ARGV, 3 do
   if redis.call('HSETNX', KEYS[2], ARGV[i], 'E|' .. ARGV[i + 2]) == 1 then
     restored = restored + 1
   end

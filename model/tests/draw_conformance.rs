@@ -113,15 +113,17 @@ impl Side {
             .unwrap();
         let fields: Vec<Option<i64>> = redis::cmd("HMGET")
             .arg(META)
-            .arg(&["estart", "draw_at", "k", "stock"])
+            .arg(&["estart", "draw_at", "k", "stock", "hold", "hn"])
             .query(&mut self.con)
             .unwrap();
-        let model_fields = self.model.meta.map_or(vec![None; 4], |m| {
+        let model_fields = self.model.meta.map_or(vec![None; 6], |m| {
             vec![
                 Some(m.estart),
                 Some(m.draw_at),
                 Some(i64::from(m.k)),
                 Some(i64::from(m.stock)),
+                m.hold.map(|h| i64::from(h.0)),
+                m.hold.map(|h| i64::from(h.1)),
             ]
         });
         let entrants: BTreeMap<String, String> = redis::cmd("HGETALL")
@@ -210,7 +212,17 @@ fn the_draw_model_does_what_the_draw_scripts_do() {
                     Some(DrawState::Drawn),
                     None,
                 ][rng.random_range(0..4)];
-                let publish = state.is_some() && rng.random_bool(0.3);
+                // The restore's token, and for a publish its count of writes: often the
+                // hold's own count, so that publishes go through as well as refused.
+                let token = rng.random_range(1..3u8);
+                let counted = side.model.meta.and_then(|m| m.hold).map_or(0, |h| h.1);
+                let publish = (state.is_some() && rng.random_bool(0.3)).then(|| {
+                    if rng.random_bool(0.6) {
+                        counted
+                    } else {
+                        rng.random_range(0..3)
+                    }
+                });
                 let real = side.eval(
                     "open",
                     &[META.into()],
@@ -222,7 +234,9 @@ fn the_draw_model_does_what_the_draw_scripts_do() {
                         ipad.clone(),
                         opad.clone(),
                         state.map_or("held", DrawState::as_str).into(),
-                        if publish { "publish" } else { "" }.into(),
+                        if publish.is_some() { "publish" } else { "" }.into(),
+                        token.to_string().into(),
+                        publish.unwrap_or(0).to_string().into(),
                     ],
                 );
                 let model = side.model.open(OpenArgs {
@@ -231,6 +245,7 @@ fn the_draw_model_does_what_the_draw_scripts_do() {
                     k,
                     stock,
                     state,
+                    token,
                     publish,
                 });
                 let got = match num(&real[0]) {
@@ -242,7 +257,9 @@ fn the_draw_model_does_what_the_draw_scripts_do() {
                     c => panic!("draw_open code {c}"),
                 };
                 assert_eq!(got, model, "step {step}: draw_open");
-                what = format!("open {state:?} k {k} stock {stock} -> {model:?}");
+                what = format!(
+                    "open {state:?} k {k} stock {stock} token {token} publish {publish:?} -> {model:?}"
+                );
                 *seen.entry("open").or_default() += 1;
             }
             // draw_enter: before, in and after the window.
@@ -343,11 +360,13 @@ fn the_draw_model_does_what_the_draw_scripts_do() {
                 let ranks: Vec<(User, u32)> = (0..n)
                     .map(|_| (rng.random_range(0..USERS), rng.random_range(1..6)))
                     .collect();
+                let token = rng.random_range(1..3u8);
                 let (batch, arg) = [
-                    (MarkBatch::Last, "1"),
-                    (MarkBatch::More, "0"),
-                    (MarkBatch::Held, "h"),
-                ][rng.random_range(0..3)];
+                    (MarkBatch::Last, "1".to_owned()),
+                    (MarkBatch::More, "0".to_owned()),
+                    (MarkBatch::Held(token), format!("h:{token}")),
+                ][rng.random_range(0..3)]
+                .clone();
                 let mut args: Vec<Vec<u8>> = vec![arg.into()];
                 for (u, r) in &ranks {
                     args.push(user(*u).into());
@@ -376,7 +395,8 @@ fn the_draw_model_does_what_the_draw_scripts_do() {
                     };
                     batch.push((u, prio(u), id));
                 }
-                let mut args: Vec<Vec<u8>> = Vec::new();
+                let token = rng.random_range(1..3u8);
+                let mut args: Vec<Vec<u8>> = vec![token.to_string().into()];
                 for (u, p, id) in &batch {
                     args.push(user(*u).into());
                     args.push(p.to_string().into());
@@ -387,7 +407,7 @@ fn the_draw_model_does_what_the_draw_scripts_do() {
                     &[META.into(), ENTRANTS.into(), TOPK.into()],
                     &args,
                 );
-                let model = side.model.restore(&batch);
+                let model = side.model.restore(token, &batch);
                 assert_eq!(count(&real, 92), model, "step {step}: draw_restore");
                 what = format!("restore {batch:?} -> {model:?}");
                 *seen.entry("restore").or_default() += 1;

@@ -148,17 +148,18 @@ pub enum MarkBatch {
     More,
     /// The last: the shard's state becomes drawn.
     Last,
-    /// A restore's, on a shard it holds ([`crate::StockClient::draw_hold`]): the ranks
-    /// only; the restore gives the state when everything is back.
-    Held,
+    /// A restore's, on a shard it holds under this token
+    /// ([`crate::StockClient::draw_hold`]): the ranks only, one of the restore's counted
+    /// writes; the restore gives the state when everything is back.
+    Held(u64),
 }
 
 impl MarkBatch {
-    pub(crate) fn arg(self) -> &'static str {
+    pub(crate) fn arg(self) -> String {
         match self {
-            Self::More => "0",
-            Self::Last => "1",
-            Self::Held => "h",
+            Self::More => "0".into(),
+            Self::Last => "1".into(),
+            Self::Held(token) => format!("h:{token}"),
         }
     }
 }

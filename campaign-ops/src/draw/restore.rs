@@ -66,7 +66,10 @@ pub async fn check(
 /// (no state) until everything is back: an entrant asking in between is told to come back
 /// (NOT_PREHEATED), where an open state would enter them a second time and a drawn one
 /// tell a winner whose mark is not back yet `lost`. A restore that dies on the way leaves
-/// the shard without a state, so the next pass does it again.
+/// the shard without a state, so the next pass does it again. Each write of the restore
+/// counts itself in the hold, and the state is given only where the count is this
+/// restore's: a replica promoted mid-restore holds a prefix of those writes, and is
+/// restored again rather than published with entrants or marks missing.
 pub async fn shard(
     pool: &MySqlPool,
     client: &StockClient,
@@ -76,13 +79,15 @@ pub async fn shard(
     t: Duration,
 ) -> Result<(), ConsumerError> {
     let spec = super::spec(c, d);
-    if !client.draw_hold(shard, &spec).await? {
+    let token = rand::random::<u64>();
+    if !client.draw_hold(shard, &spec, token).await? {
         // A state since the restore found it lost: another restore's, or close-out's
         // `over`, which the pages must not bring entrants back into.
         return Ok(());
     }
     let mut after: Option<String> = None;
     let mut restored = 0u64;
+    let mut writes = 0u32;
     loop {
         let page = draws::entries_of_shard(pool, c.sku, shard, after.as_deref(), PAGE, t).await?;
         let Some(last) = page.last() else { break };
@@ -99,17 +104,22 @@ pub async fn shard(
                 (e.user.clone(), e.priority, id.to_owned())
             })
             .collect();
-        restored += client
-            .draw_restore(shard, c.sku, &batch)
-            .await?
-            .unwrap_or(0);
+        let Some(n) = client.draw_restore(shard, c.sku, token, &batch).await? else {
+            return Ok(not_published(c, shard));
+        };
+        restored += n;
+        writes += 1;
         if page.len() < PAGE as usize {
             break;
         }
     }
     let state = if d.state == draws::DrawState::Drawn {
         // The wins, then the marks.
-        super::run::mark_shard(pool, client, c, shard, true, t).await?;
+        let Some(marks) = super::run::mark_shard(pool, client, c, shard, Some(token), t).await?
+        else {
+            return Ok(not_published(c, shard));
+        };
+        writes += marks;
         DrawState::Drawn
     } else if client.redis_time_ms(shard).await? >= d.draw_at_ms {
         // Past the draw time (by this shard's clock, the one the draw loop closes by) a
@@ -119,14 +129,23 @@ pub async fn shard(
     } else {
         DrawState::Open
     };
-    if client.draw_publish(shard, &spec, state).await? {
+    if client
+        .draw_publish(shard, &spec, state, token, writes)
+        .await?
+    {
         tracing::info!(sku = c.sku, shard, restored, "draw restored on a shard");
     } else {
-        tracing::warn!(
-            sku = c.sku,
-            shard,
-            "draw lost again while restored; next pass"
-        );
+        not_published(c, shard);
     }
     Ok(())
+}
+
+/// The shard was lost again, failed over to a replica missing part of this restore, or
+/// is held by another restore: the next pass restores it (it still has no state).
+fn not_published(c: &Campaign, shard: ShardId) {
+    tracing::warn!(
+        sku = c.sku,
+        shard,
+        "draw restore not published (lost, failed over or taken over since); next pass"
+    );
 }

@@ -271,7 +271,7 @@ async fn mark(
             }
             Some(DrawState::Drawn | DrawState::Over) | None => continue,
         }
-        mark_shard(pool, client, c, shard, false, t).await?;
+        mark_shard(pool, client, c, shard, None, t).await?;
         any = true;
     }
     // Also when every shard is marked but the metadata still hides the seed: a pass that
@@ -289,16 +289,17 @@ async fn mark(
 }
 
 /// Writes the wins and the ranks of the users whose home is `shard`, then its state
-/// `drawn`; `held`: the restore's, on a shard it holds, which gives the state itself (a
-/// held shard refuses the draw loop's marks: `lua/draw_mark.lua`).
+/// `drawn`. `held`: the restore's token, on a shard it holds, which gives the state itself
+/// (a held shard refuses the draw loop's marks: `lua/draw_mark.lua`); then the number of
+/// mark batches written under it, or `None` when the shard is not held under it any more.
 pub async fn mark_shard(
     pool: &MySqlPool,
     client: &StockClient,
     c: &Campaign,
     shard: ShardId,
-    held: bool,
+    held: Option<u64>,
     t: Duration,
-) -> Result<(), ConsumerError> {
+) -> Result<Option<u32>, ConsumerError> {
     // The wins first: the marks never overwrite one, and a winner asking between the two
     // is told `won`, not `won_pending` (the grant's stored answer may be gone). Here and
     // not only in the restore: a restore that read the draw still open, then saw it drawn
@@ -328,18 +329,23 @@ pub async fn mark_shard(
         }
     }
     let mut chunks = mine.chunks(PAGE as usize).peekable();
-    if chunks.peek().is_none() && !held {
+    if chunks.peek().is_none() && held.is_none() {
         client.draw_mark(shard, c.sku, &[], MarkBatch::Last).await?;
     }
+    let mut written = 0;
     while let Some(chunk) = chunks.next() {
         let batch = match (held, chunks.peek()) {
-            (true, _) => MarkBatch::Held,
-            (false, None) => MarkBatch::Last,
-            (false, Some(_)) => MarkBatch::More,
+            (Some(token), _) => MarkBatch::Held(token),
+            (None, None) => MarkBatch::Last,
+            (None, Some(_)) => MarkBatch::More,
         };
-        client.draw_mark(shard, c.sku, chunk, batch).await?;
+        let marked = client.draw_mark(shard, c.sku, chunk, batch).await?;
+        if held.is_some() && !marked {
+            return Ok(None);
+        }
+        written += 1;
     }
-    Ok(())
+    Ok(Some(written))
 }
 
 /// Step 5: claims for the ranks not granted yet, in order, while the stock covers them

@@ -280,7 +280,7 @@ async fn a_crash_between_the_marks_and_the_metadata_still_reveals_the_seed() {
             .unwrap()
     );
     for shard in s.client.placement().shards_of(sku, WIDTH) {
-        run::mark_shard(&s.pool, &s.client, &c, shard, false, T)
+        run::mark_shard(&s.pool, &s.client, &c, shard, None, T)
             .await
             .unwrap();
     }

@@ -142,11 +142,11 @@ fn describe(m: &DrawSystem, st: &State, a: &Action) -> String {
             "restore loop: {}",
             match st.restore {
                 Restore::Idle => "finds a shard whose draw is missing and reads the ledger's draw state".to_owned(),
-                Restore::Found { shard, .. } => format!("opens shard {shard}'s draw held (no state)"),
+                Restore::Found { shard, .. } => format!("opens shard {shard}'s draw held (no state) under a new token"),
                 Restore::Opened { shard, .. } => format!("puts the ledger's entries back on shard {shard}"),
-                Restore::Wins { shard } => format!("writes the ledger's grants on shard {shard} as wins"),
-                Restore::Marks { shard } => format!("marks shard {shard}'s ranks"),
-                Restore::Publish { shard, drawn } => format!("opens shard {shard}'s draw as {}", if drawn { "drawn" } else if st.past { "closed" } else { "open" }),
+                Restore::Wins { shard, .. } => format!("writes the ledger's grants on shard {shard} as wins"),
+                Restore::Marks { shard, .. } => format!("marks shard {shard}'s ranks (held)"),
+                Restore::Publish { shard, drawn, token, n } => format!("opens shard {shard}'s draw as {} if its hold is token {token}'s with {n} writes", if drawn { "drawn" } else if st.past { "closed" } else { "open" }),
             }
         ),
         Action::Release(id) => format!("operator releases claim {id}"),

@@ -57,6 +57,9 @@ pub struct DrawMeta {
     pub draw_at: i64,
     pub k: u32,
     pub stock: u32,
+    /// A restore's hold (`hold`, `hn`): its token and how many of its writes (restore
+    /// pages, held marks) this shard has.
+    pub hold: Option<(u8, u32)>,
 }
 
 /// One stream entry of `{T}:entries`.
@@ -142,12 +145,12 @@ pub enum CountReply {
 }
 
 /// draw_mark.lua's ARGV[1]: more follow, the last batch (the state becomes drawn), or a
-/// restore's batch on a shard it holds.
+/// restore's batch on a shard it holds under this token.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum MarkBatch {
     More,
     Last,
-    Held,
+    Held(u8),
 }
 
 /// The arguments of draw_open.lua (the pads are the caller's).
@@ -157,10 +160,13 @@ pub struct OpenArgs {
     pub draw_at: i64,
     pub k: u32,
     pub stock: u32,
-    /// None: `held`, the fields without a state.
+    /// None: `held`, the fields without a state, the hold named by `token`.
     pub state: Option<DrawState>,
-    /// The restore's last step: only a shard that has a meta (held) gets the state.
-    pub publish: bool,
+    /// The restore's token (held and publish).
+    pub token: u8,
+    /// The restore's last step, with its count of writes: only a shard whose hold is this
+    /// token's with that count gets the state.
+    pub publish: Option<u32>,
 }
 
 impl DrawShard {
@@ -169,16 +175,24 @@ impl DrawShard {
         if a.draw_at <= a.estart || a.k < 1 {
             return OpenReply::BadArgument;
         }
-        if a.publish && self.meta.is_none() {
-            return OpenReply::NotPreheated;
+        let mut hold = self.meta.and_then(|m| m.hold);
+        if let Some(n) = a.publish {
+            if hold != Some((a.token, n)) {
+                return OpenReply::NotPreheated;
+            }
+            hold = None;
         }
         let old = self.state();
+        if old.is_none() && a.state.is_none() {
+            hold = Some((a.token, 0));
+        }
         self.meta = Some(DrawMeta {
             state: old.or(a.state),
             estart: a.estart,
             draw_at: a.draw_at,
             k: a.k,
             stock: a.stock,
+            hold,
         });
         match old {
             Some(s) => OpenReply::Live(s),
@@ -272,7 +286,13 @@ impl DrawShard {
         let Some(m) = self.meta.as_mut() else {
             return CountReply::NotPreheated;
         };
-        if m.state.is_none() && batch != MarkBatch::Held {
+        if let MarkBatch::Held(token) = batch {
+            let Some((held, n)) = m.hold.as_mut().filter(|h| h.0 == token) else {
+                return CountReply::NotPreheated;
+            };
+            debug_assert_eq!(*held, token);
+            *n += 1;
+        } else if m.state.is_none() {
             return CountReply::NotPreheated;
         }
         if batch == MarkBatch::Last {
@@ -289,10 +309,15 @@ impl DrawShard {
     }
 
     /// draw_restore.lua: (user, priority, entry id) triples from the ledger.
-    pub fn restore(&mut self, entries: &[(User, Prio, EntryId)]) -> CountReply {
-        let Some(m) = self.meta else {
+    pub fn restore(&mut self, token: u8, entries: &[(User, Prio, EntryId)]) -> CountReply {
+        let Some(m) = self.meta.as_mut() else {
             return CountReply::NotPreheated;
         };
+        let Some((_, n)) = m.hold.as_mut().filter(|h| h.0 == token) else {
+            return CountReply::NotPreheated;
+        };
+        *n += 1;
+        let m = *m;
         let mut restored = 0;
         for &(u, p, id) in entries {
             if let std::collections::btree_map::Entry::Vacant(v) = self.entrants.entry(u) {

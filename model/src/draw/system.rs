@@ -9,8 +9,8 @@ use stateright::{Model, Property};
 
 use super::config::{DrawConfig, DrawMutant, DRAW_AT, ESTART, FIRST_LAST_ID};
 use super::scripts::{
-    ClaimRef, CloseReply, DrawShard, DrawState, EntryId, GrantAnswer, MarkBatch, OpenArgs, Prio,
-    User,
+    ClaimRef, CloseReply, CountReply, DrawShard, DrawState, EntryId, GrantAnswer, MarkBatch,
+    OpenArgs, Prio, User,
 };
 
 /// One shard's Redis: the master and a replica holding a prefix of its writes.
@@ -166,23 +166,31 @@ pub enum Restore {
         shard: u8,
         drawn: bool,
     },
-    /// Opened held: `draw_restore` of the ledger's entries next.
+    /// Opened held under `token`: `draw_restore` of the ledger's entries next.
     Opened {
         shard: u8,
         drawn: bool,
+        token: u8,
     },
-    /// Drawn: the wins (`W|`) from the ledger's grants next.
+    /// Drawn: the wins (`W|`) from the ledger's grants next; `n` writes counted so far.
     Wins {
         shard: u8,
+        token: u8,
+        n: u32,
     },
     /// The marks next.
     Marks {
         shard: u8,
+        token: u8,
+        n: u32,
     },
-    /// Everything back: the clock and `draw_open` with the state next.
+    /// Everything back: the clock and `draw_open` with the state next, published only
+    /// where the hold counts the restore's `n` writes.
     Publish {
         shard: u8,
         drawn: bool,
+        token: u8,
+        n: u32,
     },
 }
 
@@ -219,6 +227,8 @@ pub struct State {
     pub faults: u8,
     pub releases: u8,
     pub next_replid: u8,
+    /// The next restore's token (its hold's name).
+    pub next_token: u8,
     /// The service's `Closing` targets per shard (in its memory: lost with a crash,
     /// dropped once drawn): the stream's last id after the close, under which master.
     pub targets: Vec<Option<(u8, EntryId)>>,
@@ -264,13 +274,14 @@ impl DrawSystem {
         Self { cfg }
     }
 
-    fn open_args(&self, state: Option<DrawState>, publish: bool) -> OpenArgs {
+    fn open_args(&self, state: Option<DrawState>, token: u8, publish: Option<u32>) -> OpenArgs {
         OpenArgs {
             estart: ESTART,
             draw_at: DRAW_AT,
             k: self.cfg.k(),
             stock: self.cfg.stock,
             state,
+            token,
             publish,
         }
     }
@@ -284,7 +295,7 @@ impl DrawSystem {
                     last_id: FIRST_LAST_ID,
                     ..DrawShard::default()
                 };
-                master.open(self.open_args(Some(DrawState::Open), false));
+                master.open(self.open_args(Some(DrawState::Open), 0, None));
                 Node {
                     replica: master.clone(),
                     master,
@@ -320,6 +331,7 @@ impl DrawSystem {
             faults: 0,
             releases: 0,
             next_replid: 1,
+            next_token: 1,
             targets: vec![None; usize::from(c.shards)],
             revealed: false,
         }
@@ -470,8 +482,9 @@ impl DrawSystem {
     }
 
     /// mark_shard: the ranks of the users whose home is `s`, the last batch (`held`: the
-    /// restore's, on the shard it holds).
-    fn mark_shard(&self, st: &mut State, s: u8, held: bool) {
+    /// restore's, on the shard it holds under that token; then the batches written under
+    /// it, none when no user of the shard has a rank, or `None` when not held under it).
+    fn mark_shard(&self, st: &mut State, s: u8, held: Option<u8>) -> Option<u32> {
         let mine: Vec<(User, u32)> = st
             .ledger
             .ranks
@@ -481,12 +494,15 @@ impl DrawSystem {
             .filter(|(_, (u, _))| self.cfg.home(*u) == s)
             .map(|(i, (u, _))| (*u, i as u32 + 1))
             .collect();
-        let batch = if held {
-            MarkBatch::Held
-        } else {
-            MarkBatch::Last
+        let batch = match held {
+            Some(_) if mine.is_empty() => return Some(0),
+            Some(token) => MarkBatch::Held(token),
+            None => MarkBatch::Last,
         };
-        st.nodes[usize::from(s)].master.mark(batch, &mine);
+        match st.nodes[usize::from(s)].master.mark(batch, &mine) {
+            CountReply::Done(_) => Some(1),
+            CountReply::NotPreheated => None,
+        }
     }
 
     /// The settle's wait: a shard not read up to its close, or fewer entries than accepted.
@@ -622,7 +638,7 @@ impl DrawSystem {
                 st.svc = Svc::Mark { next, any };
             }
             Svc::Mark { next, .. } => {
-                self.mark_shard(st, next, false);
+                self.mark_shard(st, next, None);
                 st.svc = self.after_marking(next, true);
             }
             Svc::Reveal { any } => {
@@ -730,12 +746,22 @@ impl DrawSystem {
                 } else {
                     None
                 };
+                let token = st.next_token;
+                st.next_token += 1;
                 st.nodes[usize::from(shard)]
                     .master
-                    .open(self.open_args(state, false));
-                st.restore = Restore::Opened { shard, drawn };
+                    .open(self.open_args(state, token, None));
+                st.restore = Restore::Opened {
+                    shard,
+                    drawn,
+                    token,
+                };
             }
-            Restore::Opened { shard, drawn } => {
+            Restore::Opened {
+                shard,
+                drawn,
+                token,
+            } => {
                 let batch: Vec<(User, Prio, EntryId)> = st
                     .ledger
                     .entries
@@ -743,32 +769,59 @@ impl DrawSystem {
                     .filter(|(_, e)| e.shard == shard)
                     .map(|(&u, e)| (u, e.prio, e.id))
                     .collect();
-                st.nodes[usize::from(shard)].master.restore(&batch);
-                st.restore = if !drawn {
-                    Restore::Publish { shard, drawn }
+                let reply = st.nodes[usize::from(shard)].master.restore(token, &batch);
+                let n = 1;
+                st.restore = if reply == CountReply::NotPreheated {
+                    Restore::Idle
+                } else if !drawn {
+                    Restore::Publish {
+                        shard,
+                        drawn,
+                        token,
+                        n,
+                    }
                 } else if self.cfg.mutant_is(DrawMutant::RestoreWithoutWins) {
-                    Restore::Marks { shard }
+                    Restore::Marks { shard, token, n }
                 } else {
-                    Restore::Wins { shard }
+                    Restore::Wins { shard, token, n }
                 };
             }
-            Restore::Wins { shard } => {
+            Restore::Wins { shard, token, n } => {
                 self.write_wins(st, shard);
                 st.restore = if self.cfg.mutant_is(DrawMutant::RestoreWithoutMark) {
-                    Restore::Publish { shard, drawn: true }
+                    Restore::Publish {
+                        shard,
+                        drawn: true,
+                        token,
+                        n,
+                    }
                 } else {
-                    Restore::Marks { shard }
+                    Restore::Marks { shard, token, n }
                 };
             }
-            Restore::Marks { shard } => {
-                self.mark_shard(st, shard, true);
-                st.restore = Restore::Publish { shard, drawn: true };
+            Restore::Marks { shard, token, n } => {
+                st.restore = match self.mark_shard(st, shard, Some(token)) {
+                    Some(marks) => Restore::Publish {
+                        shard,
+                        drawn: true,
+                        token,
+                        n: n + marks,
+                    },
+                    None => Restore::Idle,
+                };
             }
-            Restore::Publish { shard, drawn } => {
+            Restore::Publish {
+                shard,
+                drawn,
+                token,
+                n,
+            } => {
                 let state = Self::restored_state(st, drawn);
-                st.nodes[usize::from(shard)]
-                    .master
-                    .open(self.open_args(Some(state), true));
+                st.nodes[usize::from(shard)].master.open(self.open_args(
+                    Some(state),
+                    token,
+                    Some(n),
+                ));
                 st.restore = Restore::Idle;
             }
         }

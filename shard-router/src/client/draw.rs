@@ -25,7 +25,7 @@ impl StockClient {
         spec: &DrawSpec,
         state: DrawState,
     ) -> Result<(DrawState, bool), StockError> {
-        let r = self.open_draw(shard, spec, state.as_str(), "").await?;
+        let r = self.open_draw(shard, spec, state.as_str(), None).await?;
         let created = r.code == code::PREHEATED;
         let state = DrawState::parse(&r.text(0)?).ok_or_else(|| r.unexpected())?;
         Ok((state, created))
@@ -36,32 +36,45 @@ impl StockClient {
     /// still sees the shard as lost) until [`Self::draw_publish`] gives it its state, after
     /// the ledger's entrants and ranks are back. A shard that has a state keeps it:
     /// `false`, nothing for the restore to do (another restore published it, or close-out
-    /// made it `over`).
-    pub async fn draw_hold(&self, shard: ShardId, spec: &DrawSpec) -> Result<bool, StockError> {
-        let r = self.open_draw(shard, spec, "held", "").await?;
+    /// made it `over`). The hold is named by `token`, under which the restore's writes
+    /// ([`Self::draw_restore`], [`MarkBatch::Held`]) count themselves.
+    pub async fn draw_hold(
+        &self,
+        shard: ShardId,
+        spec: &DrawSpec,
+        token: u64,
+    ) -> Result<bool, StockError> {
+        let r = self
+            .open_draw(shard, spec, "held", Some((token, None)))
+            .await?;
         Ok(r.code == code::PREHEATED)
     }
 
-    /// A restore's last step: the state for the shard it holds. `false`: the shard lost its
-    /// draw again since [`Self::draw_hold`] (the restore's next pass does it again).
+    /// A restore's last step: the state for the shard held under `token`, only where the
+    /// hold counts all `writes` of the restore's. `false`: lost again since
+    /// [`Self::draw_hold`], failed over to a replica holding only part of the restore, or
+    /// held by another restore since (the restore's next pass does it again).
     pub async fn draw_publish(
         &self,
         shard: ShardId,
         spec: &DrawSpec,
         state: DrawState,
+        token: u64,
+        writes: u32,
     ) -> Result<bool, StockError> {
         let r = self
-            .open_draw(shard, spec, state.as_str(), "publish")
+            .open_draw(shard, spec, state.as_str(), Some((token, Some(writes))))
             .await?;
         Ok(r.code != code::NOT_PREHEATED)
     }
 
+    /// `hold`: the restore's token, with its count of writes when publishing.
     async fn open_draw(
         &self,
         shard: ShardId,
         spec: &DrawSpec,
         state: &str,
-        publish: &str,
+        hold: Option<(u64, Option<u32>)>,
     ) -> Result<crate::reply::Reply, StockError> {
         let (inner, outer) = pads(&spec.seed);
         let mut inv = scripts::DRAW_OPEN.prepare_invoke();
@@ -72,8 +85,16 @@ impl StockClient {
             .arg(spec.stock)
             .arg(&inner[..])
             .arg(&outer[..])
-            .arg(state)
-            .arg(publish);
+            .arg(state);
+        match hold {
+            None => {}
+            Some((token, None)) => {
+                inv.arg("").arg(token);
+            }
+            Some((token, Some(writes))) => {
+                inv.arg("publish").arg(token).arg(writes);
+            }
+        }
         let r = self.run("draw open", &inv).await?;
         match r.code {
             code::PREHEATED | code::LIVE | code::NOT_PREHEATED => Ok(r),
@@ -282,17 +303,21 @@ impl StockClient {
             .await
     }
 
-    /// Puts entries the ledger holds back on a shard (`draw_restore.lua`): `(user,
-    /// priority, stream entry id)`. `None`: the shard's draw is not open again yet.
+    /// Puts entries the ledger holds back on a shard held under `token`
+    /// (`draw_restore.lua`, one of the restore's counted writes): `(user, priority, stream
+    /// entry id)`. `None`: the shard is not held under that token (lost again, or held by
+    /// another restore since).
     pub async fn draw_restore(
         &self,
         shard: ShardId,
         sku: u64,
+        token: u64,
         entries: &[(String, u64, String)],
     ) -> Result<Option<u64>, StockError> {
         let k = self.keys(shard, sku);
         let mut inv = scripts::DRAW_RESTORE.prepare_invoke();
         inv.key(k.draw_meta()).key(k.entrants()).key(k.top_k());
+        inv.arg(token);
         for (user, priority, id) in entries {
             inv.arg(user).arg(priority).arg(id);
         }

@@ -237,15 +237,20 @@ async fn restore_after_loss() {
             (u, p, format!("1-{i}"))
         })
         .collect();
-    assert_eq!(client.draw_restore(shard, SKU, &lost).await.unwrap(), None);
+    let token = 41;
+    assert_eq!(
+        client.draw_restore(shard, SKU, token, &lost).await.unwrap(),
+        None
+    );
     // Lost again before its last step: the restore's publish does not open it empty.
     assert!(!client
-        .draw_publish(shard, &s, DrawState::Open)
+        .draw_publish(shard, &s, DrawState::Open, token, 0)
         .await
         .unwrap());
     assert_eq!(client.draw_state(shard, SKU).await.unwrap(), None);
-    client.draw_hold(shard, &s).await.unwrap();
-    // Held: entrants come back later, the draw loop's marks are refused, the restore's not.
+    assert!(client.draw_hold(shard, &s, token).await.unwrap());
+    // Held: entrants come back later, the draw loop's marks are refused, the restore's not
+    // (under its own token only).
     let back = &lost[4].0;
     assert_eq!(
         client.draw_enter(SKU, WIDTH, back, now_ms()).await.unwrap(),
@@ -255,21 +260,40 @@ async fn restore_after_loss() {
         .draw_mark(shard, SKU, &[], MarkBatch::Last)
         .await
         .unwrap());
+    assert!(!client
+        .draw_mark(shard, SKU, &[], MarkBatch::Held(token + 1))
+        .await
+        .unwrap());
     assert!(client
-        .draw_mark(shard, SKU, &[], MarkBatch::Held)
+        .draw_mark(shard, SKU, &[], MarkBatch::Held(token))
         .await
         .unwrap());
     assert_eq!(client.draw_state(shard, SKU).await.unwrap(), None);
     assert_eq!(
-        client.draw_restore(shard, SKU, &lost).await.unwrap(),
+        client
+            .draw_restore(shard, SKU, token + 1, &lost)
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(
+        client.draw_restore(shard, SKU, token, &lost).await.unwrap(),
         Some(5)
     );
     assert_eq!(
-        client.draw_restore(shard, SKU, &lost).await.unwrap(),
+        client.draw_restore(shard, SKU, token, &lost).await.unwrap(),
         Some(0)
     );
+    // Three writes counted (a mark, two restores): a publish that counts fewer or more is
+    // refused (a replica holding part of them), as is another token.
+    for (t, n) in [(token, 2), (token, 4), (token + 1, 3)] {
+        assert!(!client
+            .draw_publish(shard, &s, DrawState::Open, t, n)
+            .await
+            .unwrap());
+    }
     assert!(client
-        .draw_publish(shard, &s, DrawState::Open)
+        .draw_publish(shard, &s, DrawState::Open, token, 3)
         .await
         .unwrap());
     assert_eq!(
