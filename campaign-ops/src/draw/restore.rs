@@ -105,7 +105,8 @@ pub async fn shard(
             })
             .collect();
         let Some(n) = client.draw_restore(shard, c.sku, token, &batch).await? else {
-            return Ok(not_published(c, shard));
+            not_published(c, shard);
+            return Ok(());
         };
         restored += n;
         writes += 1;
@@ -117,7 +118,8 @@ pub async fn shard(
         // The wins, then the marks.
         let Some(marks) = super::run::mark_shard(pool, client, c, shard, Some(token), t).await?
         else {
-            return Ok(not_published(c, shard));
+            not_published(c, shard);
+            return Ok(());
         };
         writes += marks;
         DrawState::Drawn
