@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Redis CPU per claim: N claim scripts pipelined (what group commit sends, shard-router/src/
 # batch.rs) against one batch script running the same N claims in one EVALSHA (the issue's
-# candidate: claim.lua's body as a Lua function, each claim its own 7 keys and 10 args, under
+# candidate: claim.lua's body as a Lua function, each claim its own 7 keys and 9 args, under
 # pcall). A private redis-server (reniced to -20) on a free port, one SKU preheated on one
 # shard with stock that never runs out and 1 000 users already counted; each claim has its
 # own user and request id, like bench/external/claims.lua. redis-benchmark is the client
@@ -69,11 +69,11 @@ if [[ -z ${BATCH:-} ]]; then
 end
 local out = {}
 for i = 0, #KEYS / 7 - 1 do
-  local k, a = i * 7, i * 10
+  local k, a = i * 7, i * 9
   local ok, r = pcall(claim,
     {KEYS[k+1], KEYS[k+2], KEYS[k+3], KEYS[k+4], KEYS[k+5], KEYS[k+6], KEYS[k+7]},
     {ARGV[a+1], ARGV[a+2], ARGV[a+3], ARGV[a+4], ARGV[a+5], ARGV[a+6], ARGV[a+7], ARGV[a+8],
-     ARGV[a+9], ARGV[a+10]})
+     ARGV[a+9]})
   if ok then
     out[i + 1] = r
   else
@@ -146,7 +146,7 @@ preheat() {
     redis.call('HSET', KEYS[2], 'p' .. i, 1) end" 2 "$tag:users:$sku" "$tag:useq:$sku" >/dev/null
 }
 
-# One claim's 7 keys and 10 args, fresh user and request id per request (__rand_int__).
+# One claim's 7 keys and 9 args (lua/claim.lua's header; the batch above cuts ARGV by it), fresh user and request id per request (__rand_int__).
 claim_keys=("$tag:stock:$sku" "$tag:meta:$sku" "$tag:users:$sku" "$tag:useq:$sku"
   "$tag:holds:$sku" "$tag:claims" "$tag:req:$sku:13:u__rand_int__:r__rand_int__")
 claim_args() { # now_ms

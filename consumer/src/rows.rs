@@ -31,7 +31,9 @@ pub fn record(c: Claim) -> ClaimRecord {
         home: c.home,
         request_id: c.request_id,
         ts_ms: c.claimed_ms,
-        // A row's generation mattered when it was written; read back, it is counted.
-        gen: 0,
+        // The record's own: it names the claim's hold (`lua/claim.lua`), which the rebuild
+        // (`campaign-ops/src/rebuild/image.rs`) and a late claim's apply from the sweep
+        // (`lua/rebuild_late.lua` ARGV[13]) tell from another request's hold by it.
+        gen: c.record_gen,
     }
 }

@@ -170,7 +170,7 @@ pub async fn store(
 
     let mut insert = QueryBuilder::<MySql>::new(
         "INSERT IGNORE INTO claims \
-         (claim_id, sku, user_id, user_seq, qty, shard, home, request_id, claimed_ms, batch_id) ",
+         (claim_id, sku, user_id, user_seq, qty, shard, home, request_id, claimed_ms, gen, batch_id) ",
     );
     // Padded with copies of the last row, which the INSERT IGNORE skips, so that the
     // statement is one sqlx has prepared before (`row_buckets.rs`).
@@ -186,6 +186,7 @@ pub async fn store(
             .push_bind(r.home)
             .push_bind(r.request_id)
             .push_bind(r.ts_ms)
+            .push_bind(r.gen)
             .push_bind(batch_id);
     });
     let affected = bounded("insert claims", timeout, insert.build().execute(&mut **tx))
@@ -294,8 +295,8 @@ async fn insert_collision(
         timeout,
         sqlx::query(
             "INSERT IGNORE INTO claims \
-             (claim_id, sku, user_id, user_seq, qty, shard, home, request_id, claimed_ms, batch_id, collides) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+             (claim_id, sku, user_id, user_seq, qty, shard, home, request_id, claimed_ms, gen, batch_id, collides) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         )
         .bind(r.claim_id)
         .bind(r.sku)
@@ -306,6 +307,7 @@ async fn insert_collision(
         .bind(r.home)
         .bind(r.request_id)
         .bind(r.ts_ms)
+        .bind(r.gen)
         .bind(batch_id)
         .bind(r.claim_id)
         .execute(&mut **tx),

@@ -5,7 +5,7 @@
 /// claims, small enough that a batch commits in a few ms.
 pub const DEFAULT_BATCH_MAX_ROWS: usize = 1000;
 /// Columns per claims row; MySQL allows 65 535 placeholders per statement.
-pub const CLAIM_COLUMNS: usize = 10;
+pub const CLAIM_COLUMNS: usize = 11;
 /// Rows one INSERT can carry within the placeholder limit: the most a batch may hold.
 pub const MAX_BATCH_ROWS: usize = 65_535 / CLAIM_COLUMNS;
 // One batch must fit one INSERT, and the default must be a valid setting.
@@ -37,7 +37,8 @@ pub struct ClaimRow<'a> {
 /// The `claims` columns of a [`Claim`], for a query that names the table `c`. `user_id` and
 /// `request_id` have a binary collation; sqlx decodes only text as `String`.
 pub const COLUMNS: &str = "c.claim_id, c.sku, CAST(c.user_id AS CHAR) AS user_id, \
-     c.user_seq, c.qty, c.shard, c.home, CAST(c.request_id AS CHAR) AS request_id, c.claimed_ms";
+     c.user_seq, c.qty, c.shard, c.home, CAST(c.request_id AS CHAR) AS request_id, c.claimed_ms, \
+     c.gen AS record_gen";
 
 /// A claim read back from the ledger (select [`COLUMNS`]).
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
@@ -51,4 +52,7 @@ pub struct Claim {
     pub home: u16,
     pub request_id: Option<String>,
     pub claimed_ms: i64,
+    /// The record's generation (`ClaimRow::gen`; 0 for a row written before it was kept).
+    /// Named apart from `late_claims.gen`, which a query may select beside it.
+    pub record_gen: u64,
 }

@@ -188,3 +188,60 @@ async fn a_rebuild_counts_another_generations_hold_on_a_claimed_sequence() {
     println!("after the rebuild: count={count} (the ledger's claim and w2's hold)");
     assert_eq!(count, 2, "the user's count misses the hold of w2");
 }
+
+/// The other half of the rule above: a hold standing for its own claim (the second chance
+/// took its unit, the settle has not run yet: a gateway mid-walk, or one that died there)
+/// is counted with that claim and must not be counted again. The rebuild reads its claims
+/// back from the ledger, where a row carries no record generation (`consumer/src/rows.rs`
+/// reads it as 0), while the hold is named by the generation its shard carried (1 from the
+/// first preheat on): matched on `(user|seq, gen)`, the hold never meets its claim, and
+/// the user's one unit counts twice, refusing them below the limit for good (the keep
+/// that follows leaves the count as it is).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebuild_does_not_count_a_claims_own_hold_again() {
+    let s = Stack::start().await;
+    let c = campaign(&s, 9103, 8, 2, 2, 3600).await;
+    let meta = s
+        .client
+        .sku_meta(c.sku)
+        .await
+        .expect("meta")
+        .expect("preheated");
+    let home = s.client.placement().home_shard(c.sku, 2, WALKER);
+    let other = *s
+        .client
+        .placement()
+        .shards_of(c.sku, 2)
+        .iter()
+        .find(|&&sh| sh != home)
+        .expect("two shards");
+    drain(&s.client, &meta, home).await;
+    let r = req(c.sku, WALKER, Some("w1"));
+    let now = shard_router::now_ms();
+    let held = s
+        .client
+        .claim_home(&r, home, now, true)
+        .await
+        .expect("the hold");
+    let HomeOutcome::Hold { user_seq, gen, .. } = held else {
+        panic!("the home slice is empty: a hold, not {held:?}")
+    };
+    assert!(gen >= 1, "the first preheat writes generation 1: {gen}");
+    let taken = s
+        .client
+        .take(&r, other, home, user_seq, gen, now)
+        .await
+        .expect("take");
+    assert!(
+        matches!(taken, shard_router::TakeOutcome::Claimed { .. }),
+        "{taken:?}"
+    );
+    assert_eq!(s.client.user_count(c.sku, 2, WALKER).await.unwrap(), 1);
+
+    // The settle has not run when a rebuild comes (a restart of another shard, a preheat).
+    campaign_ops::rebuild::rebuild(&s.pool, &s.client, c.sku, &rebuild_opts())
+        .await
+        .expect("rebuild");
+    let count = s.client.user_count(c.sku, 2, WALKER).await.expect("count");
+    assert_eq!(count, 1, "one unit taken, under its own hold: counted once");
+}

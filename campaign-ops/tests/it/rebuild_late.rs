@@ -358,3 +358,63 @@ async fn a_stale_hold_of_an_unapplied_late_claim_is_left_to_its_apply() {
     assert_eq!(s.client.slices(c.sku, 1).await.unwrap()[0].1, Some(4));
     assert_eq!(s.reconcile(c.sku).await.drift, 0);
 }
+
+/// The same late claim with its own hold standing, applied by the sweep instead (the
+/// consumer died between its commit and its apply, or no replica confirmed the apply): the
+/// sweep reads the claim back from the ledger, and the apply knows its hold by the
+/// record's generation (`lua/rebuild_late.lua` ARGV[13]). The hold here is named as
+/// `lua/claim.lua` names it, by the generation its shard carried (1, the first preheat's),
+/// which is also the record's. Read back as generation 0, the claim did not know its own
+/// hold: the user's count went to 2 for one unit and the hold stayed, kept later by
+/// stale-hold resolution.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sweep_knows_a_late_claims_own_hold_by_its_generation() {
+    let s = Stack::start().await;
+    let c = campaign(&s, 12_007, 5, 1, 2, 3600).await;
+    let p = s.client.placement().clone();
+    let shard = p.shards_of(c.sku, 1)[0];
+    let hk = shard_router::keys::ShardKeys::new(&p, shard, c.sku);
+    let placed = shard_gen(&s.client, &hk).await;
+    assert_eq!(placed, 1, "the first preheat's generation");
+    flushall(&s);
+    rebuild::rebuild(&s.pool, &s.client, c.sku, &rebuild_opts())
+        .await
+        .unwrap();
+    let now = shard_router::now_ms();
+    // bob's hold from before the loss (his second chance in progress then), counted for him
+    // as the rebuild counts a standing hold.
+    let _: () = dead_hold(&mut redis::pipe(), &hk, "bob", "r-bob", placed, now)
+        .query(&mut s.redis.connection())
+        .unwrap();
+    let bob = ClaimRecord {
+        claim_id: format!("{shard}-{now}-0"),
+        sku: c.sku,
+        user: "bob".into(),
+        qty: 1,
+        user_seq: 1,
+        shard,
+        home: shard,
+        request_id: Some("r-bob".into()),
+        ts_ms: now - 61_000,
+        gen: placed,
+    };
+    let out = consumer::commit::write_batch(&s.pool, std::slice::from_ref(&bob), T)
+        .await
+        .unwrap();
+    assert_eq!(out.late.len(), 1);
+    // No apply from memory: the sweep finds it in the ledger.
+    late::sweep(&s.pool, &s.client, Some(c.sku), T)
+        .await
+        .unwrap();
+    assert_eq!(
+        s.client.user_count(c.sku, 1, "bob").await.unwrap(),
+        1,
+        "one unit, counted once"
+    );
+    let holds = s.client.holds(c.sku, shard).await.unwrap();
+    assert!(
+        holds.is_empty(),
+        "its own hold settled by the apply: {holds:?}"
+    );
+    assert_eq!(s.reconcile(c.sku).await.drift, 0);
+}
