@@ -727,6 +727,34 @@ impl DrawSystem {
         }
     }
 
+    /// The restore's pages on a shard it holds under `token` (one counted write here: the
+    /// model restores every entry in one call); what it does next.
+    fn restore_entries(&self, st: &mut State, shard: u8, drawn: bool, token: u8) -> Restore {
+        let batch: Vec<(User, Prio, EntryId)> = st
+            .ledger
+            .entries
+            .iter()
+            .filter(|(_, e)| e.shard == shard)
+            .map(|(&u, e)| (u, e.prio, e.id))
+            .collect();
+        let reply = st.nodes[usize::from(shard)].master.restore(token, &batch);
+        let n = 1;
+        if reply == CountReply::NotPreheated {
+            Restore::Idle
+        } else if !drawn {
+            Restore::Publish {
+                shard,
+                drawn,
+                token,
+                n,
+            }
+        } else if self.cfg.mutant_is(DrawMutant::RestoreWithoutWins) {
+            Restore::Marks { shard, token, n }
+        } else {
+            Restore::Wins { shard, token, n }
+        }
+    }
+
     pub fn restore_step(&self, st: &mut State) -> bool {
         match st.restore {
             Restore::Idle => {
@@ -761,31 +789,7 @@ impl DrawSystem {
                 shard,
                 drawn,
                 token,
-            } => {
-                let batch: Vec<(User, Prio, EntryId)> = st
-                    .ledger
-                    .entries
-                    .iter()
-                    .filter(|(_, e)| e.shard == shard)
-                    .map(|(&u, e)| (u, e.prio, e.id))
-                    .collect();
-                let reply = st.nodes[usize::from(shard)].master.restore(token, &batch);
-                let n = 1;
-                st.restore = if reply == CountReply::NotPreheated {
-                    Restore::Idle
-                } else if !drawn {
-                    Restore::Publish {
-                        shard,
-                        drawn,
-                        token,
-                        n,
-                    }
-                } else if self.cfg.mutant_is(DrawMutant::RestoreWithoutWins) {
-                    Restore::Marks { shard, token, n }
-                } else {
-                    Restore::Wins { shard, token, n }
-                };
-            }
+            } => st.restore = self.restore_entries(st, shard, drawn, token),
             Restore::Wins { shard, token, n } => {
                 self.write_wins(st, shard);
                 st.restore = if self.cfg.mutant_is(DrawMutant::RestoreWithoutMark) {
