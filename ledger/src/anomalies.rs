@@ -1,5 +1,5 @@
 //! `anomalies`: what the books disagree on, one row per `(kind, reference)`, for an
-//! operator to read (collisions, stock guards, drift, oversold units, dead letters, ...).
+//! operator to read (collisions, stock guards, drift, oversold units, poison entries, ...).
 
 use std::time::Duration;
 

@@ -5,7 +5,7 @@
 //! Why fences: `WAIT` counts the replicas that acknowledged the writes of the connection it
 //! runs on; after a reconnect (or once the slot moved to a promoted node) that connection
 //! has written nothing, and WAIT "confirms" at once. Claims therefore carry their WAIT in
-//! their own pipeline (`batch.rs`). Everybody else (the consumer after XREADGROUP, tests,
+//! their own pipeline (`batch.rs`). Everybody else (the consumer after XREAD, tests,
 //! drills) uses a *fence*: one pipeline that writes the shard's fence key, WAITs, and reads
 //! `INFO replication`. The fence write is on the WAIT's connection, and a master replicates
 //! in order, so a confirmed fence covers every write that master made before it, from any

@@ -1,4 +1,4 @@
-//! An XREADGROUP reply decoded straight into claim records.
+//! An XREAD reply decoded straight into claim records.
 //!
 //! redis-rs's `StreamReadReply` clones the whole reply before converting it and builds a
 //! `HashMap<String, Value>` per entry (nine owned field names, each hashed): under
@@ -11,7 +11,7 @@ use redis::Value;
 use super::{Delivered, Poison};
 use crate::{ClaimRecord, ShardId};
 
-/// Every entry of an XREADGROUP reply on `shard`'s stream (one stream asked), decoded in
+/// Every entry of an XREAD reply on `shard`'s stream (one stream asked), decoded in
 /// the order Redis sent them. `Nil` (the read timed out) holds none.
 pub(super) fn decode_reply(shard: ShardId, reply: Value) -> Vec<Result<Delivered, Poison>> {
     let mut out = Vec::new();
