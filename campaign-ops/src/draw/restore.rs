@@ -92,19 +92,10 @@ pub async fn shard(
         let page = draws::entries_of_shard(pool, c.sku, shard, after.as_deref(), PAGE, t).await?;
         let Some(last) = page.last() else { break };
         after = Some(last.user.clone());
-        let batch: Vec<(String, u64, String)> = page
-            .iter()
-            .map(|e| {
-                // The ledger's entry id is `<shard>-<stream id>`; the shard keeps the
-                // stream id.
-                let id = e
-                    .entry_id
-                    .split_once('-')
-                    .map_or(e.entry_id.as_str(), |(_, id)| id);
-                (e.user.clone(), e.priority, id.to_owned())
-            })
-            .collect();
-        let Some(n) = client.draw_restore(shard, c.sku, token, &batch).await? else {
+        let Some(n) = client
+            .draw_restore(shard, c.sku, token, &page_args(&page))
+            .await?
+        else {
             not_published(c, shard);
             return Ok(());
         };
@@ -140,6 +131,21 @@ pub async fn shard(
         not_published(c, shard);
     }
     Ok(())
+}
+
+/// A page of the ledger's entries as `draw_restore.lua` takes them: `(user, priority,
+/// stream entry id)`; the ledger's entry id is `<shard>-<stream id>`, the shard keeps the
+/// stream id.
+pub fn page_args(page: &[draws::Entry]) -> Vec<(String, u64, String)> {
+    page.iter()
+        .map(|e| {
+            let id = e
+                .entry_id
+                .split_once('-')
+                .map_or(e.entry_id.as_str(), |(_, id)| id);
+            (e.user.clone(), e.priority, id.to_owned())
+        })
+        .collect()
 }
 
 /// The shard was lost again, failed over to a replica missing part of this restore, or

@@ -80,16 +80,7 @@ async fn a_failover_mid_restore_does_not_publish_a_shard_missing_its_entrants() 
     let page = draws::entries_of_shard(&s.pool, sku, home, None, 500, T)
         .await
         .unwrap();
-    let batch: Vec<(String, u64, String)> = page
-        .iter()
-        .map(|e| {
-            let id = e
-                .entry_id
-                .split_once('-')
-                .map_or(e.entry_id.as_str(), |(_, id)| id);
-            (e.user.clone(), e.priority, id.to_owned())
-        })
-        .collect();
+    let batch = draw::restore::page_args(&page);
     assert!(s
         .client
         .draw_restore(home, sku, token, &batch)
