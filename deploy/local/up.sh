@@ -53,9 +53,11 @@ done
 start_redis() { # port [extra args]
   local port=$1; shift
   mkdir -p "$STACK/redis-$port"
-  # noeviction: at maxmemory writes fail; stock keys are never evicted.
+  # noeviction: at maxmemory writes fail; stock keys are never evicted. Small listpacks:
+  # docs/OPERATIONS.md "Bounds" (a SKU's first users would cost 2.3x Redis CPU per claim).
   redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
     --maxmemory "${FG_REDIS_MAXMEMORY:-512mb}" --maxmemory-policy noeviction \
+    --hash-max-listpack-entries 32 \
     --dir "$STACK/redis-$port" --logfile "$STACK/logs/redis-$port.log" --daemonize no "$@" \
     </dev/null >/dev/null 2>&1 &
   echo $! >>"$STACK/pids"
