@@ -106,32 +106,7 @@ async fn dispatch(cmd: Cmd) -> anyhow::Result<()> {
             println!("{}", bench::report::markdown::run_summary(&r));
             cmd::run::write_outputs(o.out.as_deref(), &r, None)?;
         }
-        Cmd::Run(o) => {
-            let r = cmd::run::run(&o).await.context("bench run")?;
-            println!("{}", bench::report::markdown::run_summary(&r));
-            if r.invariants.as_ref().is_some_and(|i| !i.passed) {
-                anyhow::bail!("invariant check failed");
-            }
-            if let Some(path) = &o.first_second_reference {
-                let text = std::fs::read_to_string(path)
-                    .with_context(|| format!("read {}", path.display()))?;
-                let reference: bench::report::Report = serde_json::from_str(&text)
-                    .with_context(|| format!("{} is not a bench report", path.display()))?;
-                let bad = bench::checks::regress::first_second_regressions(&r, &reference);
-                if !bad.is_empty() {
-                    anyhow::bail!(
-                        "first-second latency regressed against {}:\n{}",
-                        path.display(),
-                        bad.join("\n")
-                    );
-                }
-                eprintln!(
-                    "first-second latency within {}× of {}",
-                    bench::checks::regress::FACTOR,
-                    path.display()
-                );
-            }
-        }
+        Cmd::Run(o) => run(&o).await?,
         Cmd::Sweep(o) => {
             let (_, md) = cmd::sweep::sweep(&o).await.context("bench sweep")?;
             println!("{md}");
@@ -152,26 +127,58 @@ async fn dispatch(cmd: Cmd) -> anyhow::Result<()> {
                 anyhow::bail!("bench draw: an invariant failed");
             }
         }
-        Cmd::Stack { opts, for_s } => {
-            let st = cmd::stack::Stack::start(&opts)
-                .await
-                .context("bench stack")?;
-            println!("{}", st.describe());
-            match for_s {
-                Some(s) => tokio::time::sleep(std::time::Duration::from_secs(s)).await,
-                None => {
-                    eprintln!("stack up; Ctrl-C or SIGTERM stops it");
-                    plumbing::shutdown::terminated().await;
-                }
-            }
-            eprintln!("stopping ...");
-            drop(st);
-        }
+        Cmd::Stack { opts, for_s } => stack(&opts, for_s).await?,
         Cmd::ServeBaseline { listen, redis_url } => {
             bench::stack::baseline::serve(listen, redis_url)
                 .await
                 .with_context(|| format!("baseline server on {listen}"))?
         }
     }
+    Ok(())
+}
+/// `bench run`: the summary, then the invariants and the first second against a reference.
+async fn run(o: &cmd::run::RunOpts) -> anyhow::Result<()> {
+    let r = cmd::run::run(o).await.context("bench run")?;
+    println!("{}", bench::report::markdown::run_summary(&r));
+    if r.invariants.as_ref().is_some_and(|i| !i.passed) {
+        anyhow::bail!("invariant check failed");
+    }
+    if let Some(path) = &o.first_second_reference {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("read {}", path.display()))?;
+        let reference: bench::report::Report = serde_json::from_str(&text)
+            .with_context(|| format!("{} is not a bench report", path.display()))?;
+        let bad = bench::checks::regress::first_second_regressions(&r, &reference);
+        if !bad.is_empty() {
+            anyhow::bail!(
+                "first-second latency regressed against {}:\n{}",
+                path.display(),
+                bad.join("\n")
+            );
+        }
+        eprintln!(
+            "first-second latency within {}× of {}",
+            bench::checks::regress::FACTOR,
+            path.display()
+        );
+    }
+    Ok(())
+}
+
+/// `bench stack`: up until `for_s` seconds pass, or Ctrl-C or SIGTERM.
+async fn stack(opts: &cmd::stack::StackOpts, for_s: Option<u64>) -> anyhow::Result<()> {
+    let st = cmd::stack::Stack::start(opts)
+        .await
+        .context("bench stack")?;
+    println!("{}", st.describe());
+    match for_s {
+        Some(s) => tokio::time::sleep(std::time::Duration::from_secs(s)).await,
+        None => {
+            eprintln!("stack up; Ctrl-C or SIGTERM stops it");
+            plumbing::shutdown::terminated().await;
+        }
+    }
+    eprintln!("stopping ...");
+    drop(st);
     Ok(())
 }

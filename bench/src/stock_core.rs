@@ -208,30 +208,7 @@ async fn one_rep(
             (client.clone(), meta.clone(), next.clone(), empties.clone());
         let (total, rid) = (opts.claims, !opts.no_request_id);
         tasks.push(tokio::spawn(async move {
-            let mut h = latency::new_histogram();
-            let (mut claimed, mut errors) = (0u64, 0u64);
-            loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= total {
-                    break;
-                }
-                let req = ClaimRequest {
-                    sku: meta.sku,
-                    user: format!("u{rep}-{i}"),
-                    qty: 1,
-                    request_id: rid.then(|| format!("r{i}")),
-                };
-                let t = Instant::now();
-                let out =
-                    protocol::claim(&client, &meta, &req, &*empties, shard_router::now_ms()).await;
-                latency::record(&mut h, t.elapsed());
-                match out {
-                    Ok(ClaimOutcome::Claimed { .. }) => claimed += 1,
-                    Ok(_) => {}
-                    Err(_) => errors += 1,
-                }
-            }
-            (h, claimed, errors)
+            claim_until(&client, &meta, &next, &empties, total, rid, rep).await
         }));
     }
     let mut h: Histogram<u64> = latency::new_histogram();
@@ -269,6 +246,42 @@ async fn one_rep(
         client_cpu_us_per_claim: per_claim(Role::LoadGenerator),
         redis_cpu_us_per_claim: per_claim(Role::RedisMaster),
     })
+}
+
+/// One task of a rep: claims the next request number until `total` are taken; its latency
+/// histogram, claims and errors.
+async fn claim_until(
+    client: &StockClient,
+    meta: &SkuMeta,
+    next: &AtomicU64,
+    empties: &LocalEmptyShards,
+    total: u64,
+    rid: bool,
+    rep: usize,
+) -> (Histogram<u64>, u64, u64) {
+    let mut h = latency::new_histogram();
+    let (mut claimed, mut errors) = (0u64, 0u64);
+    loop {
+        let i = next.fetch_add(1, Ordering::Relaxed);
+        if i >= total {
+            break;
+        }
+        let req = ClaimRequest {
+            sku: meta.sku,
+            user: format!("u{rep}-{i}"),
+            qty: 1,
+            request_id: rid.then(|| format!("r{i}")),
+        };
+        let t = Instant::now();
+        let out = protocol::claim(client, meta, &req, empties, shard_router::now_ms()).await;
+        latency::record(&mut h, t.elapsed());
+        match out {
+            Ok(ClaimOutcome::Claimed { .. }) => claimed += 1,
+            Ok(_) => {}
+            Err(_) => errors += 1,
+        }
+    }
+    (h, claimed, errors)
 }
 
 /// Median of a sample (mean of the middle two for an even count); 0 when empty.

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use shard_router::protocol::{self, Confirmation, LocalEmptyShards};
-use shard_router::{now_ms, Claim, ClaimOutcome, ClaimRequest, SkuMeta, StockClient};
+use shard_router::{now_ms, Claim, ClaimOutcome, ClaimRequest, SkuMeta, StockClient, StockError};
 
 /// What a client is told counts as an acknowledgement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,6 +32,34 @@ pub struct Answers {
     pub other: u64,
     /// When the last error was seen: with the fault's start, the time to recover.
     pub last_error: Option<Instant>,
+}
+
+impl Answers {
+    /// Counts one answer to `user`'s claim; a sold-out one stops the load.
+    fn count(
+        &mut self,
+        user: String,
+        out: Result<ClaimOutcome, StockError>,
+        confirmed: bool,
+        stop: &AtomicBool,
+    ) {
+        match out {
+            Ok(ClaimOutcome::Claimed { claim, .. }) if confirmed => {
+                self.acknowledged.push((user, claim));
+            }
+            Ok(ClaimOutcome::Claimed { .. }) => self.unconfirmed += 1,
+            Ok(ClaimOutcome::SoldOut) => {
+                self.sold_out += 1;
+                stop.store(true, Ordering::Relaxed);
+            }
+            Ok(_) => self.other += 1,
+            Err(ref e) => {
+                self.errors += 1;
+                self.ambiguous += u64::from(e.is_ambiguous());
+                self.last_error = Some(Instant::now());
+            }
+        }
+    }
 }
 
 /// Runs the load; returns when every task is done (at most `duration` plus one Redis
@@ -84,25 +112,10 @@ pub async fn run(
                     Durability::Replica => confirmation == Confirmation::Confirmed,
                 };
                 let failed = out.is_err();
-                {
-                    let mut a = answers.lock().unwrap_or_else(|p| p.into_inner());
-                    match out {
-                        Ok(ClaimOutcome::Claimed { claim, .. }) if confirmed => {
-                            a.acknowledged.push((req.user, claim));
-                        }
-                        Ok(ClaimOutcome::Claimed { .. }) => a.unconfirmed += 1,
-                        Ok(ClaimOutcome::SoldOut) => {
-                            a.sold_out += 1;
-                            stop.store(true, Ordering::Relaxed);
-                        }
-                        Ok(_) => a.other += 1,
-                        Err(ref e) => {
-                            a.errors += 1;
-                            a.ambiguous += u64::from(e.is_ambiguous());
-                            a.last_error = Some(Instant::now());
-                        }
-                    }
-                }
+                answers
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .count(req.user, out, confirmed, &stop);
                 if failed {
                     // Back off a little so a dead node is not hammered in a loop.
                     tokio::time::sleep(Duration::from_millis(20)).await;

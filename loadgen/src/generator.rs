@@ -104,81 +104,39 @@ pub fn mint_ahead(spec: &LoadSpec, workload: &Workload) {
     }
 }
 
+/// What the workers of a run share.
+struct Shared {
+    workload: Arc<Workload>,
+    /// The next request index.
+    next: AtomicU64,
+    live: Arc<Live>,
+    gate: Barrier,
+    /// The run's clock, set by whoever passes the gate first.
+    clock: OnceLock<Instant>,
+}
+
 /// Runs the load and returns what every worker saw.
 pub async fn drive(spec: LoadSpec, workload: Arc<Workload>) -> LoadResult {
     // Connections open before the clock starts (as wrk does): a storm of 1 000 connects
     // on a small machine measures SYN backlogs, not the server.
-    let gate = Arc::new(Barrier::new(spec.connections + 1));
-    let clock: Arc<OnceLock<Instant>> = Arc::new(OnceLock::new());
-    let next = Arc::new(AtomicU64::new(0));
-    let live = Arc::new(Live::default());
-    let interval = Duration::from_secs_f64(1.0 / spec.rate.max(1e-3));
-    let mut workers = Vec::with_capacity(spec.connections);
-    for w in 0..spec.connections {
-        let target = spec.targets[w % spec.targets.len()].clone();
-        let (next, live, workload, spec, gate, clock) = (
-            next.clone(),
-            live.clone(),
-            workload.clone(),
-            spec.clone(),
-            gate.clone(),
-            clock.clone(),
-        );
-        workers.push(tokio::spawn(async move {
-            let mut conn = Conn::new(target, spec.timeout);
-            // A failed warm connect is retried (and counted) by the first send.
-            let _ = tokio::time::timeout(spec.timeout, conn.warm()).await;
-            // Built before the gate: nothing is allocated on the clock.
-            let mut rec = Recorder::new(Instant::now(), spec.warmup);
-            gate.wait().await;
-            let start = *clock.get_or_init(Instant::now);
-            rec.set_start(start);
-            let end = (!spec.duration.is_zero()).then(|| start + spec.warmup + spec.duration);
-            loop {
-                let k = next.fetch_add(1, Ordering::Relaxed);
-                if spec.max_requests > 0 && k >= spec.max_requests {
-                    break;
-                }
-                let due = match spec.mode {
-                    Mode::Closed => Instant::now(),
-                    Mode::Open => start + interval.mul_f64(k as f64),
-                };
-                if end.is_some_and(|e| due >= e) {
-                    break;
-                }
-                if spec.mode == Mode::Open {
-                    tokio::time::sleep_until(due.into()).await;
-                }
-                let req = workload.request(k);
-                let auth = spec
-                    .tokens
-                    .as_ref()
-                    .map(|t| t.authorization(req.user, || req.user_name(&spec.tag)));
-                let answer = conn.post(req.body(&spec.tag), auth).await;
-                let done = Instant::now();
-                if answer.outcome == Outcome::Claimed {
-                    if let Some(a) = ClaimAnswer::parse(&answer.body) {
-                        rec.claims.push(AckedClaim {
-                            sku: req.sku,
-                            user: req.user,
-                            claim_id: a.claim_id,
-                            qty: a.qty.unwrap_or(req.qty),
-                        });
-                    }
-                }
-                rec.record(
-                    answer.outcome,
-                    done.saturating_duration_since(due),
-                    done,
-                    &live,
-                );
-            }
-            rec
-        }));
-    }
-    gate.wait().await;
-    let start = *clock.get_or_init(Instant::now);
-    let bar = spec.progress.then(|| progress(&spec, live.clone(), start));
+    let shared = Arc::new(Shared {
+        workload,
+        next: AtomicU64::new(0),
+        live: Arc::new(Live::default()),
+        gate: Barrier::new(spec.connections + 1),
+        clock: OnceLock::new(),
+    });
+    let workers: Vec<_> = (0..spec.connections)
+        .map(|w| {
+            let target = spec.targets[w % spec.targets.len()].clone();
+            tokio::spawn(worker(target, spec.clone(), shared.clone()))
+        })
+        .collect();
+    shared.gate.wait().await;
+    let start = *shared.clock.get_or_init(Instant::now);
+    let bar = spec
+        .progress
+        .then(|| progress(&spec, shared.live.clone(), start));
     let mut rec = Recorder::new(start, spec.warmup);
     for w in workers {
         if let Ok(r) = w.await {
@@ -207,6 +165,61 @@ pub async fn drive(spec: LoadSpec, workload: Arc<Workload>) -> LoadResult {
         spec,
         offered_rate,
     }
+}
+
+/// One worker on its own connection: takes request indices until the run's cap or end,
+/// and records every answer.
+async fn worker(target: Target, spec: LoadSpec, sh: Arc<Shared>) -> Recorder {
+    let interval = Duration::from_secs_f64(1.0 / spec.rate.max(1e-3));
+    let mut conn = Conn::new(target, spec.timeout);
+    // A failed warm connect is retried (and counted) by the first send.
+    let _ = tokio::time::timeout(spec.timeout, conn.warm()).await;
+    // Built before the gate: nothing is allocated on the clock.
+    let mut rec = Recorder::new(Instant::now(), spec.warmup);
+    sh.gate.wait().await;
+    let start = *sh.clock.get_or_init(Instant::now);
+    rec.set_start(start);
+    let end = (!spec.duration.is_zero()).then(|| start + spec.warmup + spec.duration);
+    loop {
+        let k = sh.next.fetch_add(1, Ordering::Relaxed);
+        if spec.max_requests > 0 && k >= spec.max_requests {
+            break;
+        }
+        let due = match spec.mode {
+            Mode::Closed => Instant::now(),
+            Mode::Open => start + interval.mul_f64(k as f64),
+        };
+        if end.is_some_and(|e| due >= e) {
+            break;
+        }
+        if spec.mode == Mode::Open {
+            tokio::time::sleep_until(due.into()).await;
+        }
+        let req = sh.workload.request(k);
+        let auth = spec
+            .tokens
+            .as_ref()
+            .map(|t| t.authorization(req.user, || req.user_name(&spec.tag)));
+        let answer = conn.post(req.body(&spec.tag), auth).await;
+        let done = Instant::now();
+        if answer.outcome == Outcome::Claimed {
+            if let Some(a) = ClaimAnswer::parse(&answer.body) {
+                rec.claims.push(AckedClaim {
+                    sku: req.sku,
+                    user: req.user,
+                    claim_id: a.claim_id,
+                    qty: a.qty.unwrap_or(req.qty),
+                });
+            }
+        }
+        rec.record(
+            answer.outcome,
+            done.saturating_duration_since(due),
+            done,
+            &sh.live,
+        );
+    }
+    rec
 }
 
 /// A progress bar over time (or requests, for request-bound runs), fed from [`Live`].

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use bench::stack::cpu::Watched;
 use loadgen::http::Target;
 use loadgen::token::Tokens;
 
@@ -24,7 +25,7 @@ mod procs;
 mod report;
 
 pub(crate) use report::markdown;
-use report::DrawReport;
+use report::{DrawReport, ModeReport};
 
 /// Which campaigns the population meets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -129,20 +130,12 @@ pub(crate) async fn run(o: &DrawOpts) -> anyhow::Result<DrawReport> {
     );
     anyhow::ensure!(o.bot_factor > 0, "--bot-factor must be at least 1");
     let mut sys = o.system.clone();
-    let mut width = o.width;
     let stack = if o.stack {
-        let st = Stack::start(&o.stack_opts).await?;
-        eprint!("{}", st.describe());
-        sys.targets = st.gateway_urls();
-        sys.redis = shard_router::RedisArgs::of(&st.redis.target(), st.shards);
-        sys.mysql = st.mysql_url.clone();
-        sys.consumer_bin = st.consumer_bin.clone();
-        sys.token_secret_file = Some(st.token_secret_file.clone());
-        Some(st)
+        Some(start_stack(&o.stack_opts, &mut sys).await?)
     } else {
         None
     };
-    width = width.min(sys.redis.shards).max(1);
+    let width = o.width.min(sys.redis.shards).max(1);
     let bin = sys.consumer_bin.clone().context(
         "bench draw needs --consumer-bin (FLASHGATE_CONSUMER_BIN): campaigns are made through it",
     )?;
@@ -151,29 +144,14 @@ pub(crate) async fn run(o: &DrawOpts) -> anyhow::Result<DrawReport> {
     )?;
     let watched = match &stack {
         Some(st) => st.watched(),
-        None => {
-            let mut urls = sys.targets.clone();
-            urls.extend(o.cpu_gateways.iter().cloned());
-            if let Some(r) = &sys.redis.redis {
-                urls.extend(r.split(',').map(str::to_owned));
-            }
-            procs::local(&urls)
-        }
+        None => local_processes(o, &sys),
     };
     let targets = sys
         .targets
         .iter()
         .map(|u| Target::parse(u, CLAIM_PATH).map_err(anyhow::Error::msg))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let shape = population::Shape {
-        users: o.users,
-        bot_share: o.bot_share,
-        bot_factor: o.bot_factor,
-        rush: Duration::from_millis(o.rush_ms),
-        delay_min: Duration::from_millis(o.delay_min_ms),
-        delay_max: Duration::from_millis(o.delay_max_ms.max(o.delay_min_ms)),
-        seed: o.seed,
-    };
+    let shape = shape(o);
     // Only the bots' tokens are kept (they send many requests); a human's is minted for
     // its one request, so a million users cost no token cache.
     let tokens = match &sys.token_secret_file {
@@ -193,6 +171,55 @@ pub(crate) async fn run(o: &DrawOpts) -> anyhow::Result<DrawReport> {
         width,
         watched,
     };
+    let out = run_modes(&ctx).await?;
+    drop(stack);
+    let r = report(o, out);
+    if let Some(dir) = &o.out {
+        std::fs::create_dir_all(dir)?;
+        std::fs::write(dir.join("draw-report.json"), serde_json::to_vec_pretty(&r)?)?;
+        std::fs::write(dir.join("draw-report.md"), markdown(&r))?;
+    }
+    Ok(r)
+}
+
+/// Starts the local stack of `--stack` and points `sys` at it.
+async fn start_stack(opts: &StackOpts, sys: &mut SystemArgs) -> anyhow::Result<Stack> {
+    let st = Stack::start(opts).await?;
+    eprint!("{}", st.describe());
+    sys.targets = st.gateway_urls();
+    sys.redis = shard_router::RedisArgs::of(&st.redis.target(), st.shards);
+    sys.mysql = st.mysql_url.clone();
+    sys.consumer_bin = st.consumer_bin.clone();
+    sys.token_secret_file = Some(st.token_secret_file.clone());
+    Ok(st)
+}
+
+/// Without `--stack`: the processes of this machine that serve the targets, the
+/// `--cpu-gateways` and Redis.
+fn local_processes(o: &DrawOpts, sys: &SystemArgs) -> Vec<Watched> {
+    let mut urls = sys.targets.clone();
+    urls.extend(o.cpu_gateways.iter().cloned());
+    if let Some(r) = &sys.redis.redis {
+        urls.extend(r.split(',').map(str::to_owned));
+    }
+    procs::local(&urls)
+}
+
+fn shape(o: &DrawOpts) -> population::Shape {
+    population::Shape {
+        users: o.users,
+        bot_share: o.bot_share,
+        bot_factor: o.bot_factor,
+        rush: Duration::from_millis(o.rush_ms),
+        delay_min: Duration::from_millis(o.delay_min_ms),
+        delay_max: Duration::from_millis(o.delay_max_ms.max(o.delay_min_ms)),
+        seed: o.seed,
+    }
+}
+
+/// The selected modes in order (fcfs, draw, queue), each on the next SKU.
+async fn run_modes(ctx: &modes::Ctx<'_>) -> anyhow::Result<Vec<ModeReport>> {
+    let o = ctx.o;
     let mut sku = o.sku.unwrap_or_else(|| shard_router::now_ms() as u64);
     let mut out = Vec::new();
     let mut fcfs_took = None;
@@ -200,33 +227,36 @@ pub(crate) async fn run(o: &DrawOpts) -> anyhow::Result<DrawReport> {
         eprintln!(
             "{mode}: {} users ({} bots) for {} units, SKU {sku} ...",
             o.users,
-            shape.bots(),
+            ctx.shape.bots(),
             o.stock
         )
     };
     if o.mode.runs(ModeSel::Fcfs) {
         announce("fcfs", sku);
-        let m = modes::fcfs(&ctx, sku).await?;
+        let m = modes::fcfs(ctx, sku).await?;
         fcfs_took = Some(m.phase_s);
         out.push(m);
         sku += 1;
     }
     if o.mode.runs(ModeSel::Draw) {
         announce("draw", sku);
-        out.push(modes::draw(&ctx, sku, fcfs_took).await?);
+        out.push(modes::draw(ctx, sku, fcfs_took).await?);
         sku += 1;
     }
     if o.mode.runs(ModeSel::Queue) {
         announce("queue", sku);
-        out.push(modes::queue(&ctx, sku, fcfs_took).await?);
+        out.push(modes::queue(ctx, sku, fcfs_took).await?);
     }
-    drop(stack);
+    Ok(out)
+}
+
+fn report(o: &DrawOpts, out: Vec<ModeReport>) -> DrawReport {
     let goals = out
         .iter()
         .filter(|m| m.mode != "fcfs")
         .map(report::goal_line)
         .collect();
-    let r = DrawReport {
+    DrawReport {
         seed: o.seed,
         bot_factor: o.bot_factor,
         rush_ms: o.rush_ms,
@@ -234,11 +264,5 @@ pub(crate) async fn run(o: &DrawOpts) -> anyhow::Result<DrawReport> {
         invariants_passed: out.iter().all(|m| m.passed()),
         modes: out,
         goals,
-    };
-    if let Some(dir) = &o.out {
-        std::fs::create_dir_all(dir)?;
-        std::fs::write(dir.join("draw-report.json"), serde_json::to_vec_pretty(&r)?)?;
-        std::fs::write(dir.join("draw-report.md"), markdown(&r))?;
     }
-    Ok(r)
 }

@@ -4,7 +4,7 @@
 //! SIGTERM first (gateways drain, the consumer flushes its batch), SIGKILL after a bound.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
@@ -150,66 +150,86 @@ impl Stack {
         };
         let common = RedisArgs::of(&stack.redis.target(), shards).to_args();
         if !o.no_consumer {
-            let server = Mysql::parse(&o.mysql_server)?;
-            let db = format!("fg_bench_{}", shard_router::now_ms());
-            tokio::runtime::Handle::current().block_on(server.create_database(&db))?;
-            let url = Mysql::url_of(&o.mysql_server, &db);
-            stack.db = Some((server, db));
-            let bin = find_bin(o.consumer_bin_path.as_deref(), "consumer")?;
-            let admin = SocketAddr::from(([127, 0, 0, 1], free_port()));
-            let mut p = Proc::spawn(
-                "consumer".into(),
-                Command::new(&bin).args(&common).args([
-                    "--mysql",
-                    &url,
-                    "run",
-                    "--admin-addr",
-                    &admin.to_string(),
-                ]),
-            )?;
-            wait_ready(&mut p, admin, "/healthz")?;
-            stack.consumer = Some(p);
-            stack.mysql_url = Some(url);
-            stack.consumer_bin = Some(bin);
+            stack.start_consumer(o, &common)?;
         }
         let bin = find_bin(o.gateway_bin.as_deref(), "gateway")?;
         for i in 0..o.gateways {
             let api = SocketAddr::from(([127, 0, 0, 1], free_port()));
             let admin = SocketAddr::from(([127, 0, 0, 1], free_port()));
-            let mut cmd = Command::new(&bin);
-            // No balancer in front of a bench stack: nothing to wait for on stop.
-            cmd.args(&common).args([
-                "--listen",
-                &api.to_string(),
-                "--admin-listen",
-                &admin.to_string(),
-                "--drain-delay-ms",
-                "0",
-            ]);
-            cmd.arg("--token-secret-file").arg(&stack.token_secret_file);
-            cmd.arg("--queue-secret-file").arg(&stack.queue_secret_file);
-            // All the load comes from one address: a per-client limit would measure itself.
-            if !o
-                .gateway_args
-                .iter()
-                .any(|a| a.starts_with("--client-rate"))
-            {
-                cmd.args(["--client-rate", "0"]);
-            }
-            for a in &o.ablation {
-                match a {
-                    Ablation::NoSoldOutCache => cmd.arg("--no-sold-out-cache"),
-                    Ablation::NoSecondChance => cmd.arg("--no-second-chance"),
-                    Ablation::Replica => cmd.args(["--durability", "replica"]),
-                    Ablation::Shards1 => &mut cmd,
-                };
-            }
-            cmd.args(&o.gateway_args);
+            let mut cmd = stack.gateway_command(o, &bin, &common, api, admin);
             let mut p = Proc::spawn(format!("gateway {i}"), &mut cmd)?;
             wait_ready(&mut p, api, "/readyz")?;
             stack.gateways.push((p, api, admin));
         }
         Ok(stack)
+    }
+
+    /// A fresh database on the MariaDB server, and the consumer on it.
+    fn start_consumer(&mut self, o: &StackOpts, common: &[String]) -> anyhow::Result<()> {
+        let server = Mysql::parse(&o.mysql_server)?;
+        let db = format!("fg_bench_{}", shard_router::now_ms());
+        tokio::runtime::Handle::current().block_on(server.create_database(&db))?;
+        let url = Mysql::url_of(&o.mysql_server, &db);
+        self.db = Some((server, db));
+        let bin = find_bin(o.consumer_bin_path.as_deref(), "consumer")?;
+        let admin = SocketAddr::from(([127, 0, 0, 1], free_port()));
+        let mut p = Proc::spawn(
+            "consumer".into(),
+            Command::new(&bin).args(common).args([
+                "--mysql",
+                &url,
+                "run",
+                "--admin-addr",
+                &admin.to_string(),
+            ]),
+        )?;
+        wait_ready(&mut p, admin, "/healthz")?;
+        self.consumer = Some(p);
+        self.mysql_url = Some(url);
+        self.consumer_bin = Some(bin);
+        Ok(())
+    }
+
+    /// A gateway's command line: the stack's Redis and secrets, the ablations, then the
+    /// extra `--gateway-arg`s.
+    fn gateway_command(
+        &self,
+        o: &StackOpts,
+        bin: &Path,
+        common: &[String],
+        api: SocketAddr,
+        admin: SocketAddr,
+    ) -> Command {
+        let mut cmd = Command::new(bin);
+        // No balancer in front of a bench stack: nothing to wait for on stop.
+        cmd.args(common).args([
+            "--listen",
+            &api.to_string(),
+            "--admin-listen",
+            &admin.to_string(),
+            "--drain-delay-ms",
+            "0",
+        ]);
+        cmd.arg("--token-secret-file").arg(&self.token_secret_file);
+        cmd.arg("--queue-secret-file").arg(&self.queue_secret_file);
+        // All the load comes from one address: a per-client limit would measure itself.
+        if !o
+            .gateway_args
+            .iter()
+            .any(|a| a.starts_with("--client-rate"))
+        {
+            cmd.args(["--client-rate", "0"]);
+        }
+        for a in &o.ablation {
+            match a {
+                Ablation::NoSoldOutCache => cmd.arg("--no-sold-out-cache"),
+                Ablation::NoSecondChance => cmd.arg("--no-second-chance"),
+                Ablation::Replica => cmd.args(["--durability", "replica"]),
+                Ablation::Shards1 => &mut cmd,
+            };
+        }
+        cmd.args(&o.gateway_args);
+        cmd
     }
 
     pub(crate) fn gateway_urls(&self) -> Vec<String> {

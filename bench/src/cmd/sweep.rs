@@ -13,7 +13,7 @@ use bench::capacity::{self, Capacity, CPU_PLAN_UTILISATION};
 use bench::report::svg;
 use bench::report::Report;
 use bench::scenario::cli::ScenarioArgs;
-use bench::scenario::{Mode, SkuSpec};
+use bench::scenario::{Mode, Scenario, SkuSpec};
 
 use super::run::{self, SystemArgs};
 use super::stack::{Stack, StackOpts};
@@ -96,18 +96,7 @@ pub(crate) async fn sweep(o: &SweepOpts) -> anyhow::Result<(SweepReport, String)
     let (mut steps, mut passed) = (Vec::new(), Vec::new());
     let mut rate = o.start_rate;
     while rate <= o.max_rate {
-        let mut s = base.clone();
-        s.name = format!("{} @ {rate:.0}/s", base.name);
-        s.load.mode = Mode::Open;
-        s.load.rate = rate;
-        s.duration_s = o.step_s;
-        s.warmup_s = 1.0;
-        s.requests = 0;
-        // Enough sockets that the schedule, not the pool, limits the rate at the SLO.
-        s.load.connections = s
-            .load
-            .connections
-            .max((rate * o.slo_p99_ms / 1000.0) as usize + 16);
+        let s = step(&base, rate, o);
         let w = run::watched(stack.as_ref());
         let r =
             run::against_system(&sys, &s, client.as_ref(), run::run_tag("s"), !o.quiet, w).await?;
@@ -129,21 +118,11 @@ pub(crate) async fn sweep(o: &SweepOpts) -> anyhow::Result<(SweepReport, String)
         rate *= o.factor.max(1.01);
     }
     drop(stack);
-    let cores = o
-        .gateway_cores
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1.0, |n| n.get() as f64));
-    let masters = o
-        .redis_masters
-        .unwrap_or(if o.stack && o.stack_opts.cluster {
-            3.0
-        } else {
-            1.0
-        });
     let knee = capacity::knee(&steps, &passed).cloned();
     let rep = SweepReport {
         slo_p99_ms: o.slo_p99_ms,
         max_error_ratio: o.max_error_ratio,
-        capacity: Capacity::at(knee.as_ref(), cores, masters),
+        capacity: capacity_at(o, knee.as_ref()),
         steps,
         passed,
     };
@@ -163,8 +142,57 @@ pub(crate) async fn sweep(o: &SweepOpts) -> anyhow::Result<(SweepReport, String)
     Ok((rep, md))
 }
 
+/// The scenario of the step at `rate`: open loop, `--step-s` after a 1 s warm-up.
+fn step(base: &Scenario, rate: f64, o: &SweepOpts) -> Scenario {
+    let mut s = base.clone();
+    s.name = format!("{} @ {rate:.0}/s", base.name);
+    s.load.mode = Mode::Open;
+    s.load.rate = rate;
+    s.duration_s = o.step_s;
+    s.warmup_s = 1.0;
+    s.requests = 0;
+    // Enough sockets that the schedule, not the pool, limits the rate at the SLO.
+    s.load.connections = s
+        .load
+        .connections
+        .max((rate * o.slo_p99_ms / 1000.0) as usize + 16);
+    s
+}
+
+/// The capacity at the knee, per gateway core (`--gateway-cores`, else this machine's) and
+/// per Redis master (`--redis-masters`, else the stack's).
+fn capacity_at(o: &SweepOpts, knee: Option<&Report>) -> Capacity {
+    let cores = o
+        .gateway_cores
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1.0, |n| n.get() as f64));
+    let masters = o
+        .redis_masters
+        .unwrap_or(if o.stack && o.stack_opts.cluster {
+            3.0
+        } else {
+            1.0
+        });
+    Capacity::at(knee, cores, masters)
+}
+
+/// The sweep's Markdown: the steps, the knee's capacity, and the plan for `plan`'s rates.
 fn markdown(r: &SweepReport, plan: &[f64]) -> String {
     let mut s = String::new();
+    steps_table(&mut s, r);
+    capacity_table(&mut s, &r.capacity);
+    plan_table(&mut s, &r.capacity, plan);
+    let _ = writeln!(
+        s,
+        "\nOn a shared machine the load generator, the gateways and Redis compete for the same \
+         cores, so the per-master figure is a lower bound: Redis was not the only limit. The \
+         \"by CPU\" columns use each process's measured CPU per claim instead, with every \
+         core planned at {:.0}% busy.",
+        CPU_PLAN_UTILISATION * 100.0
+    );
+    s
+}
+
+fn steps_table(s: &mut String, r: &SweepReport) {
     let _ = writeln!(
         s,
         "### sweep — SLO p99 ≤ {} ms, errors ≤ {:.2}%\n",
@@ -192,7 +220,10 @@ fn markdown(r: &SweepReport, plan: &[f64]) -> String {
             if *ok { "ok" } else { "past knee" }
         );
     }
-    let c = &r.capacity;
+}
+
+/// The knee, and what it gives per gateway core and Redis master (and per claim in CPU).
+fn capacity_table(s: &mut String, c: &Capacity) {
     let _ = writeln!(
         s,
         "\n**Knee:** {:.0} answers/s (offered {:.0}/s)\n",
@@ -224,6 +255,10 @@ fn markdown(r: &SweepReport, plan: &[f64]) -> String {
             }
         }
     }
+}
+
+/// Cores and masters each target rate needs.
+fn plan_table(s: &mut String, c: &Capacity, plan: &[f64]) {
     let _ = writeln!(
         s,
         "\n| target claims/s | gateway cores | Redis masters | gateway cores by CPU | Redis masters by CPU | consumer cores by CPU | MariaDB cores by CPU |\n| ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
@@ -242,13 +277,4 @@ fn markdown(r: &SweepReport, plan: &[f64]) -> String {
             cell(row.mariadb_cores_by_cpu)
         );
     }
-    let _ = writeln!(
-        s,
-        "\nOn a shared machine the load generator, the gateways and Redis compete for the same \
-         cores, so the per-master figure is a lower bound: Redis was not the only limit. The \
-         \"by CPU\" columns use each process's measured CPU per claim instead, with every \
-         core planned at {:.0}% busy.",
-        CPU_PLAN_UTILISATION * 100.0
-    );
-    s
 }

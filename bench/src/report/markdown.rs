@@ -5,11 +5,46 @@ use std::fmt::Write;
 use loadgen::latency::fmt_us;
 
 use crate::report::Report;
-use crate::stack::cpu::Role;
+use crate::stack::cpu::{CpuUse, Role};
+use crate::stack::external::ExternalReport;
 
-/// The summary of one run.
+/// The summary of one run: its figures, latency by outcome, CPU by process, the external
+/// clients on the same stack, the invariants.
 pub fn run_summary(r: &Report) -> String {
     let mut s = String::new();
+    figures(&mut s, r);
+    outcomes(&mut s, r);
+    if !r.cpu.is_empty() {
+        let _ = writeln!(
+            s,
+            "\n| process | CPU s | CPU µs per answer |\n| --- | ---: | ---: |"
+        );
+        cpu_rows(&mut s, &r.cpu);
+    }
+    for x in r.external.iter().chain(&r.h2load) {
+        external(&mut s, r, x);
+    }
+    if let Some(inv) = &r.invariants {
+        let _ = writeln!(
+            s,
+            "\n**Invariants: {}**\n\n| check | result | detail |\n| --- | --- | --- |",
+            if inv.passed { "PASS" } else { "FAIL" }
+        );
+        for c in &inv.checks {
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} |",
+                c.name,
+                if c.passed { "pass" } else { "FAIL" },
+                c.detail
+            );
+        }
+    }
+    s
+}
+
+/// The heading and the run's figures (and the baseline's beside them).
+fn figures(s: &mut String, r: &Report) {
     let _ = writeln!(s, "### {} — {} ({:?} loop)\n", r.kind, r.scenario, r.mode);
     let _ = writeln!(s, "| metric | value |\n| --- | ---: |");
     let _ = writeln!(s, "| connections | {} |", r.connections);
@@ -44,6 +79,10 @@ pub fn run_summary(r: &Report) -> String {
             );
         }
     }
+}
+
+/// Latency percentiles per outcome, and of the first second's requests.
+fn outcomes(s: &mut String, r: &Report) {
     let _ = writeln!(
         s,
         "\n| outcome | count | p50 | p90 | p99 | p99.9 | max |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
@@ -88,80 +127,57 @@ pub fn run_summary(r: &Report) -> String {
             );
         }
     }
-    if !r.cpu.is_empty() {
+}
+
+fn cpu_rows(s: &mut String, cpu: &[CpuUse]) {
+    for c in cpu {
         let _ = writeln!(
             s,
-            "\n| process | CPU s | CPU µs per answer |\n| --- | ---: | ---: |"
+            "| {} | {:.2} | {:.1} |",
+            c.process, c.cpu_s, c.us_per_answer
         );
-        for c in &r.cpu {
+    }
+}
+
+/// An external client's run on the same stack, and its CPU per answer against the load
+/// generator's.
+fn external(s: &mut String, r: &Report, x: &ExternalReport) {
+    let statuses: Vec<String> = x
+        .statuses
+        .iter()
+        .map(|(k, v)| format!("{k}: {v}"))
+        .collect();
+    let _ = writeln!(
+        s,
+        "\n**External client, same stack ({}, {} connections, fresh SKU copies):** {} answers in {:.2} s = {:.0} req/s, p50 {}, p99 {}, max {}; statuses {}; socket errors {}\n",
+        x.client,
+        x.connections,
+        x.requests,
+        x.duration_s,
+        x.throughput_rps,
+        fmt_us(x.p50_us),
+        fmt_us(x.p99_us),
+        fmt_us(x.max_us),
+        statuses.join(", "),
+        x.socket_errors
+    );
+    let _ = writeln!(
+        s,
+        "| process | CPU s | CPU µs per answer |\n| --- | ---: | ---: |"
+    );
+    cpu_rows(s, &x.cpu);
+    let ours = r.cpu.iter().find(|c| c.role == Role::LoadGenerator);
+    let theirs = x.cpu.iter().find(|c| c.role == Role::ExternalClient);
+    if let (Some(a), Some(b)) = (ours, theirs) {
+        if b.us_per_answer > 0.0 {
             let _ = writeln!(
                 s,
-                "| {} | {:.2} | {:.1} |",
-                c.process, c.cpu_s, c.us_per_answer
+                "\nload generator / {}, CPU per answer: {:.1} / {:.1} µs = **{:.2}×**",
+                x.client,
+                a.us_per_answer,
+                b.us_per_answer,
+                a.us_per_answer / b.us_per_answer
             );
         }
     }
-    for x in r.external.iter().chain(&r.h2load) {
-        let statuses: Vec<String> = x
-            .statuses
-            .iter()
-            .map(|(k, v)| format!("{k}: {v}"))
-            .collect();
-        let _ = writeln!(
-            s,
-            "\n**External client, same stack ({}, {} connections, fresh SKU copies):** {} answers in {:.2} s = {:.0} req/s, p50 {}, p99 {}, max {}; statuses {}; socket errors {}\n",
-            x.client,
-            x.connections,
-            x.requests,
-            x.duration_s,
-            x.throughput_rps,
-            fmt_us(x.p50_us),
-            fmt_us(x.p99_us),
-            fmt_us(x.max_us),
-            statuses.join(", "),
-            x.socket_errors
-        );
-        let _ = writeln!(
-            s,
-            "| process | CPU s | CPU µs per answer |\n| --- | ---: | ---: |"
-        );
-        for c in &x.cpu {
-            let _ = writeln!(
-                s,
-                "| {} | {:.2} | {:.1} |",
-                c.process, c.cpu_s, c.us_per_answer
-            );
-        }
-        let ours = r.cpu.iter().find(|c| c.role == Role::LoadGenerator);
-        let theirs = x.cpu.iter().find(|c| c.role == Role::ExternalClient);
-        if let (Some(a), Some(b)) = (ours, theirs) {
-            if b.us_per_answer > 0.0 {
-                let _ = writeln!(
-                    s,
-                    "\nload generator / {}, CPU per answer: {:.1} / {:.1} µs = **{:.2}×**",
-                    x.client,
-                    a.us_per_answer,
-                    b.us_per_answer,
-                    a.us_per_answer / b.us_per_answer
-                );
-            }
-        }
-    }
-    if let Some(inv) = &r.invariants {
-        let _ = writeln!(
-            s,
-            "\n**Invariants: {}**\n\n| check | result | detail |\n| --- | --- | --- |",
-            if inv.passed { "PASS" } else { "FAIL" }
-        );
-        for c in &inv.checks {
-            let _ = writeln!(
-                s,
-                "| {} | {} | {} |",
-                c.name,
-                if c.passed { "pass" } else { "FAIL" },
-                c.detail
-            );
-        }
-    }
-    s
 }

@@ -41,14 +41,34 @@ pub fn nice_max(v: f64) -> f64 {
         .unwrap_or(10.0 * p)
 }
 
+/// The plot area's scale: data to SVG coordinates.
+struct Plot {
+    xmax: f64,
+    ymax: f64,
+    /// Plot width and height.
+    pw: f64,
+    ph: f64,
+}
+
+impl Plot {
+    fn x(&self, v: f64) -> f64 {
+        LEFT + v / self.xmax * self.pw
+    }
+
+    fn y(&self, v: f64) -> f64 {
+        TOP + self.ph - v / self.ymax * self.ph
+    }
+}
+
 /// A line chart with linear axes starting at zero.
 pub fn line_chart(title: &str, x_label: &str, y_label: &str, series: &[Series]) -> String {
     let pts = series.iter().flat_map(|s| s.points.iter());
-    let xmax = nice_max(pts.clone().map(|p| p.0).fold(0.0, f64::max));
-    let ymax = nice_max(pts.map(|p| p.1).fold(0.0, f64::max));
-    let (pw, ph) = (W - LEFT - RIGHT, H - TOP - BOTTOM);
-    let x = |v: f64| LEFT + v / xmax * pw;
-    let y = |v: f64| TOP + ph - v / ymax * ph;
+    let plot = Plot {
+        xmax: nice_max(pts.clone().map(|p| p.0).fold(0.0, f64::max)),
+        ymax: nice_max(pts.map(|p| p.1).fold(0.0, f64::max)),
+        pw: W - LEFT - RIGHT,
+        ph: H - TOP - BOTTOM,
+    };
     let mut s = String::new();
     let _ = writeln!(
         s,
@@ -61,22 +81,33 @@ pub fn line_chart(title: &str, x_label: &str, y_label: &str, series: &[Series]) 
         W / 2.0,
         esc(title)
     );
+    axes(&mut s, &plot, x_label, y_label);
+    for (i, se) in series.iter().enumerate() {
+        line(&mut s, &plot, i, se);
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
+/// The grid with its tick labels, the frame, and the axis labels.
+fn axes(s: &mut String, plot: &Plot, x_label: &str, y_label: &str) {
+    let (pw, ph) = (plot.pw, plot.ph);
     for i in 0..=5 {
         let f = f64::from(i) / 5.0;
-        let (gx, gy) = (x(f * xmax), y(f * ymax));
+        let (gx, gy) = (plot.x(f * plot.xmax), plot.y(f * plot.ymax));
         let _ = writeln!(
             s,
             r##"<line x1="{LEFT}" y1="{gy:.1}" x2="{:.1}" y2="{gy:.1}" stroke="#ddd"/><text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"##,
             LEFT + pw,
             LEFT - 6.0,
             gy + 4.0,
-            fmt_num(f * ymax)
+            fmt_num(f * plot.ymax)
         );
         let _ = writeln!(
             s,
             r#"<text x="{gx:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
             TOP + ph + 18.0,
-            fmt_num(f * xmax)
+            fmt_num(f * plot.xmax)
         );
     }
     let _ = writeln!(
@@ -97,35 +128,35 @@ pub fn line_chart(title: &str, x_label: &str, y_label: &str, series: &[Series]) 
         TOP + ph / 2.0,
         esc(y_label)
     );
-    for (i, se) in series.iter().enumerate() {
-        let c = COLOURS[i % COLOURS.len()];
-        let path: Vec<String> = se
-            .points
-            .iter()
-            .map(|(px, py)| format!("{:.1},{:.1}", x(*px), y(*py)))
-            .collect();
-        let _ = writeln!(
-            s,
-            r#"<polyline fill="none" stroke="{c}" stroke-width="2" points="{}"/>"#,
-            path.join(" ")
-        );
-        for p in &path {
-            let (cx, cy) = p.split_once(',').unwrap_or(("0", "0"));
-            let _ = writeln!(s, r#"<circle cx="{cx}" cy="{cy}" r="2.5" fill="{c}"/>"#);
-        }
-        let ly = TOP + 10.0 + 18.0 * i as f64;
-        let _ = writeln!(
-            s,
-            r#"<rect x="{:.1}" y="{:.1}" width="12" height="3" fill="{c}"/><text x="{:.1}" y="{:.1}">{}</text>"#,
-            LEFT + pw + 12.0,
-            ly - 4.0,
-            LEFT + pw + 30.0,
-            ly,
-            esc(&se.name)
-        );
+}
+
+/// Series `i`: its line, its points and its legend entry.
+fn line(s: &mut String, plot: &Plot, i: usize, se: &Series) {
+    let c = COLOURS[i % COLOURS.len()];
+    let path: Vec<String> = se
+        .points
+        .iter()
+        .map(|(px, py)| format!("{:.1},{:.1}", plot.x(*px), plot.y(*py)))
+        .collect();
+    let _ = writeln!(
+        s,
+        r#"<polyline fill="none" stroke="{c}" stroke-width="2" points="{}"/>"#,
+        path.join(" ")
+    );
+    for p in &path {
+        let (cx, cy) = p.split_once(',').unwrap_or(("0", "0"));
+        let _ = writeln!(s, r#"<circle cx="{cx}" cy="{cy}" r="2.5" fill="{c}"/>"#);
     }
-    s.push_str("</svg>\n");
-    s
+    let ly = TOP + 10.0 + 18.0 * i as f64;
+    let _ = writeln!(
+        s,
+        r#"<rect x="{:.1}" y="{:.1}" width="12" height="3" fill="{c}"/><text x="{:.1}" y="{:.1}">{}</text>"#,
+        LEFT + plot.pw + 12.0,
+        ly - 4.0,
+        LEFT + plot.pw + 30.0,
+        ly,
+        esc(&se.name)
+    );
 }
 
 fn fmt_num(v: f64) -> String {

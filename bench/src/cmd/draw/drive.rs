@@ -11,22 +11,24 @@
 //! it has one, until an answer ends its wait (`claimed`, `sold_out`, a refusal) or the
 //! phase's deadline. A bot's repeats alternate between joining again and sending its token.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
-use std::sync::atomic::{AtomicI64, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use bench::stack::cpu::{CpuUse, Sampler, Watched};
-use hyper::header::{HeaderName, HeaderValue};
 use loadgen::http::{Conn, Target};
-use loadgen::outcome::Outcome;
 use loadgen::token::Tokens;
-use loadgen::workload::ClaimReq;
-use shard_router::{now_ms, ApiStatus};
+use shard_router::ApiStatus;
 use tokio::sync::Barrier;
 
 use super::population::Shape;
+use queue::Waiting;
+use worker::Job;
+
+mod queue;
+mod send;
+mod worker;
 
 /// Answer classes: every API status, then "no status" (transport error, timeout, a body
 /// without one).
@@ -55,11 +57,6 @@ pub(crate) enum Kind {
         deadline: Instant,
     },
 }
-
-/// Header a waiting client sends its queue token in.
-const QUEUE_TOKEN: &str = "queue-token";
-/// A retry's delay after an answer that ends nothing (429, 503, no answer).
-const RETRY: Duration = Duration::from_secs(1);
 
 /// What a phase offers and where.
 pub(crate) struct Phase<'a> {
@@ -121,30 +118,28 @@ struct Shared {
     queue: Option<Waiting>,
 }
 
-/// A queue phase's shared state.
-struct Waiting {
-    deadline: Instant,
-    /// Per user: the queue token the waiting room gave it (empty until one came).
-    tokens: Vec<OnceLock<Box<str>>>,
-    /// Users to send again: `(due, user)`, earliest first.
-    heap: Mutex<BinaryHeap<Reverse<(Instant, u32)>>>,
-    /// Requests taken off the heap and not answered yet (each may put its user back).
-    inflight: AtomicUsize,
-    /// Workers done with the arrivals (until all are, a bot may still join the heap).
-    arrived: AtomicUsize,
-    arrivals_done_ms: AtomicI64,
-    with_token: AtomicU64,
-    invalid: AtomicU64,
-    first_claim_ms: AtomicI64,
-    last_claim_ms: AtomicI64,
-}
-
-impl Waiting {
-    fn push(&self, user: u32, after: Duration) {
-        lock(&self.heap).push(Reverse((Instant::now() + after, user)));
+impl Shared {
+    fn new(shape: &Shape, kind: Kind) -> Self {
+        let now = Instant::now();
+        Shared {
+            humans: shape.humans(),
+            next_human: AtomicUsize::new(0),
+            bots: Mutex::new(
+                (0..shape.bots())
+                    .map(|b| (b, shape.bot_factor, now))
+                    .collect(),
+            ),
+            per_user: (0..shape.users).map(|_| AtomicU8::new(0)).collect(),
+            bot_count: shape.bots(),
+            queue: match kind {
+                Kind::Queue { deadline } => Some(Waiting::new(deadline, shape.users)),
+                _ => None,
+            },
+        }
     }
 }
 
+/// What one worker counted.
 struct Worker {
     answers: [[u64; CLASSES]; 2],
     lag: Duration,
@@ -152,122 +147,29 @@ struct Worker {
 
 /// Runs the phase: connections open before the clock, then everyone sends.
 pub(crate) async fn run(p: &Phase<'_>, shape: &Shape, watched: Vec<Watched>) -> PhaseResult {
-    let now = Instant::now();
-    let shared = Arc::new(Shared {
-        humans: shape.humans(),
-        next_human: AtomicUsize::new(0),
-        bots: Mutex::new(
-            (0..shape.bots())
-                .map(|b| (b, shape.bot_factor, now))
-                .collect(),
-        ),
-        per_user: (0..shape.users).map(|_| AtomicU8::new(0)).collect(),
-        bot_count: shape.bots(),
-        queue: match p.kind {
-            Kind::Queue { deadline } => Some(Waiting {
-                deadline,
-                tokens: (0..shape.users).map(|_| OnceLock::new()).collect(),
-                heap: Mutex::new(BinaryHeap::new()),
-                inflight: AtomicUsize::new(0),
-                arrived: AtomicUsize::new(0),
-                arrivals_done_ms: AtomicI64::new(0),
-                with_token: AtomicU64::new(0),
-                invalid: AtomicU64::new(0),
-                first_claim_ms: AtomicI64::new(i64::MAX),
-                last_claim_ms: AtomicI64::new(i64::MIN),
-            }),
-            _ => None,
-        },
-    });
+    let shared = Arc::new(Shared::new(shape, p.kind));
     let conns = p.connections.max(1);
     let gate = Arc::new(Barrier::new(conns + 1));
-    let start = Arc::new(std::sync::OnceLock::<Instant>::new());
-    let mut workers = Vec::with_capacity(conns);
-    for w in 0..conns {
-        let mut conn = Conn::new(p.targets[w % p.targets.len()].clone(), p.timeout);
-        let (shared, gate, start, tokens) = (
-            shared.clone(),
-            gate.clone(),
-            start.clone(),
-            p.tokens.clone(),
-        );
-        let (sku, kind, tag, timeout, factor) =
-            (p.sku, p.kind, p.tag.to_owned(), p.timeout, shape.bot_factor);
-        workers.push(tokio::spawn(async move {
-            let _ = tokio::time::timeout(timeout, conn.warm()).await;
-            gate.wait().await;
-            let t0 = *start.get_or_init(Instant::now);
-            let mut me = Worker {
-                answers: [[0; CLASSES]; 2],
-                lag: Duration::ZERO,
-            };
-            let ctx = Ctx {
-                sku,
-                kind,
-                tag: &tag,
-                tokens: tokens.as_deref(),
-                shared: &shared,
-            };
-            let mut held: Option<(u32, u32, Instant)> = None;
-            loop {
-                let now = Instant::now();
-                if held.is_none() {
-                    held = lock(&shared.bots).pop_front();
-                }
-                let i = shared.next_human.load(Ordering::Relaxed);
-                let human = shared
-                    .humans
-                    .get(i)
-                    .map(|&(due, u)| (t0 + Duration::from_micros(due as u64), u));
-                let human_first = match (human, held) {
-                    (Some((due, _)), Some((_, _, ready))) => due <= now && due <= ready,
-                    (Some((due, _)), None) => due <= now,
-                    (None, _) => false,
-                };
-                if human_first {
-                    let Some((due, user)) = human else { break };
-                    if shared
-                        .next_human
-                        .compare_exchange(i, i + 1, Ordering::Relaxed, Ordering::Relaxed)
-                        .is_err()
-                    {
-                        continue;
-                    }
-                    if let Some(b) = held.take() {
-                        lock(&shared.bots).push_front(b);
-                    }
-                    me.lag = me.lag.max(now.saturating_duration_since(due));
-                    let (class, next) = ctx
-                        .send(&mut conn, user, user as u64 * factor as u64, false)
-                        .await;
-                    me.answers[1][class] += 1;
-                    ctx.wait_again(user, next);
-                } else if let Some((user, left, _)) = held {
-                    let k = factor - left;
-                    let origin = user as u64 * factor as u64 + k as u64;
-                    // A bot's repeats: join again, then its token, by turns.
-                    let (class, next) = ctx.send(&mut conn, user, origin, k % 2 == 1).await;
-                    me.answers[0][class] += 1;
-                    held = (left > 1).then(|| (user, left - 1, Instant::now()));
-                    if held.is_none() {
-                        ctx.wait_again(user, next);
-                    }
-                } else if let Some((due, _)) = human {
-                    let until = due.min(now + Duration::from_millis(5));
-                    tokio::time::sleep_until(until.into()).await;
-                } else {
-                    break;
-                }
-            }
-            if let Some(q) = &shared.queue {
-                if q.arrived.fetch_add(1, Ordering::SeqCst) + 1 == conns {
-                    q.arrivals_done_ms.store(now_ms(), Ordering::SeqCst);
-                }
-                ctx.poll(&mut conn, &mut me, conns, factor).await;
-            }
-            me
-        }));
-    }
+    let start = Arc::new(OnceLock::<Instant>::new());
+    let job = Job {
+        sku: p.sku,
+        kind: p.kind,
+        tag: p.tag.to_owned(),
+        timeout: p.timeout,
+        factor: shape.bot_factor,
+        workers: conns,
+        tokens: p.tokens.clone(),
+        shared: shared.clone(),
+        gate: gate.clone(),
+        start: start.clone(),
+    };
+    let workers: Vec<_> = (0..conns)
+        .map(|w| {
+            let conn = Conn::new(p.targets[w % p.targets.len()].clone(), p.timeout);
+            tokio::spawn(worker::work(job.clone(), conn))
+        })
+        .collect();
+    drop(job);
     // Sampled from here: the workers hold at the gate until the sampler has its start.
     let cpu = Sampler::start(watched);
     gate.wait().await;
@@ -287,31 +189,10 @@ pub(crate) async fn run(p: &Phase<'_>, shape: &Shape, watched: Vec<Watched>) -> 
     let took = t0.elapsed();
     let total: u64 = answers.iter().flatten().sum();
     let cpu = cpu.finish(total);
-    let queue = shared.queue.as_ref().map(|q| {
-        let (first, last) = (
-            q.first_claim_ms.load(Ordering::Relaxed),
-            q.last_claim_ms.load(Ordering::Relaxed),
-        );
-        QueueTally {
-            with_token: q.with_token.load(Ordering::Relaxed),
-            waiting_at_deadline: lock(&q.heap).len() as u64,
-            invalid_tokens: q.invalid.load(Ordering::Relaxed),
-            arrivals_done_ms: Some(q.arrivals_done_ms.load(Ordering::SeqCst)).filter(|&t| t > 0),
-            first_claim_ms: (first != i64::MAX).then_some(first),
-            last_claim_ms: (last != i64::MIN).then_some(last),
-        }
-    });
-    let per_user = match Arc::try_unwrap(shared) {
-        Ok(s) => s.per_user.into_iter().map(AtomicU8::into_inner).collect(),
-        Err(s) => s
-            .per_user
-            .iter()
-            .map(|a| a.load(Ordering::Relaxed))
-            .collect(),
-    };
+    let queue = shared.queue.as_ref().map(Waiting::tally);
     PhaseResult {
         answers,
-        per_user,
+        per_user: per_user(shared),
         took,
         human_lag_max,
         cpu,
@@ -319,194 +200,18 @@ pub(crate) async fn run(p: &Phase<'_>, shape: &Shape, watched: Vec<Watched>) -> 
     }
 }
 
+/// Each user's byte, once the workers are done.
+fn per_user(shared: Arc<Shared>) -> Vec<u8> {
+    match Arc::try_unwrap(shared) {
+        Ok(s) => s.per_user.into_iter().map(AtomicU8::into_inner).collect(),
+        Err(s) => s
+            .per_user
+            .iter()
+            .map(|a| a.load(Ordering::Relaxed))
+            .collect(),
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-struct Ctx<'a> {
-    sku: u64,
-    kind: Kind,
-    tag: &'a str,
-    tokens: Option<&'a Tokens>,
-    shared: &'a Shared,
-}
-
-impl Ctx<'_> {
-    /// Sends one request of `user` (with its queue token when `with_token` and it has
-    /// one) and records what it says about the user; the class, and in a queue phase when
-    /// to send again (`None`: the answer ends the user's wait).
-    async fn send(
-        &self,
-        conn: &mut Conn,
-        user: u32,
-        origin: u64,
-        with_token: bool,
-    ) -> (usize, Option<Duration>) {
-        let req = ClaimReq {
-            sku: self.sku,
-            user: user as u64,
-            origin,
-            qty: 1,
-        };
-        let auth = self
-            .tokens
-            .map(|t| t.authorization(req.user, || req.user_name(self.tag)));
-        let token = self
-            .shared
-            .queue
-            .as_ref()
-            .filter(|_| with_token)
-            .and_then(|q| q.tokens[user as usize].get())
-            .and_then(|t| HeaderValue::from_str(t).ok());
-        let answer = match token {
-            Some(t) => {
-                if let Some(q) = &self.shared.queue {
-                    q.with_token.fetch_add(1, Ordering::Relaxed);
-                }
-                let extra = [(HeaderName::from_static(QUEUE_TOKEN), t)];
-                conn.post_with(req.body(self.tag), auth, &extra).await
-            }
-            None => conn.post(req.body(self.tag), auth).await,
-        };
-        let body = body_of(&answer.body);
-        let status = body.as_ref().map(|b| b.status);
-        let slot = &self.shared.per_user[user as usize];
-        let mut next = None;
-        match self.kind {
-            Kind::Draw => match status {
-                Some(
-                    ApiStatus::Entered
-                    | ApiStatus::Drawing
-                    | ApiStatus::Won
-                    | ApiStatus::WonPending
-                    | ApiStatus::Waitlisted
-                    | ApiStatus::Lost,
-                ) => {
-                    slot.fetch_or(ENTERED, Ordering::Relaxed);
-                }
-                Some(ApiStatus::EntriesClosed) => {
-                    slot.fetch_or(CLOSED, Ordering::Relaxed);
-                }
-                _ => {}
-            },
-            Kind::Fcfs | Kind::Queue { .. } => {
-                if answer.outcome == Outcome::Claimed {
-                    // A fresh 201 (a replay answers 200): one more unit for this user.
-                    let _ = slot.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-                        Some(n.saturating_add(1))
-                    });
-                    if let Some(q) = &self.shared.queue {
-                        let t = now_ms();
-                        q.first_claim_ms.fetch_min(t, Ordering::Relaxed);
-                        q.last_claim_ms.fetch_max(t, Ordering::Relaxed);
-                    }
-                } else if answer.outcome == Outcome::Replay {
-                    // The claim of a request whose answer was lost: the unit is this user's.
-                    let _ = slot.fetch_max(1, Ordering::Relaxed);
-                }
-                if let (Some(q), Kind::Queue { .. }) = (&self.shared.queue, self.kind) {
-                    next = match body {
-                        Some(b) if b.status == ApiStatus::Queued => {
-                            if let Some(t) = b.queue_token {
-                                let _ = q.tokens[user as usize].set(t.into_boxed_str());
-                            }
-                            Some(Duration::from_millis(
-                                b.refresh_ms.unwrap_or(1000).clamp(100, 10_000),
-                            ))
-                        }
-                        Some(b) if b.status == ApiStatus::InvalidQueueToken => {
-                            q.invalid.fetch_add(1, Ordering::Relaxed);
-                            None
-                        }
-                        Some(b) => match b.status {
-                            ApiStatus::RateLimited
-                            | ApiStatus::Overloaded
-                            | ApiStatus::Unavailable
-                            | ApiStatus::InProgress
-                            | ApiStatus::NotStarted => Some(RETRY),
-                            _ => None,
-                        },
-                        // No answer (timeout, transport): try again.
-                        None => Some(RETRY),
-                    };
-                }
-            }
-        }
-        let class = status
-            .and_then(|s| ApiStatus::ALL.iter().position(|a| *a == s))
-            .unwrap_or(NO_STATUS);
-        (class, next)
-    }
-
-    /// A queue phase: puts `user` on the heap when its last answer asks for another try.
-    fn wait_again(&self, user: u32, next: Option<Duration>) {
-        if let (Some(q), Some(after)) = (&self.shared.queue, next) {
-            q.push(user, after);
-        }
-    }
-
-    /// A queue phase after this worker's arrivals: sends whoever is due on the heap until
-    /// it is empty with nothing in flight and every worker past its arrivals, or the
-    /// deadline. A user polls under its first request id (a client retrying one claim).
-    async fn poll(&self, conn: &mut Conn, me: &mut Worker, workers: usize, factor: u32) {
-        let Some(q) = &self.shared.queue else {
-            return;
-        };
-        loop {
-            let now = Instant::now();
-            if now >= q.deadline {
-                return;
-            }
-            let due = {
-                let mut heap = lock(&q.heap);
-                match heap.peek() {
-                    Some(Reverse((at, _))) if *at <= now => {
-                        let Reverse((_, user)) = heap.pop().expect("peeked");
-                        q.inflight.fetch_add(1, Ordering::SeqCst);
-                        Ok(user)
-                    }
-                    Some(Reverse((at, _))) => Err(Some(*at)),
-                    None => Err(None),
-                }
-            };
-            match due {
-                Ok(user) => {
-                    let side = if user < self.shared.bot_count { 0 } else { 1 };
-                    let (class, next) = self
-                        .send(conn, user, user as u64 * factor as u64, true)
-                        .await;
-                    me.answers[side][class] += 1;
-                    self.wait_again(user, next);
-                    q.inflight.fetch_sub(1, Ordering::SeqCst);
-                }
-                Err(at) => {
-                    let idle = at.is_none()
-                        && q.inflight.load(Ordering::SeqCst) == 0
-                        && q.arrived.load(Ordering::SeqCst) == workers;
-                    if idle && lock(&q.heap).is_empty() {
-                        return;
-                    }
-                    let until = at
-                        .unwrap_or(now + Duration::from_millis(20))
-                        .min(now + Duration::from_millis(20))
-                        .min(q.deadline);
-                    tokio::time::sleep_until(until.into()).await;
-                }
-            }
-        }
-    }
-}
-
-/// The fields of an answer's JSON body the bench reads.
-#[derive(serde::Deserialize)]
-struct Body {
-    status: ApiStatus,
-    #[serde(default)]
-    queue_token: Option<String>,
-    #[serde(default)]
-    refresh_ms: Option<u64>,
-}
-
-fn body_of(body: &[u8]) -> Option<Body> {
-    serde_json::from_slice::<Body>(body).ok()
 }

@@ -203,6 +203,8 @@ fn opt_i(v: Option<i64>) -> String {
 }
 
 /// The Markdown table (one column per mode), the goal line and the failed checks.
+/// Long because it lists the table's rows in their order, one `row` call each: split, the
+/// order a reader sees would be spread over several functions.
 pub(crate) fn markdown(r: &DrawReport) -> String {
     let mut rows: Vec<(String, Vec<String>)> = Vec::new();
     let mut row = |name: &str, f: &dyn Fn(&ModeReport) -> String| {
