@@ -36,13 +36,26 @@ impl LocalRedis {
             .collect()
     }
 
-    /// Starts a single node, or a cluster of `masters` when `masters > 1`.
+    /// Starts a single node, or a cluster of `masters` when `masters > 1`, set as
+    /// deployments run Redis (`hash-max-listpack-entries 32`, docs/OPERATIONS.md "Bounds"),
+    /// so that a run's first users per shard cost what they cost there.
     pub fn start(masters: usize) -> Result<Self, ServerError> {
-        if masters <= 1 {
-            RedisServer::try_start_with(&[]).map(Self::Single)
+        let redis = if masters <= 1 {
+            RedisServer::try_start_with(&["--hash-max-listpack-entries", "32"]).map(Self::Single)?
         } else {
-            RedisCluster::try_start(masters, 0).map(Self::Cluster)
-        }
+            let cluster = RedisCluster::try_start(masters, 0)?;
+            for node in cluster.nodes() {
+                redis::cmd("CONFIG")
+                    .arg(&["SET", "hash-max-listpack-entries", "32"])
+                    .query::<()>(&mut node.connection())
+                    .map_err(|e| ServerError::Failed {
+                        what: format!("CONFIG SET on {}", node.url()),
+                        detail: e.to_string(),
+                    })?;
+            }
+            Self::Cluster(cluster)
+        };
+        Ok(redis)
     }
 
     pub fn target(&self) -> RedisTarget {
