@@ -123,16 +123,6 @@ pub struct Acked<T> {
     pub confirmation: Confirmation,
 }
 
-impl<T> Acked<T> {
-    /// `acked`: what the batch's WAIT counted (`None`: no replica durability).
-    pub(crate) fn new(outcome: T, acked: Option<u32>) -> Self {
-        Self {
-            outcome,
-            confirmation: Confirmation::of(acked),
-        }
-    }
-}
-
 /// Runs one claim end to end: its outcome, and what replica durability confirmed (the
 /// gateway's answer is [`crate::decision::decide`]'s). Errors are Redis trouble; an
 /// ambiguous error during a second chance leaves the hold standing, for the consumer to

@@ -1,7 +1,7 @@
 //! The claim steps on one shard, each a Lua script in a group-commit batch: the claim on
 //! the home shard (or its hold), the take on another shard, and the settle of the hold.
 //! Each answers its outcome with what replica durability confirmed of its batch
-//! ([`Acked`]): the claim protocol needs both, most tests only the outcome.
+//! ([`Acked`]): the claim protocol needs both.
 
 use super::StockClient;
 use crate::error::StockError;
@@ -30,7 +30,7 @@ impl StockClient {
             0
         };
         let request_ttl = self.cfg.request_ttl.as_secs().max(1);
-        let (r, acked) = self
+        let (r, confirmation) = self
             .script_batched("claim", home, Selling::Claim, |cmd| {
                 cmd.arg(7)
                     .arg(k.stock())
@@ -81,7 +81,10 @@ impl StockClient {
             }
             _ => return Err(r.unexpected()),
         };
-        Ok(Acked::new(outcome, acked))
+        Ok(Acked {
+            outcome,
+            confirmation,
+        })
     }
 
     /// Runs `take.lua` (the second chance) on `shard`, under the hold `user_seq` on `home`.
@@ -99,7 +102,7 @@ impl StockClient {
         // is the margin for clock skew between Redis and the consumer that resolves it.
         let hold_ttl = self.cfg.hold_ttl.as_millis() as i64;
         let deadline = now_ms + hold_ttl - hold_ttl / 3;
-        let (r, acked) = self
+        let (r, confirmation) = self
             .script_batched("take", shard, Selling::Take, |cmd| {
                 cmd.arg(3)
                     .arg(k.stock())
@@ -135,7 +138,10 @@ impl StockClient {
             }
             _ => return Err(r.unexpected()),
         };
-        Ok(Acked::new(outcome, acked))
+        Ok(Acked {
+            outcome,
+            confirmation,
+        })
     }
 
     /// Runs `settle.lua` on the home shard: ends the hold `user_seq` of `user`.
@@ -167,7 +173,7 @@ impl StockClient {
         if let Settlement::KeepOwn { gen, .. } | Settlement::UndoOwn { gen } = how {
             hold_gen = gen.to_string();
         }
-        let (r, acked) = self
+        let (r, confirmation) = self
             .script_batched("settle", home, Selling::Settle, |cmd| {
                 cmd.arg(4)
                     .arg(k.users())
@@ -188,6 +194,9 @@ impl StockClient {
             code::HOLD_GONE => SettleOutcome::HoldGone,
             _ => return Err(r.unexpected()),
         };
-        Ok(Acked::new(outcome, acked))
+        Ok(Acked {
+            outcome,
+            confirmation,
+        })
     }
 }
