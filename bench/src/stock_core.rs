@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use loadgen::latency::{self, Percentiles};
 use serde::Serialize;
-use shard_router::protocol::{self, LocalEmptyShards};
+use shard_router::protocol::{self, ClaimOptions, LocalEmptyShards};
 use shard_router::{ClaimOutcome, ClaimRequest, SkuMeta, StockClient, StockConfig};
 
 use crate::stack::cpu::{us_per_answer_of, Role, Sampler, Watched};
@@ -273,7 +273,14 @@ async fn claim_until(
             request_id: rid.then(|| format!("r{i}")),
         };
         let t = Instant::now();
-        let out = protocol::claim(client, meta, &req, empties, shard_router::now_ms()).await;
+        let out = protocol::claim(
+            client,
+            meta,
+            &req,
+            ClaimOptions::new(empties, shard_router::now_ms()),
+        )
+        .await
+        .map(|a| a.outcome);
         latency::record(&mut h, t.elapsed());
         match out {
             Ok(ClaimOutcome::Claimed { .. }) => claimed += 1,

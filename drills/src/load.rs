@@ -96,7 +96,7 @@ pub async fn run(
                     qty: 1,
                     request_id: None,
                 };
-                let out = protocol::claim_confirmed(
+                let out = protocol::claim(
                     &client,
                     &meta,
                     &req,
@@ -104,7 +104,7 @@ pub async fn run(
                 )
                 .await;
                 let (out, confirmation) = match out {
-                    Ok((o, c)) => (Ok(o), c),
+                    Ok(claimed) => (Ok(claimed.outcome), claimed.confirmation),
                     Err(e) => (Err(e), Confirmation::NotAsked),
                 };
                 let confirmed = match durability {

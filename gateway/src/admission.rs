@@ -1,6 +1,6 @@
 //! Admission control for requests: the in-flight cap (shed at once, never queued) and the
 //! per-user rate limit (governor, keyed on the resolved user). The connection cap lives in
-//! `server.rs`, where connections are accepted.
+//! `plumbing/src/serve.rs`, where connections are accepted.
 
 use std::num::NonZeroU32;
 use std::sync::Arc;
@@ -10,7 +10,7 @@ use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
-use crate::metrics::hot;
+use crate::metrics::claim_metrics;
 
 /// How often idle users are dropped from the rate limiter, which bounds its memory to the
 /// users seen in roughly the last burst window.
@@ -28,7 +28,7 @@ pub(crate) struct InFlight {
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        hot().in_flight.decrement(1.0);
+        claim_metrics().in_flight.decrement(1.0);
     }
 }
 
@@ -47,7 +47,7 @@ impl Admission {
     /// A slot for one request, or `None` when the gateway is at its in-flight cap.
     pub(crate) fn enter(&self) -> Option<InFlight> {
         let permit = self.in_flight.clone().try_acquire_owned().ok()?;
-        hot().in_flight.increment(1.0);
+        claim_metrics().in_flight.increment(1.0);
         Some(InFlight { _permit: permit })
     }
 

@@ -15,7 +15,7 @@ use hyper::body::Incoming;
 use hyper::{Method, Request, Response};
 
 use crate::app::App;
-use crate::metrics::{hot, status_label, REQUESTS, REQUEST_SECONDS};
+use crate::metrics::{claim_metrics, status_label, REQUESTS, REQUEST_SECONDS};
 use crate::reply::{Body, Reply};
 
 /// The claim API listener: every request runs under its trace id (see `access.rs`).
@@ -42,15 +42,17 @@ async fn route(
     if req.method() == Method::POST && req.uri().path() == "/v1/claims" {
         let resp = match client_limited(&app, &req, peer) {
             Some(reply) => {
-                hot().claim(crate::metrics::outcome::REJECTED);
+                claim_metrics().claim(crate::metrics::outcome::REJECTED);
                 reply
             }
             None => claim::handle(&app, peer, req).await,
         }
         .into_response();
-        let hot = hot();
-        hot.claim_request(resp.status().as_u16());
-        hot.claim_seconds.record(started.elapsed().as_secs_f64());
+        let metrics = claim_metrics();
+        metrics.claim_request(resp.status().as_u16());
+        metrics
+            .claim_seconds
+            .record(started.elapsed().as_secs_f64());
         return ("claims", resp);
     }
     let path = req.uri().path().to_owned();

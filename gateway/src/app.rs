@@ -9,12 +9,12 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use crate::admission::Admission;
 use crate::cache::SoldOutCache;
 use crate::limiter::ClientLimiter;
-use crate::link::Link;
+use crate::link::RedisLink;
 
 pub(crate) struct App {
     /// Trace ids and the bounded access log of the API listener.
     pub(crate) access: crate::access::AccessLog,
-    pub(crate) link: Arc<Link>,
+    pub(crate) link: Arc<RedisLink>,
     pub(crate) cache: SoldOutCache,
     pub(crate) admission: Arc<Admission>,
     /// Where the user comes from (token, trusted header, or the body when allowed), and

@@ -207,7 +207,7 @@ impl SoldOutCache {
             if let Some(known) = slot.state.get() {
                 match known {
                     Some(state) => {
-                        crate::metrics::hot().cache_hits.increment(1);
+                        crate::metrics::claim_metrics().cache_hits.increment(1);
                         return Ok(Some(state.clone()));
                     }
                     None if slot.created.elapsed() < self.unknown_ttl => {

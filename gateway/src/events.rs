@@ -16,7 +16,7 @@ use tokio::sync::watch;
 
 use crate::cache::SoldOutCache;
 use crate::config::PubsubNodes;
-use crate::link::Link;
+use crate::link::RedisLink;
 use crate::metrics::PUBSUB_RECONNECTS;
 
 const PING_EVERY: Duration = Duration::from_secs(3);
@@ -66,7 +66,7 @@ impl Event {
 /// Runs until shutdown.
 pub(crate) async fn subscribe(
     nodes: PubsubNodes,
-    link: Arc<Link>,
+    link: Arc<RedisLink>,
     cache: SoldOutCache,
     timeout: Duration,
     live_refresh: Duration,

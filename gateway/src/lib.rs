@@ -53,7 +53,7 @@ use crate::admission::Admission;
 use crate::app::App;
 use crate::cache::SoldOutCache;
 use crate::limiter::ClientLimiter;
-use crate::link::Link;
+use crate::link::RedisLink;
 
 pub use api::input::{parse_claim, Rejection};
 pub use api::linger::{LINGER_MAX_BYTES, LINGER_TIME};
@@ -74,6 +74,50 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ConfigError> {
     let settings = cfg.validate()?;
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let app = Arc::new(app(&cfg, &settings, stop_rx.clone())?);
+
+    // Background tasks stop last (they serve the draining requests too).
+    let (bg_tx, bg_rx) = watch::channel(false);
+    let mut background = background(&app, &cfg, &settings, bg_rx);
+    let api = tokio::spawn(plumbing::serve(
+        listeners.api,
+        app.clone(),
+        api::api,
+        settings.api,
+        stop_rx.clone(),
+    ));
+    let admin = tokio::spawn(plumbing::serve(
+        listeners.admin,
+        app.clone(),
+        api::admin,
+        settings.admin,
+        stop_rx,
+    ));
+
+    shutdown.await;
+    tracing::info!("shutdown requested; draining");
+    app.link.start_draining();
+    tokio::time::sleep(settings.drain_delay).await;
+    let _ = stop_tx.send(true);
+    for (name, task) in [("api", api), ("admin", admin)] {
+        if let Err(e) = task.await {
+            tracing::error!(listener = name, error = %e, "listener task failed");
+        }
+    }
+    let _ = bg_tx.send(true);
+    while background.join_next().await.is_some() {}
+    tracing::info!("gateway stopped");
+    Ok(())
+}
+
+/// The state every handler shares, built from the configuration (the metrics recorder is
+/// installed here, before any handle to it is taken).
+fn app(
+    cfg: &Config,
+    settings: &config::Settings,
+    stop: watch::Receiver<bool>,
+) -> Result<App, ConfigError> {
     let identity = Identity::load(&cfg.access.identity_sources())
         .map_err(|e| ConfigError::new(e.setting, e.reason))?;
     if !cfg.access.has_identity_source() {
@@ -81,28 +125,25 @@ pub async fn run(
     }
     let handle = metrics::install();
     metrics::register_defaults();
-    let link = Arc::new(Link::default());
+    let link = RedisLink::default();
     link.set_clock(cfg.max_clock_skew_ms, cfg.clock_offset_ms);
-    let cache = SoldOutCache::new(
-        cfg.cache_capacity,
-        settings.cache_ttl,
-        settings.unknown_sku_ttl,
-    );
-    let admission = Arc::new(Admission::new(
-        cfg.max_in_flight,
-        cfg.user_rate,
-        cfg.user_burst,
-    ));
     let access_key = match &cfg.access_log_key_file {
         Some(path) => Some(access::key_from(&read_key_file(path)?)),
         None => None,
     };
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let app = Arc::new(App {
+    Ok(App {
         access: access::AccessLog::new(cfg.access_log_rate, access_key),
-        link: link.clone(),
-        cache: cache.clone(),
-        admission: admission.clone(),
+        link: Arc::new(link),
+        cache: SoldOutCache::new(
+            cfg.cache_capacity,
+            settings.cache_ttl,
+            settings.unknown_sku_ttl,
+        ),
+        admission: Arc::new(Admission::new(
+            cfg.max_in_flight,
+            cfg.user_rate,
+            cfg.user_burst,
+        )),
         identity,
         clients: ClientLimiter::new(
             cfg.access.client_rate,
@@ -117,68 +158,54 @@ pub async fn run(
             cfg.replay_filter_max_users,
             cfg.replay_filter_total_users,
         ),
-        metrics: handle.clone(),
-        queue: waiting_room::QueueGate::new(match &cfg.access.queue_secret_file {
-            Some(path) => {
-                let bad = |e: String| ConfigError::new("--queue-secret-file", e);
-                let bytes =
-                    std::fs::read(path).map_err(|e| bad(format!("{}: {e}", path.display())))?;
-                Some(shard_router::queue::QueueKey::new(bytes.trim_ascii_end()).map_err(bad)?)
-            }
-            None => None,
-        }),
-        stop: stop_rx.clone(),
-    });
+        metrics: handle,
+        queue: waiting_room::QueueGate::new(queue_key(cfg)?),
+        stop,
+    })
+}
 
-    // Background tasks stop last (they serve the draining requests too).
-    let (bg_tx, bg_rx) = watch::channel(false);
-    let mut background = tokio::task::JoinSet::new();
-    background.spawn({
-        let link = link.clone();
-        let rx = bg_rx.clone();
-        let (stock, interval, on) = (settings.stock, settings.probe_interval, cfg.redis_runtime);
+/// The background tasks, each until `stop`: the Redis probe, the Pub/Sub subscriber, the
+/// rate limiter's sweep and the metrics upkeep.
+fn background(
+    app: &App,
+    cfg: &Config,
+    settings: &config::Settings,
+    stop: watch::Receiver<bool>,
+) -> tokio::task::JoinSet<()> {
+    let mut tasks = tokio::task::JoinSet::new();
+    tasks.spawn({
+        let link = app.link.clone();
+        let rx = stop.clone();
+        let (stock, interval, on) = (
+            settings.stock.clone(),
+            settings.probe_interval,
+            cfg.redis_runtime,
+        );
         async move { link.probe(stock, interval, on, rx).await }
     });
-    background.spawn(events::subscribe(
-        settings.pubsub_nodes,
-        link.clone(),
-        cache,
+    tasks.spawn(events::subscribe(
+        settings.pubsub_nodes.clone(),
+        app.link.clone(),
+        app.cache.clone(),
         settings.pubsub_timeout,
         settings.cache_ttl,
-        bg_rx.clone(),
+        stop.clone(),
     ));
-    background.spawn(admission.sweep(bg_rx.clone()));
-    background.spawn(metrics::upkeep(handle, bg_rx));
+    tasks.spawn(app.admission.clone().sweep(stop.clone()));
+    tasks.spawn(metrics::upkeep(app.metrics.clone(), stop));
+    tasks
+}
 
-    let api = tokio::spawn(plumbing::serve(
-        listeners.api,
-        app.clone(),
-        api::api,
-        settings.api,
-        stop_rx.clone(),
-    ));
-    let admin = tokio::spawn(plumbing::serve(
-        listeners.admin,
-        app,
-        api::admin,
-        settings.admin,
-        stop_rx,
-    ));
-
-    shutdown.await;
-    tracing::info!("shutdown requested; draining");
-    link.start_draining();
-    tokio::time::sleep(settings.drain_delay).await;
-    let _ = stop_tx.send(true);
-    for (name, task) in [("api", api), ("admin", admin)] {
-        if let Err(e) = task.await {
-            tracing::error!(listener = name, error = %e, "listener task failed");
-        }
-    }
-    let _ = bg_tx.send(true);
-    while background.join_next().await.is_some() {}
-    tracing::info!("gateway stopped");
-    Ok(())
+/// `--queue-secret-file`'s key, when given.
+fn queue_key(cfg: &Config) -> Result<Option<shard_router::queue::QueueKey>, ConfigError> {
+    let Some(path) = &cfg.access.queue_secret_file else {
+        return Ok(None);
+    };
+    let bad = |e: String| ConfigError::new("--queue-secret-file", e);
+    let bytes = std::fs::read(path).map_err(|e| bad(format!("{}: {e}", path.display())))?;
+    shard_router::queue::QueueKey::new(bytes.trim_ascii_end())
+        .map(Some)
+        .map_err(bad)
 }
 
 /// Reads `--access-log-key-file` (a few bytes of secret; more than 4 KiB is a mistake).

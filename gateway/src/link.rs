@@ -22,7 +22,7 @@ use crate::metrics::{CLOCK_SKEW_SECONDS, READY, REDIS_CLOCK_SPREAD_SECONDS, SHAR
 
 /// Shared view of Redis and of the process's readiness.
 #[derive(Default)]
-pub(crate) struct Link {
+pub(crate) struct RedisLink {
     client: OnceLock<StockClient>,
     connected: Notify,
     /// At least one shard's master answered the last probe.
@@ -59,7 +59,7 @@ impl NotReady {
     }
 }
 
-impl Link {
+impl RedisLink {
     /// The client once the first connection succeeded. The connection reconnects by itself
     /// afterwards, so it is never replaced.
     pub(crate) fn client(&self) -> Option<&StockClient> {

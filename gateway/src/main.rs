@@ -10,8 +10,9 @@ use tokio::net::TcpListener;
 
 const NAME: &str = "flashgate-gateway";
 
-// glibc malloc was ~15% of the gateway's CPU under claim load (many small, short-lived
-// allocations across threads); mimalloc's thread-local free lists cut that.
+// Claims make many small, short-lived allocations across threads: mimalloc's thread-local
+// free lists cost less than glibc malloc's (docs/BENCHMARKS.md "Figures behind the
+// gateway's group commit and allocator").
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

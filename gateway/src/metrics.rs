@@ -103,12 +103,12 @@ const LATENCY_BUCKETS: &[f64] = &[
 ];
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
-static HOT: OnceLock<Hot> = OnceLock::new();
+static CLAIM_METRICS: OnceLock<ClaimMetrics> = OnceLock::new();
 
 /// Handles of the series every claim touches. `counter!` with labels builds and hashes a
 /// key and looks it up on each call, which showed in the claim path's profile; these are
 /// looked up once, after the recorder is installed.
-pub(crate) struct Hot {
+pub(crate) struct ClaimMetrics {
     claims: Vec<(&'static str, Counter)>,
     /// One per [`CLAIM_STATUSES`], in its order.
     claim_requests: [Counter; CLAIM_STATUSES.len()],
@@ -122,7 +122,7 @@ pub(crate) struct Hot {
 /// comparing label strings was most of what counting an answer cost.
 const CLAIM_STATUSES: [u16; 11] = [200, 201, 202, 400, 401, 403, 404, 409, 410, 429, 503];
 
-impl Hot {
+impl ClaimMetrics {
     fn new() -> Self {
         use outcome::*;
         let outcomes = [
@@ -202,9 +202,9 @@ pub(crate) fn status_label(code: u16) -> &'static str {
     }
 }
 
-/// The hot-path handles (bound to the recorder once [`install`] ran).
-pub(crate) fn hot() -> &'static Hot {
-    HOT.get_or_init(Hot::new)
+/// The claim path's metric handles (bound to the recorder once [`install`] ran).
+pub(crate) fn claim_metrics() -> &'static ClaimMetrics {
+    CLAIM_METRICS.get_or_init(ClaimMetrics::new)
 }
 
 /// Installs the process-wide recorder once and returns its handle. Later calls (several
@@ -222,7 +222,7 @@ pub fn install() -> PrometheusHandle {
                 tracing::warn!("a metrics recorder was already installed; /metrics stays empty");
             }
             describe();
-            let _ = hot();
+            let _ = claim_metrics();
             handle
         })
         .clone()

@@ -1,18 +1,18 @@
 //! Group commit of claim scripts, per shard (per server on a single Redis). Claims for one
 //! shard that arrive while that shard's previous batch is in flight go to Redis together
-//! as one pipeline: one write and one read for N claims instead of N each. Loopback writes were ~40% of the gateway's CPU
-//! under claim load, and Redis pays per read as well. At low load a batch is one claim and
-//! costs what a plain call costs, plus a task hand-off.
+//! as one pipeline: one write and one read for N claims instead of N each, which the
+//! gateway's loopback writes and Redis's reads both pay per call. At low load a batch is
+//! one claim and costs what a plain call costs, plus a task hand-off.
 //!
 //! Each claim stays its own EVALSHA, so atomicity and order are unchanged: Redis runs a
 //! pipeline's scripts one after another, in the order they were queued. One script running
-//! a whole batch (a `pcall` per claim) would save 2–5 % of Redis's instructions per claim
-//! at 4–8 claims, under 1 µs (`bench/redis_claim_batch.sh`, docs/BENCHMARKS.md "Redis CPU per claim
-//! with the consumer running"), so it was not built. All of a batch's keys share the
-//! shard's hash tag, so on a cluster the pipeline goes to one node. On a single Redis
-//! every shard lives on the one server, so all shards share one queue: more claims per
-//! pipeline (`compare.sh claims-100` under wrk, two pairs on a quiet machine:
-//! gateway 19.2 / 21.7 → 17.0 / 19.0 µs and Redis 14.1 / 14.3 → 13.3 / 13.4 µs per claim).
+//! a whole batch (a `pcall` per claim) would save little of Redis's work per claim
+//! (`bench/redis_claim_batch.sh`, docs/BENCHMARKS.md "Redis CPU per claim with the
+//! consumer running"), so it was not built. All of a batch's keys share the shard's hash
+//! tag, so on a cluster the pipeline goes to one node. On a single Redis every shard lives
+//! on the one server, so all shards share one queue: more claims per pipeline. The
+//! figures are in docs/BENCHMARKS.md "Figures behind the gateway's group commit and
+//! allocator".
 //!
 //! With replica durability the pipeline ends with one `WAIT`: it runs on the connection
 //! that ran the batch's scripts (one pipeline is one write on one connection), so its count
@@ -110,11 +110,11 @@ impl<T: Waiting> Drop for Owner<'_, T> {
 
 /// A script's reply and, with replica durability, how many replicas the batch's own WAIT
 /// counted (`None` without durability).
-pub(crate) type Acked = (Value, Option<u32>);
+pub(crate) type BatchReply = (Value, Option<u32>);
 
 struct Pending {
     cmd: Cmd,
-    reply: oneshot::Sender<RedisResult<Acked>>,
+    reply: oneshot::Sender<RedisResult<BatchReply>>,
 }
 
 impl Waiting for Pending {
@@ -172,7 +172,7 @@ impl Batcher {
         conn: &RedisConn,
         shard: ShardId,
         cmd: Cmd,
-    ) -> RedisResult<Acked> {
+    ) -> RedisResult<BatchReply> {
         // One Redis serves every shard: one queue, so claims of all shards share a pipeline.
         let shard = if conn.is_cluster() { shard } else { 0 };
         let Some(queue) = self.queues.get(usize::from(shard)) else {
@@ -224,28 +224,9 @@ impl Batcher {
             .await;
             match answer {
                 Ok(Ok(mut values)) if values.len() == expected => {
-                    let acked = self.wait.map(|_| {
-                        let online = match values.pop() {
-                            Some(Ok(v)) => redis::from_redis_value::<String>(v)
-                                .ok()
-                                .map(|info| ReplicationInfo::parse(&info)),
-                            _ => None,
-                        };
-                        let waited = values.pop();
-                        // Unreadable: nobody knows how many replicas had to answer.
-                        let Some(online) = online else { return 0 };
-                        self.set_replicas(shard, online.online_replicas);
-                        let all = need.max(online.replicas_to_wait());
-                        match waited {
-                            // Fewer than every online one confirms nothing (module doc).
-                            Some(Ok(Value::Int(n))) => {
-                                Some(crate::replication::replica_count(n)).filter(|&n| n >= all)
-                            }
-                            // An error reply (or anything else) confirms nothing.
-                            _ => None,
-                        }
-                        .unwrap_or(0)
-                    });
+                    let acked = self
+                        .wait
+                        .map(|_| self.replicas_acked(shard, need, &mut values));
                     for (tx, v) in replies.into_iter().zip(values) {
                         let _ = tx.send(v.map(|v| (v, acked)));
                     }
@@ -276,9 +257,40 @@ impl Batcher {
             }
         }
     }
+
+    /// What the pipeline's closing `WAIT` and `INFO replication` (popped off `values`) say:
+    /// the replicas that acknowledged the batch, or 0 when that is fewer than every one
+    /// online (`need`, or more by the INFO just read; module doc). Records the INFO's count
+    /// for the next batches.
+    fn replicas_acked(
+        &self,
+        shard: ShardId,
+        need: u32,
+        values: &mut Vec<RedisResult<Value>>,
+    ) -> u32 {
+        let online = match values.pop() {
+            Some(Ok(v)) => redis::from_redis_value::<String>(v)
+                .ok()
+                .map(|info| ReplicationInfo::parse(&info)),
+            _ => None,
+        };
+        let waited = values.pop();
+        // Unreadable: nobody knows how many replicas had to answer.
+        let Some(online) = online else { return 0 };
+        self.set_replicas(shard, online.online_replicas);
+        let all = need.max(online.replicas_to_wait());
+        match waited {
+            Some(Ok(Value::Int(n))) => {
+                Some(crate::replication::replica_count(n)).filter(|&n| n >= all)
+            }
+            // An error reply (or anything else) confirms nothing.
+            _ => None,
+        }
+        .unwrap_or(0)
+    }
 }
 
-fn send_all(replies: Vec<oneshot::Sender<RedisResult<Acked>>>, e: &RedisError) {
+fn send_all(replies: Vec<oneshot::Sender<RedisResult<BatchReply>>>, e: &RedisError) {
     for tx in replies {
         let _ = tx.send(Err(e.clone()));
     }

@@ -17,6 +17,7 @@ use crate::error::StockError;
 use crate::guard::{Guards, Selling};
 use crate::keys::ShardKeys;
 use crate::placement::{Placement, ShardId};
+use crate::protocol::Confirmation;
 use crate::reply::Reply;
 use crate::scripts;
 
@@ -161,14 +162,15 @@ impl StockClient {
     /// did not run: the call reached a process this client has not loaded it on (a restart,
     /// a failover, a `SCRIPT FLUSH`). Learn that process and send the same call once more,
     /// both within one more response timeout. The guard's refusal is
-    /// [`StockError::Restoring`].
+    /// [`StockError::Restoring`]. Answers the reply with what replica durability confirmed
+    /// of the batch.
     async fn script_batched(
         &self,
         op: &'static str,
         shard: ShardId,
         which: Selling,
         args: impl Fn(&mut redis::Cmd),
-    ) -> Result<(Reply, Option<u32>), StockError> {
+    ) -> Result<(Reply, Confirmation), StockError> {
         let call = |sha: &str| {
             // Sized for the claim, the largest call (19 arguments, ~450 bytes with ids of
             // 64 bytes): growing from empty was 7 reallocations per claim.
@@ -200,7 +202,7 @@ impl StockClient {
         if reply.code == scripts::code::RESTORING {
             return Err(StockError::Restoring { op });
         }
-        Ok((reply, acked))
+        Ok((reply, Confirmation::of(acked)))
     }
 
     /// The selling scripts loaded on `shard`'s master, loading them first if none are.

@@ -9,12 +9,12 @@
 use crate::client::StockClient;
 use crate::error::StockError;
 use crate::outcome::{Claim, ClaimOutcome, ClaimRequest, SkuMeta};
-use crate::protocol::{self, ClaimOptions, Confirmation};
+use crate::protocol::{self, Acked, ClaimOptions, Confirmation};
 use crate::replay::StoredAnswer;
 
-/// How an acknowledged claim was made.
+/// Where an acknowledged claim came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum How {
+pub enum ClaimOrigin {
     /// Taken on the user's home shard.
     Fresh,
     /// Taken on another shard after the home slice came up short.
@@ -29,14 +29,14 @@ pub enum Decision {
     /// Acknowledge it (201, or 200 for a replay).
     Claimed {
         claim: Claim,
-        how: How,
+        origin: ClaimOrigin,
     },
     /// Taken on a primary that no replica confirmed (replica durability): a failover could
     /// lose it, so it must not be acknowledged; a retry with the same request id learns
     /// whether it lasted.
     Unconfirmed {
         claim: Claim,
-        how: How,
+        origin: ClaimOrigin,
     },
     SoldOut,
     LimitReached {
@@ -52,11 +52,11 @@ pub enum Decision {
 }
 
 impl Decision {
-    fn confirmed(claim: Claim, how: How, confirmation: Confirmation) -> Self {
+    fn confirmed(claim: Claim, origin: ClaimOrigin, confirmation: Confirmation) -> Self {
         if confirmation.acknowledgeable() {
-            Self::Claimed { claim, how }
+            Self::Claimed { claim, origin }
         } else {
-            Self::Unconfirmed { claim, how }
+            Self::Unconfirmed { claim, origin }
         }
     }
 }
@@ -68,15 +68,22 @@ pub async fn decide(
     req: &ClaimRequest,
     opts: ClaimOptions<'_>,
 ) -> Result<Decision, StockError> {
-    let (outcome, confirmation) = protocol::claim_confirmed(client, meta, req, opts).await?;
+    let Acked {
+        outcome,
+        confirmation,
+    } = protocol::claim(client, meta, req, opts).await?;
     Ok(match outcome {
         ClaimOutcome::Claimed { claim, rerouted } => {
-            let how = if rerouted { How::Rerouted } else { How::Fresh };
-            Decision::confirmed(claim, how, confirmation)
+            let origin = if rerouted {
+                ClaimOrigin::Rerouted
+            } else {
+                ClaimOrigin::Fresh
+            };
+            Decision::confirmed(claim, origin, confirmation)
         }
         ClaimOutcome::Replay(claim) => {
             let confirmation = rerouted_replay(client, meta, req, &claim, confirmation).await;
-            Decision::confirmed(claim, How::Replay, confirmation)
+            Decision::confirmed(claim, ClaimOrigin::Replay, confirmation)
         }
         ClaimOutcome::SoldOut => Decision::SoldOut,
         ClaimOutcome::LimitReached { held } => Decision::LimitReached { held },
@@ -130,9 +137,11 @@ pub async fn replay(
     };
     Ok(match found? {
         None => None,
-        Some((StoredAnswer::Claimed(claim), confirmation)) => {
-            Some(Decision::confirmed(claim, How::Replay, confirmation))
-        }
+        Some((StoredAnswer::Claimed(claim), confirmation)) => Some(Decision::confirmed(
+            claim,
+            ClaimOrigin::Replay,
+            confirmation,
+        )),
         Some((StoredAnswer::InProgress, _)) => Some(Decision::InProgress),
     })
 }

@@ -79,20 +79,6 @@ impl<'a> ClaimOptions<'a> {
     }
 }
 
-/// Runs one claim end to end (the outcome alone: the gateway's answer is
-/// [`crate::decision::decide`]'s). Errors are Redis trouble; an ambiguous error during a
-/// second chance leaves the hold standing, for the consumer to resolve against the ledger.
-pub async fn claim(
-    client: &StockClient,
-    meta: &SkuMeta,
-    req: &ClaimRequest,
-    empties: &dyn EmptyShards,
-    now_ms: i64,
-) -> Result<ClaimOutcome, StockError> {
-    let opts = ClaimOptions::new(empties, now_ms);
-    Ok(claim_confirmed(client, meta, req, opts).await?.0)
-}
-
 /// What replica durability (`StockConfig::replica_ack`) confirmed about a claim or replay.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Confirmation {
@@ -106,7 +92,8 @@ pub enum Confirmation {
 }
 
 impl Confirmation {
-    fn of(acked: Option<u32>) -> Self {
+    /// What a batch's WAIT counted (`None`: no replica durability).
+    pub(crate) fn of(acked: Option<u32>) -> Self {
         match acked {
             None => Self::NotAsked,
             Some(n) if n >= 1 => Self::Confirmed,
@@ -128,77 +115,57 @@ impl Confirmation {
     }
 }
 
-/// [`claim`] with every option, also saying what replica durability confirmed. A rerouted claim wrote
-/// on two shards: the units and record on the other shard, the user's count, sequence
-/// and stored answer on the home shard. Its hold must be confirmed before the take, so
-/// that a retry after the home master's failover finds the hold (and waits for it to be
-/// resolved against the ledger) instead of claiming a second time; the take and the settle
-/// must both be confirmed for the claim to be.
-pub async fn claim_confirmed(
+/// An outcome and what replica durability confirmed of the writes behind it: of one
+/// script's batch (`StockClient::claim_home`, `take`, `settle`), or of a whole claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Acked<T> {
+    pub outcome: T,
+    pub confirmation: Confirmation,
+}
+
+/// Runs one claim end to end: its outcome, and what replica durability confirmed (the
+/// gateway's answer is [`crate::decision::decide`]'s). Errors are Redis trouble; an
+/// ambiguous error during a second chance leaves the hold standing, for the consumer to
+/// resolve against the ledger.
+///
+/// A rerouted claim writes on two shards: the units and record on the other shard, the
+/// user's count, sequence and stored answer on the home shard. Its hold must be confirmed
+/// before the take, so that a retry after the home master's failover finds the hold (and
+/// waits for it to be resolved against the ledger) instead of claiming a second time; the
+/// take and the settle must both be confirmed for the claim to be.
+pub async fn claim(
     client: &StockClient,
     meta: &SkuMeta,
     req: &ClaimRequest,
     opts: ClaimOptions<'_>,
-) -> Result<(ClaimOutcome, Confirmation), StockError> {
+) -> Result<Acked<ClaimOutcome>, StockError> {
     req.validate()?;
     if req.sku != meta.sku {
         return Err(StockError::InvalidArgument(
             "request and metadata SKUs differ".into(),
         ));
     }
-    let empties = opts.empties;
     let placement = client.placement();
     let home = placement.home_shard(meta.sku, meta.width, &req.user);
     let others = if opts.second_chance {
         placement.second_chances(meta.sku, meta.width, &req.user, |s| {
-            empties.is_empty(meta.sku, s)
+            opts.empties.is_empty(meta.sku, s)
         })
     } else {
         Vec::new()
     };
-
-    let (home_outcome, acked) = client
-        .claim_home_acked(req, home, opts.now_ms, !others.is_empty())
+    let at_home = client
+        .claim_home(req, home, opts.now_ms, !others.is_empty())
         .await?;
-    let home_confirmed = Confirmation::of(acked);
-    let done = |o: ClaimOutcome| Ok((o, home_confirmed));
-    let held = match home_outcome {
-        HomeOutcome::Claimed {
-            claim_id,
-            remaining,
-            ..
-        } => {
-            note_remaining(empties, meta.sku, home, remaining);
-            return done(ClaimOutcome::Claimed {
-                claim: Claim {
-                    claim_id,
-                    sku: meta.sku,
-                    shard: home,
-                    qty: req.qty,
-                },
-                rerouted: false,
-            });
+    let (user_seq, gen) = match at_home.outcome.end(opts.empties, meta, req, home) {
+        Ok(end) => {
+            return Ok(Acked {
+                outcome: end,
+                confirmation: at_home.confirmation,
+            })
         }
-        HomeOutcome::Hold {
-            user_seq,
-            remaining,
-            gen,
-        } => {
-            note_remaining(empties, meta.sku, home, remaining);
-            (user_seq, gen)
-        }
-        HomeOutcome::SoldOut { remaining } => {
-            note_remaining(empties, meta.sku, home, remaining);
-            return done(ClaimOutcome::SoldOut);
-        }
-        HomeOutcome::Replay(c) => return done(ClaimOutcome::Replay(c)),
-        HomeOutcome::InProgress => return done(ClaimOutcome::InProgress),
-        HomeOutcome::LimitReached { held } => return done(ClaimOutcome::LimitReached { held }),
-        HomeOutcome::NotStarted => return done(ClaimOutcome::NotStarted),
-        HomeOutcome::Ended => return done(ClaimOutcome::Ended),
-        HomeOutcome::NotPreheated => return done(ClaimOutcome::NotPreheated),
+        Err(held) => held,
     };
-    let (user_seq, gen) = held;
     let hold = Hold {
         client,
         meta,
@@ -207,7 +174,7 @@ pub async fn claim_confirmed(
         user_seq,
         gen,
     };
-    if home_confirmed == Confirmation::Unconfirmed {
+    if at_home.confirmation == Confirmation::Unconfirmed {
         // A take under a hold the home replica may not have: after a failover of the home
         // master, a retry would find no hold and claim again. Give the count back and take
         // nothing (if the undo is lost too, the consumer resolves the hold: no claim).
@@ -215,6 +182,55 @@ pub async fn claim_confirmed(
         return Err(StockError::Unconfirmed { op: "hold" });
     }
     take_elsewhere(&hold, others, opts).await
+}
+
+impl HomeOutcome {
+    /// The claim's outcome when the home shard decided it, else `Err` with the hold it
+    /// placed (`user_seq`, generation). Notes what the shard said of its slice.
+    fn end(
+        self,
+        empties: &dyn EmptyShards,
+        meta: &SkuMeta,
+        req: &ClaimRequest,
+        home: ShardId,
+    ) -> Result<ClaimOutcome, (u64, u64)> {
+        Ok(match self {
+            HomeOutcome::Claimed {
+                claim_id,
+                remaining,
+                ..
+            } => {
+                note_remaining(empties, meta.sku, home, remaining);
+                ClaimOutcome::Claimed {
+                    claim: Claim {
+                        claim_id,
+                        sku: meta.sku,
+                        shard: home,
+                        qty: req.qty,
+                    },
+                    rerouted: false,
+                }
+            }
+            HomeOutcome::Hold {
+                user_seq,
+                remaining,
+                gen,
+            } => {
+                note_remaining(empties, meta.sku, home, remaining);
+                return Err((user_seq, gen));
+            }
+            HomeOutcome::SoldOut { remaining } => {
+                note_remaining(empties, meta.sku, home, remaining);
+                ClaimOutcome::SoldOut
+            }
+            HomeOutcome::Replay(c) => ClaimOutcome::Replay(c),
+            HomeOutcome::InProgress => ClaimOutcome::InProgress,
+            HomeOutcome::LimitReached { held } => ClaimOutcome::LimitReached { held },
+            HomeOutcome::NotStarted => ClaimOutcome::NotStarted,
+            HomeOutcome::Ended => ClaimOutcome::Ended,
+            HomeOutcome::NotPreheated => ClaimOutcome::NotPreheated,
+        })
+    }
 }
 
 /// The user's count held on the home shard while other shards are tried: what a settle
@@ -233,10 +249,10 @@ struct Hold<'a> {
 }
 
 impl Hold<'_> {
-    async fn settle(&self, how: &Settlement) -> Result<(SettleOutcome, Option<u32>), StockError> {
+    async fn settle(&self, how: &Settlement) -> Result<Acked<SettleOutcome>, StockError> {
         let rid = self.req.request_id.as_deref();
         self.client
-            .settle_acked(
+            .settle(
                 self.meta.sku,
                 self.home,
                 &self.req.user,
@@ -250,7 +266,7 @@ impl Hold<'_> {
     /// Gives the user's count back: nothing was taken.
     async fn undo(&self) -> Result<SettleOutcome, StockError> {
         let own = Settlement::UndoOwn { gen: self.gen };
-        self.settle(&own).await.map(|(o, _)| o)
+        self.settle(&own).await.map(|settled| settled.outcome)
     }
 
     /// [`Self::undo`] at once rather than leaving the user blocked until the consumer
@@ -271,29 +287,37 @@ impl Hold<'_> {
     async fn keep(
         &self,
         claim: Claim,
-        take_acked: Option<u32>,
-    ) -> Result<(ClaimOutcome, Confirmation), StockError> {
+        take: Confirmation,
+    ) -> Result<Acked<ClaimOutcome>, StockError> {
         let own = Settlement::KeepOwn {
             claim: claim.clone(),
             gen: self.gen,
         };
         let settled = match self.settle(&own).await {
-            Ok((SettleOutcome::HoldGone, _)) => {
+            Ok(Acked {
+                outcome: SettleOutcome::HoldGone,
+                ..
+            }) => {
                 tracing::warn!(sku = self.meta.sku, user = %self.req.user, claim_id = %claim.claim_id, "the hold was settled elsewhere before its keep");
                 return Err(StockError::HoldSettled { op: "keep" });
             }
-            Ok((SettleOutcome::Settled { .. }, acked)) => Confirmation::of(acked),
+            Ok(Acked { confirmation, .. }) => confirmation,
             Err(e) => {
                 tracing::warn!(sku = self.meta.sku, user = %self.req.user, error = %e, "settle keep failed; hold left for the consumer");
-                Confirmation::of(take_acked.map(|_| 0))
+                // Nothing confirmed the settle: with replica durability, not the claim either.
+                match take {
+                    Confirmation::NotAsked => Confirmation::NotAsked,
+                    _ => Confirmation::Unconfirmed,
+                }
             }
         };
-        let confirmed = Confirmation::of(take_acked).and(settled);
-        let rerouted = ClaimOutcome::Claimed {
-            claim,
-            rerouted: true,
-        };
-        Ok((rerouted, confirmed))
+        Ok(Acked {
+            outcome: ClaimOutcome::Claimed {
+                claim,
+                rerouted: true,
+            },
+            confirmation: take.and(settled),
+        })
     }
 }
 
@@ -302,13 +326,13 @@ impl Hold<'_> {
 /// marks the shard empty, so later claims skip it, and so do walks already under way: a
 /// shard the view learnt was empty since this walk began (another claim's miss, an `empty`
 /// event) is skipped by the same rule that chose the walk's shards. In a rush many claims
-/// walk at once, and each take is a Redis round trip behind every other runnable task:
-/// walking 7 shards one by one took 100-250 ms (docs/BENCHMARKS.md "Where the rush time goes").
+/// walk at once, and each take is a Redis round trip behind every other runnable task, so
+/// a long walk is slow (docs/BENCHMARKS.md "Where the rush time goes").
 async fn take_elsewhere(
     hold: &Hold<'_>,
     others: Vec<ShardId>,
     opts: ClaimOptions<'_>,
-) -> Result<(ClaimOutcome, Confirmation), StockError> {
+) -> Result<Acked<ClaimOutcome>, StockError> {
     let Hold {
         client,
         meta,
@@ -323,9 +347,9 @@ async fn take_elsewhere(
             continue;
         }
         let taken = client
-            .take_acked(req, shard, home, user_seq, gen, opts.now_ms)
+            .take(req, shard, home, user_seq, gen, opts.now_ms)
             .await;
-        let (taken, take_acked) = match taken {
+        let taken = match taken {
             Ok(t) => t,
             Err(e) => {
                 // A clear failure took nothing: give the count back now. An ambiguous one
@@ -337,7 +361,7 @@ async fn take_elsewhere(
                 return Err(e);
             }
         };
-        match taken {
+        match taken.outcome {
             TakeOutcome::Claimed {
                 claim_id,
                 remaining,
@@ -349,7 +373,7 @@ async fn take_elsewhere(
                     shard,
                     qty: req.qty,
                 };
-                return hold.keep(claim, take_acked).await;
+                return hold.keep(claim, taken.confirmation).await;
             }
             TakeOutcome::SoldOut { remaining } => {
                 note_remaining(opts.empties, meta.sku, shard, remaining);
@@ -379,7 +403,10 @@ async fn take_elsewhere(
     if let SettleOutcome::HoldGone = hold.undo().await? {
         return Err(StockError::Expired { op: "settle" });
     }
-    Ok((end, Confirmation::NotAsked))
+    Ok(Acked {
+        outcome: end,
+        confirmation: Confirmation::NotAsked,
+    })
 }
 
 fn note_remaining(empties: &dyn EmptyShards, sku: u64, shard: ShardId, remaining: i64) {

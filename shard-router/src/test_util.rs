@@ -3,7 +3,7 @@
 //! users whose home is a given shard, and a reroute's setup (a SKU across two masters, a
 //! home shard emptied).
 
-use crate::protocol::{self, LocalEmptyShards};
+use crate::protocol::{self, ClaimOptions, LocalEmptyShards};
 use crate::{now_ms, ClaimOutcome, ClaimRequest, RedisTarget, SkuMeta, StockClient, StockConfig};
 
 /// Connects with the default settings and loads the scripts.
@@ -54,9 +54,11 @@ pub fn req(sku: u64, user: &str, request_id: Option<&str>) -> ClaimRequest {
 
 /// Runs one claim with a fresh (empty) view of empty shards.
 pub async fn claim_once(client: &StockClient, meta: &SkuMeta, r: &ClaimRequest) -> ClaimOutcome {
-    protocol::claim(client, meta, r, &LocalEmptyShards::default(), now_ms())
+    let empties = LocalEmptyShards::default();
+    protocol::claim(client, meta, r, ClaimOptions::new(&empties, now_ms()))
         .await
         .expect("claim")
+        .outcome
 }
 
 /// Sum of every slice of a SKU; panics when one is missing.

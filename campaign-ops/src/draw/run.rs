@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use ledger::campaigns::Campaign;
 use ledger::draws::{self, Draw, Ranked};
 use shard_router::draw::{draw_order, DrawState, MarkBatch};
-use shard_router::protocol::{self, ClaimOptions, LocalEmptyShards};
+use shard_router::protocol::{self, Acked, ClaimOptions, LocalEmptyShards};
 use shard_router::{
     keys, Claim, ClaimOutcome, ClaimRecord, ClaimRequest, ReplicationInfo, ShardId, StockClient,
     StockError, GRANT_REQUEST,
@@ -382,9 +382,11 @@ async fn grant(
             request_id: Some(GRANT_REQUEST.to_owned()),
         };
         let claimed =
-            protocol::claim_confirmed(client, &meta, &req, ClaimOptions::new(&empties, now_ms))
-                .await;
-        let (outcome, confirmation) = match claimed {
+            protocol::claim(client, &meta, &req, ClaimOptions::new(&empties, now_ms)).await;
+        let Acked {
+            outcome,
+            confirmation,
+        } = match claimed {
             Ok(o) => o,
             // A Redis the ledger has not vouched for yet (restarted, or a promoted
             // replica): the watch rebuilds and vouches for it; the next pass grants.

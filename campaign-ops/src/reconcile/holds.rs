@@ -139,7 +139,8 @@ pub async fn resolve_stale_holds(
         };
         let res = client
             .settle(sku, home, &user, seq, rid.as_deref(), &how)
-            .await?;
+            .await?
+            .outcome;
         if matches!(res, SettleOutcome::Settled { .. }) {
             *settled.entry(home).or_default() += 1;
             tracing::warn!(sku, user = %user, seq, keep = matches!(how, Settlement::KeepOwn { .. }), "stale hold resolved");

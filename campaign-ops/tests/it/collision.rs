@@ -155,10 +155,13 @@ async fn a_collision_fences_the_home_shard_until_the_ledger_rebuilt_it() {
             qty: 1,
             request_id: None,
         },
-        &shard_router::protocol::LocalEmptyShards::default(),
-        shard_router::now_ms(),
+        shard_router::protocol::ClaimOptions::new(
+            &shard_router::protocol::LocalEmptyShards::default(),
+            shard_router::now_ms(),
+        ),
     )
-    .await;
+    .await
+    .map(|a| a.outcome);
     assert!(
         matches!(fenced, Err(shard_router::StockError::Restoring { .. })),
         "a claim on the fenced shard: {fenced:?}"

@@ -36,7 +36,8 @@ async fn a_stale_hold_resolution_settles_only_the_hold_it_read() {
         .client
         .claim_home(&req(c.sku, WALKER, Some("w1")), home, now, true)
         .await
-        .expect("hold");
+        .expect("hold")
+        .outcome;
     let HomeOutcome::Hold { user_seq: seq, .. } = held else {
         panic!("expected a hold: {held:?}")
     };
@@ -89,7 +90,8 @@ async fn a_stale_hold_resolution_settles_only_the_hold_it_read() {
             true,
         )
         .await
-        .expect("the new hold");
+        .expect("the new hold")
+        .outcome;
     assert!(
         matches!(again, HomeOutcome::Hold { user_seq, .. } if user_seq == seq),
         "the sequence started again: {again:?}"
@@ -176,7 +178,8 @@ async fn a_rebuild_counts_another_generations_hold_on_a_claimed_sequence() {
             true,
         )
         .await
-        .expect("the new hold");
+        .expect("the new hold")
+        .outcome;
     assert!(
         matches!(again, HomeOutcome::Hold { user_seq: 1, .. }),
         "the sequence started again: {again:?}"
@@ -222,7 +225,8 @@ async fn a_rebuild_does_not_count_a_claims_own_hold_again() {
         .client
         .claim_home(&r, home, now, true)
         .await
-        .expect("the hold");
+        .expect("the hold")
+        .outcome;
     let HomeOutcome::Hold { user_seq, gen, .. } = held else {
         panic!("the home slice is empty: a hold, not {held:?}")
     };
@@ -231,7 +235,8 @@ async fn a_rebuild_does_not_count_a_claims_own_hold_again() {
         .client
         .take(&r, other, home, user_seq, gen, now)
         .await
-        .expect("take");
+        .expect("take")
+        .outcome;
     assert!(
         matches!(taken, shard_router::TakeOutcome::Claimed { .. }),
         "{taken:?}"

@@ -185,11 +185,14 @@ async fn close_out_stores_the_report_cleans_redis_and_survives_a_crash() {
         &s.client,
         &campaign_ops::sku::meta(&c),
         &retried,
-        &shard_router::protocol::LocalEmptyShards::default(),
-        shard_router::now_ms(),
+        shard_router::protocol::ClaimOptions::new(
+            &shard_router::protocol::LocalEmptyShards::default(),
+            shard_router::now_ms(),
+        ),
     )
     .await
-    .unwrap();
+    .unwrap()
+    .outcome;
     let shard_router::ClaimOutcome::Claimed { claim: answer, .. } = first else {
         panic!("{first:?}")
     };
@@ -332,7 +335,8 @@ async fn close_out_fences_late_claims_and_waits_for_those_already_in() {
         .client
         .claim_home(&late("late"), home, c.end_ms - 1, false)
         .await
-        .unwrap();
+        .unwrap()
+        .outcome;
     assert!(
         matches!(got, shard_router::HomeOutcome::Claimed { .. }),
         "{got:?}"
@@ -352,7 +356,8 @@ async fn close_out_fences_late_claims_and_waits_for_those_already_in() {
         .client
         .claim_home(&late("later"), home2, c.end_ms - 1, false)
         .await
-        .unwrap();
+        .unwrap()
+        .outcome;
     assert_eq!(refused, shard_router::HomeOutcome::NotPreheated);
     // The consumer commits the late claim and the sweep releases it (unpaid); then it closes.
     let consumer = start_consumer(s.cfg.clone());

@@ -419,8 +419,12 @@ async fn a_take_under_a_hold_from_before_a_rebuild_is_refused_whatever_the_gatew
         request_id: None,
     };
     let now = shard_router::now_ms();
-    let shard_router::HomeOutcome::Hold { user_seq, gen, .. } =
-        s.client.claim_home(&req, home, now, true).await.unwrap()
+    let shard_router::HomeOutcome::Hold { user_seq, gen, .. } = s
+        .client
+        .claim_home(&req, home, now, true)
+        .await
+        .unwrap()
+        .outcome
     else {
         panic!("the home slice is empty: a hold")
     };
@@ -432,7 +436,8 @@ async fn a_take_under_a_hold_from_before_a_rebuild_is_refused_whatever_the_gatew
         .client
         .take(&req, other, home, user_seq, gen, ahead)
         .await
-        .unwrap();
+        .unwrap()
+        .outcome;
     assert_eq!(taken, shard_router::TakeOutcome::HoldExpired);
     assert_eq!(
         s.client

@@ -217,7 +217,12 @@ async fn a_late_apply_does_not_take_another_requests_hold_for_its_own() {
         request_id: Some("r-second".into()),
     };
     let now = shard_router::now_ms();
-    let hold = s.client.claim_home(&req, home, now, true).await.unwrap();
+    let hold = s
+        .client
+        .claim_home(&req, home, now, true)
+        .await
+        .unwrap()
+        .outcome;
     assert!(
         matches!(hold, shard_router::HomeOutcome::Hold { user_seq: 1, .. }),
         "{hold:?}"
@@ -245,7 +250,8 @@ async fn a_late_apply_does_not_take_another_requests_hold_for_its_own() {
             &shard_router::Settlement::Undo,
         )
         .await
-        .unwrap();
+        .unwrap()
+        .outcome;
     assert!(
         matches!(undone, shard_router::SettleOutcome::Settled { .. }),
         "{undone:?}"
@@ -389,7 +395,8 @@ async fn a_hold_undone_after_its_late_claim_was_applied_keeps_the_count() {
             &shard_router::Settlement::Undo,
         )
         .await
-        .unwrap();
+        .unwrap()
+        .outcome;
     assert_eq!(
         s.client.user_count(c.sku, c.width, "zoe").await.unwrap(),
         1,

@@ -13,7 +13,7 @@ use crate::common::*;
 use campaign_ops::reconcile::{Options, Report};
 use campaign_ops::{release, wave};
 use consumer::Config;
-use shard_router::protocol::{self, LocalEmptyShards};
+use shard_router::protocol::{self, ClaimOptions, LocalEmptyShards};
 use shard_router::{ClaimOutcome, ClaimRequest, StockClient};
 use sqlx::MySqlPool;
 use tokio::task::JoinSet;
@@ -69,7 +69,14 @@ async fn sale_with_reconciliations(
                 };
                 // No Pub/Sub here: a fresh view per claim, so every claim asks Redis.
                 let empties = LocalEmptyShards::default();
-                match protocol::claim(&client, &meta, &req, &empties, shard_router::now_ms()).await
+                match protocol::claim(
+                    &client,
+                    &meta,
+                    &req,
+                    ClaimOptions::new(&empties, shard_router::now_ms()),
+                )
+                .await
+                .map(|a| a.outcome)
                 {
                     Ok(ClaimOutcome::Claimed { claim, rerouted }) => {
                         counts.claimed.fetch_add(1, Ordering::Relaxed);

@@ -55,7 +55,7 @@ use std::time::{Duration, Instant};
 use crate::common::*;
 use campaign_ops::campaign::{self, Campaign};
 use consumer::Config;
-use shard_router::protocol::{self, LocalEmptyShards};
+use shard_router::protocol::{self, ClaimOptions, LocalEmptyShards};
 use shard_router::{ClaimOutcome, ClaimRequest, RedisTarget, StockClient};
 use sqlx::MySqlPool;
 use test_support::mariadb::TestDatabase;
@@ -209,11 +209,11 @@ async fn drive(client: &StockClient, c: &Campaign, prefix: &str, n: usize, rate:
                 &client,
                 &meta,
                 &req,
-                empties.as_ref(),
-                shard_router::now_ms(),
+                ClaimOptions::new(empties.as_ref(), shard_router::now_ms()),
             )
             .await
-            .expect("claim");
+            .expect("claim")
+            .outcome;
             assert!(matches!(out, ClaimOutcome::Claimed { .. }), "{out:?}");
             drop(permit);
         });

@@ -149,7 +149,8 @@ async fn skewed_consumer_clock_decides_nothing() {
         .client
         .claim_home(&req, home, shard_router::now_ms(), true)
         .await
-        .expect("hold");
+        .expect("hold")
+        .outcome;
     assert!(matches!(hold, HomeOutcome::Hold { .. }), "{hold:?}");
 
     let mut cfg = s.cfg.clone();
@@ -181,7 +182,7 @@ async fn try_claims(
     conc: usize,
 ) -> (Vec<String>, usize, bool) {
     use futures::StreamExt;
-    use shard_router::protocol::{self, LocalEmptyShards};
+    use shard_router::protocol::{self, ClaimOptions, LocalEmptyShards};
     use shard_router::ClaimOutcome;
     let meta = std::sync::Arc::new(campaign_ops::sku::meta(c));
     let outs: Vec<Result<ClaimOutcome, shard_router::StockError>> = futures::stream::iter(users)
@@ -195,7 +196,14 @@ async fn try_claims(
                     request_id: None,
                 };
                 let empties = LocalEmptyShards::default();
-                protocol::claim(&client, &meta, &req, &empties, shard_router::now_ms()).await
+                protocol::claim(
+                    &client,
+                    &meta,
+                    &req,
+                    ClaimOptions::new(&empties, shard_router::now_ms()),
+                )
+                .await
+                .map(|a| a.outcome)
             }
         })
         .buffer_unordered(conc)

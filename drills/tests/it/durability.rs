@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use drills::load::{self, Durability};
 use drills::verdict;
-use shard_router::protocol::{self, Confirmation, LocalEmptyShards};
+use shard_router::protocol::{self, Acked, Confirmation, LocalEmptyShards};
 use shard_router::test_util::{drain, open_meta, split_sku};
 use shard_router::{
     now_ms, ClaimOutcome, ClaimRequest, HomeOutcome, RedisTarget, Settlement, SkuMeta, StockClient,
@@ -130,7 +130,7 @@ pub(crate) fn cut_replicas(node: &RedisServer) {
 
 async fn retry(client: &StockClient, meta: &SkuMeta, req: &ClaimRequest) -> ClaimOutcome {
     for _ in 0..40 {
-        match protocol::claim_confirmed(
+        match protocol::claim(
             client,
             meta,
             req,
@@ -138,7 +138,7 @@ async fn retry(client: &StockClient, meta: &SkuMeta, req: &ClaimRequest) -> Clai
         )
         .await
         {
-            Ok((o, _)) => return o,
+            Ok(claimed) => return claimed.outcome,
             Err(_) => tokio::time::sleep(Duration::from_millis(250)).await,
         }
     }
@@ -185,7 +185,7 @@ async fn reroute_with_home_master_killed_claims_once() {
     // (a) Home replica stopped before the claim: the hold is not confirmed.
     let a = req(&users[0]);
     cluster.nodes()[home_replica].signal("STOP");
-    let first = protocol::claim_confirmed(
+    let first = protocol::claim(
         &client,
         &meta,
         &a,
@@ -193,8 +193,7 @@ async fn reroute_with_home_master_killed_claims_once() {
     )
     .await;
     cluster.nodes()[home_replica].signal("CONT");
-    let a_first_acked =
-        matches!(&first, Ok((ClaimOutcome::Claimed { .. }, c)) if *c != Confirmation::Unconfirmed);
+    let a_first_acked = matches!(&first, Ok(Acked { outcome: ClaimOutcome::Claimed { .. }, confirmation }) if *confirmation != Confirmation::Unconfirmed);
     assert!(
         matches!(first, Err(StockError::Unconfirmed { op: "hold" })),
         "an unconfirmed hold must take nothing: {first:?}"
@@ -206,13 +205,15 @@ async fn reroute_with_home_master_killed_claims_once() {
         .claim_home(&b, home, now_ms(), true)
         .await
         .expect("hold")
+        .outcome
     else {
         panic!("home is drained: expected a hold");
     };
     let taken = client
         .take(&b, other, home, user_seq, gen, now_ms())
         .await
-        .expect("take");
+        .expect("take")
+        .outcome;
     let TakeOutcome::Claimed { claim_id, .. } = taken else {
         panic!("the other shard has stock: {taken:?}");
     };

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use campaign_ops::service;
 use consumer::Config;
-use shard_router::protocol::{self, LocalEmptyShards};
+use shard_router::protocol::{self, ClaimOptions, LocalEmptyShards};
 use shard_router::test_util::{drain, split_sku};
 use shard_router::{
     now_ms, Claim, ClaimOutcome, ClaimRequest, HomeOutcome, RedisTarget, Settlement, ShardId,
@@ -177,7 +177,10 @@ impl CutHome {
             if self.service.is_none() && Instant::now() > back {
                 self.resume();
             }
-            match protocol::claim(gateway, &meta, req, &empties, now_ms()).await {
+            match protocol::claim(gateway, &meta, req, ClaimOptions::new(&empties, now_ms()))
+                .await
+                .map(|a| a.outcome)
+            {
                 Ok(ClaimOutcome::Claimed { .. }) => r.again += 1,
                 Ok(ClaimOutcome::Replay(c)) if c.claim_id == first.claim_id => r.replayed = true,
                 Ok(ClaimOutcome::Replay(_)) => r.mismatch += 1,
@@ -207,6 +210,7 @@ async fn a_keep_after_its_home_failed_over_is_refused_and_the_retry_replays() {
         .claim_home(&req, home, now, true)
         .await
         .expect("hold")
+        .outcome
     else {
         panic!("expected a hold on the drained home")
     };
@@ -215,6 +219,7 @@ async fn a_keep_after_its_home_failed_over_is_refused_and_the_retry_replays() {
         .take(&req, other, home, user_seq, gen, now)
         .await
         .expect("take")
+        .outcome
     else {
         panic!("expected a take on the other shard")
     };
@@ -235,7 +240,8 @@ async fn a_keep_after_its_home_failed_over_is_refused_and_the_retry_replays() {
     };
     let kept = gateway
         .settle(sku, home, &user, user_seq, Some("once"), &keep)
-        .await;
+        .await
+        .map(|a| a.outcome);
     let r = s
         .retry_until_replayed(&gateway, &req, &taken, Duration::from_secs(3))
         .await;

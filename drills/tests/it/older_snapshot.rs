@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use campaign_ops::service;
 use drills::load::Answers;
 use drills::verdict;
-use shard_router::protocol::{self, LocalEmptyShards};
+use shard_router::protocol::{self, ClaimOptions, LocalEmptyShards};
 use shard_router::{now_ms, Claim, ClaimOutcome, ClaimRecord, StockClient, StockError};
 use sqlx::MySqlPool;
 use test_support::mariadb::TestDatabase;
@@ -42,7 +42,9 @@ async fn claim(
     rid: &str,
 ) -> Result<ClaimOutcome, StockError> {
     let req = request(meta.sku, user, rid);
-    protocol::claim(client, meta, &req, empties, now_ms()).await
+    protocol::claim(client, meta, &req, ClaimOptions::new(empties, now_ms()))
+        .await
+        .map(|a| a.outcome)
 }
 
 async fn ledger_len(pool: &MySqlPool, sku: u64) -> usize {

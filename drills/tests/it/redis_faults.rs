@@ -152,10 +152,13 @@ async fn sigstop_is_bounded_and_books_close() {
             qty: 1,
             request_id: None,
         },
-        &shard_router::protocol::LocalEmptyShards::default(),
-        now_ms(),
+        shard_router::protocol::ClaimOptions::new(
+            &shard_router::protocol::LocalEmptyShards::default(),
+            now_ms(),
+        ),
     )
-    .await;
+    .await
+    .map(|a| a.outcome);
     let waited = t.elapsed();
     tokio::time::sleep(Duration::from_millis(1500)).await;
     signal(pid, "CONT");
@@ -223,10 +226,13 @@ async fn redis_restart_reports_not_preheated() {
             &client,
             &meta,
             &r,
-            &shard_router::protocol::LocalEmptyShards::default(),
-            now_ms(),
+            shard_router::protocol::ClaimOptions::new(
+                &shard_router::protocol::LocalEmptyShards::default(),
+                now_ms(),
+            ),
         )
         .await
+        .map(|a| a.outcome)
         {
             Ok(o) => break o,
             Err(e) => {

@@ -12,7 +12,7 @@ use campaign_ops::campaign::{self, Campaign};
 use campaign_ops::service;
 use consumer::Config;
 use shard_router::keys::{self, ShardKeys};
-use shard_router::protocol::{self, Confirmation, LocalEmptyShards};
+use shard_router::protocol::{self, Acked, Confirmation, LocalEmptyShards};
 use shard_router::{
     now_ms, Claim, ClaimOutcome, ClaimRequest, HomeOutcome, RedisTarget, Settlement, StockClient,
     StoredAnswer, TakeOutcome,
@@ -82,7 +82,7 @@ async fn rerouted_answers_stay_replayable_after_the_ledger_took_them() {
         .collect();
     // The home slice (2 units) goes to two users; the next two are rerouted to B.
     for u in [&users[0], &users[3]] {
-        let (o, _) = protocol::claim_confirmed(
+        let o = protocol::claim(
             &gateway,
             &meta,
             &req(c.sku, u),
@@ -90,7 +90,8 @@ async fn rerouted_answers_stay_replayable_after_the_ledger_took_them() {
                 .second_chance(false),
         )
         .await
-        .expect("home claim");
+        .expect("home claim")
+        .outcome;
         assert!(
             matches!(
                 o,
@@ -104,7 +105,10 @@ async fn rerouted_answers_stay_replayable_after_the_ledger_took_them() {
     }
 
     // A whole reroute, confirmed: its answer is tentative until the take is seen on B.
-    let (rerouted, confirmed) = protocol::claim_confirmed(
+    let Acked {
+        outcome: rerouted,
+        confirmation: confirmed,
+    } = protocol::claim(
         &gateway,
         &meta,
         &req(c.sku, &users[1]),
@@ -128,6 +132,7 @@ async fn rerouted_answers_stay_replayable_after_the_ledger_took_them() {
         .claim_home(&r2, home, now_ms(), true)
         .await
         .expect("hold")
+        .outcome
     else {
         panic!("home is empty: expected a hold");
     };
@@ -135,6 +140,7 @@ async fn rerouted_answers_stay_replayable_after_the_ledger_took_them() {
         .take(&r2, other, home, user_seq, gen, now_ms())
         .await
         .expect("take")
+        .outcome
     else {
         panic!("B has a unit");
     };
@@ -249,7 +255,7 @@ async fn a_committed_reroute_left_tentative_is_made_final_by_the_next_owner() {
     let claimed = |user: String, second_chance: bool| {
         let (gateway, meta) = (gateway.clone(), meta.clone());
         async move {
-            protocol::claim_confirmed(
+            protocol::claim(
                 &gateway,
                 &meta,
                 &req(c.sku, &user),
@@ -261,7 +267,7 @@ async fn a_committed_reroute_left_tentative_is_made_final_by_the_next_owner() {
         }
     };
     claimed(users[0].clone(), false).await;
-    let (o, _) = claimed(users[1].clone(), true).await;
+    let o = claimed(users[1].clone(), true).await.outcome;
     assert!(
         matches!(o, ClaimOutcome::Claimed { rerouted: true, .. }),
         "{o:?}"

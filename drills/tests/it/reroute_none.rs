@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use shard_router::protocol::{self, LocalEmptyShards};
+use shard_router::protocol::{self, ClaimOptions, LocalEmptyShards};
 use shard_router::{now_ms, ClaimOutcome, ClaimRequest};
 
 use super::hold_failover::CutHome;
@@ -25,7 +25,15 @@ async fn a_rerouted_claim_whose_home_fails_over_is_claimed_once() {
         request_id: Some("once".into()),
     };
     let empties = LocalEmptyShards::default();
-    let first = match protocol::claim(&s.client, &s.meta, &req, &empties, now_ms()).await {
+    let first = match protocol::claim(
+        &s.client,
+        &s.meta,
+        &req,
+        ClaimOptions::new(&empties, now_ms()),
+    )
+    .await
+    .map(|a| a.outcome)
+    {
         Ok(ClaimOutcome::Claimed {
             claim,
             rerouted: true,

@@ -11,7 +11,7 @@
 use std::time::{Duration, Instant};
 
 use campaign_ops::service;
-use shard_router::protocol::{self, LocalEmptyShards};
+use shard_router::protocol::{self, ClaimOptions, LocalEmptyShards};
 use shard_router::{now_ms, ClaimOutcome, StockClient, StockError};
 use test_support::mariadb::TestDatabase;
 use test_support::RedisServer;
@@ -55,7 +55,15 @@ async fn promoted_replica(wait: Option<consumer::replica::ReplicaWait>) {
         qty: 1,
         request_id: Some(format!("rid-{u}")),
     };
-    match protocol::claim(&client, &meta, &req("u0"), &empties, now_ms()).await {
+    match protocol::claim(
+        &client,
+        &meta,
+        &req("u0"),
+        ClaimOptions::new(&empties, now_ms()),
+    )
+    .await
+    .map(|a| a.outcome)
+    {
         Ok(ClaimOutcome::Claimed { .. }) => {}
         other => panic!("claim before the failover: {other:?}"),
     }
@@ -75,7 +83,15 @@ async fn promoted_replica(wait: Option<consumer::replica::ReplicaWait>) {
     let mut i = 0;
     while sold == 0 && Instant::now() < deadline {
         i += 1;
-        match protocol::claim(&client, &meta, &req(&format!("n{i}")), &empties, now_ms()).await {
+        match protocol::claim(
+            &client,
+            &meta,
+            &req(&format!("n{i}")),
+            ClaimOptions::new(&empties, now_ms()),
+        )
+        .await
+        .map(|a| a.outcome)
+        {
             Ok(ClaimOutcome::Claimed { .. }) => sold += 1,
             Err(StockError::Restoring { .. }) => restoring += 1,
             _ => other += 1,

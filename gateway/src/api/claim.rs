@@ -26,7 +26,7 @@ use crate::access;
 use crate::admission::InFlight;
 use crate::app::App;
 use crate::cache::SkuState;
-use crate::metrics::hot;
+use crate::metrics::claim_metrics;
 use crate::reply::{Reply, Retry};
 
 mod entry;
@@ -59,7 +59,7 @@ pub(crate) async fn handle(app: &App, peer: SocketAddr, req: Request<Incoming>) 
         },
         Err(refusal) => (refusal.label(), Reply::from(refusal)),
     };
-    hot().claim(outcome);
+    claim_metrics().claim(outcome);
     reply
 }
 
@@ -149,7 +149,7 @@ async fn claim(app: &App, admitted: Admitted<'_>) -> Result<Claimed, Refusal> {
         .map_err(Refusal::RateLimited)?;
     let started = Instant::now();
     let decision = run_to_end(app, client, &state, &req, now).await;
-    hot()
+    claim_metrics()
         .redis_claim_seconds
         .record(started.elapsed().as_secs_f64());
     let retry = Retry::for_claim(req.request_id.as_deref());

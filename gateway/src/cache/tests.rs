@@ -1,4 +1,5 @@
 use super::*;
+use shard_router::protocol::ClaimOptions;
 
 fn state() -> SkuState {
     let meta = SkuMeta {
@@ -77,8 +78,9 @@ impl EmptyShards for EntryExpiresMidWalk<'_> {
     }
 }
 
-/// A walk can outlive its SKU's cache entry (each take is a round trip; a rush made
-/// walks last 100-250 ms, a slow shard up to the Redis timeout per take), and from
+/// A walk can outlive its SKU's cache entry (each take is a round trip, slow in a rush,
+/// docs/BENCHMARKS.md "Where the rush time goes"; a slow shard up to the Redis timeout
+/// per take), and from
 /// then on the state it started with gets no event: a shard marked empty in it stays
 /// marked through the `restock` that refilled it. The walk must not skip that shard,
 /// or the claim is answered sold out with the refilled units on the shard it skipped.
@@ -121,11 +123,11 @@ async fn a_walk_past_its_entry_skips_no_shard_on_a_mark_events_no_longer_reach()
         &client,
         &meta,
         &req(meta.sku, walker, Some("w1")),
-        &view,
-        shard_router::now_ms(),
+        ClaimOptions::new(&view, shard_router::now_ms()),
     )
     .await
-    .expect("claim");
+    .expect("claim")
+    .outcome;
     let left = client.slices(meta.sku, meta.width).await.expect("slices");
     let ClaimOutcome::Claimed { claim, rerouted } = out else {
         panic!("answered {out:?} with the slices at {left:?}")

@@ -63,7 +63,8 @@ async fn a_read_that_found_the_sku_moving_is_tried_again_within_milliseconds() {
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    // A second after the moving read (the old wait) would be past this bound.
+    // A filter that waited the full second (`RETRY_AFTER`) after a moving read would be
+    // past this bound: the first waits after one are milliseconds (`MOVING_RETRY`).
     let took = settled.elapsed();
     assert!(
         took < slack(Duration::from_millis(600)),

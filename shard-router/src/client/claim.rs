@@ -1,5 +1,7 @@
 //! The claim steps on one shard, each a Lua script in a group-commit batch: the claim on
 //! the home shard (or its hold), the take on another shard, and the settle of the hold.
+//! Each answers its outcome with what replica durability confirmed of its batch
+//! ([`Acked`]): the claim protocol needs both.
 
 use super::StockClient;
 use crate::error::StockError;
@@ -7,6 +9,7 @@ use crate::guard::Selling;
 use crate::keys;
 use crate::outcome::*;
 use crate::placement::ShardId;
+use crate::protocol::Acked;
 use crate::scripts::code;
 
 impl StockClient {
@@ -18,21 +21,7 @@ impl StockClient {
         home: ShardId,
         now_ms: i64,
         allow_hold: bool,
-    ) -> Result<HomeOutcome, StockError> {
-        Ok(self
-            .claim_home_acked(req, home, now_ms, allow_hold)
-            .await?
-            .0)
-    }
-
-    /// [`Self::claim_home`], with what the batch's WAIT counted (replica durability).
-    pub(crate) async fn claim_home_acked(
-        &self,
-        req: &ClaimRequest,
-        home: ShardId,
-        now_ms: i64,
-        allow_hold: bool,
-    ) -> Result<(HomeOutcome, Option<u32>), StockError> {
+    ) -> Result<Acked<HomeOutcome>, StockError> {
         let k = self.keys(home, req.sku);
         let rid = req.request_id.as_deref();
         let hold_ttl = if allow_hold {
@@ -41,7 +30,7 @@ impl StockClient {
             0
         };
         let request_ttl = self.cfg.request_ttl.as_secs().max(1);
-        let (r, acked) = self
+        let (r, confirmation) = self
             .script_batched("claim", home, Selling::Claim, |cmd| {
                 cmd.arg(7)
                     .arg(k.stock())
@@ -92,7 +81,10 @@ impl StockClient {
             }
             _ => return Err(r.unexpected()),
         };
-        Ok((outcome, acked))
+        Ok(Acked {
+            outcome,
+            confirmation,
+        })
     }
 
     /// Runs `take.lua` (the second chance) on `shard`, under the hold `user_seq` on `home`.
@@ -104,29 +96,13 @@ impl StockClient {
         user_seq: u64,
         hold_gen: u64,
         now_ms: i64,
-    ) -> Result<TakeOutcome, StockError> {
-        Ok(self
-            .take_acked(req, shard, home, user_seq, hold_gen, now_ms)
-            .await?
-            .0)
-    }
-
-    /// [`Self::take`], with what the batch's WAIT counted (replica durability).
-    pub(crate) async fn take_acked(
-        &self,
-        req: &ClaimRequest,
-        shard: ShardId,
-        home: ShardId,
-        user_seq: u64,
-        hold_gen: u64,
-        now_ms: i64,
-    ) -> Result<(TakeOutcome, Option<u32>), StockError> {
+    ) -> Result<Acked<TakeOutcome>, StockError> {
         let k = self.keys(shard, req.sku);
         // The hold placed at `now_ms` expires at `now_ms + hold_ttl`; a third of the TTL
         // is the margin for clock skew between Redis and the consumer that resolves it.
         let hold_ttl = self.cfg.hold_ttl.as_millis() as i64;
         let deadline = now_ms + hold_ttl - hold_ttl / 3;
-        let (r, acked) = self
+        let (r, confirmation) = self
             .script_batched("take", shard, Selling::Take, |cmd| {
                 cmd.arg(3)
                     .arg(k.stock())
@@ -162,7 +138,10 @@ impl StockClient {
             }
             _ => return Err(r.unexpected()),
         };
-        Ok((outcome, acked))
+        Ok(Acked {
+            outcome,
+            confirmation,
+        })
     }
 
     /// Runs `settle.lua` on the home shard: ends the hold `user_seq` of `user`.
@@ -174,23 +153,7 @@ impl StockClient {
         user_seq: u64,
         request_id: Option<&str>,
         how: &Settlement,
-    ) -> Result<SettleOutcome, StockError> {
-        Ok(self
-            .settle_acked(sku, home, user, user_seq, request_id, how)
-            .await?
-            .0)
-    }
-
-    /// [`Self::settle`], with what the batch's WAIT counted (replica durability).
-    pub(crate) async fn settle_acked(
-        &self,
-        sku: u64,
-        home: ShardId,
-        user: &str,
-        user_seq: u64,
-        request_id: Option<&str>,
-        how: &Settlement,
-    ) -> Result<(SettleOutcome, Option<u32>), StockError> {
+    ) -> Result<Acked<SettleOutcome>, StockError> {
         let k = self.keys(home, sku);
         let mut hold_gen = String::new();
         let (verb, answer) = match how {
@@ -210,7 +173,7 @@ impl StockClient {
         if let Settlement::KeepOwn { gen, .. } | Settlement::UndoOwn { gen } = how {
             hold_gen = gen.to_string();
         }
-        let (r, acked) = self
+        let (r, confirmation) = self
             .script_batched("settle", home, Selling::Settle, |cmd| {
                 cmd.arg(4)
                     .arg(k.users())
@@ -231,6 +194,9 @@ impl StockClient {
             code::HOLD_GONE => SettleOutcome::HoldGone,
             _ => return Err(r.unexpected()),
         };
-        Ok((outcome, acked))
+        Ok(Acked {
+            outcome,
+            confirmation,
+        })
     }
 }

@@ -184,8 +184,9 @@ mod tests {
         assert!(decode_reply(3, Value::Nil).is_empty());
     }
 
-    /// A field name given twice: the old path's `HashMap<String, Value>` kept the last
-    /// value only, so an earlier value that is not UTF-8 did not poison the entry.
+    /// A field name given twice: like the `redis` crate's `StreamId` decoder (a
+    /// `HashMap<String, Value>`, which keeps the last value only), an earlier value that is
+    /// not UTF-8 does not poison the entry.
     #[test]
     fn a_repeated_field_takes_its_last_value_like_the_stream_id_decoder() {
         let fields = record(2).encode();

@@ -7,8 +7,8 @@ use std::sync::LazyLock;
 use super::ShardStream;
 use crate::{StockClient, StockError};
 
-/// Sent as EVAL with its body (as `settle.rs` says why: no NOSCRIPT after a restart, and a
-/// commandstats row of its own).
+/// Sent as EVAL with its body ([`crate::stream::body`] says why: no NOSCRIPT after a
+/// restart, and a commandstats row of its own).
 static BODY: LazyLock<String> =
     LazyLock::new(|| crate::stream::body(include_str!("../../../lua/stream_trim.lua")));
 

@@ -10,7 +10,7 @@ use std::pin::Pin;
 use std::sync::Mutex;
 
 use shard_router::keys::ShardKeys;
-use shard_router::protocol::{self, EmptyShards, LocalEmptyShards};
+use shard_router::protocol::{self, ClaimOptions, EmptyShards, LocalEmptyShards};
 use shard_router::test_util::{drain, lose_user};
 use shard_router::{
     Claim, ClaimOutcome, ClaimRecord, HomeOutcome, RedisTarget, SettleOutcome, Settlement, ShardId,
@@ -173,10 +173,10 @@ async fn a_late_claim_does_not_take_a_retrys_hold_for_its_own() {
         &client,
         &meta,
         &req(meta.sku, WALKER, Some("w1")),
-        &view,
-        shard_router::now_ms(),
+        ClaimOptions::new(&view, shard_router::now_ms()),
     )
-    .await;
+    .await
+    .map(|a| a.outcome);
     let count = client
         .user_count(meta.sku, meta.width, WALKER)
         .await
@@ -211,7 +211,11 @@ async fn a_stalled_keep_leaves_a_retrys_hold_alone() {
     let now = shard_router::now_ms();
     let HomeOutcome::Hold {
         user_seq: seq, gen, ..
-    } = client.claim_home(&r, home, now, true).await.expect("hold")
+    } = client
+        .claim_home(&r, home, now, true)
+        .await
+        .expect("hold")
+        .outcome
     else {
         panic!("expected a hold")
     };
@@ -219,6 +223,7 @@ async fn a_stalled_keep_leaves_a_retrys_hold_alone() {
         .take(&r, other, home, seq, gen, now)
         .await
         .expect("take")
+        .outcome
     else {
         panic!("expected a take")
     };
@@ -244,12 +249,20 @@ async fn a_stalled_keep_leaves_a_retrys_hold_alone() {
                 let out = c
                     .settle(kept.sku, home, WALKER, seq, Some("w1"), &how)
                     .await
-                    .expect("the stalled keep");
+                    .expect("the stalled keep")
+                    .outcome;
                 format!("{out:?}")
             })
         }),
     );
-    let retry = protocol::claim(&client, &meta, &r, &view, shard_router::now_ms()).await;
+    let retry = protocol::claim(
+        &client,
+        &meta,
+        &r,
+        ClaimOptions::new(&view, shard_router::now_ms()),
+    )
+    .await
+    .map(|a| a.outcome);
     let replay = claim_once(&client, &meta, &r).await;
     println!(
         "stalled keep: {}; retry: {retry:?}; replay: {replay:?}",

@@ -62,8 +62,11 @@ async fn a_claim_and_a_take_read_back_as_one_versioned_field() {
     let other = other_shard(&client, &meta, home);
     let now = shard_router::now_ms();
     let r = req(meta.sku, &user, Some("r,1"));
-    let HomeOutcome::Claimed { user_seq, .. } =
-        client.claim_home(&r, home, now, true).await.expect("claim")
+    let HomeOutcome::Claimed { user_seq, .. } = client
+        .claim_home(&r, home, now, true)
+        .await
+        .expect("claim")
+        .outcome
     else {
         panic!("expected a claim")
     };
@@ -77,7 +80,11 @@ async fn a_claim_and_a_take_read_back_as_one_versioned_field() {
         .arg(1)
         .query(&mut conn)
         .unwrap();
-    let taken = client.take(&r, other, home, 2, 0, now).await.expect("take");
+    let taken = client
+        .take(&r, other, home, 2, 0, now)
+        .await
+        .expect("take")
+        .outcome;
     assert!(matches!(taken, TakeOutcome::Claimed { .. }), "{taken:?}");
 
     let mut got: Vec<(Vec<String>, ClaimRecord)> = entries(&env, &client, home);
@@ -125,6 +132,7 @@ async fn a_user_sequence_past_ten_to_the_fourteen_is_written_whole() {
         .claim_home(&r, shard, shard_router::now_ms(), false)
         .await
         .expect("claim")
+        .outcome
     else {
         panic!("expected a claim")
     };
@@ -147,7 +155,10 @@ async fn a_hold_past_ten_to_the_fourteen_is_settled() {
     let now = shard_router::now_ms();
     let first = req(meta.sku, &users[0], None);
     assert!(matches!(
-        client.claim_home(&first, home, now, false).await,
+        client
+            .claim_home(&first, home, now, false)
+            .await
+            .map(|a| a.outcome),
         Ok(HomeOutcome::Claimed { .. })
     ));
     let k = ShardKeys::new(client.placement(), home, meta.sku);
@@ -171,7 +182,8 @@ async fn a_hold_past_ten_to_the_fourteen_is_settled() {
             &Settlement::Keep(kept),
         )
         .await
-        .expect("settle");
+        .expect("settle")
+        .outcome;
     assert_eq!(settled, SettleOutcome::Settled { qty: 1 });
 }
 
@@ -188,6 +200,7 @@ async fn a_record_of_an_unknown_version_is_not_read_as_a_claim() {
         .claim_home(&r, shard, shard_router::now_ms(), false)
         .await
         .expect("claim")
+        .outcome
     else {
         panic!("expected a claim")
     };

@@ -42,13 +42,14 @@ async fn claim(
         qty: 1,
         request_id: Some(format!("{user}-r")),
     };
-    protocol::claim_confirmed(
+    protocol::claim(
         client,
         meta,
         &req,
         protocol::ClaimOptions::new(&LocalEmptyShards::default(), now_ms()),
     )
     .await
+    .map(|claimed| (claimed.outcome, claimed.confirmation))
 }
 
 /// `wait_replicas` (the fence) after a reconnect: the old connection wrote a claim the

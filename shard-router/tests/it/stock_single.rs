@@ -131,13 +131,19 @@ async fn a_take_after_its_hold_deadline_takes_nothing() {
 
     // Within the deadline (two thirds of the TTL) the take works.
     let now = shard_router::now_ms();
-    let HomeOutcome::Hold { user_seq, gen, .. } =
-        client.claim_home(&r, home, now, true).await.expect("home")
+    let HomeOutcome::Hold { user_seq, gen, .. } = client
+        .claim_home(&r, home, now, true)
+        .await
+        .expect("home")
+        .outcome
     else {
         panic!("expected a hold")
     };
     assert!(matches!(
-        client.take(&r, other, home, user_seq, gen, now).await,
+        client
+            .take(&r, other, home, user_seq, gen, now)
+            .await
+            .map(|a| a.outcome),
         Ok(TakeOutcome::Claimed { .. })
     ));
 
@@ -147,7 +153,10 @@ async fn a_take_after_its_hold_deadline_takes_nothing() {
     let other2 = crate::common::other_shard(&client, &meta, home2);
     let before = crate::common::slices_total(&client, &meta).await;
     let started = shard_router::now_ms() - 500;
-    let outcome = client.take(&r2, other2, home2, 1, 0, started).await;
+    let outcome = client
+        .take(&r2, other2, home2, 1, 0, started)
+        .await
+        .map(|a| a.outcome);
     assert!(
         matches!(outcome, Ok(TakeOutcome::HoldExpired)),
         "{outcome:?}"
@@ -162,10 +171,13 @@ async fn a_take_after_its_hold_deadline_takes_nothing() {
         &client,
         &meta,
         &stalled,
-        &shard_router::protocol::LocalEmptyShards::default(),
-        started,
+        shard_router::protocol::ClaimOptions::new(
+            &shard_router::protocol::LocalEmptyShards::default(),
+            started,
+        ),
     )
     .await
+    .map(|a| a.outcome)
     .expect_err("a stalled claim must not take");
     assert!(matches!(err, StockError::Expired { .. }), "{err}");
     assert!(!err.is_ambiguous());
@@ -221,6 +233,7 @@ async fn a_claim_given_up_before_its_batch_left_is_not_sent() {
             client
                 .claim_home(&r, home, shard_router::now_ms(), false)
                 .await
+                .map(|a| a.outcome)
         })
     };
     // Long enough for the first claim's batch to leave, even on a loaded machine.

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use shard_router::protocol::LocalEmptyShards;
+use shard_router::protocol::{ClaimOptions, LocalEmptyShards};
 use shard_router::test_util::{open_meta, req};
 use shard_router::{
     protocol, ClaimOutcome, RedisTarget, StockClient, StockConfig, StockError, StoredAnswer,
@@ -46,10 +46,10 @@ async fn claim(
         client,
         meta,
         &r,
-        &LocalEmptyShards::default(),
-        shard_router::now_ms(),
+        ClaimOptions::new(&LocalEmptyShards::default(), shard_router::now_ms()),
     )
     .await
+    .map(|a| a.outcome)
 }
 
 /// Failover to a replica that lacks the last sales, then back to the old master before the

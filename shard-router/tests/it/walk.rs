@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use shard_router::protocol::{self, EmptyShards, LocalEmptyShards};
+use shard_router::protocol::{self, ClaimOptions, EmptyShards, LocalEmptyShards};
 use shard_router::{ClaimOutcome, ShardId, SkuMeta, StockClient};
 
 use crate::common::{claim_once, open_meta, req, users_with_home, Env};
@@ -30,8 +30,9 @@ impl EmptyShards for EmptiedDuringTheWalk {
 }
 
 /// A shard the view learnt was empty after the walk began is not tried: in a rush, each
-/// try is a Redis round trip, and walking shards other claims just found empty took
-/// 100-250 ms per claim.
+/// try is a Redis round trip behind every other runnable task, and walking shards other
+/// claims just found empty is what made sold-out answers slow (docs/BENCHMARKS.md "Where
+/// the rush time goes").
 #[tokio::test]
 async fn a_walk_skips_a_shard_found_empty_since_it_began() {
     let env = Env::single();
@@ -60,11 +61,11 @@ async fn a_walk_skips_a_shard_found_empty_since_it_began() {
         &client,
         &meta,
         &req(meta.sku, walker, Some("w1")),
-        &view,
-        shard_router::now_ms(),
+        ClaimOptions::new(&view, shard_router::now_ms()),
     )
     .await
-    .expect("claim");
+    .expect("claim")
+    .outcome;
     let ClaimOutcome::Claimed { claim, rerouted } = out else {
         panic!("expected a claim, got {out:?}")
     };
@@ -140,7 +141,8 @@ impl EmptyShards for ResolvedBehindTheWalk {
                         &shard_router::Settlement::Undo,
                     )
                     .await
-                    .expect("the consumer's undo");
+                    .expect("the consumer's undo")
+                    .outcome;
                 assert!(matches!(
                     undone,
                     shard_router::SettleOutcome::Settled { .. }
@@ -150,11 +152,11 @@ impl EmptyShards for ResolvedBehindTheWalk {
                     &other,
                     &meta,
                     &req(meta.sku, "walker", Some("w1")),
-                    &view,
-                    shard_router::now_ms(),
+                    ClaimOptions::new(&view, shard_router::now_ms()),
                 )
                 .await
                 .expect("the retry")
+                .outcome
             })
         })
         .join()
@@ -203,10 +205,10 @@ async fn a_walk_whose_hold_was_resolved_meanwhile_refuses_nothing() {
         &client,
         &meta,
         &req(meta.sku, "walker", Some("w1")),
-        &view,
-        shard_router::now_ms(),
+        ClaimOptions::new(&view, shard_router::now_ms()),
     )
-    .await;
+    .await
+    .map(|a| a.outcome);
     let retried = view.retried.lock().unwrap().clone();
     assert!(
         matches!(retried, Some(ClaimOutcome::Claimed { rerouted: true, .. })),
@@ -286,7 +288,8 @@ impl EmptyShards for HoldReplacedBehindTheWalk {
                         true,
                     )
                     .await
-                    .expect("the retry's hold");
+                    .expect("the retry's hold")
+                    .outcome;
                 let shard_router::HomeOutcome::Hold { user_seq, .. } = held else {
                     panic!("the retry holds: {held:?}")
                 };
@@ -326,10 +329,10 @@ async fn a_stalled_walk_does_not_undo_a_retrys_hold_of_the_same_sequence() {
         &client,
         &meta,
         &req(meta.sku, "walker", Some("w1")),
-        &view,
-        shard_router::now_ms(),
+        ClaimOptions::new(&view, shard_router::now_ms()),
     )
-    .await;
+    .await
+    .map(|a| a.outcome);
     let seq = view.replaced.lock().unwrap().expect("the retry held");
     assert_eq!(seq, 1, "the lost sequence started again");
     assert!(

@@ -12,7 +12,7 @@ use campaign_ops::campaign::{self, Campaign};
 use campaign_ops::service;
 use consumer::Config;
 use futures::StreamExt;
-use shard_router::protocol::{self, LocalEmptyShards};
+use shard_router::protocol::{self, ClaimOptions, LocalEmptyShards};
 use shard_router::{keys, ClaimOutcome, ClaimRequest, RedisTarget, StockClient};
 use sqlx::MySqlPool;
 use test_support::mariadb::TestDatabase;
@@ -247,10 +247,10 @@ pub(crate) async fn claim_all(
                     &client,
                     &meta,
                     &req,
-                    empties.as_ref(),
-                    shard_router::now_ms(),
+                    ClaimOptions::new(empties.as_ref(), shard_router::now_ms()),
                 )
                 .await
+                .map(|a| a.outcome)
                 {
                     Ok(ClaimOutcome::Claimed { claim, .. }) => Some(claim.claim_id),
                     Ok(_) => None,

@@ -6,7 +6,7 @@ use std::time::Duration;
 use campaign_ops::campaign::Campaign;
 use campaign_ops::rebuild::Options;
 use consumer::stream::{self, ShardStream};
-use shard_router::protocol::{self, LocalEmptyShards};
+use shard_router::protocol::{self, ClaimOptions, LocalEmptyShards};
 use shard_router::{ClaimOutcome, ClaimRecord, ClaimRequest, StockClient};
 
 use super::{start_consumer, stream_depth, Running, Stack, T};
@@ -38,11 +38,11 @@ pub(crate) async fn claim_on(
         client,
         &campaign_ops::sku::meta(c),
         &req,
-        &LocalEmptyShards::default(),
-        shard_router::now_ms(),
+        ClaimOptions::new(&LocalEmptyShards::default(), shard_router::now_ms()),
     )
     .await
     .expect("claim")
+    .outcome
 }
 
 /// Redis loses everything.

@@ -14,7 +14,7 @@ use shard_router::{ApiStatus, SkuDraw, SkuMeta, StockError};
 use super::refusal::Refusal;
 use super::Admitted;
 use crate::app::App;
-use crate::metrics::{hot, outcome};
+use crate::metrics::{claim_metrics, outcome};
 use crate::reply::{Reply, Retry};
 
 /// The answer to an entry request, with its `outcome` metric label.
@@ -60,7 +60,7 @@ async fn entry(app: &App, admitted: &Admitted<'_>) -> Result<EntryOutcome, Refus
         .client
         .draw_enter(meta.sku, meta.width, &req.user, now)
         .await;
-    hot()
+    claim_metrics()
         .redis_claim_seconds
         .record(started.elapsed().as_secs_f64());
     result.map_err(|e| match e {
@@ -95,88 +95,87 @@ struct Body<'a> {
 
 /// Maps a standing to its answer (every outcome but `NotPreheated`, answered above).
 fn answer(standing: &EntryOutcome, meta: &SkuMeta, draw: &SkuDraw) -> (&'static str, Reply) {
-    let sku = meta.sku;
     let mut body = Body {
         draw_at_ms: draw.draw_at_ms,
         seed: draw.seed.as_deref(),
         seed_sha256: &draw.seed_sha256,
-        sku,
+        sku: meta.sku,
         ..Body::default()
     };
     let (label, code, status) = match standing {
         EntryOutcome::Entered { entry_id, .. } => {
             body.entry_id = Some(entry_id);
-            (
-                outcome::ENTERED,
-                StatusCode::ACCEPTED,
-                ApiStatus::Entered.as_str(),
-            )
+            (outcome::ENTERED, StatusCode::ACCEPTED, ApiStatus::Entered)
         }
         EntryOutcome::Drawing { entry_id } => {
             body.entry_id = Some(entry_id);
-            (
-                outcome::DRAWING,
-                StatusCode::ACCEPTED,
-                ApiStatus::Drawing.as_str(),
-            )
+            (outcome::DRAWING, StatusCode::ACCEPTED, ApiStatus::Drawing)
         }
         EntryOutcome::Won { claim_id, shard } => {
             body.claim_id = Some(claim_id);
             body.shard = Some(*shard);
             body.qty = Some(1);
-            (outcome::WON, StatusCode::CREATED, ApiStatus::Won.as_str())
+            (outcome::WON, StatusCode::CREATED, ApiStatus::Won)
         }
         EntryOutcome::WonPending => (
             outcome::WON_PENDING,
             StatusCode::ACCEPTED,
-            ApiStatus::WonPending.as_str(),
+            ApiStatus::WonPending,
         ),
         EntryOutcome::Waitlisted { position } => {
             body.position = Some(*position);
-            (
-                outcome::WAITLISTED,
-                StatusCode::OK,
-                ApiStatus::Waitlisted.as_str(),
-            )
+            (outcome::WAITLISTED, StatusCode::OK, ApiStatus::Waitlisted)
         }
-        EntryOutcome::Lost => {
-            body.error = Some(format!("the draw of sku {sku} did not pick this user"));
-            (outcome::LOST, StatusCode::GONE, ApiStatus::Lost.as_str())
+        refused => {
+            let (label, code, status, error) = refusal(refused, meta, draw);
+            body.error = Some(error);
+            (label, code, status)
         }
-        EntryOutcome::NotStarted => {
-            body.error = Some(format!(
+    };
+    body.status = status.as_str();
+    (label, Reply::rendered(code, &body))
+}
+
+/// A standing that enters nothing and wins nothing: its label, code, status and message.
+fn refusal(
+    standing: &EntryOutcome,
+    meta: &SkuMeta,
+    draw: &SkuDraw,
+) -> (&'static str, StatusCode, ApiStatus, String) {
+    let sku = meta.sku;
+    let forbidden = |status, error| (outcome::REJECTED, StatusCode::FORBIDDEN, status, error);
+    match standing {
+        EntryOutcome::Lost => (
+            outcome::LOST,
+            StatusCode::GONE,
+            ApiStatus::Lost,
+            format!("the draw of sku {sku} did not pick this user"),
+        ),
+        EntryOutcome::NotStarted => forbidden(
+            ApiStatus::NotStarted,
+            format!(
                 "entries to the draw of sku {sku} open at {} ms",
                 meta.start_ms
-            ));
-            (
-                outcome::REJECTED,
-                StatusCode::FORBIDDEN,
-                ApiStatus::NotStarted.as_str(),
-            )
-        }
-        EntryOutcome::Closed => {
-            body.error = Some(format!(
+            ),
+        ),
+        EntryOutcome::Closed => (
+            outcome::ENTRIES_CLOSED,
+            StatusCode::FORBIDDEN,
+            ApiStatus::EntriesClosed,
+            format!(
                 "entries to the draw of sku {sku} closed at {} ms",
                 draw.draw_at_ms
-            ));
-            (
-                outcome::ENTRIES_CLOSED,
-                StatusCode::FORBIDDEN,
-                ApiStatus::EntriesClosed.as_str(),
-            )
-        }
-        EntryOutcome::Ended => {
-            body.error = Some(format!(
-                "the draw of sku {sku} is over (the campaign closed); this user won nothing"
-            ));
-            (
-                outcome::REJECTED,
-                StatusCode::FORBIDDEN,
-                ApiStatus::Ended.as_str(),
-            )
-        }
+            ),
+        ),
+        EntryOutcome::Ended => forbidden(
+            ApiStatus::Ended,
+            format!("the draw of sku {sku} is over (the campaign closed); this user won nothing"),
+        ),
         EntryOutcome::NotPreheated => unreachable!("answered by `enter`"),
-    };
-    body.status = status;
-    (label, Reply::rendered(code, &body))
+        EntryOutcome::Entered { .. }
+        | EntryOutcome::Drawing { .. }
+        | EntryOutcome::Won { .. }
+        | EntryOutcome::WonPending
+        | EntryOutcome::Waitlisted { .. } => unreachable!("answered by `answer`"),
+    }
 }

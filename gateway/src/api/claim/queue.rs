@@ -67,40 +67,19 @@ async fn decide(app: &App, admitted: &Admitted<'_>) -> Result<Gate, Refusal> {
                 ));
             }
         },
-        None => {
-            // Joining costs a Redis call: it counts against the user's rate.
-            app.admission
-                .check_user(&req.user)
-                .map_err(Refusal::RateLimited)?;
-            let joined = admitted
-                .client
-                .queue_join(meta.sku, &req.user, now, meta.start_ms)
-                .await
-                .map_err(|e| match e {
-                    StockError::InvalidArgument(m) => Refusal::BadArgument(m),
-                    e => Refusal::Redis(e, Retry::Safe),
-                })?;
-            let place = match joined {
-                Joined::Pre => Place::Pre(key.shuffle(meta.sku, &req.user)),
-                Joined::Ticket(n) => Place::Ticket(n),
-                Joined::NotOpen => {
-                    return Ok(Gate::Answer(
-                        outcome::UNAVAILABLE,
-                        Reply::unavailable(format!(
-                            "the waiting room of sku {} is opening (or being restored after a loss); nothing was taken, join again",
-                            meta.sku
-                        ))
-                        .with("sku", meta.sku),
-                    ));
-                }
-            };
-            QueueToken {
-                sku: meta.sku,
-                user: req.user.clone(),
-                place,
-                issued_ms: now,
+        None => match join(app, admitted, key, now).await? {
+            Some(token) => token,
+            None => {
+                return Ok(Gate::Answer(
+                    outcome::UNAVAILABLE,
+                    Reply::unavailable(format!(
+                        "the waiting room of sku {} is opening (or being restored after a loss); nothing was taken, join again",
+                        meta.sku
+                    ))
+                    .with("sku", meta.sku),
+                ));
             }
-        }
+        },
     };
     let state = app
         .queue
@@ -119,6 +98,40 @@ async fn decide(app: &App, admitted: &Admitted<'_>) -> Result<Gate, Refusal> {
         outcome::QUEUED,
         queued(key, &token, ahead, &state, meta.start_ms, now),
     ))
+}
+
+/// Joins the queue (`queue_join.lua`): the new token, or `None` while the queue is not
+/// open for places.
+async fn join(
+    app: &App,
+    admitted: &Admitted<'_>,
+    key: &QueueKey,
+    now: i64,
+) -> Result<Option<QueueToken>, Refusal> {
+    let (req, meta) = (&admitted.req, &admitted.state.meta);
+    // Joining costs a Redis call: it counts against the user's rate.
+    app.admission
+        .check_user(&req.user)
+        .map_err(Refusal::RateLimited)?;
+    let joined = admitted
+        .client
+        .queue_join(meta.sku, &req.user, now, meta.start_ms)
+        .await
+        .map_err(|e| match e {
+            StockError::InvalidArgument(m) => Refusal::BadArgument(m),
+            e => Refusal::Redis(e, Retry::Safe),
+        })?;
+    let place = match joined {
+        Joined::Pre => Place::Pre(key.shuffle(meta.sku, &req.user)),
+        Joined::Ticket(n) => Place::Ticket(n),
+        Joined::NotOpen => return Ok(None),
+    };
+    Ok(Some(QueueToken {
+        sku: meta.sku,
+        user: req.user.clone(),
+        place,
+        issued_ms: now,
+    }))
 }
 
 /// 202 `queued`: the token to send back, the position (absent before the start: the

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use hyper::StatusCode;
-use shard_router::decision::{Decision, How};
+use shard_router::decision::{ClaimOrigin, Decision};
 use shard_router::{ApiStatus, Claim, SkuMeta, StockError};
 
 use crate::durability;
@@ -16,20 +16,20 @@ use crate::reply::{Reply, Retry};
 #[derive(Debug)]
 pub(super) struct Claimed {
     claim: Claim,
-    how: How,
+    origin: ClaimOrigin,
 }
 
 impl Claimed {
-    pub(super) fn new(claim: Claim, how: How) -> Self {
-        Self { claim, how }
+    pub(super) fn new(claim: Claim, origin: ClaimOrigin) -> Self {
+        Self { claim, origin }
     }
 
     /// The value of the `outcome` label.
     pub(super) fn label(&self) -> &'static str {
-        match self.how {
-            How::Fresh => outcome::CLAIMED,
-            How::Rerouted => outcome::REROUTED,
-            How::Replay => outcome::REPLAY,
+        match self.origin {
+            ClaimOrigin::Fresh => outcome::CLAIMED,
+            ClaimOrigin::Rerouted => outcome::REROUTED,
+            ClaimOrigin::Replay => outcome::REPLAY,
         }
     }
 }
@@ -46,9 +46,9 @@ impl From<Claimed> for Reply {
             shard: u16,
             qty: u32,
         }
-        let status = match c.how {
-            How::Fresh | How::Rerouted => StatusCode::CREATED,
-            How::Replay => StatusCode::OK,
+        let status = match c.origin {
+            ClaimOrigin::Fresh | ClaimOrigin::Rerouted => StatusCode::CREATED,
+            ClaimOrigin::Replay => StatusCode::OK,
         };
         Reply::rendered(
             status,
@@ -76,10 +76,10 @@ pub(super) enum Window {
 /// lasted (a replay's request id always can).
 pub(super) fn answer(decision: Decision, meta: &SkuMeta, retry: Retry) -> Result<Claimed, Refusal> {
     match decision {
-        Decision::Claimed { claim, how } => Ok(Claimed::new(claim, how)),
-        Decision::Unconfirmed { claim, how } => {
+        Decision::Claimed { claim, origin } => Ok(Claimed::new(claim, origin)),
+        Decision::Unconfirmed { claim, origin } => {
             durability::count_unconfirmed();
-            let retry = if how == How::Replay {
+            let retry = if origin == ClaimOrigin::Replay {
                 Retry::SameRequestId
             } else {
                 retry

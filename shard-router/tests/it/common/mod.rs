@@ -82,8 +82,11 @@ pub(crate) async fn hold_and_take(
     now: i64,
 ) -> (u64, shard_router::Claim) {
     use shard_router::{HomeOutcome, TakeOutcome};
-    let HomeOutcome::Hold { user_seq, gen, .. } =
-        client.claim_home(r, home, now, true).await.expect("home")
+    let HomeOutcome::Hold { user_seq, gen, .. } = client
+        .claim_home(r, home, now, true)
+        .await
+        .expect("home")
+        .outcome
     else {
         panic!("expected a hold")
     };
@@ -91,6 +94,7 @@ pub(crate) async fn hold_and_take(
         .take(r, other, home, user_seq, gen, now)
         .await
         .expect("take")
+        .outcome
     else {
         panic!("expected a take")
     };

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
-use shard_router::protocol::{self, LocalEmptyShards};
+use shard_router::protocol::{self, ClaimOptions, LocalEmptyShards};
 use shard_router::{
     now_ms, ClaimOutcome, PreheatOutcome, ReleaseRequest, ReleaseStep, StockClient,
 };
@@ -47,9 +47,15 @@ pub(crate) async fn concurrency(env: Env) {
         tasks.push(tokio::spawn(async move {
             let mut out = Vec::new();
             for r in chunk {
-                let o = protocol::claim(&client, &meta, &r, empties.as_ref(), now_ms())
-                    .await
-                    .expect("claim");
+                let o = protocol::claim(
+                    &client,
+                    &meta,
+                    &r,
+                    ClaimOptions::new(empties.as_ref(), now_ms()),
+                )
+                .await
+                .expect("claim")
+                .outcome;
                 out.push((r, o));
             }
             out
@@ -191,9 +197,15 @@ pub(crate) async fn limit_across_reroutes(env: Env) {
         );
         tasks.push(tokio::spawn(async move {
             let r = req(meta.sku, &user, Some(&format!("t{i}")));
-            protocol::claim(&client, &meta, &r, empties.as_ref(), now_ms())
-                .await
-                .expect("claim")
+            protocol::claim(
+                &client,
+                &meta,
+                &r,
+                ClaimOptions::new(empties.as_ref(), now_ms()),
+            )
+            .await
+            .expect("claim")
+            .outcome
         }));
     }
     let mut got = 0;
@@ -388,11 +400,11 @@ pub(crate) async fn window(env: Env) {
         &client,
         &meta,
         &req(meta.sku, "f", None),
-        &LocalEmptyShards::default(),
-        meta.end_ms,
+        ClaimOptions::new(&LocalEmptyShards::default(), meta.end_ms),
     )
     .await
-    .unwrap();
+    .unwrap()
+    .outcome;
     assert_eq!(o, ClaimOutcome::Ended);
     assert_eq!(slices_total(&client, &meta).await, 10);
 
@@ -407,11 +419,11 @@ pub(crate) async fn window(env: Env) {
         &client,
         &meta,
         &r,
-        &LocalEmptyShards::default(),
-        meta.end_ms,
+        ClaimOptions::new(&LocalEmptyShards::default(), meta.end_ms),
     )
     .await
-    .unwrap();
+    .unwrap()
+    .outcome;
     assert_eq!(after_end, ClaimOutcome::Replay(claim));
 }
 
@@ -470,6 +482,7 @@ pub(crate) async fn hold_left_behind(env: Env) {
         .claim_home(&r2, home, now_ms(), true)
         .await
         .expect("home")
+        .outcome
     else {
         panic!("expected a hold")
     };

@@ -233,17 +233,17 @@ fn claims_are_201_or_200_for_a_replay_with_one_body() {
         qty: 2,
     };
     let body = json!({"status": "claimed", "claim_id": "c1", "sku": 7, "shard": 1, "qty": 2});
-    for (how, label, status) in [
-        (How::Fresh, "claimed", 201),
-        (How::Rerouted, "rerouted", 201),
-        (How::Replay, "replay", 200),
+    for (origin, label, status) in [
+        (ClaimOrigin::Fresh, "claimed", 201),
+        (ClaimOrigin::Rerouted, "rerouted", 201),
+        (ClaimOrigin::Replay, "replay", 200),
     ] {
-        let c = Claimed::new(claim.clone(), how);
+        let c = Claimed::new(claim.clone(), origin);
         assert_eq!(c.label(), label);
         assert_eq!(
             seen(Reply::from(c)),
             (status, None, body.clone()),
-            "{how:?}"
+            "{origin:?}"
         );
     }
 }
@@ -259,14 +259,14 @@ fn an_unconfirmed_claim_is_refused_not_acknowledged() {
     let meta = meta();
     let acked = Decision::Claimed {
         claim: claim.clone(),
-        how: How::Fresh,
+        origin: ClaimOrigin::Fresh,
     };
     assert!(answer(acked, &meta, Retry::Blind).is_ok());
     // A replay's client always has its request id to retry with.
     let refused = answer(
         Decision::Unconfirmed {
             claim,
-            how: How::Replay,
+            origin: ClaimOrigin::Replay,
         },
         &meta,
         Retry::Blind,
