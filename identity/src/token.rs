@@ -143,6 +143,73 @@ fn validation(alg: Algorithm, audience: &str, issuer: Option<&str>) -> Validatio
     v
 }
 
+fn read(p: &Path) -> Result<Vec<u8>, String> {
+    std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()))
+}
+
+/// The HS256 secret of a secret file (trimmed, at least [`MIN_SECRET_BYTES`]).
+fn secret_file(p: &Path) -> Result<Hs256, String> {
+    let raw = read(p)?;
+    let secret = raw.trim_ascii();
+    if secret.len() < MIN_SECRET_BYTES {
+        return Err(format!(
+            "{}: an HS256 secret needs at least {MIN_SECRET_BYTES} bytes",
+            p.display()
+        ));
+    }
+    Hs256::new(secret).map_err(|e| format!("{}: {e}", p.display()))
+}
+
+/// The key of a PEM public key file, Ed25519 or RSA, and the algorithm it takes.
+fn public_key_file(p: &Path) -> Result<(DecodingKey, Algorithm), String> {
+    let pem = read(p)?;
+    DecodingKey::from_ed_pem(&pem)
+        .map(|k| (k, Algorithm::EdDSA))
+        .or_else(|_| DecodingKey::from_rsa_pem(&pem).map(|k| (k, Algorithm::RS256)))
+        .map_err(|_| format!("{}: not an Ed25519 or RSA public key in PEM", p.display()))
+}
+
+/// Every key of a JWKS file, by `kid` (at least one); `jwt` makes the check of a key
+/// `jsonwebtoken` verifies.
+fn jwks_file(p: &Path, jwt: impl Fn(DecodingKey, Algorithm) -> Check) -> Result<Vec<Key>, String> {
+    let set: JwkSet = serde_json::from_slice(&read(p)?)
+        .map_err(|e| format!("{}: not a JWKS: {e}", p.display()))?;
+    let mut keys = Vec::new();
+    for jwk in &set.keys {
+        let name = &jwk.common.key_id;
+        let alg = jwk_algorithm(jwk)
+            .ok_or_else(|| format!("{}: key {name:?} is not HS256, EdDSA or RS256", p.display()))?;
+        let key = DecodingKey::from_jwk(jwk)
+            .map_err(|e| format!("{}: key {name:?}: {e}", p.display()))?;
+        // The secret file's rule holds for an `oct` key too (an empty `k`
+        // would let anyone sign).
+        if key
+            .try_get_hmac_secret()
+            .is_ok_and(|k| k.len() < MIN_SECRET_BYTES)
+        {
+            return Err(format!(
+                "{}: key {name:?}: an HS256 secret needs at least \
+                 {MIN_SECRET_BYTES} bytes",
+                p.display()
+            ));
+        }
+        let check = match (alg, key.try_get_hmac_secret()) {
+            (Algorithm::HS256, Ok(secret)) => Check::Hs256(
+                Hs256::new(secret).map_err(|e| format!("{}: key {name:?}: {e}", p.display()))?,
+            ),
+            _ => jwt(key, alg),
+        };
+        keys.push(Key {
+            kid: name.clone(),
+            check,
+        });
+    }
+    if keys.is_empty() {
+        return Err(format!("{}: the JWKS has no keys", p.display()));
+    }
+    Ok(keys)
+}
+
 /// Seconds since the epoch on `clock`; a clock before 1970 is an error, not 0 (which
 /// would pass every `exp`).
 fn seconds(clock: SystemTime) -> Result<u64, Reason> {
@@ -159,80 +226,23 @@ impl TokenVerifier {
         audience: &str,
         issuer: Option<&str>,
     ) -> Result<Self, String> {
-        let read = |p: &Path| std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()));
         let jwt = |key, alg| Check::Jwt {
             key,
             validation: validation(alg, audience, issuer),
         };
         let keys = match source {
-            KeyFile::Secret(p) => {
-                let raw = read(p)?;
-                let secret = raw.trim_ascii();
-                if secret.len() < MIN_SECRET_BYTES {
-                    return Err(format!(
-                        "{}: an HS256 secret needs at least {MIN_SECRET_BYTES} bytes",
-                        p.display()
-                    ));
-                }
-                let check = Hs256::new(secret).map_err(|e| format!("{}: {e}", p.display()))?;
-                vec![Key {
-                    kid: None,
-                    check: Check::Hs256(check),
-                }]
-            }
+            KeyFile::Secret(p) => vec![Key {
+                kid: None,
+                check: Check::Hs256(secret_file(p)?),
+            }],
             KeyFile::PublicKey(p) => {
-                let pem = read(p)?;
-                let (key, alg) = DecodingKey::from_ed_pem(&pem)
-                    .map(|k| (k, Algorithm::EdDSA))
-                    .or_else(|_| DecodingKey::from_rsa_pem(&pem).map(|k| (k, Algorithm::RS256)))
-                    .map_err(|_| {
-                        format!("{}: not an Ed25519 or RSA public key in PEM", p.display())
-                    })?;
+                let (key, alg) = public_key_file(p)?;
                 vec![Key {
                     kid: None,
                     check: jwt(key, alg),
                 }]
             }
-            KeyFile::Jwks(p) => {
-                let set: JwkSet = serde_json::from_slice(&read(p)?)
-                    .map_err(|e| format!("{}: not a JWKS: {e}", p.display()))?;
-                let mut keys = Vec::new();
-                for jwk in &set.keys {
-                    let name = &jwk.common.key_id;
-                    let alg = jwk_algorithm(jwk).ok_or_else(|| {
-                        format!("{}: key {name:?} is not HS256, EdDSA or RS256", p.display())
-                    })?;
-                    let key = DecodingKey::from_jwk(jwk)
-                        .map_err(|e| format!("{}: key {name:?}: {e}", p.display()))?;
-                    // The secret file's rule holds for an `oct` key too (an empty `k`
-                    // would let anyone sign).
-                    if key
-                        .try_get_hmac_secret()
-                        .is_ok_and(|k| k.len() < MIN_SECRET_BYTES)
-                    {
-                        return Err(format!(
-                            "{}: key {name:?}: an HS256 secret needs at least \
-                             {MIN_SECRET_BYTES} bytes",
-                            p.display()
-                        ));
-                    }
-                    let check = match (alg, key.try_get_hmac_secret()) {
-                        (Algorithm::HS256, Ok(secret)) => Check::Hs256(
-                            Hs256::new(secret)
-                                .map_err(|e| format!("{}: key {name:?}: {e}", p.display()))?,
-                        ),
-                        _ => jwt(key, alg),
-                    };
-                    keys.push(Key {
-                        kid: name.clone(),
-                        check,
-                    });
-                }
-                if keys.is_empty() {
-                    return Err(format!("{}: the JWKS has no keys", p.display()));
-                }
-                keys
-            }
+            KeyFile::Jwks(p) => jwks_file(p, jwt)?,
         };
         let rules = Rules {
             audience: audience.to_owned(),

@@ -2,8 +2,8 @@
 //! (`campaign-ops/src/rebuild.rs`), a preheat over a running sale, the release of an unpaid
 //! claim (`campaign-ops/src/release.rs`) and a stock wave (`campaign-ops/src/wave.rs`).
 
-use crate::keyspace::{Answer, Event, Meta, ShardId};
-use crate::ledger::{Status, WaveState};
+use crate::keyspace::{Answer, ClaimId, Event, Meta, Shard, ShardId};
+use crate::ledger::{Row, Status, WaveState};
 use crate::mutant::Mutant;
 use crate::scripts::{self, PreheatReply};
 use crate::system::{Action, State, System, END, START, WAVE_ID};
@@ -74,88 +74,101 @@ impl System {
         let gen = st.ledger.rebuild_gen;
         let mut events = Vec::new();
         for s in 0..self.cfg.shards {
-            let share = self.cfg.share(st.ledger.base_stock, s)
-                + st.ledger
-                    .waves
-                    .values()
-                    .filter(|(_, w)| *w == WaveState::Applied)
-                    .map(|(u, _)| self.cfg.share(*u, s))
-                    .sum::<i32>();
-            let sold: i32 = st
-                .ledger
-                .unreleased()
-                .filter(|(id, _)| id.shard == s)
-                .map(|(_, r)| r.rec.qty)
-                .sum();
-            let ledger = st.ledger.clone();
-            let sh = st.master(s);
-            sh.stock = Some((share - sold).max(0));
-            sh.debt = (sold - share).max(0);
-            sh.meta = Some(Meta {
-                limit: self.cfg.limit,
-                start: START,
-                end: END,
-                gen,
-                fenced: false,
-            });
-            sh.users.clear();
-            for (id, row) in &ledger.claims {
-                let r = row.rec;
-                if r.home == s {
-                    if row.status != Status::Released {
-                        *sh.users.entry(r.user).or_insert(0) += r.qty;
-                    }
-                    let q = sh.useq.entry(r.user).or_insert(0);
-                    *q = (*q).max(r.seq);
-                    if let Some(rid) = r.rid {
-                        sh.req.insert(
-                            (r.user, rid),
-                            Answer::Done {
-                                claim: *id,
-                                shard: r.shard,
-                                qty: r.qty,
-                                tentative: false,
-                            },
-                        );
-                    }
-                    if row.status == Status::Released {
-                        sh.reluser.insert(*id);
-                    }
-                }
-                if id.shard == s {
-                    if self.cfg.ops.rebuild_floor {
-                        sh.last_id = sh.last_id.max(id.entry);
-                    }
-                    if row.status == Status::Released {
-                        sh.relstock.insert(*id);
-                    }
-                }
-            }
-            // Holds are kept; one whose claim the ledger does not hold counts for its user.
-            let holds: Vec<_> = sh.holds.iter().map(|(&k, h)| (k, h.qty)).collect();
-            for ((user, seq), qty) in holds {
-                if ledger.find(user, seq, s).is_none() {
-                    *sh.users.entry(user).or_insert(0) += qty;
-                }
-                let q = sh.useq.entry(user).or_insert(0);
-                *q = (*q).max(seq);
-            }
-            sh.waves = ledger
-                .waves
-                .iter()
-                .filter(|(_, (_, w))| *w == WaveState::Applied)
-                .map(|(&id, (u, _))| (id, self.cfg.share(*u, s)))
-                .collect();
-            events.push(if sh.stock == Some(0) {
-                Event::Empty(s)
-            } else {
-                Event::Restock(s)
-            });
+            events.push(self.rebuild_shard(st, s, gen));
             st.sync(s);
         }
         st.publish(&events);
         st.rebuilds = st.rebuilds.saturating_add(1);
         true
+    }
+
+    /// Shard `s` written back from the ledger under generation `gen`: its slice (its share
+    /// of the stock and the applied waves, less what the ledger sold), the meta, the rows
+    /// of its users and of its stream, the holds kept, the waves. The event it publishes.
+    fn rebuild_shard(&self, st: &mut State, s: ShardId, gen: u32) -> Event {
+        let share = self.cfg.share(st.ledger.base_stock, s)
+            + st.ledger
+                .waves
+                .values()
+                .filter(|(_, w)| *w == WaveState::Applied)
+                .map(|(u, _)| self.cfg.share(*u, s))
+                .sum::<i32>();
+        let sold: i32 = st
+            .ledger
+            .unreleased()
+            .filter(|(id, _)| id.shard == s)
+            .map(|(_, r)| r.rec.qty)
+            .sum();
+        let ledger = st.ledger.clone();
+        let sh = st.master(s);
+        sh.stock = Some((share - sold).max(0));
+        sh.debt = (sold - share).max(0);
+        sh.meta = Some(Meta {
+            limit: self.cfg.limit,
+            start: START,
+            end: END,
+            gen,
+            fenced: false,
+        });
+        sh.users.clear();
+        for (id, row) in &ledger.claims {
+            self.rebuild_row(sh, s, *id, row);
+        }
+        // Holds are kept; one whose claim the ledger does not hold counts for its user.
+        let holds: Vec<_> = sh.holds.iter().map(|(&k, h)| (k, h.qty)).collect();
+        for ((user, seq), qty) in holds {
+            if ledger.find(user, seq, s).is_none() {
+                *sh.users.entry(user).or_insert(0) += qty;
+            }
+            let q = sh.useq.entry(user).or_insert(0);
+            *q = (*q).max(seq);
+        }
+        sh.waves = ledger
+            .waves
+            .iter()
+            .filter(|(_, (_, w))| *w == WaveState::Applied)
+            .map(|(&id, (u, _))| (id, self.cfg.share(*u, s)))
+            .collect();
+        if sh.stock == Some(0) {
+            Event::Empty(s)
+        } else {
+            Event::Restock(s)
+        }
+    }
+
+    /// One ledger row on shard `s`: on its user's home, the user's count and seq, its
+    /// stored answer and release; on the shard that took it, the id floor and release.
+    fn rebuild_row(&self, sh: &mut Shard, s: ShardId, id: ClaimId, row: &Row) {
+        let r = row.rec;
+        if r.home == s {
+            if row.status != Status::Released {
+                *sh.users.entry(r.user).or_insert(0) += r.qty;
+            }
+            let q = sh.useq.entry(r.user).or_insert(0);
+            *q = (*q).max(r.seq);
+            if let Some(rid) = r.rid {
+                sh.req.insert(
+                    (r.user, rid),
+                    Answer::Done {
+                        claim: id,
+                        shard: r.shard,
+                        qty: r.qty,
+                        tentative: false,
+                    },
+                );
+            }
+            if row.status == Status::Released {
+                sh.reluser.insert(id);
+            }
+        }
+        if id.shard == s {
+            if self.cfg.ops.rebuild_floor {
+                sh.last_id = sh.last_id.max(id.entry);
+            }
+            if row.status == Status::Released {
+                sh.relstock.insert(id);
+            }
+        }
     }
 
     /// `consumer preheat` over a running sale: with every slice live and no claim in the

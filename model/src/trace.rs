@@ -4,6 +4,7 @@ use std::fmt::Write as _;
 
 use stateright::Path;
 
+use crate::keyspace::ShardId;
 use crate::system::{Action, State, System};
 
 pub fn render(_m: &System, path: &Path<State, Action>) -> String {
@@ -66,18 +67,7 @@ pub fn describe(before: &State, a: &Action) -> String {
         Action::Send { user, rid, gw } => {
             format!("client u{user} sends request r{rid} to gateway {gw}")
         }
-        Action::Step { task, lag } => {
-            let t = &before.tasks[usize::from(task)];
-            let lag = if lag {
-                " (its replica misses the write)"
-            } else {
-                ""
-            };
-            format!(
-                "gateway {} runs u{}/r{}'s next step from {:?}{lag}",
-                t.gw, t.user, t.rid, t.pc
-            )
-        }
+        Action::Step { task, lag } => step(before, task, lag),
         Action::Deliver => format!(
             "gateways process their events {:?}",
             before.gateways.iter().map(|g| &g.inbox).collect::<Vec<_>>()
@@ -89,55 +79,12 @@ pub fn describe(before: &State, a: &Action) -> String {
         Action::ReadFilter(g) => format!("gateway {g} reads the replay filter"),
         Action::RevalidateFilter(g) => format!("gateway {g} revalidates its replay filter"),
         Action::CrashGateway(g) => format!("FAULT: gateway {g} crashes"),
-        Action::Consume { shard, crash } => {
-            let row = before.ledger.streams[usize::from(shard)];
-            let replid = before.nodes[usize::from(shard)].replid;
-            let what = if crash {
-                "FAULT: consumer reads"
-            } else {
-                "consumer reads"
-            };
-            let end = if before.db_refusing {
-                "the database refuses the commit; the rows are kept as poison and the offset moves past them"
-            } else if crash {
-                "commits, and crashes before its final answers and trim"
-            } else {
-                "commits, moves the offset and trims"
-            };
-            let at = match &before.stalled {
-                Some(p) if p.shard == shard && p.epoch == row.epoch => {
-                    format!("after its own paused read, from {:?}", p.to)
-                }
-                _ => format!("from the ledger offset {:?}", row.offset),
-            };
-            format!(
-                "{what} shard {shard}'s stream {at} (lease {}, master replid {replid}), {end}",
-                row.epoch
-            )
-        }
-        Action::Read(s) => {
-            let row = before.ledger.streams[usize::from(s)];
-            format!(
-                "FAULT: a consumer reads shard {s}'s stream from the ledger offset {:?} (lease {}, master replid {}) and pauses before its commit",
-                row.offset,
-                row.epoch,
-                before.nodes[usize::from(s)].replid
-            )
-        }
+        Action::Consume { shard, crash } => consume(before, shard, crash),
+        Action::Read(s) => paused_read(before, s),
         Action::Takeover(s) => {
             format!("the paused consumer's lease on shard {s} runs out; another consumer takes it")
         }
-        Action::CommitStalled => {
-            let p = before.stalled.as_ref().expect("listed");
-            format!(
-                "the paused consumer commits entries {:?} of shard {} (from {:?} to {:?}, lease {})",
-                p.entries.iter().map(|(e, _)| e).collect::<Vec<_>>(),
-                p.shard,
-                p.from,
-                p.to,
-                p.epoch
-            )
-        }
+        Action::CommitStalled => paused_commit(before),
         Action::DropStalled => "FAULT: the paused consumer dies".to_owned(),
         Action::Trim(s) => format!(
             "consumer trims shard {s}'s stream below offset {:?}",
@@ -176,4 +123,70 @@ pub fn describe(before: &State, a: &Action) -> String {
         Action::WaveRedis => "consumer pushes the wave to the slices".to_owned(),
         Action::Tick => format!("time passes to {}", before.now + 1),
     }
+}
+
+/// A gateway runs a request's next step.
+fn step(before: &State, task: u8, lag: bool) -> String {
+    let t = &before.tasks[usize::from(task)];
+    let lag = if lag {
+        " (its replica misses the write)"
+    } else {
+        ""
+    };
+    format!(
+        "gateway {} runs u{}/r{}'s next step from {:?}{lag}",
+        t.gw, t.user, t.rid, t.pc
+    )
+}
+
+/// A consumer's round on `shard`: read, commit, and what ends it.
+fn consume(before: &State, shard: ShardId, crash: bool) -> String {
+    let row = before.ledger.streams[usize::from(shard)];
+    let replid = before.nodes[usize::from(shard)].replid;
+    let what = if crash {
+        "FAULT: consumer reads"
+    } else {
+        "consumer reads"
+    };
+    let end = if before.db_refusing {
+        "the database refuses the commit; the rows are kept as poison and the offset moves past them"
+    } else if crash {
+        "commits, and crashes before its final answers and trim"
+    } else {
+        "commits, moves the offset and trims"
+    };
+    let at = match &before.stalled {
+        Some(p) if p.shard == shard && p.epoch == row.epoch => {
+            format!("after its own paused read, from {:?}", p.to)
+        }
+        _ => format!("from the ledger offset {:?}", row.offset),
+    };
+    format!(
+        "{what} shard {shard}'s stream {at} (lease {}, master replid {replid}), {end}",
+        row.epoch
+    )
+}
+
+/// A consumer that reads and pauses before its commit.
+fn paused_read(before: &State, s: ShardId) -> String {
+    let row = before.ledger.streams[usize::from(s)];
+    format!(
+        "FAULT: a consumer reads shard {s}'s stream from the ledger offset {:?} (lease {}, master replid {}) and pauses before its commit",
+        row.offset,
+        row.epoch,
+        before.nodes[usize::from(s)].replid
+    )
+}
+
+/// The paused consumer's late commit.
+fn paused_commit(before: &State) -> String {
+    let p = before.stalled.as_ref().expect("listed");
+    format!(
+        "the paused consumer commits entries {:?} of shard {} (from {:?} to {:?}, lease {})",
+        p.entries.iter().map(|(e, _)| e).collect::<Vec<_>>(),
+        p.shard,
+        p.from,
+        p.to,
+        p.epoch
+    )
 }

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
-use hyper::service::service_fn;
+use hyper::service::{service_fn, HttpService};
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
@@ -121,29 +121,12 @@ pub async fn serve<S, H, F, B>(
             async move { Ok::<_, Infallible>(handler(state, peer, req).await) }
         });
         let conn = http.serve_connection(TokioIo::new(Box::pin(stream)), service);
-        let (mut stop, max_age, gauge) = (stop.clone(), opts.max_age, opts.connections_gauge);
+        let (stop, max_age, gauge) = (stop.clone(), opts.max_age, opts.connections_gauge);
         conns.spawn(async move {
             if let Some(g) = gauge {
                 metrics::gauge!(g).increment(1.0);
             }
-            let mut conn = std::pin::pin!(conn);
-            let ended = tokio::select! {
-                r = conn.as_mut() => Some(r),
-                _ = tokio::time::sleep(max_age) => None,
-                _ = stopped(&mut stop) => None,
-            };
-            // Too old, or the server stops: finish the request in progress (an idle
-            // connection closes at once), then close.
-            let ended = match ended {
-                Some(r) => r,
-                None => {
-                    conn.as_mut().graceful_shutdown();
-                    conn.await
-                }
-            };
-            if let Err(e) = ended {
-                tracing::debug!(error = %e, "connection ended with an error");
-            }
+            run_connection(conn, max_age, stop).await;
             if let Some(g) = gauge {
                 metrics::gauge!(g).decrement(1.0);
             }
@@ -154,10 +137,46 @@ pub async fn serve<S, H, F, B>(
     // New connections are refused from here on; every connection saw `stop` and is
     // finishing its current request.
     drop(listener);
+    drain(conns, opts.grace).await;
+}
+
+/// Serves one connection until it ends; past `max_age`, or once the server stops, it
+/// finishes the request in progress (an idle connection closes at once), then closes.
+async fn run_connection<I, S, B>(
+    conn: http1::Connection<I, S>,
+    max_age: Duration,
+    mut stop: watch::Receiver<bool>,
+) where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin,
+    S: HttpService<Incoming, ResBody = B>,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    B: hyper::body::Body + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let mut conn = std::pin::pin!(conn);
+    let ended = tokio::select! {
+        r = conn.as_mut() => Some(r),
+        _ = tokio::time::sleep(max_age) => None,
+        _ = stopped(&mut stop) => None,
+    };
+    let ended = match ended {
+        Some(r) => r,
+        None => {
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
+    };
+    if let Err(e) = ended {
+        tracing::debug!(error = %e, "connection ended with an error");
+    }
+}
+
+/// Waits up to `grace` for the connections to finish their requests, then aborts the rest.
+async fn drain(mut conns: JoinSet<()>, grace: Duration) {
     let open = conns.len();
     let drained = async { while conns.join_next().await.is_some() {} };
-    if tokio::time::timeout(opts.grace, drained).await.is_err() {
-        tracing::warn!(open, grace = ?opts.grace, "grace period over; aborting connections");
+    if tokio::time::timeout(grace, drained).await.is_err() {
+        tracing::warn!(open, grace = ?grace, "grace period over; aborting connections");
         conns.abort_all();
     }
     while conns.join_next().await.is_some() {}

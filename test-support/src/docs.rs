@@ -81,95 +81,11 @@ impl Doc {
 
     /// Every code span and fenced line, in order.
     pub fn spans(&self) -> Vec<Span> {
-        let mut out = Vec::new();
-        let mut fence: Option<Span> = None;
-        let mut in_fence = false;
-        // An inline span still open at the end of a line: it continues on the next one,
-        // unless a blank line ends the paragraph.
-        let mut open: Option<Span> = None;
+        let mut scan = SpanScan::default();
         for (i, line) in self.text.lines().enumerate() {
-            let n = i + 1;
-            if line.trim_start().starts_with("```") {
-                in_fence = !in_fence;
-                open = None;
-                continue;
-            }
-            if in_fence {
-                let piece = line.trim_end();
-                let joined = match fence.take() {
-                    Some(mut f) => {
-                        f.text.push(' ');
-                        f.text.push_str(piece.trim_start());
-                        f
-                    }
-                    None => Span {
-                        line: n,
-                        text: piece.trim_start().to_string(),
-                        lead: String::new(),
-                    },
-                };
-                match joined.text.strip_suffix('\\') {
-                    Some(head) => {
-                        fence = Some(Span {
-                            text: head.trim_end().to_string(),
-                            ..joined
-                        })
-                    }
-                    None => out.push(joined),
-                }
-                continue;
-            }
-            if line.trim().is_empty() {
-                open = None;
-                continue;
-            }
-            let mut lead = String::new();
-            let mut rest = line;
-            if let Some(mut span) = open.take() {
-                match rest.find('`') {
-                    Some(end) => {
-                        span.text.push(' ');
-                        span.text.push_str(rest[..end].trim());
-                        out.push(span);
-                        rest = &rest[end + 1..];
-                    }
-                    None => {
-                        span.text.push(' ');
-                        span.text.push_str(rest.trim());
-                        open = Some(span);
-                        continue;
-                    }
-                }
-            }
-            while let Some(start) = rest.find('`') {
-                lead.push_str(&rest[..start]);
-                // Only the text of the current table cell leads a span in a table.
-                if let Some(pipe) = lead.rfind('|') {
-                    lead.drain(..=pipe);
-                }
-                let after = &rest[start + 1..];
-                match after.find('`') {
-                    Some(end) => {
-                        out.push(Span {
-                            line: n,
-                            text: after[..end].trim().to_string(),
-                            lead: lead.clone(),
-                        });
-                        lead.push_str(&after[..end]);
-                        rest = &after[end + 1..];
-                    }
-                    None => {
-                        open = Some(Span {
-                            line: n,
-                            text: after.trim().to_string(),
-                            lead: lead.clone(),
-                        });
-                        rest = "";
-                    }
-                }
-            }
+            scan.line(i + 1, line);
         }
-        out
+        scan.out
     }
 
     /// Every table outside fenced blocks: runs of lines starting with `|`, each as its
@@ -263,4 +179,107 @@ pub fn anchor(heading: &str) -> String {
 /// The backticked pieces of a table cell.
 pub fn backticked(cell: &str) -> Vec<&str> {
     cell.split('`').skip(1).step_by(2).collect()
+}
+
+/// The reading of [`Doc::spans`], one line at a time.
+#[derive(Default)]
+struct SpanScan {
+    out: Vec<Span>,
+    in_fence: bool,
+    /// A fenced line ending in `\`, to be joined with the next.
+    fence: Option<Span>,
+    /// An inline span still open at the end of a line: it continues on the next one,
+    /// unless a blank line ends the paragraph.
+    open: Option<Span>,
+}
+
+impl SpanScan {
+    /// Line `n` (1-based).
+    fn line(&mut self, n: usize, line: &str) {
+        if line.trim_start().starts_with("```") {
+            self.in_fence = !self.in_fence;
+            self.open = None;
+        } else if self.in_fence {
+            self.fenced(n, line);
+        } else if line.trim().is_empty() {
+            self.open = None;
+        } else {
+            self.prose(n, line);
+        }
+    }
+
+    /// A line of a fenced block: one span, or joined with the next after a `\`.
+    fn fenced(&mut self, n: usize, line: &str) {
+        let piece = line.trim_end();
+        let joined = match self.fence.take() {
+            Some(mut f) => {
+                f.text.push(' ');
+                f.text.push_str(piece.trim_start());
+                f
+            }
+            None => Span {
+                line: n,
+                text: piece.trim_start().to_string(),
+                lead: String::new(),
+            },
+        };
+        match joined.text.strip_suffix('\\') {
+            Some(head) => {
+                self.fence = Some(Span {
+                    text: head.trim_end().to_string(),
+                    ..joined
+                })
+            }
+            None => self.out.push(joined),
+        }
+    }
+
+    /// A line outside fences: the end of a span left open, then the spans it opens.
+    fn prose(&mut self, n: usize, line: &str) {
+        let mut lead = String::new();
+        let mut rest = line;
+        if let Some(mut span) = self.open.take() {
+            match rest.find('`') {
+                Some(end) => {
+                    span.text.push(' ');
+                    span.text.push_str(rest[..end].trim());
+                    self.out.push(span);
+                    rest = &rest[end + 1..];
+                }
+                None => {
+                    span.text.push(' ');
+                    span.text.push_str(rest.trim());
+                    self.open = Some(span);
+                    return;
+                }
+            }
+        }
+        while let Some(start) = rest.find('`') {
+            lead.push_str(&rest[..start]);
+            // Only the text of the current table cell leads a span in a table.
+            if let Some(pipe) = lead.rfind('|') {
+                lead.drain(..=pipe);
+            }
+            let after = &rest[start + 1..];
+            match after.find('`') {
+                Some(end) => {
+                    self.out.push(Span {
+                        line: n,
+                        text: after[..end].trim().to_string(),
+                        lead: lead.clone(),
+                    });
+                    lead.push_str(&after[..end]);
+                    rest = &after[end + 1..];
+                }
+                None => {
+                    self.open = Some(Span {
+                        line: n,
+                        text: after.trim().to_string(),
+                        lead: lead.clone(),
+                    });
+                    rest = "";
+                }
+            }
+        }
+    }
 }

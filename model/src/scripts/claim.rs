@@ -45,6 +45,10 @@ pub enum ClaimReply {
     BadArgument,
 }
 
+/// claim.lua, long because it follows the script statement by statement, in its order, so
+/// the two read side by side (`tests/conformance.rs` holds them to the same answers):
+/// the checks that answer without a write, then the user's count and seq, then a hold
+/// when the slice is short, or the unit, the stream entry and the stored answer.
 pub fn claim(
     sh: &mut Shard,
     a: &ClaimArgs,

@@ -7,6 +7,14 @@ use super::{b64, raw, sign_with, valid, with, Algorithm, Case, Expect::Same, AUD
 
 /// Whole-token mutations of a valid token.
 pub(super) fn tokens() -> Vec<Case> {
+    [edits(), other_keys(), invalid_utf8()]
+        .into_iter()
+        .flatten()
+        .collect()
+}
+
+/// A valid token edited: its parts and dots, padding, alphabet, and bits.
+fn edits() -> Vec<Case> {
     let edit = |label, f: fn(String) -> String| -> Case {
         (label, Same, Box::new(move |now| f(valid(now))))
     };
@@ -60,6 +68,12 @@ pub(super) fn tokens() -> Vec<Case> {
                 format!("{signed}.{sig}")
             }),
         ),
+    ]
+}
+
+/// Tokens signed with another key or algorithm, or with none.
+fn other_keys() -> Vec<Case> {
+    vec![
         (
             "other secret",
             Same,
@@ -121,6 +135,12 @@ pub(super) fn tokens() -> Vec<Case> {
                 .unwrap()
             }),
         ),
+    ]
+}
+
+/// Invalid UTF-8 in the subject, in an unknown member, in the header.
+fn invalid_utf8() -> Vec<Case> {
+    vec![
         (
             "invalid UTF-8 in the subject",
             Same,
