@@ -115,7 +115,7 @@ fn changes_seen_only_in_keys_or_events_fail() {
             "redis.call('DEL', KEYS[3])",
             "redis.call('EXISTS', KEYS[3])",
         ),
-        // release_stock.lua no longer says the slice came back from empty.
+        // release_stock.lua does not say the slice came back from empty.
         ("release_stock", "if slice == back then", "if false then"),
         // wave.lua pays one unit of debt too many.
         (
