@@ -25,8 +25,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
-use ledger::claims::Written;
-use ledger::offsets::{Advance, Offset};
+use ledger::claims::{Stored, Written};
+use ledger::places::{Advance, Place};
 use ledger::poison::Poison as PoisonRow;
 use ledger::Cause;
 use shard_router::stream::{Delivered, Poison, ShardStream};
@@ -35,7 +35,7 @@ use sqlx::MySqlPool;
 use tokio::sync::{mpsc, watch};
 
 use crate::backoff::Backoff;
-use crate::commit::{self, BatchOutcome};
+use crate::commit;
 use crate::config::Config;
 use crate::inflight::InFlight;
 use crate::late;
@@ -45,7 +45,7 @@ use crate::stall::{Stall, Stalls};
 
 /// Shortest time between two trims of one shard's stream: one XTRIM then drops every
 /// listpack node below the place at once, instead of a call per batch.
-pub const TRIM_EVERY: Duration = Duration::from_secs(1);
+pub(crate) const TRIM_EVERY: Duration = Duration::from_secs(1);
 
 /// What the writer loops share.
 #[derive(Clone)]
@@ -184,7 +184,7 @@ impl Writer {
         let mut stalled = Backoff::new(self.cfg.backoff_min, self.cfg.backoff_max);
         let outcome = loop {
             if batch.is_empty() {
-                break BatchOutcome::default();
+                break Stored::default();
             }
             let moves = moves(&batch, &self.leases);
             let records: Vec<&ClaimRecord> = batch
@@ -333,11 +333,11 @@ impl Writer {
         moves: &[(Advance, ShardId)],
         which: &[usize],
         records: &[&ClaimRecord],
-    ) -> Result<Option<BatchOutcome>, crate::ConsumerError> {
+    ) -> Result<Option<Stored<ClaimRecord>>, crate::ConsumerError> {
         let t = self.cfg.db_timeout;
         for &i in which {
             let a = &moves[i].0;
-            let at = ledger::offsets::get(&self.pool, &a.stream, t).await?;
+            let at = ledger::places::get(&self.pool, &a.stream, t).await?;
             if !matches!(at, Some((to, epoch, _)) if to == a.to && epoch == a.epoch) {
                 return Ok(None);
             }
@@ -363,7 +363,7 @@ impl Writer {
         moves: &[(Advance, ShardId)],
         poison: &[PoisonRow],
         stall: &mut Stall,
-    ) -> Result<(Written, BatchOutcome), crate::ConsumerError> {
+    ) -> Result<(Written, Stored<ClaimRecord>), crate::ConsumerError> {
         let mut backoff = Backoff::new(self.cfg.backoff_min, self.cfg.backoff_max);
         let advances: Vec<Advance> = moves.iter().map(|(a, _)| a.clone()).collect();
         loop {
@@ -405,7 +405,7 @@ impl Writer {
 
     /// After a commit: a shard that went back in time fenced first, then no flush waits
     /// for these any more, late claims counted in Redis, rerouted answers made final.
-    async fn after_commit(&self, reads: &[Read], outcome: &BatchOutcome) {
+    async fn after_commit(&self, reads: &[Read], outcome: &Stored<ClaimRecord>) {
         commit::fence_gone_back(&self.client, outcome).await;
         let entries = || reads.iter().flat_map(|r| r.entries.iter());
         self.inflight
@@ -432,7 +432,7 @@ impl Writer {
     async fn settle(
         &self,
         batch: Vec<Read>,
-        outcome: BatchOutcome,
+        outcome: Stored<ClaimRecord>,
         started: Instant,
         trimmed: &mut HashMap<ShardId, Instant>,
     ) {
@@ -446,7 +446,7 @@ impl Writer {
             self.inflight
                 .remove(r.shard, r.entries.iter().map(|d| d.entry_id.as_str()));
         }
-        let mut last: BTreeMap<ShardId, &Offset> = BTreeMap::new();
+        let mut last: BTreeMap<ShardId, &Place> = BTreeMap::new();
         for r in &batch {
             last.insert(r.shard, &r.to);
         }
@@ -485,7 +485,7 @@ fn drop_reads(batch: &mut Vec<Read>, gone: impl Fn(&Read) -> bool) -> Vec<Read> 
 /// Each shard's move in `batch`: from the first read's place to the last read's, with
 /// its stream key from `leases`, sorted by stream (the lock order of `ledger::claims`).
 fn moves(batch: &[Read], leases: &HashMap<ShardId, ShardLease>) -> Vec<(Advance, ShardId)> {
-    let mut by: BTreeMap<ShardId, (u64, &Offset, &Offset)> = BTreeMap::new();
+    let mut by: BTreeMap<ShardId, (u64, &Place, &Place)> = BTreeMap::new();
     for r in batch {
         by.entry(r.shard)
             .and_modify(|m| m.2 = &r.to)

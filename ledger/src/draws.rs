@@ -27,7 +27,7 @@ use sqlx::mysql::MySqlRow;
 use sqlx::{MySql, MySqlPool, QueryBuilder, Row};
 
 use crate::error::LedgerError;
-use crate::offsets::Offset;
+use crate::places::Place;
 use crate::pool::bounded;
 use crate::row_buckets::padded_rows;
 
@@ -362,8 +362,8 @@ pub async fn live(pool: &MySqlPool, t: Duration) -> Result<Vec<Live>, LedgerErro
 pub async fn commit_entries(
     pool: &MySqlPool,
     stream: &str,
-    from: &Offset,
-    to: &Offset,
+    from: &Place,
+    to: &Place,
     entries: &[(u64, Entry)],
     t: Duration,
 ) -> Result<bool, LedgerError> {
@@ -479,8 +479,8 @@ pub async fn commit_entries(
     Ok(true)
 }
 
-/// Where the reader of `stream` stands ([`Offset::start`] before its first commit).
-pub async fn place(pool: &MySqlPool, stream: &str, t: Duration) -> Result<Offset, LedgerError> {
+/// Where the reader of `stream` stands ([`Place::start`] before its first commit).
+pub async fn place(pool: &MySqlPool, stream: &str, t: Duration) -> Result<Place, LedgerError> {
     let row: Option<(String, String)> = bounded(
         "stream place",
         t,
@@ -489,7 +489,7 @@ pub async fn place(pool: &MySqlPool, stream: &str, t: Duration) -> Result<Offset
             .fetch_optional(pool),
     )
     .await?;
-    Ok(row.map_or_else(Offset::start, |(last_id, repl_id)| Offset {
+    Ok(row.map_or_else(Place::start, |(last_id, repl_id)| Place {
         last_id,
         repl_id,
     }))
