@@ -12,7 +12,7 @@
 //! Layout (one concept per file):
 //! - [`config`]: the data path's settings and their documented defaults.
 //! - `stream` (shard-router's): the stream operations on one shard (XREAD after a place,
-//!   trim); `shard`: a shard's lease and its reader, from the ledger's place into the
+//!   trim); `lease`: a shard's lease and its renewal; `shard`: a shard's reader, from the ledger's place into the
 //!   writer's bounded channel, the new-master rule.
 //! - `writer`: batches (max rows / max wait) → [`commit`]: one ledger transaction per
 //!   batch, of records turned into rows ([`rows`]) and the streams' places; [`late`]:
@@ -33,6 +33,7 @@ mod final_answers;
 mod flush;
 mod inflight;
 pub mod late;
+mod lease;
 pub mod metrics;
 pub mod replica;
 pub mod rows;
@@ -58,5 +59,6 @@ pub use streams::{connect_db, Streams};
 // A reader and writer driven by hand: the exactly-once and flush drills of
 // campaign-ops/tests/it (places.rs, rebuild_flush_review.rs) crash them between steps.
 pub use inflight::InFlight;
-pub use shard::{Read, ShardLease};
+pub use lease::ShardLease;
+pub use shard::Read;
 pub use writer::Writer;

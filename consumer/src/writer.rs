@@ -39,8 +39,9 @@ use crate::commit;
 use crate::config::Config;
 use crate::inflight::InFlight;
 use crate::late;
+use crate::lease::ShardLease;
 use crate::metrics as m;
-use crate::shard::{Read, ShardLease};
+use crate::shard::Read;
 use crate::stall::{Stall, Stalls};
 
 /// Shortest time between two trims of one shard's stream: one XTRIM then drops every
