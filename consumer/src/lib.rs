@@ -12,11 +12,11 @@
 //! Layout (one concept per file):
 //! - [`config`]: the data path's settings and their documented defaults.
 //! - `stream` (shard-router's): the stream operations on one shard (XREAD after a place,
-//!   trim); `lease`: a shard's lease and its renewal; `shard`: a shard's reader, from the ledger's place into the
-//!   writer's bounded channel, the new-master rule.
+//!   trim); `lease`: a shard's lease and its renewal; `shard`: a shard's reader, from the
+//!   ledger's place into the writer's bounded channel, the new-master rule.
 //! - `gather`: a writer loop's reads gathered into batches (max rows / max wait);
-//!   `writer`: each batch → [`commit`]: one ledger transaction per
-//!   batch, of records turned into rows ([`rows`]) and the streams' places; [`late`]:
+//!   `writer`: each batch → [`commit`]: one ledger transaction per batch, of records
+//!   turned into rows ([`rows`]) and the streams' places; [`late`]:
 //!   claims committed after the rebuild that did not count them; `final_answers`:
 //!   rerouted claims' replay answers made final after the commit; `stall`: a writer loop
 //!   that cannot commit, for `/healthz` and its gauge.
