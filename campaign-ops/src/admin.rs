@@ -20,9 +20,9 @@ use tokio::sync::watch;
 
 use crate::campaign::{self, Campaign};
 use crate::health::Health;
+use crate::Config;
+use crate::OpsError;
 use crate::{reconcile, release};
-use consumer::config::Config;
-use consumer::ConsumerError;
 
 /// Largest request body the API reads.
 pub const MAX_BODY: usize = 64 * 1024;
@@ -151,14 +151,14 @@ fn error(status: StatusCode, msg: &str) -> Resp {
 }
 
 /// Maps a result to a response; the one place errors are classified.
-fn respond<T: Serialize>(r: Result<T, ConsumerError>) -> Resp {
+fn respond<T: Serialize>(r: Result<T, OpsError>) -> Resp {
     match r {
         Ok(v) => json(StatusCode::OK, &v),
-        Err(ConsumerError::NotFound(m)) => error(StatusCode::NOT_FOUND, &format!("not found: {m}")),
-        Err(ConsumerError::Invalid(m)) => error(StatusCode::BAD_REQUEST, &m),
+        Err(OpsError::NotFound(m)) => error(StatusCode::NOT_FOUND, &format!("not found: {m}")),
+        Err(OpsError::Invalid(m)) => error(StatusCode::BAD_REQUEST, &m),
         // Done on the master, not on a replica yet: the caller should know to retry later
         // (the text names only the SKU, claim and shard).
-        Err(e @ ConsumerError::Unconfirmed(_)) => {
+        Err(e @ OpsError::Unconfirmed(_)) => {
             tracing::warn!(error = %e, "admin request not confirmed by a replica");
             error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string())
         }
@@ -228,10 +228,10 @@ impl Admin {
         if !self.authorized(&req) {
             return error(StatusCode::UNAUTHORIZED, "missing or wrong bearer token");
         }
-        let t = self.cfg.db_timeout;
+        let t = self.cfg.datapath.db_timeout;
         let sku = |s: &str| {
             s.parse::<u64>()
-                .map_err(|_| ConsumerError::Invalid(format!("bad sku {s:?}")))
+                .map_err(|_| OpsError::Invalid(format!("bad sku {s:?}")))
         };
         match (&method, parts.as_slice()) {
             (&Method::PUT | &Method::POST, ["v1", "campaigns"]) => {
@@ -256,7 +256,7 @@ impl Admin {
                     Err(e) => return error(StatusCode::BAD_REQUEST, &e),
                 };
                 respond(
-                    campaign::put_sale(&self.pool, &self.client, &c, sale, self.cfg.shards, t)
+                    campaign::put_sale(&self.pool, &self.client, &c, sale, self.cfg.datapath.shards, t)
                         .await
                         .map(|()| serde_json::json!({"status": "ok", "sku": c.sku, "mode": sale.mode().as_str()})),
                 )
@@ -268,7 +268,7 @@ impl Admin {
             (&Method::POST, ["v1", "campaigns", s, "preheat"]) => respond(match sku(s) {
                 Ok(s) => match ledger::campaigns::refuse_if_closed(&self.pool, s, "preheat", t).await {
                     Err(e) => Err(e.into()),
-                    Ok(()) => campaign::preheat_with(&self.pool, &self.client, s, self.cfg.replica_wait, t).await.map(|v| {
+                    Ok(()) => campaign::preheat_with(&self.pool, &self.client, s, self.cfg.datapath.replica_wait, t).await.map(|v| {
                     v.into_iter()
                         .map(|(shard, o)| serde_json::json!({"shard": shard, "outcome": format!("{o:?}")}))
                         .collect::<Vec<_>>()
@@ -277,11 +277,11 @@ impl Admin {
                 Err(e) => Err(e),
             }),
             (&Method::POST, ["v1", "campaigns", s, "rebuild"]) => respond(match sku(s) {
-                Ok(s) => crate::rebuild::rebuild(&self.pool, &self.client, s, &crate::rebuild::Options { replica_wait: self.cfg.replica_wait, ..crate::rebuild::Options::new(t) }).await,
+                Ok(s) => crate::rebuild::rebuild(&self.pool, &self.client, s, &crate::rebuild::Options { replica_wait: self.cfg.datapath.replica_wait, ..crate::rebuild::Options::new(t) }).await,
                 Err(e) => Err(e),
             }),
             (&Method::POST, ["v1", "campaigns", s, "reconcile"]) => respond(match sku(s) {
-                Ok(s) => match consumer::clock::redis_now(&self.client).await {
+                Ok(s) => match crate::clock::redis_now(&self.client).await {
                     Ok(now) => reconcile::run(&self.pool, &self.client, s, now, t).await,
                     Err(e) => Err(e.into()),
                 },
@@ -289,7 +289,7 @@ impl Admin {
             }),
             (&Method::POST, ["v1", "claims", id, "confirm"]) => respond(release::confirm(&self.pool, id, t).await),
             (&Method::POST, ["v1", "claims", id, "cancel"]) => respond(
-                release::release_with(&self.pool, &self.client, id, release::Reason::Cancelled, self.cfg.replica_wait, t).await,
+                release::release_with(&self.pool, &self.client, id, release::Reason::Cancelled, self.cfg.datapath.replica_wait, t).await,
             ),
             _ => error(StatusCode::NOT_FOUND, "no such route"),
         }

@@ -8,8 +8,8 @@ use serde::Serialize;
 use shard_router::{PreheatOutcome, StockClient};
 use sqlx::MySqlPool;
 
+use crate::OpsError;
 use consumer::replica::ReplicaWait;
-use consumer::ConsumerError;
 
 pub use crate::sku::meta;
 pub use ledger::campaigns::{get, list, put, Campaign};
@@ -23,7 +23,7 @@ pub async fn put_checked(
     c: &Campaign,
     shards: u16,
     t: Duration,
-) -> Result<(), ConsumerError> {
+) -> Result<(), OpsError> {
     match get(pool, c.sku, t).await {
         Ok(old) if old.stock != c.stock => {
             let live = client
@@ -32,7 +32,7 @@ pub async fn put_checked(
                 .iter()
                 .any(|(_, slice)| slice.is_some());
             if live {
-                return Err(ConsumerError::Invalid(format!(
+                return Err(OpsError::Invalid(format!(
                     "sku {} is preheated: its stock {} cannot change to {} (live slices are never overwritten)",
                     c.sku, old.stock, c.stock
                 )));
@@ -76,7 +76,7 @@ pub async fn put_sale(
     sale: Sale,
     shards: u16,
     t: Duration,
-) -> Result<(), ConsumerError> {
+) -> Result<(), OpsError> {
     if let Sale::Draw {
         draw_at_ms,
         waitlist,
@@ -120,12 +120,12 @@ pub async fn preheat(
     client: &StockClient,
     sku: u64,
     t: Duration,
-) -> Result<Vec<(u16, PreheatOutcome)>, ConsumerError> {
+) -> Result<Vec<(u16, PreheatOutcome)>, OpsError> {
     preheat_with(pool, client, sku, ReplicaWait::default(), t).await
 }
 
 /// [`preheat`] whose rebuild waits for replicas under `replicas` (`--replica-wait`: the
-/// rebuild confirms its write, `rebuild.rs` step 5); `ConsumerError::Unconfirmed` when none
+/// rebuild confirms its write, `rebuild.rs` step 5); `OpsError::Unconfirmed` when none
 /// did: written, retryable (a preheat again finds the slices live, or rebuilds again).
 pub async fn preheat_with(
     pool: &MySqlPool,
@@ -133,7 +133,7 @@ pub async fn preheat_with(
     sku: u64,
     replicas: ReplicaWait,
     t: Duration,
-) -> Result<Vec<(u16, PreheatOutcome)>, ConsumerError> {
+) -> Result<Vec<(u16, PreheatOutcome)>, OpsError> {
     let c = get(pool, sku, t).await?;
     let all_live = client
         .slices(sku, c.width)
@@ -197,7 +197,7 @@ pub async fn status(
     client: &StockClient,
     sku: u64,
     t: Duration,
-) -> Result<Status, ConsumerError> {
+) -> Result<Status, OpsError> {
     let campaign = get(pool, sku, t).await?;
     let available = ledger::campaigns::available(pool, sku, t).await?;
     let rows = ledger::campaigns::units_by_status(pool, sku, t).await?;

@@ -8,7 +8,8 @@ use shard_router::RedisArgs;
 
 use crate::campaign::Campaign;
 use crate::times;
-use consumer::config::{self, Config};
+use crate::Config;
+use consumer::config;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -261,14 +262,15 @@ impl Cli {
             .map_err(|e| e.to_string())?;
         let mut cfg = match &self.command {
             Command::Run(run) => Config {
+                datapath: run.config.datapath.clone().named(),
                 admin_token: run.admin_token(std::env::var(ENV_ADMIN_TOKEN).ok())?,
-                ..run.config.clone().named()
+                ..run.config.clone()
             },
             _ => Config::defaults(),
         };
-        cfg.redis = redis;
-        cfg.shards = shards;
-        cfg.mysql_url = self.common.mysql.clone();
+        cfg.datapath.redis = redis;
+        cfg.datapath.shards = shards;
+        cfg.datapath.mysql_url = self.common.mysql.clone();
         Ok(cfg)
     }
 }
@@ -342,27 +344,28 @@ mod tests {
         .config()
         .unwrap();
         let seeds = vec!["redis://a:1".to_owned(), "redis://b:2".to_owned()];
-        assert_eq!((c.redis, c.shards), (RedisTarget::Cluster(seeds), 4));
-        assert_eq!(c.batch_max_wait, Duration::from_millis(7));
+        let d = &c.datapath;
+        assert_eq!((&d.redis, d.shards), (&RedisTarget::Cluster(seeds), 4));
+        assert_eq!(d.batch_max_wait, Duration::from_millis(7));
         // A zero bound would make WAIT block forever: it is raised to 1 ms.
         assert_eq!(
-            c.replica_wait,
+            d.replica_wait,
             ReplicaWait::Always(Duration::from_millis(1))
         );
-        assert_eq!((c.auto_close, c.consumer_name.as_str()), (false, "c1"));
+        assert_eq!((c.auto_close, d.consumer_name.as_str()), (false, "c1"));
         let off = cli(&["run", "--replica-wait", "off"])
             .unwrap()
             .config()
             .unwrap();
-        assert_eq!(off.replica_wait, ReplicaWait::Off);
+        assert_eq!(off.datapath.replica_wait, ReplicaWait::Off);
     }
 
     /// `consumer run` with no flags and [`Config::new`] come from the same definitions.
     #[test]
     fn run_without_flags_is_the_library_default() {
         let named = |mut c: Config| {
-            c.consumer_name = "n".into();
-            c.mysql_url = "m".into();
+            c.datapath.consumer_name = "n".into();
+            c.datapath.mysql_url = "m".into();
             format!("{c:?}")
         };
         let run = cli(&["run", "--redis", "redis://x"])
@@ -372,7 +375,10 @@ mod tests {
         let lib = Config::new(RedisTarget::Single("redis://x".into()), 16, "m");
         assert_eq!(named(run), named(lib));
         let status = cli(&["status", "1"]).unwrap().config().unwrap();
-        assert_eq!(status.batch_max_rows, config::DEFAULT_BATCH_MAX_ROWS);
+        assert_eq!(
+            status.datapath.batch_max_rows,
+            config::DEFAULT_BATCH_MAX_ROWS
+        );
     }
 
     #[test]

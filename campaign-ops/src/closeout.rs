@@ -32,7 +32,7 @@ use shard_router::StockClient;
 use sqlx::MySqlPool;
 
 use crate::reconcile;
-use consumer::ConsumerError;
+use crate::OpsError;
 
 pub use ledger::campaigns::{
     closing_campaigns, due, is_closing, lifecycle, open_campaigns, refuse_if_closed, Lifecycle,
@@ -45,7 +45,7 @@ async fn not_yet(
     c: &ledger::campaigns::Campaign,
     now_ms: i64,
     t: Duration,
-) -> Result<Option<String>, ConsumerError> {
+) -> Result<Option<String>, OpsError> {
     let over = c.end_ms + i64::from(c.payment_timeout_s) * 1000;
     if now_ms < over {
         return Ok(Some(format!(
@@ -91,7 +91,7 @@ pub async fn retire(
     client: &StockClient,
     now_ms: i64,
     t: Duration,
-) -> Result<Vec<u64>, ConsumerError> {
+) -> Result<Vec<u64>, OpsError> {
     let keep = (client.config().request_ttl + RETIRE_MARGIN).as_millis() as i64;
     let expired = ledger::closing::closed_before(pool, now_ms.saturating_sub(keep), t).await?;
     if expired.is_empty() {
@@ -117,12 +117,12 @@ pub async fn close(
     sku: u64,
     now_ms: i64,
     t: Duration,
-) -> Result<serde_json::Value, ConsumerError> {
+) -> Result<serde_json::Value, OpsError> {
     let c = ledger::campaigns::get(pool, sku, t).await?;
     let life = lifecycle(pool, sku, t).await?;
     if life.closing_ms.is_none() {
         if let Some(why) = not_yet(pool, client, &c, now_ms, t).await? {
-            return Err(ConsumerError::Invalid(format!(
+            return Err(OpsError::Invalid(format!(
                 "sku {sku} cannot close yet: {why}"
             )));
         }
@@ -137,7 +137,7 @@ pub async fn close(
         let shards = client.placement().shards_of(sku, c.width);
         let streams: Vec<_> = shards
             .iter()
-            .map(|&s| consumer::stream::ShardStream::new(client, s))
+            .map(|&s| shard_router::stream::ShardStream::new(client, s))
             .collect();
         // The closing report must not count on a resolution a failover can take back: wait
         // until a replica holds it (the default replica policy; close-out has no config).
@@ -149,13 +149,13 @@ pub async fn close(
         if holds.unconfirmed > 0
             || !reconcile::holds::on_replicas(client, &shards, replicas).await?
         {
-            return Err(ConsumerError::Invalid(format!(
+            return Err(OpsError::Invalid(format!(
                 "sku {sku} is closing, sales are stopped; waiting: stale-hold resolutions \
                  not on a replica yet"
             )));
         }
         if let Some(why) = not_yet(pool, client, &c, now_ms, t).await? {
-            return Err(ConsumerError::Invalid(format!(
+            return Err(OpsError::Invalid(format!(
                 "sku {sku} is closing, sales are stopped; waiting: {why}"
             )));
         }

@@ -19,7 +19,7 @@ use shard_router::draw::DrawSpec;
 use shard_router::StockClient;
 use sqlx::MySqlPool;
 
-use consumer::ConsumerError;
+use crate::OpsError;
 
 pub mod entries;
 pub mod over;
@@ -36,7 +36,7 @@ pub async fn create(
     draw_at_ms: i64,
     waitlist: u32,
     t: Duration,
-) -> Result<Draw, ConsumerError> {
+) -> Result<Draw, OpsError> {
     check_time(c, draw_at_ms)?;
     let seed = match draws::get(pool, c.sku, t).await? {
         Some(d) => d.seed,
@@ -50,9 +50,9 @@ pub async fn create(
 }
 
 /// Refuses a draw time outside the campaign's window.
-pub fn check_time(c: &Campaign, draw_at_ms: i64) -> Result<(), ConsumerError> {
+pub fn check_time(c: &Campaign, draw_at_ms: i64) -> Result<(), OpsError> {
     if draw_at_ms <= c.start_ms || draw_at_ms >= c.end_ms {
-        return Err(ConsumerError::Invalid(
+        return Err(OpsError::Invalid(
             "the draw time (--draw-at, draw_at_ms) must be after the start and before the end \
              (entries run from the start to the draw, winners claim until the end)"
                 .into(),
@@ -82,7 +82,7 @@ pub async fn open(
     client: &StockClient,
     c: &Campaign,
     t: Duration,
-) -> Result<(), ConsumerError> {
+) -> Result<(), OpsError> {
     let Some(d) = draws::get(pool, c.sku, t).await? else {
         return Ok(());
     };
@@ -102,7 +102,7 @@ pub async fn check_mode(
     c: &Campaign,
     want: draws::Mode,
     t: Duration,
-) -> Result<(), ConsumerError> {
+) -> Result<(), OpsError> {
     let Some(mode) = draws::mode(pool, c.sku, t).await? else {
         return Ok(());
     };
@@ -117,7 +117,7 @@ pub async fn check_mode(
         .any(|(_, s)| s.is_some());
     // A draw's seed and entries, or a queue's places, belong to that mode for good.
     if live || mode != draws::Mode::Fcfs {
-        return Err(ConsumerError::Invalid(format!(
+        return Err(OpsError::Invalid(format!(
             "sku {} is a {} campaign{}; its mode cannot change",
             c.sku,
             mode.as_str(),
@@ -140,10 +140,10 @@ pub struct Shown {
     pub granted_rank: u32,
 }
 
-pub async fn show(pool: &MySqlPool, sku: u64, t: Duration) -> Result<Shown, ConsumerError> {
+pub async fn show(pool: &MySqlPool, sku: u64, t: Duration) -> Result<Shown, OpsError> {
     let d = draws::get(pool, sku, t)
         .await?
-        .ok_or_else(|| ConsumerError::NotFound(format!("sku {sku} is not a draw campaign")))?;
+        .ok_or_else(|| OpsError::NotFound(format!("sku {sku} is not a draw campaign")))?;
     Ok(Shown {
         sku,
         state: d.state,

@@ -17,8 +17,8 @@ use shard_router::StockClient;
 use sqlx::MySqlPool;
 use tokio::sync::watch;
 
-use consumer::metrics::{DB_UP, REDIS_UP};
-use consumer::stall::Stalls;
+use crate::metrics::{DB_UP, REDIS_UP};
+use consumer::Stalls;
 
 /// Period of the probes.
 pub const PROBE_INTERVAL: Duration = Duration::from_secs(1);
@@ -105,7 +105,7 @@ pub async fn run(
     loop {
         tokio::select! {
             _ = tick.tick() => {}
-            _ = consumer::signal::stopped(&mut shutdown) => return,
+            _ = plumbing::shutdown::stopped(&mut shutdown) => return,
         }
         let db = ledger::health::ping(&pool, PROBE_TIMEOUT);
         let redis = async {

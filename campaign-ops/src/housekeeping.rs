@@ -8,9 +8,9 @@ use shard_router::StockClient;
 use sqlx::MySqlPool;
 use tokio::sync::watch;
 
+use crate::memory;
+use crate::Config;
 use crate::{closeout, wave};
-use consumer::config::Config;
-use consumer::memory;
 
 /// How often due waves are applied; also bounds how late a scheduled wave starts selling.
 pub const WAVE_INTERVAL: Duration = Duration::from_secs(1);
@@ -33,7 +33,7 @@ impl<'a> Every<'a> {
     async fn next(&mut self) -> bool {
         tokio::select! {
             _ = self.tick.tick() => true,
-            _ = consumer::signal::stopped(self.shutdown) => false,
+            _ = plumbing::shutdown::stopped(self.shutdown) => false,
         }
     }
 }
@@ -50,8 +50,8 @@ pub async fn wave_loop(
             &pool,
             &client,
             shard_router::now_ms(),
-            cfg.replica_wait,
-            cfg.db_timeout,
+            cfg.datapath.replica_wait,
+            cfg.datapath.db_timeout,
         )
         .await
         {
@@ -76,7 +76,7 @@ pub async fn memory_loop(
             tracing::warn!(error = %e, "redis memory export failed");
         }
         match ledger::poison::count(&pool, POISON_T).await {
-            Ok(n) => metrics::gauge!(consumer::metrics::POISON_ENTRIES).set(n as f64),
+            Ok(n) => metrics::gauge!(crate::metrics::POISON_ENTRIES).set(n as f64),
             Err(e) => tracing::warn!(error = %e, "poison entry count export failed"),
         }
     }
@@ -86,10 +86,10 @@ pub async fn memory_loop(
 /// retires closed campaigns whose replay answers have expired (`closeout::retire`).
 pub async fn close_due(cfg: &Config, pool: &MySqlPool, client: &StockClient) {
     let now = shard_router::now_ms();
-    match ledger::campaigns::due(pool, now, cfg.db_timeout).await {
+    match ledger::campaigns::due(pool, now, cfg.datapath.db_timeout).await {
         Ok(due) => {
             for sku in due {
-                match closeout::close(pool, client, sku, now, cfg.db_timeout).await {
+                match closeout::close(pool, client, sku, now, cfg.datapath.db_timeout).await {
                     Ok(_) => {}
                     Err(e) if e.is_client_error() => {
                         tracing::debug!(sku, error = %e, "not closed yet")
@@ -102,7 +102,7 @@ pub async fn close_due(cfg: &Config, pool: &MySqlPool, client: &StockClient) {
         }
         Err(e) => tracing::warn!(error = %e, "close-out: list failed"),
     }
-    if let Err(e) = closeout::retire(pool, client, now, cfg.db_timeout).await {
+    if let Err(e) = closeout::retire(pool, client, now, cfg.datapath.db_timeout).await {
         tracing::warn!(error = %e, "retiring closed campaigns failed; retried next round");
     }
 }

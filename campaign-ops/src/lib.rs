@@ -27,10 +27,15 @@
 pub mod admin;
 pub mod campaign;
 pub mod cli;
+pub mod clock;
 pub mod closeout;
+pub mod config;
 pub mod draw;
+mod error;
 pub mod health;
 pub mod housekeeping;
+pub mod memory;
+pub mod metrics;
 pub mod poison;
 pub mod queue;
 pub mod rebuild;
@@ -41,3 +46,6 @@ pub mod service;
 pub mod sku;
 pub mod times;
 pub mod wave;
+
+pub use config::Config;
+pub use error::OpsError;

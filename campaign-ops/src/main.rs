@@ -48,14 +48,14 @@ async fn real_main(cli: Cli) -> anyhow::Result<()> {
         if let Err(e) = cfg.validate() {
             anyhow::bail!("bad configuration: {e}");
         }
-        consumer::metrics::install();
+        campaign_ops::metrics::install();
         let addr = cfg.admin_addr;
         let listener = Some(
             tokio::net::TcpListener::bind(addr)
                 .await
                 .with_context(|| format!("--admin-addr {addr}: cannot bind"))?,
         );
-        let (stop, rx) = consumer::signal::channel();
+        let (stop, rx) = plumbing::shutdown::channel();
         tokio::spawn(async move {
             plumbing::shutdown::terminated().await;
             let _ = stop.send(true);
@@ -63,8 +63,10 @@ async fn real_main(cli: Cli) -> anyhow::Result<()> {
         service::run(cfg, listener, rx).await?;
         return Ok(());
     }
+    // The commands read only the deployment's settings (Redis, shards, MySQL, bounds).
+    let cfg = cfg.datapath;
     let t = cfg.db_timeout;
-    let (_stop, mut rx) = consumer::signal::channel();
+    let (_stop, mut rx) = plumbing::shutdown::channel();
     let pool = service::connect_db(&cfg, &mut rx).await.context("mysql")?;
     let client = || async { StockClient::connect(cfg.stock()).await.context("redis") };
     let out = match cli.command {
@@ -198,7 +200,7 @@ async fn real_main(cli: Cli) -> anyhow::Result<()> {
         )?,
         Command::Reconcile { sku } => {
             let client = client().await?;
-            let now = consumer::clock::redis_now(&client).await?;
+            let now = campaign_ops::clock::redis_now(&client).await?;
             serde_json::to_value(reconcile::run(&pool, &client, sku, now, t).await?)?
         }
         Command::Draw { command } => match command {

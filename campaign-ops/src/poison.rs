@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use consumer::ConsumerError;
+use crate::OpsError;
 use ledger::poison::Poison;
 use serde::Serialize;
 use shard_router::ClaimRecord;
@@ -45,13 +45,13 @@ pub struct Failed {
 }
 
 /// Replays `which`. An entry named that is not kept is an error, and nothing changes.
-pub async fn replay(pool: &MySqlPool, which: Which, t: Duration) -> Result<Report, ConsumerError> {
+pub async fn replay(pool: &MySqlPool, which: Which, t: Duration) -> Result<Report, OpsError> {
     let entries = match which {
         Which::One { stream, entry_id } => {
             match ledger::poison::get(pool, &stream, &entry_id, t).await? {
                 Some(p) => vec![p],
                 None => {
-                    return Err(ConsumerError::NotFound(format!(
+                    return Err(OpsError::NotFound(format!(
                         "no poison entry {entry_id} of stream {stream}"
                     )))
                 }

@@ -34,7 +34,7 @@ use shard_router::StockClient;
 use sqlx::MySqlPool;
 use tokio::sync::watch;
 
-use consumer::ConsumerError;
+use crate::OpsError;
 
 /// The lowest conversion believed: a stall in claims does not open the whole queue.
 const MIN_CONVERSION: f64 = 0.05;
@@ -134,9 +134,9 @@ pub async fn run(
     loop {
         tokio::select! {
             _ = tick.tick() => {}
-            _ = consumer::signal::stopped(&mut shutdown) => break,
+            _ = plumbing::shutdown::stopped(&mut shutdown) => break,
         }
-        let now = match consumer::clock::redis_now(&client).await {
+        let now = match crate::clock::redis_now(&client).await {
             Ok(n) => n,
             Err(e) => {
                 tracing::warn!(error = %e, "queue: no clock from redis; skipped");
@@ -184,7 +184,7 @@ pub async fn step(
     admission: Admission,
     memory: &mut Memory,
     t: Duration,
-) -> Result<(), ConsumerError> {
+) -> Result<(), OpsError> {
     let c = ledger::campaigns::get(pool, sku, t).await?;
     if now_ms < c.start_ms || now_ms >= c.end_ms {
         return Ok(());

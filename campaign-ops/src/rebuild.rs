@@ -69,11 +69,11 @@ use shard_router::rebuild::FenceOutcome;
 use shard_router::StockClient;
 use sqlx::MySqlPool;
 
+use crate::OpsError;
 use consumer::replica::{self, ReplicaWait};
-use consumer::stream::ShardStream;
-use consumer::ConsumerError;
 use consumer::{commit, late};
 use image::Known;
+use shard_router::stream::ShardStream;
 pub(crate) use sources::in_flight;
 
 /// Fences after the write before a rebuild gives up on a replica confirming it (each one
@@ -148,7 +148,7 @@ pub async fn rebuild(
     client: &StockClient,
     sku: u64,
     opts: &Options,
-) -> Result<Report, ConsumerError> {
+) -> Result<Report, OpsError> {
     let t = opts.db_timeout;
     ledger::campaigns::refuse_if_closed(pool, sku, "rebuild", t).await?;
     let mut c = ledger::campaigns::get(pool, sku, t).await?;
@@ -235,7 +235,7 @@ pub async fn rebuild(
     // would be read only through the new-master rule (`consumer/src/shard.rs`).
     for &shard in &shards {
         let key = shard_router::keys::claims_stream(client.placement(), shard);
-        let place = ledger::offsets::place_in(&mut tx, &key, t).await?;
+        let place = ledger::places::place_in(&mut tx, &key, t).await?;
         let at = place.and_then(|id| shard_router::codec::parse_entry_id(&id));
         // "0-0": nothing committed yet, no floor (XADD refuses an id of 0-0).
         if let Some(at) = at.filter(|&at| at > (0, 0)) {
@@ -277,7 +277,7 @@ pub async fn rebuild(
             .write_rebuild(&meta, &token, shard, &applied_waves, gen)
             .await?
         {
-            return Err(ConsumerError::Invalid(format!(
+            return Err(OpsError::Invalid(format!(
                 "sku {sku}: another rebuild took shard {} over (this one's lease ran out); \
                  that one finishes the job",
                 shard.shard
@@ -294,7 +294,7 @@ pub async fn rebuild(
         if !replica::write_confirmed_within(client, shard, opts.replica_wait, b, CONFIRM_ATTEMPTS)
             .await
         {
-            return Err(ConsumerError::Unconfirmed(format!(
+            return Err(OpsError::Unconfirmed(format!(
                 "sku {sku}: the rebuild of shard {shard} is written but no replica holds it \
                  yet; the late claims it counted stay waiting (the sweep marks them once it \
                  is confirmed, or applies them if a failover rolled it back); running the \
@@ -340,7 +340,7 @@ pub async fn rebuild(
         )
         .await?;
     }
-    metrics::counter!(consumer::metrics::REBUILDS).increment(1);
+    metrics::counter!(crate::metrics::REBUILDS).increment(1);
     tracing::info!(sku, %detail, "rebuild: Redis written back from the ledger");
     Ok(report)
 }
@@ -349,21 +349,17 @@ pub async fn rebuild(
 /// must rebuild, not split the full stock again. (After a rebuild the shard metas carry its
 /// generation; a plain split would write metas without it, and every record claimed there
 /// would look older than the campaign's generation, i.e. late, while Redis counted it.)
-pub async fn ledger_has_claims(
-    pool: &MySqlPool,
-    sku: u64,
-    t: Duration,
-) -> Result<bool, ConsumerError> {
+pub async fn ledger_has_claims(pool: &MySqlPool, sku: u64, t: Duration) -> Result<bool, OpsError> {
     Ok(ledger::rebuild::claims_or_rebuilt(pool, sku, t).await?)
 }
 
 /// True when the ledger holds any claim of `sku`.
-pub async fn any_claim(pool: &MySqlPool, sku: u64, t: Duration) -> Result<bool, ConsumerError> {
+pub async fn any_claim(pool: &MySqlPool, sku: u64, t: Duration) -> Result<bool, OpsError> {
     Ok(ledger::rebuild::any_claim(pool, sku, t).await?)
 }
 
-fn busy(sku: u64, shard: u16, holder: &str, expires_ms: i64) -> ConsumerError {
-    ConsumerError::Invalid(format!(
+fn busy(sku: u64, shard: u16, holder: &str, expires_ms: i64) -> OpsError {
+    OpsError::Invalid(format!(
         "sku {sku}: shard {shard} is being rebuilt by {holder} (lease until {expires_ms} ms); \
          run the rebuild again after that"
     ))

@@ -22,9 +22,9 @@ use serde::Serialize;
 use shard_router::{ReleaseRequest, ReleaseStep, ShardId, StockClient, StockError};
 use sqlx::MySqlPool;
 
-use consumer::metrics as m;
+use crate::metrics as m;
+use crate::OpsError;
 use consumer::replica::{self, ReplicaWait};
-use consumer::ConsumerError;
 
 /// Fences after the Redis step before a release is left `releasing` for the sweep (each
 /// one bounded by the replica wait, a wait apart).
@@ -63,17 +63,13 @@ pub enum Outcome {
 }
 
 /// Marks a pending claim paid. A released claim cannot be confirmed any more.
-pub async fn confirm(
-    pool: &MySqlPool,
-    claim_id: &str,
-    t: Duration,
-) -> Result<Outcome, ConsumerError> {
+pub async fn confirm(pool: &MySqlPool, claim_id: &str, t: Duration) -> Result<Outcome, OpsError> {
     if ledger::releases::mark_confirmed(pool, claim_id, t).await? {
         return Ok(Outcome::Confirmed);
     }
     match ledger::releases::row(pool, claim_id, t).await?.5.as_str() {
         "confirmed" => Ok(Outcome::AlreadyConfirmed),
-        s => Err(ConsumerError::Invalid(format!(
+        s => Err(OpsError::Invalid(format!(
             "claim {claim_id} is {s}; it cannot be confirmed"
         ))),
     }
@@ -86,12 +82,12 @@ pub async fn release(
     claim_id: &str,
     reason: Reason,
     t: Duration,
-) -> Result<Outcome, ConsumerError> {
+) -> Result<Outcome, OpsError> {
     release_with(pool, client, claim_id, reason, ReplicaWait::default(), t).await
 }
 
 /// Releases a claim (cancel: pending or confirmed; timeout: pending only). Idempotent.
-/// `ConsumerError::Unconfirmed` when no replica confirmed the Redis step: the claim stays
+/// `OpsError::Unconfirmed` when no replica confirmed the Redis step: the claim stays
 /// `releasing` and the sweep finishes it.
 pub async fn release_with(
     pool: &MySqlPool,
@@ -100,7 +96,7 @@ pub async fn release_with(
     reason: Reason,
     replicas: ReplicaWait,
     t: Duration,
-) -> Result<Outcome, ConsumerError> {
+) -> Result<Outcome, OpsError> {
     release_once(
         pool,
         client,
@@ -123,14 +119,14 @@ async fn release_once(
     replicas: ReplicaWait,
     t: Duration,
     stuck: &mut Stuck,
-) -> Result<Outcome, ConsumerError> {
+) -> Result<Outcome, OpsError> {
     ledger::releases::mark_releasing(pool, claim_id, reason, t).await?;
     let (sku, user, qty, shard, home, status) = ledger::releases::row(pool, claim_id, t).await?;
     match status.as_str() {
         "released" => return Ok(Outcome::AlreadyReleased),
         "releasing" => {}
         s => {
-            return Err(ConsumerError::Invalid(format!(
+            return Err(OpsError::Invalid(format!(
                 "claim {claim_id} is {s}; it cannot be released now"
             )))
         }
@@ -154,7 +150,7 @@ async fn release_once(
             let b = client.replication(s).await?;
             if stuck.masters.contains(&b.replid) {
                 stuck.shards.insert(s);
-                return Err(ConsumerError::Unconfirmed(format!(
+                return Err(OpsError::Unconfirmed(format!(
                     "release of {claim_id}: shard {s} is on a master whose replicas did not \
                      confirm a release in this sweep; left for the next one"
                 )));
@@ -176,7 +172,7 @@ async fn release_once(
     // then retried; the stock half answers "already released").
     if out.stock == ReleaseStep::NotPreheated || out.user == ReleaseStep::NotPreheated {
         // Leave it `releasing`: the sweep finishes it once the SKU is preheated again.
-        return Err(ConsumerError::Redis(StockError::InvalidArgument(format!(
+        return Err(OpsError::Redis(StockError::InvalidArgument(format!(
             "sku {sku} is not preheated on shard {shard}; release of {claim_id} postponed"
         ))));
     }
@@ -184,7 +180,7 @@ async fn release_once(
         if !replica::write_confirmed_within(client, *s, replicas, b, CONFIRM_ATTEMPTS).await {
             stuck.shards.insert(*s);
             stuck.masters.insert(b.replid.clone());
-            return Err(ConsumerError::Unconfirmed(format!(
+            return Err(OpsError::Unconfirmed(format!(
                 "release of {claim_id}: no replica of shard {s} holds it yet; left releasing, \
                  the sweep finishes it"
             )));
@@ -201,7 +197,7 @@ async fn finish(
     qty: u32,
     reason: Reason,
     t: Duration,
-) -> Result<Outcome, ConsumerError> {
+) -> Result<Outcome, OpsError> {
     let moved = ledger::releases::mark_released(pool, claim_id, t).await?;
     if moved {
         metrics::counter!(m::RELEASED, "reason" => reason.as_str()).increment(1);
@@ -224,7 +220,7 @@ pub async fn sweep(
     client: &StockClient,
     now_ms: i64,
     t: Duration,
-) -> Result<usize, ConsumerError> {
+) -> Result<usize, OpsError> {
     sweep_with(pool, client, now_ms, ReplicaWait::default(), t).await
 }
 
@@ -242,7 +238,7 @@ pub async fn sweep_with(
     now_ms: i64,
     replicas: ReplicaWait,
     t: Duration,
-) -> Result<usize, ConsumerError> {
+) -> Result<usize, OpsError> {
     let mut stuck = Stuck::default();
     let mut released = 0;
     loop {
@@ -266,7 +262,7 @@ pub async fn sweep_with(
             {
                 Ok(Outcome::Released) => released += 1,
                 Ok(_) => {}
-                Err(e @ ConsumerError::Unconfirmed(_)) => {
+                Err(e @ OpsError::Unconfirmed(_)) => {
                     tracing::warn!(claim = %claim_id, error = %e, "release not confirmed; its shard waits for the next sweep")
                 }
                 Err(e) if e.is_retryable() => return Err(e),
@@ -286,6 +282,6 @@ async fn due(
     now_ms: i64,
     skip: &HashSet<ShardId>,
     t: Duration,
-) -> Result<Vec<(String, ShardId, ShardId)>, ConsumerError> {
+) -> Result<Vec<(String, ShardId, ShardId)>, OpsError> {
     Ok(ledger::releases::due(pool, now_ms, skip, SWEEP_PAGE as i64, t).await?)
 }

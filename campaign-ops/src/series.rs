@@ -21,7 +21,7 @@ pub fn forget_sku(sku: u64) {
 /// The Prometheus text without the forgotten SKUs' series.
 pub fn render(handle: &PrometheusHandle) -> String {
     // The log writer counts what it drops itself; read at each scrape.
-    metrics::counter!(consumer::metrics::LOG_LINES_DROPPED).absolute(telemetry::dropped_lines());
+    metrics::counter!(crate::metrics::LOG_LINES_DROPPED).absolute(telemetry::dropped_lines());
     filter(&handle.render())
 }
 

@@ -1,4 +1,4 @@
-//! The consumer process: the data path (`consumer::streams`: streams into the ledger)
+//! The consumer process: the data path (`consumer::Streams`: streams into the ledger)
 //! and, beside it, the release sweep, the rebuild watch, periodic reconciliation, waves,
 //! memory checks, the health probes and the admin listener, all stopped by one shutdown
 //! signal. Drain order: the data path drains (readers, writer, heartbeat), then the
@@ -7,9 +7,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use consumer::config::Config;
-use consumer::streams::{self, Streams};
-use consumer::{startup, ConsumerError};
+use crate::Config;
+use consumer::{connect_redis, Streams};
+
+use crate::OpsError;
 use shard_router::StockClient;
 use sqlx::MySqlPool;
 use tokio::net::TcpListener;
@@ -20,7 +21,7 @@ use crate::admin::{self, Admin};
 use crate::health::{self, Health};
 use crate::{rebuild, reconcile, release};
 
-pub use streams::connect_db;
+pub use consumer::connect_db;
 
 /// Runs the service until `shutdown` turns true, then drains within `drain_grace`.
 /// `listener` is the admin listener (bound by the caller so tests can use port 0).
@@ -28,15 +29,16 @@ pub async fn run(
     cfg: Config,
     listener: Option<TcpListener>,
     shutdown: watch::Receiver<bool>,
-) -> Result<(), ConsumerError> {
-    cfg.validate().map_err(ConsumerError::Invalid)?;
+) -> Result<(), OpsError> {
+    cfg.validate().map_err(OpsError::Invalid)?;
     let mut sd = shutdown.clone();
-    let pool = connect_db(&cfg, &mut sd).await?;
+    let pool = connect_db(&cfg.datapath, &mut sd).await?;
     // Redis may still be starting, loading or forming its cluster: wait for it.
-    let Some(client) = startup::connect(&cfg, cfg.stock(), "redis", &mut sd).await? else {
+    let Some(client) = connect_redis(&cfg.datapath, cfg.datapath.stock(), "redis", &mut sd).await?
+    else {
         return Ok(());
     };
-    let Some(streams) = Streams::start(&cfg, &pool, &client, &shutdown).await? else {
+    let Some(streams) = Streams::start(&cfg.datapath, &pool, &client, &shutdown).await? else {
         return Ok(());
     };
 
@@ -52,8 +54,8 @@ pub async fn run(
         pool.clone(),
         client.clone(),
         rebuild::Options {
-            replica_wait: cfg.replica_wait,
-            ..rebuild::Options::new(cfg.db_timeout)
+            replica_wait: cfg.datapath.replica_wait,
+            ..rebuild::Options::new(cfg.datapath.db_timeout)
         },
         shutdown.clone(),
     ));
@@ -79,20 +81,20 @@ pub async fn run(
     background.spawn(crate::draw::entries::run(
         pool.clone(),
         client.clone(),
-        cfg.db_timeout,
+        cfg.datapath.db_timeout,
         shutdown.clone(),
     ));
     background.spawn(crate::draw::run::run(
         pool.clone(),
         client.clone(),
-        cfg.replica_wait,
-        cfg.db_timeout,
+        cfg.datapath.replica_wait,
+        cfg.datapath.db_timeout,
         shutdown.clone(),
     ));
     background.spawn(crate::draw::restore::run(
         pool.clone(),
         client.clone(),
-        cfg.db_timeout,
+        cfg.datapath.db_timeout,
         shutdown.clone(),
     ));
     // Queue campaigns: the waiting room's admission step (campaign-ops/src/queue.rs).
@@ -103,10 +105,10 @@ pub async fn run(
             max_rate: cfg.queue_admit_rate,
             grace: cfg.queue_grace,
         },
-        cfg.db_timeout,
+        cfg.datapath.db_timeout,
         shutdown.clone(),
     ));
-    let health = Arc::new(Health::new(streams.stalls(), cfg.writer_stall));
+    let health = Arc::new(Health::new(streams.stalls(), cfg.datapath.writer_stall));
     background.spawn(health::run(
         health.clone(),
         pool.clone(),
@@ -118,13 +120,13 @@ pub async fn run(
             cfg: cfg.clone(),
             pool: pool.clone(),
             client: client.clone(),
-            prom: consumer::metrics::install(),
+            prom: crate::metrics::install(),
             health,
         };
         background.spawn(admin::serve(admin, listener, shutdown.clone()));
     }
 
-    consumer::signal::stopped(&mut sd).await;
+    plumbing::shutdown::stopped(&mut sd).await;
     tracing::info!("shutdown: draining");
     streams.drain().await;
     let _ = tokio::time::timeout(Duration::from_secs(2), async {
@@ -148,18 +150,26 @@ async fn release_loop(
     loop {
         tokio::select! {
             _ = tick.tick() => {}
-            _ = consumer::signal::stopped(&mut shutdown) => break,
+            _ = plumbing::shutdown::stopped(&mut shutdown) => break,
         }
         // Payment timeouts by Redis's clock (see `clock.rs`).
-        let now = match consumer::clock::redis_now(&client).await {
+        let now = match crate::clock::redis_now(&client).await {
             Ok(t) => t,
             Err(e) => {
                 tracing::warn!(error = %e, "release sweep: no clock from redis; skipped");
                 continue;
             }
         };
-        let _ = consumer::clock::observe_skew(&cfg, &client).await;
-        match release::sweep_with(&pool, &client, now, cfg.replica_wait, cfg.db_timeout).await {
+        let _ = crate::clock::observe_skew(&cfg, &client).await;
+        match release::sweep_with(
+            &pool,
+            &client,
+            now,
+            cfg.datapath.replica_wait,
+            cfg.datapath.db_timeout,
+        )
+        .await
+        {
             Ok(0) => {}
             Ok(n) => tracing::info!(released = n, "released unpaid claims"),
             Err(e) => tracing::warn!(error = %e, "release sweep failed"),
@@ -179,13 +189,15 @@ async fn reconcile_loop(
     loop {
         tokio::select! {
             _ = tick.tick() => {}
-            _ = consumer::signal::stopped(&mut shutdown) => break,
+            _ = plumbing::shutdown::stopped(&mut shutdown) => break,
         }
         // Closed by any process (the CLI, another consumer): their series leave /metrics.
-        if let Ok(closed) = ledger::campaigns::closing_campaigns(&pool, cfg.db_timeout).await {
+        if let Ok(closed) =
+            ledger::campaigns::closing_campaigns(&pool, cfg.datapath.db_timeout).await
+        {
             closed.into_iter().for_each(crate::series::forget_sku);
         }
-        let skus = match ledger::campaigns::open_campaigns(&pool, cfg.db_timeout).await {
+        let skus = match ledger::campaigns::open_campaigns(&pool, cfg.datapath.db_timeout).await {
             Ok(s) => s,
             Err(e) => {
                 tracing::warn!(error = %e, "reconcile: list campaigns failed");
@@ -193,7 +205,7 @@ async fn reconcile_loop(
             }
         };
         // Holds are resolved by Redis's clock, the one `take.lua` enforces them by.
-        let now = match consumer::clock::redis_now(&client).await {
+        let now = match crate::clock::redis_now(&client).await {
             Ok(t) => t,
             Err(e) => {
                 tracing::warn!(error = %e, "reconcile: no clock from redis; skipped");
@@ -202,12 +214,12 @@ async fn reconcile_loop(
         };
         let opts = reconcile::Options {
             keep_runs: cfg.reconcile_keep_runs,
-            replica_wait: cfg.replica_wait,
+            replica_wait: cfg.datapath.replica_wait,
             ..Default::default()
         };
         for sku in skus {
             if let Err(e) =
-                reconcile::run_with(&pool, &client, sku, now, cfg.db_timeout, opts).await
+                reconcile::run_with(&pool, &client, sku, now, cfg.datapath.db_timeout, opts).await
             {
                 tracing::warn!(sku, error = %e, "reconcile failed");
             }

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use consumer::ConsumerError;
+use crate::OpsError;
 use ledger::campaigns::Campaign;
 use ledger::draws::{self, DrawState};
 use shard_router::{SkuDraw, SkuMeta, SkuMode};
@@ -23,11 +23,7 @@ pub fn meta(c: &Campaign) -> SkuMeta {
 
 /// [`meta`] with its draw, for a draw campaign: what a preheat and a rebuild write, so a
 /// gateway never sees the campaign without its mode. The seed is in it once drawn.
-pub async fn meta_of(
-    pool: &MySqlPool,
-    c: &Campaign,
-    t: Duration,
-) -> Result<SkuMeta, ConsumerError> {
+pub async fn meta_of(pool: &MySqlPool, c: &Campaign, t: Duration) -> Result<SkuMeta, OpsError> {
     let mut m = meta(c);
     if let Some(d) = draws::get(pool, c.sku, t).await? {
         m.mode = SkuMode::Draw(SkuDraw {

@@ -30,8 +30,8 @@ use shard_router::StockClient;
 use sqlx::MySqlPool;
 
 use crate::reconcile::split;
+use crate::OpsError;
 use consumer::replica::{self, ReplicaWait};
-use consumer::ConsumerError;
 use ledger::waves::Placed;
 
 /// Fences after step 2 before a wave is left pending for its next round (each one bounded
@@ -59,12 +59,12 @@ pub async fn apply(
     id: &str,
     now_ms: i64,
     t: Duration,
-) -> Result<Applied, ConsumerError> {
+) -> Result<Applied, OpsError> {
     apply_with(pool, client, sku, id, now_ms, ReplicaWait::default(), t).await
 }
 
 /// Applies a stored wave now (see the module doc): [`push_with`], then [`finish`].
-/// `ConsumerError::Unconfirmed` when no replica confirmed step 2: the wave stays pending.
+/// `OpsError::Unconfirmed` when no replica confirmed step 2: the wave stays pending.
 pub async fn apply_with(
     pool: &MySqlPool,
     client: &StockClient,
@@ -73,7 +73,7 @@ pub async fn apply_with(
     now_ms: i64,
     replicas: ReplicaWait,
     t: Duration,
-) -> Result<Applied, ConsumerError> {
+) -> Result<Applied, OpsError> {
     match push_with(pool, client, sku, id, replicas, t).await? {
         Pushed::Already => Ok(Applied::AlreadyApplied),
         Pushed::Shards { units, gen } => finish(pool, sku, id, units, gen, now_ms, t).await,
@@ -96,7 +96,7 @@ pub async fn push(
     sku: u64,
     id: &str,
     t: Duration,
-) -> Result<Pushed, ConsumerError> {
+) -> Result<Pushed, OpsError> {
     push_with(pool, client, sku, id, ReplicaWait::default(), t).await
 }
 
@@ -109,7 +109,7 @@ pub async fn push_with(
     id: &str,
     replicas: ReplicaWait,
     t: Duration,
-) -> Result<Pushed, ConsumerError> {
+) -> Result<Pushed, OpsError> {
     let (units, start, width, gen) = match ledger::waves::place(pool, sku, id, t).await? {
         Placed::Already => return Ok(Pushed::Already),
         Placed::At {
@@ -132,14 +132,14 @@ pub async fn push_with(
     for (i, &shard) in shards.iter().enumerate() {
         let share = after[i] - before[i];
         if !client.add_wave(shard, sku, id, share).await? {
-            return Err(ConsumerError::Invalid(format!(
+            return Err(OpsError::Invalid(format!(
                 "sku {sku} is not preheated on shard {shard}; wave {id} stays pending"
             )));
         }
     }
     for (shard, b) in &masters {
         if !replica::write_confirmed_within(client, *shard, replicas, b, CONFIRM_ATTEMPTS).await {
-            return Err(ConsumerError::Unconfirmed(format!(
+            return Err(OpsError::Unconfirmed(format!(
                 "wave {id} of sku {sku}: no replica of shard {shard} holds it yet; it stays \
                  pending and its next round finishes it"
             )));
@@ -159,7 +159,7 @@ pub async fn finish(
     gen: u64,
     now_ms: i64,
     t: Duration,
-) -> Result<Applied, ConsumerError> {
+) -> Result<Applied, OpsError> {
     let moved = ledger::waves::mark_applied(pool, sku, id, units, gen, now_ms, t).await?;
     tracing::info!(sku, wave = id, units, "stock wave released");
     Ok(if moved {
@@ -175,7 +175,7 @@ pub async fn apply_due(
     client: &StockClient,
     now_ms: i64,
     t: Duration,
-) -> Result<usize, ConsumerError> {
+) -> Result<usize, OpsError> {
     apply_due_with(pool, client, now_ms, ReplicaWait::default(), t).await
 }
 
@@ -187,14 +187,14 @@ pub async fn apply_due_with(
     now_ms: i64,
     replicas: ReplicaWait,
     t: Duration,
-) -> Result<usize, ConsumerError> {
+) -> Result<usize, OpsError> {
     let due = ledger::waves::due(pool, now_ms, t).await?;
     let mut n = 0;
     for (sku, id) in due {
         match apply_with(pool, client, sku, &id, now_ms, replicas, t).await {
             Ok(Applied::Applied) => n += 1,
             Ok(Applied::AlreadyApplied) => {}
-            Err(e @ ConsumerError::Unconfirmed(_)) => {
+            Err(e @ OpsError::Unconfirmed(_)) => {
                 tracing::warn!(sku, wave = %id, error = %e, "wave not confirmed; next round")
             }
             Err(e) if e.is_retryable() => return Err(e),
@@ -205,6 +205,6 @@ pub async fn apply_due_with(
 }
 
 /// Waves of a campaign, for `consumer status`.
-pub async fn list(pool: &MySqlPool, sku: u64, t: Duration) -> Result<Vec<WaveRow>, ConsumerError> {
+pub async fn list(pool: &MySqlPool, sku: u64, t: Duration) -> Result<Vec<WaveRow>, OpsError> {
     Ok(ledger::waves::list(pool, sku, t).await?)
 }

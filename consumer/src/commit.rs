@@ -1,58 +1,38 @@
 //! Claim records into the ledger: the consumer's side of `ledger::claims`, which stores
-//! rows borrowed from these records (`rows.rs`) and names what it did by their index.
+//! rows borrowed from these records (`rows.rs`) and names what it did by their index; here
+//! the same outcome ([`Stored`]) names them by their record.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
 use ledger::claims::Written;
-use ledger::offsets::Advance;
+use ledger::places::Advance;
 use ledger::poison::Poison;
 use ledger::{ClaimRow, Stored};
 use shard_router::ClaimRecord;
 use sqlx::{MySql, MySqlPool, Transaction};
 
 use crate::error::ConsumerError;
-use crate::late::LateClaim;
 use crate::rows::row;
 
-/// What a committed batch did.
-#[derive(Debug, Default, Clone)]
-pub struct BatchOutcome {
-    /// Rows this batch inserted.
-    pub inserted: usize,
-    /// Entries already in the ledger under the same claim id (a redelivery).
-    pub redelivered: usize,
-    /// Records inserted although another claim id already holds their
-    /// `(sku, user, user_seq)`: both were acknowledged, so both rows are kept (and counted
-    /// in `inserted`); each is a critical `collision` anomaly for an operator.
-    pub collisions: Vec<ClaimRecord>,
-    /// Records whose claim id the ledger holds for another claim: not inserted, each a
-    /// critical `id_reuse` anomaly (`ledger/src/id_reuse.rs`).
-    pub id_reused: Vec<ClaimRecord>,
-    /// Units of the rows inserted (collisions included).
-    pub inserted_units: u64,
-    /// Inserted records the last rebuild of their SKU did not count (older generation):
-    /// listed in `late_claims`, to be counted in Redis after the commit.
-    pub late: Vec<LateClaim>,
-}
-
-impl BatchOutcome {
-    /// Shards that handed out what only a Redis older than the ledger would: a claim id the
-    /// ledger holds for another claim (the shard whose stream gave it), or a user's sequence
-    /// used twice (the user's home shard, which allocates it).
-    pub fn gone_back(&self) -> std::collections::BTreeSet<u16> {
-        let reused = self.id_reused.iter().map(|r| r.shard);
-        let collided = self.collisions.iter().map(|r| r.home);
-        reused.chain(collided).collect()
-    }
+/// Shards that handed out what only a Redis older than the ledger would: a claim id the
+/// ledger holds for another claim (the shard whose stream gave it), or a user's sequence
+/// used twice (the user's home shard, which allocates it).
+pub(crate) fn gone_back(outcome: &Stored<ClaimRecord>) -> std::collections::BTreeSet<u16> {
+    let reused = outcome.id_reused.iter().map(|r| r.shard);
+    let collided = outcome.collisions.iter().map(|r| r.home);
+    reused.chain(collided).collect()
 }
 
 /// Fences every shard `outcome` shows handing out what only a Redis older than the ledger
-/// would ([`BatchOutcome::gone_back`]): it answers `restoring` until the watch rebuilt it
+/// would ([`gone_back`]): it answers `restoring` until the watch rebuilt it
 /// from the ledger and vouched again (`lua/guard.lua`). A failure is logged; the anomaly is
 /// recorded either way.
-pub async fn fence_gone_back(client: &shard_router::StockClient, outcome: &BatchOutcome) {
-    for shard in outcome.gone_back() {
+pub(crate) async fn fence_gone_back(
+    client: &shard_router::StockClient,
+    outcome: &Stored<ClaimRecord>,
+) {
+    for shard in gone_back(outcome) {
         match client.distrust(shard).await {
             Ok(()) => tracing::error!(shard, "the shard handed out a claim id or a user's sequence the ledger holds: fenced until rebuilt from the ledger"),
             Err(e) => tracing::error!(shard, error = %e, "the shard handed out a claim id or a user's sequence the ledger holds, and fencing it failed"),
@@ -60,22 +40,9 @@ pub async fn fence_gone_back(client: &shard_router::StockClient, outcome: &Batch
     }
 }
 
-fn outcome(records: &[&ClaimRecord], s: Stored) -> BatchOutcome {
-    BatchOutcome {
-        inserted: s.inserted,
-        redelivered: s.redelivered,
-        collisions: s.collisions.iter().map(|&i| records[i].clone()).collect(),
-        id_reused: s.id_reused.iter().map(|&i| records[i].clone()).collect(),
-        inserted_units: s.inserted_units,
-        late: s
-            .late
-            .iter()
-            .map(|&(i, gen)| LateClaim {
-                record: records[i].clone(),
-                gen,
-            })
-            .collect(),
-    }
+/// The ledger's outcome with its rows named by their record.
+fn outcome(records: &[&ClaimRecord], s: Stored) -> Stored<ClaimRecord> {
+    s.map(|i| records[i].clone())
 }
 
 /// Writes `records` (at most [`ledger::claims::MAX_BATCH_ROWS`]) in one transaction.
@@ -83,17 +50,17 @@ pub async fn write_batch(
     pool: &MySqlPool,
     records: &[ClaimRecord],
     timeout: Duration,
-) -> Result<BatchOutcome, ConsumerError> {
+) -> Result<Stored<ClaimRecord>, ConsumerError> {
     let refs: Vec<&ClaimRecord> = records.iter().collect();
     write_refs(pool, &refs, timeout).await
 }
 
 /// [`write_batch`] over borrowed records (the writer's batches own theirs elsewhere).
-pub async fn write_refs(
+pub(crate) async fn write_refs(
     pool: &MySqlPool,
     records: &[&ClaimRecord],
     timeout: Duration,
-) -> Result<BatchOutcome, ConsumerError> {
+) -> Result<Stored<ClaimRecord>, ConsumerError> {
     let rows: Vec<ClaimRow<'_>> = records.iter().map(|r| row(r)).collect();
     let stored = ledger::claims::write(pool, &rows, timeout).await?;
     Ok(outcome(records, stored))
@@ -102,18 +69,18 @@ pub async fn write_refs(
 /// [`write_refs`] with the streams' places moved and the entries passed without a row kept,
 /// in the same transaction (`ledger::claims::write_at`): the outcome is empty when a place
 /// was refused (nothing committed).
-pub async fn write_at(
+pub(crate) async fn write_at(
     pool: &MySqlPool,
     records: &[&ClaimRecord],
     moves: &[Advance],
     poison: &[Poison],
     timeout: Duration,
-) -> Result<(Written, BatchOutcome), ConsumerError> {
+) -> Result<(Written, Stored<ClaimRecord>), ConsumerError> {
     let rows: Vec<ClaimRow<'_>> = records.iter().map(|r| row(r)).collect();
     let written = ledger::claims::write_at(pool, &rows, moves, poison, timeout).await?;
     let o = match &written {
         Written::Committed(s) => outcome(records, s.clone()),
-        Written::Fenced(_) => BatchOutcome::default(),
+        Written::Fenced(_) => Stored::default(),
     };
     Ok((written, o))
 }
@@ -123,11 +90,11 @@ pub async fn write_at(
 /// dropped or its bound ran out): the records stored as collisions and those whose claim id
 /// holds another claim, so the shards that went back in time are fenced all the same. Its
 /// late claims are in `late_claims`, for the sweep.
-pub async fn committed_before(
+pub(crate) async fn committed_before(
     pool: &MySqlPool,
     records: &[&ClaimRecord],
     timeout: Duration,
-) -> Result<BatchOutcome, ConsumerError> {
+) -> Result<Stored<ClaimRecord>, ConsumerError> {
     let mut stored: HashMap<String, (u64, String, u64, String)> = HashMap::new();
     for chunk in records.chunks(ledger::claims::IDS_PER_QUERY) {
         let mut q = sqlx::QueryBuilder::<MySql>::new(
@@ -150,7 +117,7 @@ pub async fn committed_before(
                 .map(|(id, sku, u, seq, c)| (id, (sku, u, seq, c))),
         );
     }
-    let mut out = BatchOutcome::default();
+    let mut out = Stored::default();
     for r in records {
         let Some((sku, user, seq, collides)) = stored.get(&r.claim_id) else {
             continue;
@@ -171,7 +138,7 @@ pub async fn store(
     records: &[&ClaimRecord],
     gens: Option<&HashMap<u64, u64>>,
     timeout: Duration,
-) -> Result<BatchOutcome, ConsumerError> {
+) -> Result<Stored<ClaimRecord>, ConsumerError> {
     let rows: Vec<ClaimRow<'_>> = records.iter().map(|r| row(r)).collect();
     let stored = ledger::claims::store(tx, &rows, gens, timeout).await?;
     Ok(outcome(records, stored))

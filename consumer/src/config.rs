@@ -1,9 +1,9 @@
-//! Configuration of the consumer service. Each setting is defined once, here: a field
-//! with its flag, `FLASHGATE_*` variable and default (flattened into `consumer run`, see
-//! cli.rs), or a `skip` field with its fixed default. [`Config::new`] is the same defaults
-//! without a command line, for tests and embedding.
+//! Settings of the data path, and of the deployment it shares with the operations around
+//! it (Redis, shards, MySQL, bounds). Each setting is defined once, here: a field with its
+//! flag, `FLASHGATE_*` variable and default (flattened into `consumer run` through
+//! `campaign-ops/src/config.rs`), or a `skip` field with its fixed default.
+//! [`Config::new`] is the same defaults without a command line, for tests and embedding.
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use clap::{ArgAction, Args, CommandFactory, FromArgMatches, Parser};
@@ -14,12 +14,10 @@ use shard_router::{RedisTarget, StockConfig, Timeouts};
 use crate::replica::ReplicaWait;
 
 pub use ledger::claims::{DEFAULT_BATCH_MAX_ROWS, MAX_BATCH_ROWS};
-/// Reconciliation runs kept in the ledger per SKU when not configured.
-pub const DEFAULT_RECONCILE_KEEP_RUNS: u32 = 1000;
 /// Default `--mysql`.
 pub const DEFAULT_MYSQL_URL: &str = "mysql://root@127.0.0.1:3306/flashgate";
 
-/// Everything the consumer service needs.
+/// Everything the data path needs.
 #[derive(Debug, Clone, Args)]
 pub struct Config {
     /// From the global `--redis` / `--redis-cluster` (cli.rs).
@@ -87,52 +85,14 @@ pub struct Config {
     /// Bound on every MySQL statement or transaction.
     #[arg(skip = Duration::from_secs(5))]
     pub db_timeout: Duration,
-    /// Queue campaigns: the most waiting-room positions admitted per second, per SKU,
-    /// after the first step (campaign-ops/src/queue.rs).
-    #[arg(
-        long = "queue-admit-rate",
-        env = "FLASHGATE_QUEUE_ADMIT_RATE",
-        default_value_t = 2000
-    )]
-    pub queue_admit_rate: u64,
-    /// Queue campaigns: how long an admitted position is given to claim before it counts
-    /// as one whose user did not (ms). At least the longest `refresh_ms` a gateway tells
-    /// a waiting client (`shard_router::queue::MAX_REFRESH_MS`, 10 s), the gateways'
-    /// 250 ms cache of the queue's state, a round trip and a step.
-    #[arg(long = "queue-grace-ms", env = "FLASHGATE_QUEUE_GRACE_MS", value_name = "MS", default_value = "12000", value_parser = millis)]
-    pub queue_grace: Duration,
-    /// How often pending claims past their payment timeout are released (ms).
-    #[arg(long = "release-interval-ms", env = "FLASHGATE_RELEASE_INTERVAL_MS", value_name = "MS", default_value = "5000", value_parser = millis)]
-    pub release_interval: Duration,
-    /// How often every campaign is reconciled (ms).
-    #[arg(long = "reconcile-interval-ms", env = "FLASHGATE_RECONCILE_INTERVAL_MS", value_name = "MS", default_value = "60000", value_parser = millis)]
-    pub reconcile_interval: Duration,
     /// How long the process may take to flush and acknowledge after a shutdown signal.
     #[arg(skip = Duration::from_secs(10))]
     pub drain_grace: Duration,
-    /// Reconciliation runs kept per SKU in reconcile_runs (older ones are deleted).
-    #[arg(long, env = "FLASHGATE_RECONCILE_KEEP_RUNS", default_value_t = DEFAULT_RECONCILE_KEEP_RUNS)]
-    pub reconcile_keep_runs: u32,
-    /// Close campaigns by themselves once their window and payment timeout are over.
-    #[arg(long, env = "FLASHGATE_AUTO_CLOSE", default_value_t = true, action = ArgAction::Set)]
-    pub auto_close: bool,
     /// Entries reach the ledger only after a replica confirmed them (see `replica.rs`):
     /// otherwise a failover could take back a decrement the ledger already holds, and the
     /// unit would be sold twice. `--replica-wait` and `--replica-wait-ms`.
     #[command(flatten)]
     pub replica_wait: ReplicaWait,
-    /// Added to this process's clock. Only fault drills set it (injected clock skew); no
-    /// decision reads this clock (see `clock.rs`), only the skew gauge.
-    #[arg(skip)]
-    pub clock_offset_ms: i64,
-    /// Admin listener (/metrics, /healthz, admin API); the binary binds it, tests hand
-    /// `service::run` a listener of their own or none.
-    #[arg(long, env = "FLASHGATE_ADMIN_ADDR", default_value = "127.0.0.1:9091")]
-    pub admin_addr: SocketAddr,
-    /// Bearer token of the admin API; `None` leaves only `/metrics` and `/healthz` open.
-    /// Read from a file or the environment by `consumer run` (cli.rs), never from argv.
-    #[arg(skip)]
-    pub admin_token: Option<String>,
 }
 
 /// Parses a `*-ms` flag.
@@ -200,7 +160,7 @@ impl Config {
             );
         }
         // A lease shorter than a blocked read would lapse between two renewals' worth of
-        // reads; the keeper renews every third of it.
+        // reads; the renewer renews every third of it.
         if self.lease < self.read_block * 2 {
             return Err(format!(
                 "lease-ms {} must be at least twice the read block ({} ms)",
@@ -216,9 +176,6 @@ impl Config {
                 "read-replica names a replica of a single Redis; on a cluster use --read-from-replicas"
                     .into(),
             );
-        }
-        if matches!(&self.admin_token, Some(t) if t.len() < 16) {
-            return Err("admin token must be at least 16 bytes".into());
         }
         Ok(())
     }
@@ -248,7 +205,7 @@ impl Config {
 }
 
 /// `<host>-<pid>-<start ms>`: unique per process, and says where to look.
-pub fn default_consumer_name() -> String {
+pub(crate) fn default_consumer_name() -> String {
     let host = std::env::var("HOSTNAME")
         .ok()
         .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
@@ -270,12 +227,11 @@ mod tests {
     fn defaults_are_valid_and_bad_settings_are_named() {
         assert_eq!(cfg().validate(), Ok(()));
         type Breaker = fn(&mut Config);
-        let cases: [(&str, Breaker); 5] = [
+        let cases: [(&str, Breaker); 4] = [
             ("batch-max-rows", |c| c.batch_max_rows = MAX_BATCH_ROWS + 1),
             ("shards", |c| c.shards = 0),
             ("lease-ms", |c| c.lease = Duration::from_millis(100)),
             ("consumer name", |c| c.consumer_name.clear()),
-            ("admin token", |c| c.admin_token = Some("short".into())),
         ];
         for (name, break_it) in cases {
             let mut c = cfg();
@@ -292,19 +248,13 @@ mod tests {
         let ms = Duration::from_millis;
         assert_eq!(c.batch_max_rows, DEFAULT_BATCH_MAX_ROWS);
         assert_eq!([c.batch_max_wait, c.lease], [ms(20), ms(5_000)]);
-        assert_eq!(
-            [c.release_interval, c.reconcile_interval],
-            [ms(5_000), ms(60_000)]
-        );
         assert_eq!((c.channel_capacity, c.writers, c.read_count), (8, 2, 500));
         assert_eq!(
             (c.read_block, c.db_timeout, c.drain_grace),
             (ms(1_000), ms(5_000), ms(10_000))
         );
         assert_eq!((c.backoff_min, c.backoff_max), (ms(50), ms(2_000)));
-        assert_eq!((c.auto_close, c.clock_offset_ms), (true, 0));
         assert_eq!(c.replica_wait, ReplicaWait::default());
-        assert_eq!(c.admin_token, None);
         assert!(!c.consumer_name.is_empty());
         assert_eq!(millis("12"), Ok(ms(12)));
         let bad = millis("1s").unwrap_err();

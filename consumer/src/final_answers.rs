@@ -27,7 +27,7 @@ const PAUSE: Duration = Duration::from_millis(50);
 
 /// Makes the answers of the committed rerouted records final. Records without a request
 /// id, or taken on their home shard, have nothing to do.
-pub async fn finalize_records<'a>(
+pub(crate) async fn finalize_records<'a>(
     client: &StockClient,
     records: impl Iterator<Item = &'a ClaimRecord>,
 ) {

@@ -9,7 +9,7 @@
 //! dropped ([`InFlight::flushed`], checked every [`CHECK_EVERY`] while a request waits,
 //! in memory). Nothing here is on the claim path: two small statements per beat, whatever
 //! the load. A clean stop deletes the row after the writer drained; a process that dies
-//! leaves it to age past [`STALE_AFTER`], after which no rebuild waits for it.
+//! leaves it to age past [`HEARTBEAT_STALE_AFTER`], after which no rebuild waits for it.
 
 use std::time::Duration;
 
@@ -21,14 +21,14 @@ use crate::error::ConsumerError;
 use crate::inflight::InFlight;
 
 /// How often a consumer beats and looks for a flush request.
-pub const BEAT_EVERY: Duration = Duration::from_millis(150);
+pub(crate) const BEAT_EVERY: Duration = Duration::from_millis(150);
 /// A consumer whose last beat (by MySQL's clock) is older than this is not waited for.
-pub const STALE_AFTER: Duration = Duration::from_secs(3);
+pub const HEARTBEAT_STALE_AFTER: Duration = Duration::from_secs(3);
 /// How often a flush request seen and not honoured yet is checked (in memory).
 const CHECK_EVERY: Duration = Duration::from_millis(10);
 
 /// One consumer process's registration and heartbeat.
-pub struct Heartbeat {
+pub(crate) struct Heartbeat {
     pool: MySqlPool,
     /// The row's key: the consumer name plus this process (a restart under the same name
     /// is another instance).
@@ -44,7 +44,7 @@ pub struct Heartbeat {
 }
 
 impl Heartbeat {
-    pub fn new(pool: MySqlPool, name: &str, inflight: InFlight, t: Duration) -> Self {
+    pub(crate) fn new(pool: MySqlPool, name: &str, inflight: InFlight, t: Duration) -> Self {
         let instance = format!(
             "{}|{}-{}",
             name.chars().take(120).collect::<String>(),
@@ -65,7 +65,7 @@ impl Heartbeat {
 
     /// The first beat, before anything is read: every request so far is honoured. The
     /// service retries it until it succeeds before it starts reading (`service.rs`).
-    pub async fn register(&mut self) -> Result<(), ConsumerError> {
+    pub(crate) async fn register(&mut self) -> Result<(), ConsumerError> {
         let seq = self.latest().await?;
         self.seen = seq;
         self.flushed = seq;
@@ -74,7 +74,7 @@ impl Heartbeat {
 
     /// Beats until `stop`, then deregisters. Stop it after the writer drained: until then
     /// a rebuild may still be waiting for this process's batches.
-    pub async fn run(mut self, mut stop: watch::Receiver<bool>) {
+    pub(crate) async fn run(mut self, mut stop: watch::Receiver<bool>) {
         let mut next_beat = Instant::now() + BEAT_EVERY;
         loop {
             let wake = if self.waiting.is_empty() {
@@ -100,7 +100,7 @@ impl Heartbeat {
         let gone = ledger::consumers::deregister(&self.pool, &self.instance, self.t).await;
         match gone {
             Ok(_) => tracing::debug!(instance = %self.instance, "consumer deregistered"),
-            // Its beat ages past STALE_AFTER instead.
+            // Its beat ages past HEARTBEAT_STALE_AFTER instead.
             Err(e) => tracing::warn!(error = %e, "consumer not deregistered"),
         }
     }

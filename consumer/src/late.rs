@@ -24,6 +24,7 @@
 
 use std::time::Duration;
 
+use ledger::claims::Late;
 use shard_router::rebuild::LateOutcome;
 use shard_router::{ClaimRecord, StockClient};
 use sqlx::MySqlPool;
@@ -32,23 +33,15 @@ use crate::error::ConsumerError;
 use crate::replica::{self, ReplicaWait};
 
 /// How often the writer looks for late claims not counted in Redis yet.
-pub const SWEEP_EVERY: Duration = Duration::from_secs(2);
+pub(crate) const SWEEP_EVERY: Duration = Duration::from_secs(2);
 /// Late claims handled per sweep query.
 const SWEEP_PAGE: i64 = 500;
-
-/// A claim the last rebuild of its SKU did not count.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LateClaim {
-    pub record: ClaimRecord,
-    /// The campaign's rebuild generation it was judged against.
-    pub gen: u64,
-}
 
 /// [`apply_with`] under the default replica policy.
 pub async fn apply(
     pool: &MySqlPool,
     client: &StockClient,
-    late: &[LateClaim],
+    late: &[Late<ClaimRecord>],
     t: Duration,
 ) -> Result<usize, ConsumerError> {
     apply_with(pool, client, late, t, ReplicaWait::default()).await
@@ -69,13 +62,13 @@ pub async fn apply(
 pub async fn apply_with(
     pool: &MySqlPool,
     client: &StockClient,
-    late: &[LateClaim],
+    late: &[Late<ClaimRecord>],
     t: Duration,
     replicas: ReplicaWait,
 ) -> Result<usize, ConsumerError> {
     let mut waiting = 0;
     for l in late {
-        let r = &l.record;
+        let r = &l.claim;
         let mut shards = vec![r.shard];
         if r.home != r.shard {
             shards.push(r.home);
@@ -164,7 +157,7 @@ pub async fn sweep_with(
         let Some(last) = late.last() else {
             return Ok(waiting);
         };
-        after = last.record.claim_id.clone();
+        after = last.claim.claim_id.clone();
         waiting += apply_with(pool, client, &late, t, replicas).await?;
         if late.len() < SWEEP_PAGE as usize {
             return Ok(waiting);
@@ -178,19 +171,19 @@ async fn page(
     sku: Option<u64>,
     after: &str,
     t: Duration,
-) -> Result<Vec<LateClaim>, ConsumerError> {
+) -> Result<Vec<Late<ClaimRecord>>, ConsumerError> {
     let rows = ledger::late::page(pool, sku, after, SWEEP_PAGE, t).await?;
     Ok(rows
         .into_iter()
-        .map(|(claim, gen)| LateClaim {
-            record: crate::rows::record(claim),
+        .map(|(claim, gen)| Late {
+            claim: crate::rows::record(claim),
             gen,
         })
         .collect())
 }
 
 /// The writer's repair loop: [`sweep`] at start and every [`SWEEP_EVERY`] until `stop`.
-pub async fn sweep_loop(
+pub(crate) async fn sweep_loop(
     pool: MySqlPool,
     client: StockClient,
     t: Duration,

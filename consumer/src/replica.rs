@@ -51,7 +51,7 @@ use crate::backoff::Backoff;
 use crate::metrics as m;
 
 /// Default bound of one WAIT of the consumer.
-pub const DEFAULT_REPLICA_WAIT: Duration = Duration::from_millis(100);
+pub(crate) const DEFAULT_REPLICA_WAIT: Duration = Duration::from_millis(100);
 
 /// When the consumer waits for a replica before committing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -132,7 +132,7 @@ impl clap::FromArgMatches for ReplicaWait {
 
 /// How a wait for a replica ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Replicated {
+pub(crate) enum Replicated {
     /// A replica holds the entries (or no wait is required here).
     Yes,
     /// The master's replication id changed since the read: drop the entries.
@@ -143,7 +143,7 @@ pub enum Replicated {
 
 /// The replica policy of one shard, shared by its reader and its recovery loop.
 #[derive(Debug, Clone)]
-pub struct ShardReplica {
+pub(crate) struct ShardReplica {
     pub shard: ShardId,
     mode: ReplicaWait,
     /// Sticky: once a replica was seen on this shard's master, a replica that goes away is
@@ -152,7 +152,7 @@ pub struct ShardReplica {
 }
 
 impl ShardReplica {
-    pub fn new(shard: ShardId, mode: ReplicaWait) -> Self {
+    pub(crate) fn new(shard: ShardId, mode: ReplicaWait) -> Self {
         Self {
             shard,
             mode,
@@ -163,7 +163,7 @@ impl ShardReplica {
     /// In `auto`, remembers a replica seen by an earlier process: the shard's fence exists
     /// only where someone waited for a replica, so a restart while the replica is away
     /// still waits for it. Unknown (Redis unreachable now) leaves it to the reads to see.
-    pub async fn remember(&self, client: &StockClient) {
+    pub(crate) async fn remember(&self, client: &StockClient) {
         if !matches!(self.mode, ReplicaWait::Auto(_)) {
             return;
         }
@@ -177,7 +177,7 @@ impl ShardReplica {
     }
 
     /// Whether entries read under `info` must wait for a replica.
-    pub fn required(&self, info: &ReplicationInfo) -> bool {
+    pub(crate) fn required(&self, info: &ReplicationInfo) -> bool {
         // The backlog also shows a replica that left before any process fenced this shard
         // (so no fence key remembers it); it is kept `repl-backlog-ttl` after it left.
         if info.connected_replicas > 0 || info.backlog {
@@ -192,7 +192,7 @@ impl ShardReplica {
 
     /// Waits until a replica holds what the master `read_under` wrote before this call.
     /// Counts unconfirmed attempts and measures the whole wait.
-    pub async fn confirm(
+    pub(crate) async fn confirm(
         &self,
         client: &StockClient,
         read_under: &ReplicationInfo,
@@ -242,7 +242,7 @@ impl ShardReplica {
 /// are online than that and not all acknowledged. (WAIT returns as soon as `want`
 /// replicas acknowledged, so asking for too few could leave the others unconfirmed on
 /// every attempt.)
-pub async fn fence_all(
+pub(crate) async fn fence_all(
     client: &StockClient,
     shard: ShardId,
     want: u32,

@@ -1,4 +1,4 @@
-//! One shard's stream, read from the place the ledger keeps (`ledger/src/offsets.rs`):
+//! One shard's stream, read from the place the ledger keeps (`ledger/src/places.rs`):
 //! take the shard's lease, read after the committed place with XREAD (no consumer group,
 //! nothing written to Redis), wait for the replicas (`replica.rs`), and hand each read to
 //! the writer with the place it started from and the place after it. The writer commits
@@ -14,17 +14,15 @@
 //! from the place would skip those for good. Committed entries are trimmed
 //! (`stream_trim.lua`), so the stream read again is short.
 //!
-//! **The lease.** One consumer owns a shard at a time; [`keep`] renews the lease every
+//! **The lease.** One consumer owns a shard at a time; [`renew_lease`] renews the lease every
 //! third of its length, and a renewal that finds it taken (or the writer finding the place
 //! moved under it) stops the reads: the shard is acquired again, from the ledger's place.
 //! A consumer that stops renewing (dead, partitioned) hands the shard over when its lease
 //! runs out; one that stops cleanly releases it at once (`streams.rs`).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ledger::offsets::{self, Offset};
+use ledger::places::{self, Place};
 use shard_router::stream::{Delivered, Poison, ShardStream};
 use shard_router::{ShardId, StockClient};
 use sqlx::MySqlPool;
@@ -33,6 +31,7 @@ use tokio::sync::{mpsc, watch};
 use crate::backoff::Backoff;
 use crate::config::Config;
 use crate::inflight::InFlight;
+use crate::lease::{renew_lease, ShardLease};
 use crate::metrics as m;
 use crate::replica::{Replicated, ShardReplica};
 
@@ -43,7 +42,7 @@ use crate::replica::{Replicated, ShardReplica};
 /// waits at most this long in Redis before it is read; the writer holds a batch open for
 /// `batch_max_wait` anyway. An idle shard still answers its first entry at once: the read
 /// blocks in Redis and returns as soon as one arrives.
-pub const READ_LINGER: Duration = Duration::from_millis(20);
+pub(crate) const READ_LINGER: Duration = Duration::from_millis(20);
 
 /// How often the lag gauges are refreshed and idle streams trimmed.
 const GAUGES_EVERY: Duration = Duration::from_secs(5);
@@ -55,91 +54,15 @@ pub struct Read {
     /// The lease epoch it was read under.
     pub epoch: u64,
     /// The place the read started from (the previous read's `to`), and the place after it.
-    pub from: Offset,
-    pub to: Offset,
+    pub from: Place,
+    pub to: Place,
     pub entries: Vec<Delivered>,
     /// Entries that are not claim records: kept in the ledger, passed by the place.
     pub poison: Vec<Poison>,
 }
 
-/// A shard's lease as its reader, its keeper and the writer share it.
-#[derive(Debug, Clone)]
-pub struct ShardLease {
-    pub shard: ShardId,
-    pub stream: Arc<str>,
-    inner: Arc<LeaseState>,
-}
-
-#[derive(Debug, Default)]
-struct LeaseState {
-    /// The epoch held (0: none yet).
-    epoch: AtomicU64,
-    /// Set when the lease was found taken or the place moved: the reader starts again.
-    lost: AtomicBool,
-    /// The place last committed (for the lag gauge and the trim).
-    committed: Mutex<Option<Offset>>,
-}
-
-impl ShardLease {
-    pub fn new(shard: ShardId, stream: &ShardStream) -> Self {
-        Self {
-            shard,
-            stream: stream.key.as_str().into(),
-            inner: Arc::default(),
-        }
-    }
-
-    /// The epoch held now (0: none).
-    pub fn epoch(&self) -> u64 {
-        self.inner.epoch.load(Ordering::Acquire)
-    }
-
-    /// Marks the lease of `epoch` lost (a stale epoch changes nothing).
-    pub fn lose(&self, epoch: u64) {
-        if self.epoch() == epoch {
-            self.inner.lost.store(true, Ordering::Release);
-        }
-    }
-
-    fn lost(&self) -> bool {
-        self.inner.lost.load(Ordering::Acquire)
-    }
-
-    /// True while a lease is held and not known lost: only then may this process trim to
-    /// the place it committed (one it lost may be read under another master by now).
-    pub fn held(&self) -> bool {
-        self.epoch() > 0 && !self.lost()
-    }
-
-    /// Holds the lease of `epoch`, acquired at `at` (the reader, after acquiring it). The
-    /// place is not recorded as this process's committed one yet: [`ShardLease::committed`]
-    /// does that once the answers below it are final, so no trim runs ahead of them.
-    pub fn hold(&self, epoch: u64, _at: &Offset) {
-        *self.committed_lock() = None;
-        self.inner.lost.store(false, Ordering::Release);
-        self.inner.epoch.store(epoch, Ordering::Release);
-    }
-
-    fn committed_lock(&self) -> std::sync::MutexGuard<'_, Option<Offset>> {
-        self.inner
-            .committed
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Records a committed place (the writer, after its commit).
-    pub fn committed(&self, at: &Offset) {
-        *self.committed_lock() = Some(at.clone());
-    }
-
-    /// The place last committed, if any is known.
-    pub fn committed_at(&self) -> Option<Offset> {
-        self.committed_lock().clone()
-    }
-}
-
 /// What a shard's reader needs.
-pub struct ShardReader {
+pub(crate) struct ShardReader {
     pub cfg: Config,
     /// Control-plane client: the replica fence, the lag gauges.
     pub client: StockClient,
@@ -155,9 +78,9 @@ pub struct ShardReader {
 impl ShardReader {
     /// Reads the shard until `shutdown`, acquiring its lease first and again whenever it is
     /// lost; returns dropping its sender, so the writer drains. On shutdown the lease's
-    /// keeper goes on renewing until the returned stop is sent or dropped: the writer may
+    /// renewer goes on renewing until the returned stop is sent or dropped: the writer may
     /// still commit this shard's reads, under this lease (`streams.rs` stops it after).
-    pub async fn run(
+    pub(crate) async fn run(
         self,
         tx: mpsc::Sender<Read>,
         mut shutdown: watch::Receiver<bool>,
@@ -167,19 +90,19 @@ impl ShardReader {
             let Some(lease) = self.acquire(&mut backoff, &mut shutdown).await else {
                 break;
             };
-            tracing::info!(shard = self.lease.shard, epoch = lease.epoch, at = %lease.offset.last_id, "shard lease acquired");
-            self.lease.hold(lease.epoch, &lease.offset);
+            tracing::info!(shard = self.lease.shard, epoch = lease.epoch, at = %lease.place.last_id, "shard lease acquired");
+            self.lease.hold(lease.epoch, &lease.place);
             // Renewed from now on: making answers final may take a while on a long stream.
-            let (stop_keeper, keeper_stopped) = watch::channel(false);
-            let keeper = tokio::spawn(keep(
+            let (stop_renewer, renewer_stopped) = watch::channel(false);
+            let renewer = tokio::spawn(renew_lease(
                 self.pool.clone(),
                 self.cfg.clone(),
                 self.lease.clone(),
                 lease.epoch,
-                keeper_stopped,
+                renewer_stopped,
             ));
-            self.finalize_committed(&lease.offset).await;
-            self.lease.committed(&lease.offset);
+            self.finalize_committed(&lease.place).await;
+            self.lease.committed(&lease.place);
             let go_on = self
                 .read_lease(lease, &tx, &mut backoff, &mut shutdown)
                 .await;
@@ -187,13 +110,13 @@ impl ShardReader {
                 tracing::debug!(shard = self.lease.shard, "reader stopped");
                 if self.lease.lost() {
                     // Not a shutdown: the writer is gone; let the lease run out.
-                    let _ = stop_keeper.send(true);
+                    let _ = stop_renewer.send(true);
                     return None;
                 }
-                return Some(stop_keeper);
+                return Some(stop_renewer);
             }
-            let _ = stop_keeper.send(true);
-            let _ = keeper.await;
+            let _ = stop_renewer.send(true);
+            let _ = renewer.await;
         }
         tracing::debug!(shard = self.lease.shard, "reader stopped");
         None
@@ -205,9 +128,9 @@ impl ShardReader {
         &self,
         backoff: &mut Backoff,
         shutdown: &mut watch::Receiver<bool>,
-    ) -> Option<offsets::Lease> {
+    ) -> Option<places::Lease> {
         loop {
-            match offsets::acquire(
+            match places::acquire(
                 &self.pool,
                 &self.lease.stream,
                 &self.cfg.consumer_name,
@@ -244,7 +167,7 @@ impl ShardReader {
     /// request would answer 503 until the answer expires. Idempotent (`settle.lua` final).
     /// Only on the master the place was read under (the same replication id before and
     /// after the look): on another one, entries at or below the place may not be committed.
-    async fn finalize_committed(&self, at: &Offset) {
+    async fn finalize_committed(&self, at: &Place) {
         if at.repl_id.is_empty() {
             return;
         }
@@ -300,7 +223,7 @@ impl ShardReader {
     /// Reads under one lease until it is lost (true: acquire again) or shutdown (false).
     async fn read_lease(
         &self,
-        lease: offsets::Lease,
+        lease: places::Lease,
         tx: &mpsc::Sender<Read>,
         backoff: &mut Backoff,
         shutdown: &mut watch::Receiver<bool>,
@@ -308,7 +231,7 @@ impl ShardReader {
         let shard = self.lease.shard;
         let linger = READ_LINGER.min(self.cfg.batch_max_wait);
         // The place read up to (ahead of the one committed while the writer works).
-        let mut at = lease.offset;
+        let mut at = lease.place;
         // Set when a read showed a new master: the next read starts from the beginning.
         let mut from_start = false;
         loop {
@@ -384,7 +307,7 @@ impl ShardReader {
                     }
                 }
             }
-            let to = Offset {
+            let to = Place {
                 last_id: last.unwrap_or_else(|| after.to_owned()),
                 repl_id: under.replid.clone(),
             };
@@ -451,7 +374,7 @@ impl ShardReader {
 /// replica, or on a full channel while MySQL is down). The place is the one this process
 /// committed, recorded after its answers were made final (`writer.rs`), so the trim never
 /// runs ahead of them; a lease lost since only makes it lower.
-pub async fn watch(
+pub(crate) async fn watch(
     client: StockClient,
     streams: Vec<(ShardStream, ShardLease)>,
     mut shutdown: watch::Receiver<bool>,
@@ -485,47 +408,6 @@ pub async fn watch(
                     Ok(n) => metrics::counter!(m::TRIMMED).increment(n),
                     Err(e) => tracing::warn!(shard = lease.shard, error = %e, "stream trim failed"),
                 }
-            }
-        }
-    }
-}
-
-/// Renews the lease of `epoch` every third of its length until `stop`; a renewal that
-/// finds it taken marks it lost. A renewal MySQL does not answer is retried at the next
-/// tick: the lease runs out only after three missed ones, and then the writer's commits
-/// are refused by the epoch anyway if another consumer took it.
-pub async fn keep(
-    pool: MySqlPool,
-    cfg: Config,
-    lease: ShardLease,
-    epoch: u64,
-    mut stop: watch::Receiver<bool>,
-) {
-    let mut tick = tokio::time::interval(cfg.lease / 3);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tick.tick().await;
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = crate::signal::stopped(&mut stop) => return,
-        }
-        match offsets::renew(
-            &pool,
-            &lease.stream,
-            &cfg.consumer_name,
-            epoch,
-            cfg.lease,
-            cfg.db_timeout,
-        )
-        .await
-        {
-            Ok(true) => {}
-            Ok(false) => {
-                lease.lose(epoch);
-                return;
-            }
-            Err(e) => {
-                tracing::warn!(shard = lease.shard, error = %e, "shard lease not renewed; retrying")
             }
         }
     }

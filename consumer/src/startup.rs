@@ -15,7 +15,7 @@ fn fatal(e: &StockError) -> bool {
 }
 
 /// Connects to Redis, retrying until it answers. `Ok(None)` when shutdown came first.
-pub async fn connect(
+pub async fn connect_redis(
     cfg: &Config,
     stock: StockConfig,
     what: &'static str,

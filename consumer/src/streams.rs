@@ -18,8 +18,9 @@ use crate::config::Config;
 use crate::error::ConsumerError;
 use crate::flush::Heartbeat;
 use crate::inflight::InFlight;
+use crate::lease::ShardLease;
 use crate::replica::ShardReplica;
-use crate::shard::{ShardLease, ShardReader};
+use crate::shard::ShardReader;
 use crate::stall::Stalls;
 use crate::startup;
 use crate::stream::ShardStream;
@@ -53,7 +54,7 @@ pub struct Streams {
     inflight: InFlight,
     /// The writer loops' stalls (`/healthz`).
     stalls: Stalls,
-    /// Readers (each returns its lease keeper's stop) and the lag watch.
+    /// Readers (each returns its lease renewer's stop) and the lag watch.
     feeders: JoinSet<Option<watch::Sender<bool>>>,
     writer: JoinHandle<()>,
     stop_beat: watch::Sender<bool>,
@@ -121,7 +122,8 @@ impl Streams {
         let mut feeders = JoinSet::new();
         for &s in &shards {
             // Own connection per reader: a blocked XREAD would stall a shared one.
-            let Some(reader) = startup::connect(cfg, cfg.reader_stock(), "reader", &mut sd).await?
+            let Some(reader) =
+                startup::connect_redis(cfg, cfg.reader_stock(), "reader", &mut sd).await?
             else {
                 break;
             };
@@ -170,12 +172,12 @@ impl Streams {
     /// Stops the readers, lets the writer drain (within `--drain-grace`), releases the
     /// leases, then deregisters the heartbeat.
     pub async fn drain(mut self) {
-        // The keepers renew the leases until the writer drained: its last batches commit
+        // The renewers renew the leases until the writer drained: its last batches commit
         // under them.
-        let mut keepers = Vec::new();
+        let mut renewers = Vec::new();
         let drain = async {
             while let Some(r) = self.feeders.join_next().await {
-                keepers.extend(r.ok().flatten());
+                renewers.extend(r.ok().flatten());
             }
             let _ = (&mut self.writer).await;
         };
@@ -188,12 +190,12 @@ impl Streams {
             tracing::warn!(grace = ?self.cfg.drain_grace, in_flight = self.inflight.len(), "drain grace passed; stopping anyway");
         }
         self.feeders.abort_all();
-        for k in keepers {
+        for k in renewers {
             let _ = k.send(true);
         }
         let t = self.cfg.db_timeout;
         let releases = self.leases.iter().filter(|l| l.epoch() > 0).map(|l| {
-            ledger::offsets::release(&self.pool, &l.stream, &self.cfg.consumer_name, l.epoch(), t)
+            ledger::places::release(&self.pool, &l.stream, &self.cfg.consumer_name, l.epoch(), t)
         });
         for r in futures::future::join_all(releases).await {
             if let Err(e) = r {

@@ -25,8 +25,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
-use ledger::claims::Written;
-use ledger::offsets::{Advance, Offset};
+use ledger::claims::{Stored, Written};
+use ledger::places::{Advance, Place};
 use ledger::poison::Poison as PoisonRow;
 use ledger::Cause;
 use shard_router::stream::{Delivered, Poison, ShardStream};
@@ -35,17 +35,19 @@ use sqlx::MySqlPool;
 use tokio::sync::{mpsc, watch};
 
 use crate::backoff::Backoff;
-use crate::commit::{self, BatchOutcome};
+use crate::commit;
 use crate::config::Config;
+use crate::gather::Source;
 use crate::inflight::InFlight;
 use crate::late;
+use crate::lease::ShardLease;
 use crate::metrics as m;
-use crate::shard::{Read, ShardLease};
+use crate::shard::Read;
 use crate::stall::{Stall, Stalls};
 
 /// Shortest time between two trims of one shard's stream: one XTRIM then drops every
 /// listpack node below the place at once, instead of a call per batch.
-pub const TRIM_EVERY: Duration = Duration::from_secs(1);
+pub(crate) const TRIM_EVERY: Duration = Duration::from_secs(1);
 
 /// What the writer loops share.
 #[derive(Clone)]
@@ -58,63 +60,6 @@ pub struct Writer {
     pub inflight: InFlight,
     /// Each loop's stall, read by the health probes.
     pub stalls: Stalls,
-}
-
-/// One loop's receiving end.
-struct Source {
-    rx: mpsc::Receiver<Read>,
-    queue: std::collections::VecDeque<Read>,
-    open: bool,
-    /// Flush cuts (`inflight.rs`): a rebuild waits for what this process holds, so an open
-    /// batch is closed at once instead of after `batch_max_wait`.
-    cuts: watch::Receiver<u64>,
-}
-
-impl Source {
-    /// The next batch: reads of at most about `max_rows` entries (a read is never split),
-    /// gathered for at most `max_wait` after the first. `None` once every sender is gone
-    /// and nothing is left.
-    async fn next_batch(&mut self, max_rows: usize, max_wait: Duration) -> Option<Vec<Read>> {
-        while self.queue.is_empty() {
-            if !self.open {
-                return None;
-            }
-            match self.rx.recv().await {
-                Some(r) => self.queue.push_back(r),
-                None => self.open = false,
-            }
-        }
-        let deadline = tokio::time::Instant::now() + max_wait;
-        let rows = |q: &std::collections::VecDeque<Read>| -> usize {
-            q.iter().map(|r| r.entries.len()).sum()
-        };
-        // A cut not seen yet closes this batch at once, also one taken while the queue was
-        // empty: an entry that arrived since may come from a read sent before it (a reply
-        // on its way, a replica wait), and the flush waits for it. At worst one batch
-        // closes early.
-        while self.open && rows(&self.queue) < max_rows {
-            tokio::select! {
-                r = tokio::time::timeout_at(deadline, self.rx.recv()) => match r {
-                    Ok(Some(r)) => self.queue.push_back(r),
-                    Ok(None) => self.open = false,
-                    Err(_) => break,
-                },
-                Ok(()) = self.cuts.changed() => break,
-            }
-        }
-        let mut out = Vec::new();
-        let mut n = 0;
-        while let Some(r) = self.queue.front() {
-            // Each read whole: at least one per batch, then while under the bound
-            // (`MAX_BATCH_ROWS` leaves room for one read over `batch_max_rows`, see config).
-            if !out.is_empty() && n + r.entries.len() > max_rows {
-                break;
-            }
-            n += r.entries.len();
-            out.extend(self.queue.pop_front());
-        }
-        Some(out)
-    }
 }
 
 impl Writer {
@@ -133,12 +78,7 @@ impl Writer {
         for (i, rx) in receivers.into_iter().enumerate() {
             let me = self.clone();
             let mut stall = me.stalls.tracker(i);
-            let mut source = Source {
-                rx,
-                queue: Default::default(),
-                open: true,
-                cuts: me.inflight.cuts(),
-            };
+            let mut source = Source::new(rx, me.inflight.cuts());
             set.spawn(async move {
                 let mut trimmed: HashMap<ShardId, Instant> = HashMap::new();
                 while let Some(batch) = source
@@ -184,7 +124,7 @@ impl Writer {
         let mut stalled = Backoff::new(self.cfg.backoff_min, self.cfg.backoff_max);
         let outcome = loop {
             if batch.is_empty() {
-                break BatchOutcome::default();
+                break Stored::default();
             }
             let moves = moves(&batch, &self.leases);
             let records: Vec<&ClaimRecord> = batch
@@ -333,11 +273,11 @@ impl Writer {
         moves: &[(Advance, ShardId)],
         which: &[usize],
         records: &[&ClaimRecord],
-    ) -> Result<Option<BatchOutcome>, crate::ConsumerError> {
+    ) -> Result<Option<Stored<ClaimRecord>>, crate::ConsumerError> {
         let t = self.cfg.db_timeout;
         for &i in which {
             let a = &moves[i].0;
-            let at = ledger::offsets::get(&self.pool, &a.stream, t).await?;
+            let at = ledger::places::get(&self.pool, &a.stream, t).await?;
             if !matches!(at, Some((to, epoch, _)) if to == a.to && epoch == a.epoch) {
                 return Ok(None);
             }
@@ -363,7 +303,7 @@ impl Writer {
         moves: &[(Advance, ShardId)],
         poison: &[PoisonRow],
         stall: &mut Stall,
-    ) -> Result<(Written, BatchOutcome), crate::ConsumerError> {
+    ) -> Result<(Written, Stored<ClaimRecord>), crate::ConsumerError> {
         let mut backoff = Backoff::new(self.cfg.backoff_min, self.cfg.backoff_max);
         let advances: Vec<Advance> = moves.iter().map(|(a, _)| a.clone()).collect();
         loop {
@@ -405,7 +345,7 @@ impl Writer {
 
     /// After a commit: a shard that went back in time fenced first, then no flush waits
     /// for these any more, late claims counted in Redis, rerouted answers made final.
-    async fn after_commit(&self, reads: &[Read], outcome: &BatchOutcome) {
+    async fn after_commit(&self, reads: &[Read], outcome: &Stored<ClaimRecord>) {
         commit::fence_gone_back(&self.client, outcome).await;
         let entries = || reads.iter().flat_map(|r| r.entries.iter());
         self.inflight
@@ -432,7 +372,7 @@ impl Writer {
     async fn settle(
         &self,
         batch: Vec<Read>,
-        outcome: BatchOutcome,
+        outcome: Stored<ClaimRecord>,
         started: Instant,
         trimmed: &mut HashMap<ShardId, Instant>,
     ) {
@@ -446,7 +386,7 @@ impl Writer {
             self.inflight
                 .remove(r.shard, r.entries.iter().map(|d| d.entry_id.as_str()));
         }
-        let mut last: BTreeMap<ShardId, &Offset> = BTreeMap::new();
+        let mut last: BTreeMap<ShardId, &Place> = BTreeMap::new();
         for r in &batch {
             last.insert(r.shard, &r.to);
         }
@@ -485,7 +425,7 @@ fn drop_reads(batch: &mut Vec<Read>, gone: impl Fn(&Read) -> bool) -> Vec<Read> 
 /// Each shard's move in `batch`: from the first read's place to the last read's, with
 /// its stream key from `leases`, sorted by stream (the lock order of `ledger::claims`).
 fn moves(batch: &[Read], leases: &HashMap<ShardId, ShardLease>) -> Vec<(Advance, ShardId)> {
-    let mut by: BTreeMap<ShardId, (u64, &Offset, &Offset)> = BTreeMap::new();
+    let mut by: BTreeMap<ShardId, (u64, &Place, &Place)> = BTreeMap::new();
     for r in batch {
         by.entry(r.shard)
             .and_modify(|m| m.2 = &r.to)

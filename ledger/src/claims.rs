@@ -22,7 +22,7 @@ use sqlx::{MySql, MySqlPool, QueryBuilder, Transaction};
 use crate::anomalies::anomaly;
 use crate::error::LedgerError;
 use crate::late::{self, LateRow};
-use crate::offsets::{self, Advance};
+use crate::places::{self, Advance};
 use crate::poison::{self, Poison};
 use crate::pool::bounded;
 use crate::row_buckets;
@@ -31,26 +31,67 @@ pub use crate::rows::{
     Claim, ClaimRow, CLAIM_COLUMNS, COLUMNS, DEFAULT_BATCH_MAX_ROWS, MAX_BATCH_ROWS,
 };
 
-/// What a committed batch did. Rows are named by their index in the slice written.
-#[derive(Debug, Default, Clone)]
-pub struct Stored {
+/// What a committed batch did: the one outcome type of a batch, from the ledger to the
+/// consumer's writer. Its rows are named by `R`: here by their index in the slice written;
+/// the consumer names them by their claim record ([`Stored::map`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stored<R = usize> {
     /// Rows this batch inserted.
     pub inserted: usize,
     /// Rows already in the ledger under the same claim id (a redelivery).
     pub redelivered: usize,
     /// Rows whose claim id the ledger holds for another claim (a `id_reuse` anomaly each,
     /// `id_reuse.rs`); not inserted.
-    pub id_reused: Vec<usize>,
+    pub id_reused: Vec<R>,
     /// Rows inserted although another claim id already holds their
     /// `(sku, user, user_seq)`: both were acknowledged, so both rows are kept (and counted
     /// in `inserted`); each is a critical `collision` anomaly for an operator.
-    pub collisions: Vec<usize>,
+    pub collisions: Vec<R>,
     /// Units of the rows inserted (collisions included).
     pub inserted_units: u64,
-    /// Inserted rows the last rebuild of their SKU did not count (older generation), with
-    /// the generation they were judged against: listed in `late_claims`, to be counted in
-    /// Redis after the commit.
-    pub late: Vec<(usize, u64)>,
+    /// Inserted rows the last rebuild of their SKU did not count (older generation):
+    /// listed in `late_claims`, to be counted in Redis after the commit.
+    pub late: Vec<Late<R>>,
+}
+
+/// A claim the last rebuild of its SKU did not count (`late.rs`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Late<R = usize> {
+    pub claim: R,
+    /// The campaign's rebuild generation it was judged against.
+    pub gen: u64,
+}
+
+impl<R> Default for Stored<R> {
+    fn default() -> Self {
+        Self {
+            inserted: 0,
+            redelivered: 0,
+            id_reused: Vec::new(),
+            collisions: Vec::new(),
+            inserted_units: 0,
+            late: Vec::new(),
+        }
+    }
+}
+
+impl<R> Stored<R> {
+    /// The same outcome with each row named by `name(row)` instead.
+    pub fn map<T>(self, mut name: impl FnMut(R) -> T) -> Stored<T> {
+        Stored {
+            inserted: self.inserted,
+            redelivered: self.redelivered,
+            id_reused: self.id_reused.into_iter().map(&mut name).collect(),
+            collisions: self.collisions.into_iter().map(&mut name).collect(),
+            inserted_units: self.inserted_units,
+            late: (self.late.into_iter())
+                .map(|l| Late {
+                    claim: name(l.claim),
+                    gen: l.gen,
+                })
+                .collect(),
+        }
+    }
 }
 
 /// A process-unique, practically globally unique batch id: tells a batch which rows it
@@ -90,7 +131,7 @@ pub enum Written {
 }
 
 /// [`write`], with the streams' places moved in the same transaction
-/// (`offsets::advance`) and the entries passed without a row kept (`poison::keep`): the
+/// (`places::advance`) and the entries passed without a row kept (`poison::keep`): the
 /// rows of a read commit exactly once, with the place after them, or not at all.
 pub async fn write_at(
     pool: &MySqlPool,
@@ -115,7 +156,7 @@ pub async fn write_at(
     // (the consumer sorts them by stream).
     let mut fenced = Vec::new();
     for (i, m) in moves.iter().enumerate() {
-        if !offsets::advance(&mut tx, m, timeout).await? {
+        if !places::advance(&mut tx, m, timeout).await? {
             fenced.push(i);
         }
     }
@@ -130,17 +171,11 @@ pub async fn write_at(
         .into_iter()
         .collect();
     let gens = late::campaign_gens(&mut tx, &skus, timeout).await?;
-    let mut out = store(&mut tx, &distinct, Some(&gens), timeout).await?;
+    let out = store(&mut tx, &distinct, Some(&gens), timeout).await?;
     poison::keep(&mut tx, poison, timeout).await?;
     bounded("commit", timeout, tx.commit()).await?;
     // Indices into `distinct` back to indices into `rows`.
-    for i in out.collisions.iter_mut().chain(&mut out.id_reused) {
-        *i = kept[*i];
-    }
-    for (i, _) in &mut out.late {
-        *i = kept[*i];
-    }
-    Ok(Written::Committed(out))
+    Ok(Written::Committed(out.map(|i| kept[i])))
 }
 
 /// Inserts `rows` (distinct claim ids) and takes their units from `sku_stock`, inside
@@ -261,13 +296,13 @@ pub async fn store(
             .iter()
             .filter_map(|&i| {
                 let gen = gens.get(&rows[i].sku).copied().unwrap_or(0);
-                (rows[i].gen < gen).then_some((i, gen))
+                (rows[i].gen < gen).then_some(Late { claim: i, gen })
             })
             .collect();
         let late: Vec<LateRow<'_>> = out
             .late
             .iter()
-            .map(|&(i, gen)| LateRow {
+            .map(|&Late { claim: i, gen }| LateRow {
                 claim_id: rows[i].claim_id,
                 sku: rows[i].sku,
                 record_gen: rows[i].gen,

@@ -22,7 +22,7 @@
 //! - [`rebuild`]: a rebuild's reads under the campaign row, its generation bump, and the
 //!   watch's candidates.
 //! - [`consumers`]: the consumers' heartbeat rows and the flush handshake's counter.
-//! - [`offsets`]: each claims stream's place and lease, moved with the rows read up to it;
+//! - [`places`]: each claims stream's place and lease, moved with the rows read up to it;
 //!   [`poison`]: the entries passed without a row; [`replay`]: one applied once its cause
 //!   is fixed.
 //! - [`queues`]: a queue campaign's admitted watermark and marks, kept past a Redis loss.
@@ -42,7 +42,7 @@ mod error;
 pub mod health;
 mod id_reuse;
 pub mod late;
-pub mod offsets;
+pub mod places;
 pub mod poison;
 pub mod pool;
 pub mod queues;

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use ledger::campaigns::{self, Campaign};
 use ledger::draws::{self, DrawState, Entry, Mode, Ranked};
-use ledger::offsets::Offset;
+use ledger::places::Place;
 use ledger::LedgerError;
 use sqlx::MySqlPool;
 use test_support::mariadb::TestDatabase;
@@ -55,8 +55,8 @@ async fn enter(pool: &MySqlPool, sku: u64, n: u64) {
     );
 }
 
-fn at(last_id: &str) -> Offset {
-    Offset {
+fn at(last_id: &str) -> Place {
+    Place {
         last_id: last_id.into(),
         repl_id: "r1".into(),
     }
@@ -96,7 +96,7 @@ async fn create_is_idempotent_and_refuses_changes_once_entered() {
     assert!(draws::commit_entries(
         &pool,
         stream,
-        &Offset::start(),
+        &Place::start(),
         &at("1-0"),
         &[(7, entry("a", 5))],
         T
@@ -137,12 +137,12 @@ async fn commit_entries_is_conditional_and_ignores_repeats() {
     let stream = "{s1}:entries";
     assert_eq!(
         draws::place(&pool, stream, T).await.unwrap(),
-        Offset::start()
+        Place::start()
     );
 
     let first = [(7, entry("a", 5)), (7, entry("b", 3)), (99, entry("z", 1))];
     assert!(
-        draws::commit_entries(&pool, stream, &Offset::start(), &at("2-0"), &first, T)
+        draws::commit_entries(&pool, stream, &Place::start(), &at("2-0"), &first, T)
             .await
             .unwrap()
     );
@@ -154,7 +154,7 @@ async fn commit_entries_is_conditional_and_ignores_repeats() {
     // A second commit from the same stale place: refused, nothing written.
     let stale = [(7, entry("c", 9))];
     assert!(
-        !draws::commit_entries(&pool, stream, &Offset::start(), &at("3-0"), &stale, T)
+        !draws::commit_entries(&pool, stream, &Place::start(), &at("3-0"), &stale, T)
             .await
             .unwrap()
     );
@@ -171,7 +171,7 @@ async fn commit_entries_is_conditional_and_ignores_repeats() {
         (7, entry("c", 9)),
         (7, entry("c", 9)),
     ];
-    let new_master = Offset {
+    let new_master = Place {
         last_id: "3-0".into(),
         repl_id: "r2".into(),
     };
@@ -193,7 +193,7 @@ async fn commit_entries_is_conditional_and_ignores_repeats() {
     assert_eq!(all[1], entry("a", 5));
 
     // An empty batch still moves the place (a read of nothing but skipped entries).
-    let newer = Offset {
+    let newer = Place {
         last_id: "4-0".into(),
         repl_id: "r2".into(),
     };
@@ -304,7 +304,7 @@ async fn entries_in_order_pages_every_entry_once_with_ties() {
     assert!(draws::commit_entries(
         &pool,
         stream,
-        &Offset::start(),
+        &Place::start(),
         &at("1-0"),
         &entries[..mid],
         T
@@ -466,7 +466,7 @@ async fn the_entries_of_a_draw_are_the_ones_it_was_drawn_from() {
 
     let late = [(7, entry("late", 0))];
     assert!(
-        draws::commit_entries(&pool, "late-stream", &Offset::start(), &at("9-0"), &late, T)
+        draws::commit_entries(&pool, "late-stream", &Place::start(), &at("9-0"), &late, T)
             .await
             .unwrap()
     );

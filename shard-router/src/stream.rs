@@ -1,5 +1,5 @@
 //! The claims stream of one shard, as typed operations: reads after a place (XREAD, no
-//! consumer group: the consumer keeps its place in the ledger, `ledger/src/offsets.rs`),
+//! consumer group: the consumer keeps its place in the ledger, `ledger/src/places.rs`),
 //! the trim of what the ledger committed (`stream/trim.rs`), paging, depth. Every command
 //! names keys of that one shard only (they share the hash tag), so it runs on a cluster. The
 //! consumer, the rebuild and reconciliation use these instead of raw commands on

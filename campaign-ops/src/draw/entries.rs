@@ -14,12 +14,12 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use ledger::draws::{self, Entry};
-use ledger::offsets::Offset;
+use ledger::places::Place;
 use shard_router::{ShardId, StockClient};
 use sqlx::MySqlPool;
 use tokio::sync::watch;
 
-use consumer::ConsumerError;
+use crate::OpsError;
 
 /// Entries read per shard per round.
 const BATCH: usize = 1000;
@@ -60,7 +60,7 @@ pub async fn run(
         };
         tokio::select! {
             _ = tokio::time::sleep(pause) => {}
-            _ = consumer::signal::stopped(&mut shutdown) => break,
+            _ = plumbing::shutdown::stopped(&mut shutdown) => break,
         }
     }
 }
@@ -72,7 +72,7 @@ pub async fn round(
     shard: ShardId,
     trimmed: &mut HashMap<ShardId, Instant>,
     t: Duration,
-) -> Result<bool, ConsumerError> {
+) -> Result<bool, OpsError> {
     let stream = client.entries_stream(shard);
     let place = draws::place(pool, &stream.key, t).await?;
     let (read, info) = client.read_entries(shard, &place.last_id, BATCH).await?;
@@ -131,13 +131,13 @@ pub async fn round(
 async fn commit(
     pool: &MySqlPool,
     stream: &str,
-    from: &Offset,
+    from: &Place,
     base: &str,
     read: Vec<Result<shard_router::draw::EntryRecord, shard_router::draw::BadEntry>>,
     repl_id: &str,
     shard: ShardId,
     t: Duration,
-) -> Result<bool, ConsumerError> {
+) -> Result<bool, OpsError> {
     let full = read.len() == BATCH;
     let mut last = base.to_owned();
     let mut rows = Vec::with_capacity(read.len());
@@ -172,7 +172,7 @@ async fn commit(
             }
         }
     }
-    let to = Offset {
+    let to = Place {
         last_id: last,
         repl_id: repl_id.to_owned(),
     };

@@ -11,7 +11,7 @@ use ledger::draws;
 use shard_router::{StockClient, GRANT_REQUEST};
 use sqlx::MySqlPool;
 
-use consumer::ConsumerError;
+use crate::OpsError;
 
 /// Keeps `c`'s winners' answers on its shards (nothing for a campaign that is no draw).
 /// Idempotent: a close-out retried after a crash writes the same answers again.
@@ -21,7 +21,7 @@ pub async fn keep_answers(
     c: &Campaign,
     ttl: Duration,
     t: Duration,
-) -> Result<(), ConsumerError> {
+) -> Result<(), OpsError> {
     if draws::get(pool, c.sku, t).await?.is_none() {
         return Ok(());
     }

@@ -13,7 +13,7 @@ use shard_router::{ShardId, StockClient};
 use sqlx::MySqlPool;
 use tokio::sync::watch;
 
-use consumer::ConsumerError;
+use crate::OpsError;
 
 /// Entries put back per script call.
 const PAGE: u32 = 500;
@@ -30,7 +30,7 @@ pub async fn run(
     loop {
         tokio::select! {
             _ = tick.tick() => {}
-            _ = consumer::signal::stopped(&mut shutdown) => break,
+            _ = plumbing::shutdown::stopped(&mut shutdown) => break,
         }
         let live = match draws::live(&pool, t).await {
             Ok(l) => l,
@@ -54,7 +54,7 @@ pub async fn check(
     client: &StockClient,
     sku: u64,
     t: Duration,
-) -> Result<(), ConsumerError> {
+) -> Result<(), OpsError> {
     if client.sku_meta(sku).await?.is_none() {
         return Ok(());
     }
@@ -77,7 +77,7 @@ pub async fn shard(
     d: &Draw,
     shard: ShardId,
     t: Duration,
-) -> Result<(), ConsumerError> {
+) -> Result<(), OpsError> {
     let spec = super::spec(c, d);
     let token = rand::random::<u64>();
     if !client.draw_hold(shard, &spec, token).await? {

@@ -37,8 +37,8 @@ use shard_router::{
 use sqlx::MySqlPool;
 use tokio::sync::watch;
 
+use crate::OpsError;
 use consumer::replica::{self, ReplicaWait};
-use consumer::ConsumerError;
 
 /// How long the draw waits for the ledger to hold every entry the shards accepted.
 const SETTLE: Duration = Duration::from_secs(30);
@@ -83,10 +83,10 @@ pub async fn run(
     loop {
         tokio::select! {
             _ = tick.tick() => {}
-            _ = consumer::signal::stopped(&mut shutdown) => break,
+            _ = plumbing::shutdown::stopped(&mut shutdown) => break,
         }
         // The draw time by Redis's clock, the one every process shares.
-        let now = match consumer::clock::redis_now(&client).await {
+        let now = match crate::clock::redis_now(&client).await {
             Ok(n) => n,
             Err(e) => {
                 tracing::warn!(error = %e, "draw: no clock from redis; skipped");
@@ -136,7 +136,7 @@ pub async fn step(
     closing: &mut HashMap<u64, Closing>,
     replica_wait: ReplicaWait,
     t: Duration,
-) -> Result<(), ConsumerError> {
+) -> Result<(), OpsError> {
     let c = ledger::campaigns::get(pool, d.sku, t).await?;
     if d.state == draws::DrawState::Open {
         let cl = closing
@@ -160,7 +160,7 @@ async fn close_and_draw(
     now_ms: i64,
     cl: &mut Closing,
     t: Duration,
-) -> Result<bool, ConsumerError> {
+) -> Result<bool, OpsError> {
     let k = c.stock + u64::from(d.waitlist);
     let mut accepted = 0;
     let mut merged = Vec::new();
@@ -258,7 +258,7 @@ async fn mark(
     client: &StockClient,
     c: &Campaign,
     t: Duration,
-) -> Result<(), ConsumerError> {
+) -> Result<(), OpsError> {
     let mut any = false;
     for shard in client.placement().shards_of(c.sku, c.width) {
         // Missing (lost): the restore opens it, puts the entries back and marks it.
@@ -299,7 +299,7 @@ pub async fn mark_shard(
     shard: ShardId,
     held: Option<u64>,
     t: Duration,
-) -> Result<Option<u32>, ConsumerError> {
+) -> Result<Option<u32>, OpsError> {
     // The wins first: the marks never overwrite one, and a winner asking between the two
     // is told `won`, not `won_pending` (the grant's stored answer may be gone). Here and
     // not only in the restore: a restore that read the draw still open, then saw it drawn
@@ -357,7 +357,7 @@ async fn grant(
     now_ms: i64,
     replica_wait: ReplicaWait,
     t: Duration,
-) -> Result<(), ConsumerError> {
+) -> Result<(), OpsError> {
     let Some(d) = draws::get(pool, c.sku, t).await? else {
         return Ok(());
     };
@@ -474,7 +474,7 @@ async fn granted_on_a_replica(
     before: &HashMap<ShardId, ReplicationInfo>,
     replica_wait: ReplicaWait,
     t: Duration,
-) -> Result<bool, ConsumerError> {
+) -> Result<bool, OpsError> {
     if replica_wait == ReplicaWait::Off {
         return Ok(true);
     }
@@ -506,7 +506,7 @@ async fn committed(
     c: &Campaign,
     claim: &Claim,
     t: Duration,
-) -> Result<bool, ConsumerError> {
+) -> Result<bool, OpsError> {
     let grants = draws::grants(pool, c.sku, GRANT_REQUEST, t).await?;
     Ok(grants.iter().any(|(_, id, _)| *id == claim.claim_id))
 }
@@ -521,7 +521,7 @@ async fn record_fenced(
     claim: &Claim,
     before: &ReplicationInfo,
     replica_wait: ReplicaWait,
-) -> Result<Option<shard_router::Fence>, ConsumerError> {
+) -> Result<Option<shard_router::Fence>, OpsError> {
     let prefix = format!("{}-", claim.shard);
     let Some(entry) = claim.claim_id.strip_prefix(&prefix) else {
         return Ok(None);
@@ -551,7 +551,7 @@ async fn anomaly(
     kind: &str,
     detail: &str,
     t: Duration,
-) -> Result<(), ConsumerError> {
+) -> Result<(), OpsError> {
     tracing::warn!(sku, kind, detail, "draw anomaly");
     Ok(ledger::anomalies::anomaly(pool, kind, &sku.to_string(), Some(sku), detail, t).await?)
 }

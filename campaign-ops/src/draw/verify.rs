@@ -16,7 +16,7 @@ use shard_router::draw::{draw_order, priority, seed_digest};
 use shard_router::GRANT_REQUEST;
 use sqlx::MySqlPool;
 
-use consumer::ConsumerError;
+use crate::OpsError;
 
 /// Entries read per page.
 const PAGE: u32 = 5000;
@@ -48,12 +48,12 @@ pub struct Verdict {
 }
 
 /// Recomputes the draw of `sku`. Refused before the draw: the seed is secret until then.
-pub async fn verify(pool: &MySqlPool, sku: u64, t: Duration) -> Result<Verdict, ConsumerError> {
+pub async fn verify(pool: &MySqlPool, sku: u64, t: Duration) -> Result<Verdict, OpsError> {
     let d = draws::get(pool, sku, t)
         .await?
-        .ok_or_else(|| ConsumerError::NotFound(format!("sku {sku} is not a draw campaign")))?;
+        .ok_or_else(|| OpsError::NotFound(format!("sku {sku} is not a draw campaign")))?;
     if d.state != DrawState::Drawn {
-        return Err(ConsumerError::Invalid(format!(
+        return Err(OpsError::Invalid(format!(
             "sku {sku} has not been drawn yet; its seed stays secret until the draw"
         )));
     }

@@ -41,13 +41,13 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use sqlx::MySqlPool;
 
-use consumer::ConsumerError;
+use crate::OpsError;
 
 /// How often the rebuild looks at the consumers' answers.
 const POLL: Duration = Duration::from_millis(20);
 /// Rows of consumers gone silent this long are deleted by the next rebuild.
 const FORGET_AFTER: Duration = Duration::from_secs(24 * 3600);
-/// A consumer whose beat is older than [`consumer::flush::STALE_AFTER`] is not waited for,
+/// A consumer whose beat is older than [`consumer::HEARTBEAT_STALE_AFTER`] is not waited for,
 /// but until its beat is this old it may be alive with a stalled heartbeat (one beat may
 /// wait `db_timeout`, 5 s, on MySQL) and hold what it read before the loss: it is named as
 /// unanswered, so the rebuild keeps its pause. A consumer that crashed costs that pause
@@ -85,13 +85,13 @@ pub(crate) async fn flush(
     sku: u64,
     wait: Duration,
     t: Duration,
-) -> Result<Flush, ConsumerError> {
+) -> Result<Flush, OpsError> {
     if wait.is_zero() {
         return Ok(Flush::default());
     }
     let started = Instant::now();
     let request = ledger::consumers::raise_flush_request(pool, t).await?;
-    let live = ledger::consumers::live(pool, consumer::flush::STALE_AFTER, t).await?;
+    let live = ledger::consumers::live(pool, consumer::HEARTBEAT_STALE_AFTER, t).await?;
     let consumers = live.len();
     let mut waiting: HashMap<String, String> = live
         .into_iter()
@@ -129,7 +129,7 @@ pub(crate) async fn flush(
     let unanswered: Vec<String> = unanswered.into_iter().collect();
     let waited_ms = started.elapsed().as_millis() as u64;
     if !unanswered.is_empty() {
-        metrics::counter!(consumer::metrics::REBUILD_FLUSH_UNANSWERED)
+        metrics::counter!(crate::metrics::REBUILD_FLUSH_UNANSWERED)
             .increment(unanswered.len() as u64);
         tracing::warn!(sku, request, ?unanswered, ?wait, "rebuild: consumers did not confirm the flush; proceeding (their later commits are late claims)");
     }
@@ -158,7 +158,7 @@ async fn forget_silent(pool: &MySqlPool, t: Duration) {
     }
 }
 
-/// Stream lease owners (`ledger/src/offsets.rs`) with no heartbeat row: a consumer whose
+/// Stream lease owners (`ledger/src/places.rs`) with no heartbeat row: a consumer whose
 /// row was lost or went stale while it still holds a lease. It may hold reads from before the loss that it commits later: named, so the
 /// rebuild keeps its pause. A lease that runs out names nobody.
 async fn unregistered_readers(
@@ -166,7 +166,7 @@ async fn unregistered_readers(
     registered: &HashSet<String>,
     t: Duration,
 ) -> BTreeSet<String> {
-    match ledger::offsets::owners(pool, t).await {
+    match ledger::places::owners(pool, t).await {
         Ok(owners) => owners
             .into_iter()
             // The row keeps the first 128 characters of the name (`flush.rs`).

@@ -9,8 +9,8 @@ use shard_router::{ClaimRecord, StockClient};
 use sqlx::{MySql, Transaction};
 
 use super::image::{Known, Seen};
-use consumer::stream::{self, ShardStream};
-use consumer::ConsumerError;
+use crate::OpsError;
+use shard_router::stream::{self, ShardStream};
 
 /// Entries per XRANGE page.
 const PAGE: usize = 1000;
@@ -27,7 +27,7 @@ pub(crate) async fn in_flight(
     client: &StockClient,
     streams: &[ShardStream],
     sku: u64,
-) -> Result<Vec<ClaimRecord>, ConsumerError> {
+) -> Result<Vec<ClaimRecord>, OpsError> {
     let mut out: HashMap<String, ClaimRecord> = HashMap::new();
     for s in streams {
         for entry in s.all_entries(client, PAGE).await? {
@@ -48,7 +48,7 @@ pub(super) async fn ledger_claims(
     sku: u64,
     page: usize,
     t: Duration,
-) -> Result<Vec<Known>, ConsumerError> {
+) -> Result<Vec<Known>, OpsError> {
     let mut out = Vec::new();
     let mut after = String::new();
     loop {
@@ -79,7 +79,7 @@ pub(super) async fn stream_floors(
     tx: &mut Transaction<'_, MySql>,
     shards: &[u16],
     t: Duration,
-) -> Result<HashMap<u16, EntryId>, ConsumerError> {
+) -> Result<HashMap<u16, EntryId>, OpsError> {
     let mut out = HashMap::new();
     for &shard in shards {
         // Two reads on the primary key (claim_id = "<shard>-<ms>-<seq>"), never a scan of

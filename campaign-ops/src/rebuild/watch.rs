@@ -25,7 +25,7 @@ use shard_router::{ShardId, StockClient};
 use sqlx::MySqlPool;
 use tokio::sync::watch;
 
-use consumer::ConsumerError;
+use crate::OpsError;
 
 /// How often live campaigns are checked for a missing slice.
 pub const CHECK_EVERY: Duration = Duration::from_secs(2);
@@ -42,7 +42,7 @@ pub async fn run(
     loop {
         tokio::select! {
             _ = tick.tick() => {}
-            _ = consumer::signal::stopped(&mut shutdown) => break,
+            _ = plumbing::shutdown::stopped(&mut shutdown) => break,
         }
         if let Err(e) = check(&pool, &client, &opts).await {
             tracing::warn!(error = %e, "rebuild check failed");
@@ -55,11 +55,11 @@ pub async fn check(
     pool: &MySqlPool,
     client: &StockClient,
     opts: &super::Options,
-) -> Result<Vec<u64>, ConsumerError> {
+) -> Result<Vec<u64>, OpsError> {
     let t = opts.db_timeout;
     let now = shard_router::now_ms();
     let unvouched = unvouched(client).await;
-    metrics::gauge!(consumer::metrics::UNVOUCHED_SHARDS).set(unvouched.len() as f64);
+    metrics::gauge!(crate::metrics::UNVOUCHED_SHARDS).set(unvouched.len() as f64);
     let suspect: Vec<ShardId> = unvouched
         .iter()
         .filter(|u| u.foreign)
@@ -119,13 +119,13 @@ async fn check_sku(
     sku: u64,
     suspect: &[ShardId],
     live: Option<&[u64]>,
-) -> Result<Checked, (Vec<ShardId>, ConsumerError)> {
+) -> Result<Checked, (Vec<ShardId>, OpsError)> {
     let t = opts.db_timeout;
     let c = ledger::campaigns::get(pool, sku, t)
         .await
         .map_err(|e| (Vec::new(), e.into()))?;
     let shards = client.placement().shards_of(sku, c.width);
-    let fail = |e: ConsumerError| (shards.clone(), e);
+    let fail = |e: OpsError| (shards.clone(), e);
     let slices = client
         .slices(sku, c.width)
         .await
@@ -186,7 +186,7 @@ async fn check_sku(
         // failover that loses this write brings another process, which is unvouched
         // again; waiting for a replica here kept the shard from selling until an operator
         // attached one.
-        Err(ConsumerError::Unconfirmed(why)) => {
+        Err(OpsError::Unconfirmed(why)) => {
             tracing::warn!(sku, %why, "rebuild written but not confirmed by a replica; its shards sell again");
             Ok(Checked::Rebuilt)
         }
@@ -214,7 +214,7 @@ async fn restore_sku_meta(
     let written = async {
         let meta = crate::sku::meta_of(pool, c, t).await?;
         client.write_sku_meta(&meta).await?;
-        Ok::<_, ConsumerError>(())
+        Ok::<_, OpsError>(())
     };
     match written.await {
         Ok(()) => tracing::warn!(
@@ -274,7 +274,7 @@ async fn behind_the_ledger(
     sku: u64,
     width: u16,
     t: Duration,
-) -> Result<Vec<u16>, ConsumerError> {
+) -> Result<Vec<u16>, OpsError> {
     let ledger = ledger::rebuild::rebuild_gen(pool, sku, t).await?;
     if ledger == 0 {
         return Ok(Vec::new());

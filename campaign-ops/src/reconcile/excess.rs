@@ -24,7 +24,7 @@ use shard_router::StockClient;
 use sqlx::MySqlPool;
 
 use super::account::ShardFigures;
-use consumer::ConsumerError;
+use crate::OpsError;
 
 /// Takes each shard's positive drift out of its slice; returns the units removed.
 pub async fn remove(
@@ -33,7 +33,7 @@ pub async fn remove(
     sku: u64,
     shards: &[ShardFigures],
     t: Duration,
-) -> Result<i64, ConsumerError> {
+) -> Result<i64, OpsError> {
     let mut total = 0;
     for f in shards.iter().filter(|f| f.drift > 0) {
         // Recorded before the removal, under the epoch the removal is conditioned on: at

@@ -8,11 +8,11 @@ use shard_router::{
 };
 use sqlx::MySqlPool;
 
+use crate::metrics as m;
 use crate::rebuild::in_flight;
-use consumer::metrics as m;
+use crate::OpsError;
 use consumer::replica::{self, ReplicaWait};
-use consumer::stream::ShardStream;
-use consumer::ConsumerError;
+use shard_router::stream::ShardStream;
 
 /// What one resolution round did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -47,7 +47,7 @@ pub async fn resolve_stale_holds(
     now_ms: i64,
     t: Duration,
     replicas: ReplicaWait,
-) -> Result<Resolution, ConsumerError> {
+) -> Result<Resolution, OpsError> {
     let mut stale = Vec::new();
     for &home in shards {
         for h in client.holds(sku, home).await? {
@@ -173,7 +173,7 @@ pub async fn on_replicas(
     client: &StockClient,
     shards: &[u16],
     replicas: ReplicaWait,
-) -> Result<bool, ConsumerError> {
+) -> Result<bool, OpsError> {
     if replicas == ReplicaWait::Off {
         return Ok(true);
     }

@@ -99,12 +99,12 @@ use sqlx::MySqlPool;
 pub use account::{split, ShardFigures};
 pub use snapshot::DEFAULT_PAGE;
 
-use consumer::metrics as m;
-use consumer::stream::ShardStream;
-use consumer::ConsumerError;
+use crate::metrics as m;
+use crate::OpsError;
+use shard_router::stream::ShardStream;
 
 /// Reconciliation runs kept per SKU in `reconcile_runs` unless configured.
-pub const DEFAULT_KEEP_RUNS: u32 = consumer::config::DEFAULT_RECONCILE_KEEP_RUNS;
+pub const DEFAULT_KEEP_RUNS: u32 = crate::config::DEFAULT_RECONCILE_KEEP_RUNS;
 
 /// How a run behaves beyond measuring.
 #[derive(Debug, Clone, Copy)]
@@ -167,7 +167,7 @@ pub async fn measure(
     client: &StockClient,
     sku: u64,
     t: Duration,
-) -> Result<(Report, Vec<ShardFigures>), ConsumerError> {
+) -> Result<(Report, Vec<ShardFigures>), OpsError> {
     measure_paged(pool, client, sku, t, DEFAULT_PAGE).await
 }
 
@@ -178,7 +178,7 @@ pub async fn measure_paged(
     sku: u64,
     t: Duration,
     page: usize,
-) -> Result<(Report, Vec<ShardFigures>), ConsumerError> {
+) -> Result<(Report, Vec<ShardFigures>), OpsError> {
     let before = ledger::books::before(pool, sku, t).await?;
     let mut snaps = Vec::new();
     for shard in client.placement().shards_of(sku, before.width) {
@@ -212,7 +212,7 @@ pub async fn run(
     sku: u64,
     now_ms: i64,
     t: Duration,
-) -> Result<Report, ConsumerError> {
+) -> Result<Report, OpsError> {
     run_with(pool, client, sku, now_ms, t, Options::default()).await
 }
 
@@ -225,10 +225,10 @@ pub async fn run_with(
     now_ms: i64,
     t: Duration,
     opts: Options,
-) -> Result<Report, ConsumerError> {
+) -> Result<Report, OpsError> {
     let c = ledger::campaigns::get(pool, sku, t).await?;
     if ledger::campaigns::is_closing(pool, sku, t).await? {
-        return Err(ConsumerError::Invalid(format!(
+        return Err(OpsError::Invalid(format!(
             "sku {sku} is closed; its closing report is in `consumer status {sku}`"
         )));
     }
@@ -261,7 +261,7 @@ pub async fn run_with(
     // Close-out may have started meanwhile (another process): its missing slices are not
     // drift, and its series must not come back.
     if ledger::campaigns::is_closing(pool, sku, t).await? {
-        return Err(ConsumerError::Invalid(format!(
+        return Err(OpsError::Invalid(format!(
             "sku {sku} started closing during the run; not stored"
         )));
     }
@@ -274,12 +274,7 @@ pub async fn run_with(
 }
 
 /// Stores, exports and logs a report; keeps the SKU's last `keep` runs.
-async fn store(
-    pool: &MySqlPool,
-    report: &Report,
-    keep: u32,
-    t: Duration,
-) -> Result<(), ConsumerError> {
+async fn store(pool: &MySqlPool, report: &Report, keep: u32, t: Duration) -> Result<(), OpsError> {
     let sku = report.sku;
     let detail = serde_json::to_string(report).unwrap_or_default();
     let run = ledger::reconcile_runs::Run {

@@ -16,7 +16,7 @@ use shard_router::codec::{ClaimId, EntryId};
 use shard_router::{ShardId, StockClient};
 use sqlx::MySqlPool;
 
-use consumer::ConsumerError;
+use crate::OpsError;
 
 /// Entries (or set members, or ids) one Redis call reads unless configured.
 pub const DEFAULT_PAGE: usize = 1000;
@@ -73,7 +73,7 @@ pub async fn take(
     shard: ShardId,
     page: usize,
     t: Duration,
-) -> Result<ShardSnap, ConsumerError> {
+) -> Result<ShardSnap, OpsError> {
     let page = page.max(1);
     // Steps 1–3: members seen before the anchor were members at it (the set only grows
     // while the campaign is live); the anchor's size check proves nothing else was.
@@ -149,7 +149,7 @@ pub async fn take(
             .await?;
     }
     let (a, late_known, late_unapplied) = a.ok_or_else(|| {
-        ConsumerError::Invalid(format!(
+        OpsError::Invalid(format!(
             "shard {shard}: the release set or the late claims of sku {sku} kept changing under {ANCHOR_ATTEMPTS} anchors; try again"
         ))
     })?;

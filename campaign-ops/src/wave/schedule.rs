@@ -7,12 +7,12 @@ use std::time::Duration;
 use sqlx::MySqlPool;
 
 use super::Wave;
-use consumer::ConsumerError;
+use crate::OpsError;
 
 pub use ledger::waves::Dropped;
 
 /// Stores a wave (idempotent for the same id, units and due time; refused otherwise).
-pub async fn schedule(pool: &MySqlPool, w: &Wave, t: Duration) -> Result<(), ConsumerError> {
+pub async fn schedule(pool: &MySqlPool, w: &Wave, t: Duration) -> Result<(), OpsError> {
     Ok(ledger::waves::store(pool, w, "command", t).await?)
 }
 
@@ -22,7 +22,7 @@ pub async fn schedule_for_campaign(
     pool: &MySqlPool,
     w: &Wave,
     t: Duration,
-) -> Result<(), ConsumerError> {
+) -> Result<(), OpsError> {
     Ok(ledger::waves::store(pool, w, "campaign", t).await?)
 }
 
@@ -34,6 +34,6 @@ pub async fn cancel_dropped(
     sku: u64,
     listed: &[String],
     t: Duration,
-) -> Result<Dropped, ConsumerError> {
+) -> Result<Dropped, OpsError> {
     Ok(ledger::waves::cancel_dropped(pool, sku, listed, t).await?)
 }

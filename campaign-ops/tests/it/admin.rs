@@ -137,10 +137,10 @@ async fn preheat_waits_for_replicas_as_configured() {
     replica.signal("STOP");
     let mut cfg = s.cfg.clone();
     cfg.admin_token = Some(TOKEN.into());
-    cfg.replica_wait = consumer::replica::ReplicaWait::Off;
+    cfg.datapath.replica_wait = consumer::replica::ReplicaWait::Off;
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let (stop, rx) = consumer::signal::channel();
+    let (stop, rx) = plumbing::shutdown::channel();
     let task = tokio::spawn(campaign_ops::service::run(cfg, Some(listener), rx));
 
     let now = shard_router::now_ms();
@@ -164,7 +164,7 @@ async fn preheat_waits_for_replicas_as_configured() {
     // `always` on a master with no replica: nothing is confirmed, the preheat says so.
     let s = Stack::start().await;
     let mut cfg = s.cfg.clone();
-    cfg.replica_wait = consumer::replica::ReplicaWait::Always(Duration::from_millis(20));
+    cfg.datapath.replica_wait = consumer::replica::ReplicaWait::Always(Duration::from_millis(20));
     let c = campaign_ops::campaign::Campaign {
         sku: 557,
         name: "always".into(),
@@ -181,7 +181,7 @@ async fn preheat_waits_for_replicas_as_configured() {
     cfg.admin_token = Some(TOKEN.into());
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let (stop, rx) = consumer::signal::channel();
+    let (stop, rx) = plumbing::shutdown::channel();
     let task = tokio::spawn(campaign_ops::service::run(cfg, Some(listener), rx));
     let (st, body) = http(addr, "POST", "/v1/campaigns/557/preheat", Some(TOKEN), "").await;
     assert_eq!(

@@ -4,7 +4,7 @@
 
 use crate::common::*;
 use campaign_ops::campaign;
-use consumer::ConsumerError;
+use campaign_ops::OpsError;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stock_of_a_preheated_campaign_cannot_change() {
@@ -16,7 +16,7 @@ async fn stock_of_a_preheated_campaign_cannot_change() {
     let e = campaign::put_checked(&s.pool, &s.client, &lower, SHARDS, T)
         .await
         .unwrap_err();
-    assert!(matches!(e, ConsumerError::Invalid(_)), "{e}");
+    assert!(matches!(e, OpsError::Invalid(_)), "{e}");
     assert!(e.to_string().contains("preheated"), "{e}");
     assert_eq!(campaign::get(&s.pool, c.sku, T).await.unwrap().stock, 10);
     assert_eq!(

@@ -6,8 +6,9 @@
 use std::time::Duration;
 
 use crate::common::*;
-use consumer::{commit, stream};
+use consumer::commit;
 use shard_router::keys::ShardKeys;
+use shard_router::stream;
 use shard_router::ClaimRecord;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -29,7 +29,7 @@ async fn step(s: &Stack, client: &StockClient, sku: u64) {
         &d,
         shard_router::now_ms(),
         &mut closing,
-        s.cfg.replica_wait,
+        s.cfg.datapath.replica_wait,
         T,
     )
     .await
@@ -118,7 +118,7 @@ async fn a_grant_no_replica_confirmed_is_not_a_win_until_one_does() {
     let promoted = fail_over(&mut s, &replica).await;
     let _second = RedisServer::start_replica_of(&replica);
     let mut cfg = s.cfg.clone();
-    cfg.redis = RedisTarget::Single(replica.url());
+    cfg.datapath.redis = RedisTarget::Single(replica.url());
     let consumer = start_consumer(cfg);
     let t0 = Instant::now();
     let (wins, found) = loop {

@@ -43,7 +43,7 @@ async fn a_failover_mid_restore_does_not_publish_a_shard_missing_its_entrants() 
         &d,
         shard_router::now_ms(),
         &mut closing,
-        s.cfg.replica_wait,
+        s.cfg.datapath.replica_wait,
         T,
     )
     .await
@@ -111,7 +111,7 @@ async fn a_failover_mid_restore_does_not_publish_a_shard_missing_its_entrants() 
     // The consumer on the promoted replica: its restore loop and draw loop have 10 s to
     // give the waitlisted entrant their standing back.
     let mut cfg = s.cfg.clone();
-    cfg.redis = RedisTarget::Single(replica.url());
+    cfg.datapath.redis = RedisTarget::Single(replica.url());
     let consumer = start_consumer(cfg);
     let t0 = Instant::now();
     let told = loop {

@@ -64,7 +64,7 @@ async fn step(s: &Stack, sku: u64, waited: Duration) {
         &d,
         shard_router::now_ms(),
         &mut closing,
-        s.cfg.replica_wait,
+        s.cfg.datapath.replica_wait,
         T,
     )
     .await

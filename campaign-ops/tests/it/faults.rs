@@ -158,8 +158,10 @@ async fn mysql_down_for_ten_seconds_under_load_loses_nothing() {
     let mut mysql = MariaDbServer::start();
     let mut s = Stack::start().await;
     // Point everything at the private server instead of the shared test database.
-    s.cfg.mysql_url = mysql.url();
-    s.pool = ledger::pool::connect(&s.cfg.mysql_url, T).await.unwrap();
+    s.cfg.datapath.mysql_url = mysql.url();
+    s.pool = ledger::pool::connect(&s.cfg.datapath.mysql_url, T)
+        .await
+        .unwrap();
     ledger::pool::migrate(&s.pool).await.unwrap();
     let c = campaign(&s, 10003, 100_000, SHARDS, 1, 3600).await;
     let consumer = start_consumer(s.cfg.clone());

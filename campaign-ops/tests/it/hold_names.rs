@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use campaign_ops::reconcile::holds::resolve_stale_holds;
 use consumer::replica::ReplicaWait;
-use consumer::stream::ShardStream;
+use shard_router::stream::ShardStream;
 use shard_router::test_util::{claim_once, drain, lose_user, req};
 use shard_router::{ClaimOutcome, HomeOutcome};
 

@@ -4,7 +4,8 @@ use std::time::{Duration, Instant};
 
 use crate::common::*;
 use campaign_ops::campaign::Campaign;
-use consumer::{commit, stream};
+use consumer::commit;
+use shard_router::stream;
 use shard_router::ClaimRecord;
 
 /// Claims produced by this test: 50 000 as the ledger's throughput target asks (~30 s in a debug build on 2 shared

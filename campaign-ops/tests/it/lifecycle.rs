@@ -154,7 +154,7 @@ async fn scheduled_waves_are_applied_by_the_consumer_when_due() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn close_out_stores_the_report_cleans_redis_and_survives_a_crash() {
-    let prom = consumer::metrics::install().expect("recorder");
+    let prom = campaign_ops::metrics::install().expect("recorder");
     let s = Stack::start().await;
     let now = shard_router::now_ms();
     let c = Campaign {

@@ -17,7 +17,7 @@ mod faults;
 mod hold_names;
 mod ledger;
 mod lifecycle;
-mod offsets;
+mod places;
 mod poison_replay;
 mod queue;
 mod readonly;

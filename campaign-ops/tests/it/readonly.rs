@@ -147,8 +147,8 @@ async fn mysql_readonly() {
     }
     let mut cfg = s.cfg.clone();
     // Well inside the read-only spell, so /healthz must show it.
-    cfg.writer_stall = Duration::from_secs(1);
-    cfg.mysql_url = format!(
+    cfg.datapath.writer_stall = Duration::from_secs(1);
+    cfg.datapath.mysql_url = format!(
         "mysql://{USER}:{PASSWORD}@127.0.0.1:{}/{PRIVATE_DB}",
         mysql.port()
     );

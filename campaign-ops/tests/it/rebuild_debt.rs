@@ -273,7 +273,13 @@ async fn a_wave_pushed_again_after_a_rebuild_pays_the_rebuilt_debt() {
 
 /// Alice's claim (stock 3, one shard) committed late and not applied yet, then Redis and
 /// the ledger as `late` leaves them: the rebuild offers 3 units, the ledger counts 1.
-async fn late_committed_not_applied(s: &Stack, sku: u64) -> (Campaign, Vec<late::LateClaim>) {
+async fn late_committed_not_applied(
+    s: &Stack,
+    sku: u64,
+) -> (
+    Campaign,
+    Vec<ledger::claims::Late<shard_router::ClaimRecord>>,
+) {
     let c = campaign(s, sku, 3, 1, 1, 3600).await;
     assert!(matches!(
         claim_one(s, &c, "alice", Some("r-alice")).await,
@@ -329,7 +335,7 @@ async fn a_late_claim_released_before_its_apply_is_not_removed_as_excess() {
     release::release(
         &s.pool,
         &s.client,
-        &late_claims[0].record.claim_id,
+        &late_claims[0].claim.claim_id,
         Reason::Cancelled,
         T,
     )
@@ -425,7 +431,7 @@ async fn a_short_apply_retried_after_a_crash_still_records_the_oversell() {
     // The writer's Redis step, then the crash.
     let step = s
         .client
-        .apply_late(&l.record, l.gen, l.record.shard)
+        .apply_late(&l.claim, l.gen, l.claim.shard)
         .await
         .unwrap();
     assert_eq!(

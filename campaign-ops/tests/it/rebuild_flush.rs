@@ -62,7 +62,7 @@ async fn a_consumer_that_never_answers_holds_the_rebuild_only_up_to_the_bound() 
     assert_eq!(r.flush.consumers, 1, "{:?}", r.flush);
     assert_eq!(
         r.flush.unanswered,
-        std::slice::from_ref(&s.cfg.consumer_name)
+        std::slice::from_ref(&s.cfg.datapath.consumer_name)
     );
     assert!(r.flush.waited_ms >= 1000, "{:?}", r.flush);
     assert!(
@@ -70,7 +70,7 @@ async fn a_consumer_that_never_answers_holds_the_rebuild_only_up_to_the_bound() 
         "the rebuild waited {took:?} with a 1 s bound"
     );
 
-    tokio::time::sleep(consumer::flush::STALE_AFTER).await;
+    tokio::time::sleep(consumer::HEARTBEAT_STALE_AFTER).await;
     let started = Instant::now();
     let r = campaign_ops::rebuild::rebuild(&s.pool, &s.client, c.sku, &opts)
         .await
@@ -80,7 +80,7 @@ async fn a_consumer_that_never_answers_holds_the_rebuild_only_up_to_the_bound() 
     assert_eq!(r.flush.consumers, 0, "{:?}", r.flush);
     assert_eq!(
         r.flush.unanswered,
-        std::slice::from_ref(&s.cfg.consumer_name)
+        std::slice::from_ref(&s.cfg.datapath.consumer_name)
     );
     assert!(started.elapsed() < test_support::slack(Duration::from_secs(1)));
     assert_eq!(slice_sum(&s, &c).await, 4);

@@ -6,10 +6,8 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use consumer::inflight::InFlight;
-use consumer::shard::{Read, ShardLease};
-use consumer::stream::ShardStream;
-use consumer::writer::Writer;
+use consumer::{InFlight, Read, ShardLease, Writer};
+use shard_router::stream::ShardStream;
 use shard_router::ClaimOutcome;
 
 use crate::common::rebuild::*;
@@ -55,8 +53,8 @@ async fn rebuild_keeps_its_pause(
 async fn a_reader_backing_off_after_a_failed_read_does_not_hold_the_flush() {
     let s = Stack::start().await;
     let mut cfg = s.cfg.clone();
-    cfg.backoff_min = Duration::from_secs(8);
-    cfg.backoff_max = Duration::from_secs(8);
+    cfg.datapath.backoff_min = Duration::from_secs(8);
+    cfg.datapath.backoff_max = Duration::from_secs(8);
     let consumer = start_consumer(cfg);
     wait_live(&s, 1, Duration::from_secs(5)).await;
 
@@ -98,27 +96,27 @@ async fn an_entry_read_before_the_cut_and_handed_on_after_it_is_committed_at_onc
         .map(|(&sh, st)| (sh, ShardLease::new(sh, st)))
         .collect();
     let mut cfg = s.cfg.clone();
-    cfg.batch_max_wait = Duration::from_secs(6);
-    let lease = ledger::offsets::acquire(
+    cfg.datapath.batch_max_wait = Duration::from_secs(6);
+    let lease = ledger::places::acquire(
         &s.pool,
         &streams[&shard].key,
-        &cfg.consumer_name,
+        &cfg.datapath.consumer_name,
         Duration::from_secs(60),
         T,
     )
     .await
     .unwrap()
     .expect("a free lease");
-    leases[&shard].hold(lease.epoch, &lease.offset);
+    leases[&shard].hold(lease.epoch, &lease.place);
     let inflight = InFlight::default();
     let writer = Writer {
-        cfg: cfg.clone(),
+        cfg: cfg.datapath.clone(),
         pool: s.pool.clone(),
         client: s.client.clone(),
         streams: streams.clone(),
         leases,
         inflight: inflight.clone(),
-        stalls: consumer::stall::Stalls::new(1),
+        stalls: consumer::Stalls::new(1),
     };
     let (tx, rx) = tokio::sync::mpsc::channel(8);
     let writer = tokio::spawn(writer.run(vec![rx]));
@@ -138,14 +136,14 @@ async fn an_entry_read_before_the_cut_and_handed_on_after_it_is_committed_at_onc
     drop(reading);
     assert!(!inflight.flushed(cut), "alice was read before the cut");
     let handed = Instant::now();
-    let to = ledger::offsets::Offset {
+    let to = ledger::places::Place {
         last_id: batch[0].entry_id.clone(),
         repl_id: under.replid,
     };
     tx.send(Read {
         shard,
         epoch: lease.epoch,
-        from: lease.offset.clone(),
+        from: lease.place.clone(),
         to,
         entries: batch,
         poison: Vec::new(),
@@ -176,7 +174,7 @@ async fn a_stream_reader_without_a_heartbeat_keeps_the_pause() {
     let shard = s.client.placement().shards_of(c.sku, c.width)[0];
     let old = ShardStream::new(&s.client, shard);
     assert_claimed(&s, &c, "alice").await;
-    let held = ledger::offsets::acquire(
+    let held = ledger::places::acquire(
         &s.pool,
         &old.key,
         "old-release-1",
@@ -204,9 +202,9 @@ async fn a_consumer_whose_heartbeat_stalled_keeps_the_pause() {
     let s = Stack::start().await;
     let c = campaign(&s, 12_113, 4, 2, 1, 3600).await;
     let mut stalled = s.cfg.clone();
-    stalled.consumer_name = "stalled".into();
+    stalled.datapath.consumer_name = "stalled".into();
     let mut healthy = s.cfg.clone();
-    healthy.consumer_name = "healthy".into();
+    healthy.datapath.consumer_name = "healthy".into();
     let stalled = start_consumer(stalled);
     let healthy = start_consumer(healthy);
     wait_live(&s, 2, Duration::from_secs(5)).await;
@@ -296,7 +294,7 @@ async fn on_a_cluster_the_readers_are_listed_from_every_master() {
         claim_on(&s.client, &c, "alice", None).await,
         ClaimOutcome::Claimed { .. }
     ));
-    let held = ledger::offsets::acquire(
+    let held = ledger::places::acquire(
         &s.pool,
         &old.key,
         "old-release-2",

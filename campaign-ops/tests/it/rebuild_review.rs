@@ -141,7 +141,7 @@ async fn the_sweep_reaches_late_claims_behind_ones_that_wait_forever() {
         .unwrap();
     assert_eq!(out.late.len(), 1);
     assert!(
-        out.late[0].record.claim_id > waiting[499].claim_id,
+        out.late[0].claim.claim_id > waiting[499].claim_id,
         "sorts after the stuck ones"
     );
     late::sweep(&s.pool, &s.client, None, T).await.unwrap();

@@ -8,7 +8,7 @@ use shard_router::keys::ShardKeys;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reconciliation_reports_a_slice_changed_by_hand() {
-    let prom = consumer::metrics::install().expect("recorder");
+    let prom = campaign_ops::metrics::install().expect("recorder");
     let s = Stack::start().await;
     let c = campaign(&s, 9001, 40, 2, 1, 3600).await;
     let consumer = start_consumer(s.cfg.clone());
@@ -157,7 +157,7 @@ async fn a_deleted_ledger_row_is_reported_exactly() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deleted_slice_is_its_own_figure_never_zero() {
-    let prom = consumer::metrics::install().expect("recorder");
+    let prom = campaign_ops::metrics::install().expect("recorder");
     let s = Stack::start().await;
     let c = sold(&s, 9005, 20, 6).await;
     let shard = s.client.placement().shards_of(c.sku, 2)[1];

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use crate::common::*;
 use campaign_ops::reconcile::{Options, Report};
+use campaign_ops::Config;
 use campaign_ops::{release, wave};
-use consumer::Config;
 use shard_router::protocol::{self, ClaimOptions, LocalEmptyShards};
 use shard_router::{ClaimOutcome, ClaimRequest, StockClient};
 use sqlx::MySqlPool;

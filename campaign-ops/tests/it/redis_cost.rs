@@ -54,7 +54,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::*;
 use campaign_ops::campaign::{self, Campaign};
-use consumer::Config;
+use campaign_ops::Config;
 use shard_router::protocol::{self, ClaimOptions, LocalEmptyShards};
 use shard_router::{ClaimOutcome, ClaimRequest, RedisTarget, StockClient};
 use sqlx::MySqlPool;
@@ -282,8 +282,10 @@ async fn round(round: usize, n: usize, rate: usize) -> Round {
     let db = TestDatabase::create();
     let mut cfg = Config::new(RedisTarget::Single(redis.url()), COST_SHARDS, db.url());
     cfg.reconcile_interval = Duration::from_secs(3600);
-    let client = StockClient::connect(cfg.stock()).await.unwrap();
-    let pool = ledger::pool::connect(&cfg.mysql_url, T).await.unwrap();
+    let client = StockClient::connect(cfg.datapath.stock()).await.unwrap();
+    let pool = ledger::pool::connect(&cfg.datapath.mysql_url, T)
+        .await
+        .unwrap();
     ledger::pool::migrate(&pool).await.unwrap();
     let now = shard_router::now_ms();
     let c = Campaign {
@@ -337,7 +339,7 @@ async fn round(round: usize, n: usize, rate: usize) -> Round {
 
     // C: the consumer reading the replica, fencing on the master before each commit.
     let mut replica_cfg = cfg.clone();
-    replica_cfg.read_replica = Some(replica.url());
+    replica_cfg.datapath.read_replica = Some(replica.url());
     let consumer = start_consumer(replica_cfg);
     drained(&pool, issued).await;
     drive(&client, &c, &format!("y{round}"), WARM_UP, rate).await;

@@ -228,7 +228,7 @@ async fn a_stalled_replica_holds_back_only_the_releases_of_its_own_master() {
     let b = open_campaign(&s.pool, &s.client, healthy, 4, 1, 1, 1).await;
     let wait = ReplicaWait::Auto(Duration::from_millis(50));
     let mut cfg = s.cfg.clone();
-    cfg.replica_wait = wait;
+    cfg.datapath.replica_wait = wait;
     let consumer = start_consumer(cfg);
     assert_eq!(
         claim_all(&s.client, &a, users("a", 520), 16).await.len(),

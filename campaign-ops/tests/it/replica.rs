@@ -17,7 +17,7 @@ async fn without_a_replica_nothing_reaches_the_ledger() {
     let s = Stack::start().await;
     let c = campaign(&s, 12001, 50, SHARDS, 1, 3600).await;
     let mut cfg = s.cfg.clone();
-    cfg.replica_wait = ReplicaWait::Always(Duration::from_millis(50));
+    cfg.datapath.replica_wait = ReplicaWait::Always(Duration::from_millis(50));
     let consumer = start_consumer(cfg);
     let ids = claim_all(&s.client, &c, users("r", 50), 8).await;
     assert_eq!(ids.len(), 50);
@@ -33,7 +33,7 @@ async fn with_replicas_every_claim_lands_once() {
     let s = ClusterStack::start(1).await;
     let c = open_campaign(&s.pool, &s.client, 12002, 300, SHARDS, 1, 3600).await;
     let mut cfg = s.cfg.clone();
-    cfg.replica_wait = ReplicaWait::Always(Duration::from_millis(200));
+    cfg.datapath.replica_wait = ReplicaWait::Always(Duration::from_millis(200));
     let consumer = start_consumer(cfg);
     let ids = claim_all(&s.client, &c, users("q", 300), 8).await;
     assert_eq!(ids.len(), 300);
@@ -42,9 +42,9 @@ async fn with_replicas_every_claim_lands_once() {
 }
 
 /// The stack's configuration with `--replica-wait auto` and a short wait.
-fn auto(s: &Stack) -> consumer::Config {
+fn auto(s: &Stack) -> campaign_ops::Config {
     let mut cfg = s.cfg.clone();
-    cfg.replica_wait = ReplicaWait::Auto(Duration::from_millis(50));
+    cfg.datapath.replica_wait = ReplicaWait::Auto(Duration::from_millis(50));
     cfg
 }
 
@@ -89,8 +89,8 @@ async fn auto_without_any_replica_commits_after_a_takeover_and_a_restart() {
     // A consumer that died holding every shard's lease: the next one takes them over
     // once the leases run out.
     for sh in 0..SHARDS {
-        let st = consumer::stream::ShardStream::new(&s.client, sh);
-        ledger::offsets::acquire(&s.pool, &st.key, "died", Duration::from_secs(1), T)
+        let st = shard_router::stream::ShardStream::new(&s.client, sh);
+        ledger::places::acquire(&s.pool, &st.key, "died", Duration::from_secs(1), T)
             .await
             .unwrap()
             .expect("free lease");

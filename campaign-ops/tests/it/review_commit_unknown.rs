@@ -132,15 +132,15 @@ async fn lost_commit_answer(sku: u64, how: Lost) {
     let s = Stack::start().await;
     let hold = match how {
         Lost::Dropped => Duration::from_millis(500),
-        Lost::PastBound => s.cfg.db_timeout + Duration::from_secs(1),
+        Lost::PastBound => s.cfg.datapath.db_timeout + Duration::from_secs(1),
         Lost::Crash => Duration::from_secs(120),
     };
     let c = campaign(&s, sku, 10, 1, 2, 3600).await;
     let shard = s.client.placement().shards_of(c.sku, 1)[0];
-    let (_, upstream) = proxied(&s.cfg.mysql_url, 0);
+    let (_, upstream) = proxied(&s.cfg.datapath.mysql_url, 0);
     let cutter = CommitCutter::start(upstream, hold).await;
     let mut cfg = s.cfg.clone();
-    cfg.mysql_url = proxied(&s.cfg.mysql_url, cutter.port).0;
+    cfg.datapath.mysql_url = proxied(&s.cfg.datapath.mysql_url, cutter.port).0;
     let gen_before = ::ledger::rebuild::rebuild_gen(&s.pool, c.sku, T)
         .await
         .unwrap();

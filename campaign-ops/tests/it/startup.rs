@@ -24,8 +24,10 @@ async fn consumer_started_before_redis_waits_for_it() {
     );
 
     redis.restart();
-    let client = StockClient::connect(cfg.stock()).await.unwrap();
-    let pool = ledger::pool::connect(&cfg.mysql_url, T).await.unwrap();
+    let client = StockClient::connect(cfg.datapath.stock()).await.unwrap();
+    let pool = ledger::pool::connect(&cfg.datapath.mysql_url, T)
+        .await
+        .unwrap();
     let c = open_campaign(&pool, &client, 12_001, 10, 2, 1, 3600).await;
     assert_eq!(claim_all(&client, &c, users("s", 4), 2).await.len(), 4);
     wait_rows(&pool, c.sku, 4, Duration::from_secs(20)).await;
@@ -49,7 +51,7 @@ async fn consumer_started_before_its_cluster_is_formed_waits_for_it() {
         .collect();
     let db = TestDatabase::create();
     let mut cfg = config("redis://unused", &db.url());
-    cfg.redis = RedisTarget::Cluster(nodes.iter().map(|n| n.url()).collect());
+    cfg.datapath.redis = RedisTarget::Cluster(nodes.iter().map(|n| n.url()).collect());
     let consumer = start_consumer(cfg.clone());
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(
@@ -74,7 +76,7 @@ async fn consumer_started_before_its_cluster_is_formed_waits_for_it() {
     );
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     let client = loop {
-        if let Ok(c) = StockClient::connect(cfg.stock()).await {
+        if let Ok(c) = StockClient::connect(cfg.datapath.stock()).await {
             if c.ping().await.is_ok() && c.load_scripts().await.is_ok() {
                 break c;
             }
@@ -82,7 +84,9 @@ async fn consumer_started_before_its_cluster_is_formed_waits_for_it() {
         assert!(std::time::Instant::now() < deadline, "cluster never served");
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
-    let pool = ledger::pool::connect(&cfg.mysql_url, T).await.unwrap();
+    let pool = ledger::pool::connect(&cfg.datapath.mysql_url, T)
+        .await
+        .unwrap();
     let c = loop {
         // The slots may still be settling on the nodes.
         let now = shard_router::now_ms();

@@ -129,10 +129,10 @@ async fn consumer_round(n: usize, round: usize) -> (Round, Vec<ClaimRecord>) {
     assert_eq!(stream_depth(&s).await.0, n as u64);
     let mut cfg = s.cfg.clone();
     if let Some(rows) = env("FG_PERF_BATCH") {
-        cfg.batch_max_rows = rows;
+        cfg.datapath.batch_max_rows = rows;
     }
     if let Some(w) = env("FG_PERF_WRITERS") {
-        cfg.writers = w;
+        cfg.datapath.writers = w;
     }
     let (cpu0, redis0) = (process_cpu_us(), redis_cpu_us(&s));
     let t0 = Instant::now();
@@ -174,7 +174,7 @@ async fn consumer_round(n: usize, round: usize) -> (Round, Vec<ClaimRecord>) {
 async fn uncommitted_streams(s: &Stack) -> u64 {
     let mut left = 0;
     for shard in 0..SHARDS {
-        let st = consumer::stream::ShardStream::new(&s.client, shard);
+        let st = shard_router::stream::ShardStream::new(&s.client, shard);
         let mut conn = s.client.conn();
         let newest: Vec<(String, Vec<(String, String)>)> = redis::cmd("XREVRANGE")
             .arg(&st.key)
@@ -185,7 +185,7 @@ async fn uncommitted_streams(s: &Stack) -> u64 {
             .query_async(&mut conn)
             .await
             .unwrap();
-        let at = ledger::offsets::get(&s.pool, &st.key, T)
+        let at = ledger::places::get(&s.pool, &st.key, T)
             .await
             .unwrap()
             .map(|(o, _, _)| o.last_id);

@@ -77,7 +77,7 @@ async fn the_ledger_is_written_over_verified_tls() {
     let redis = RedisServer::start();
     let cfg = config(&redis.url(), &verified);
     let consumer = start_consumer(cfg.clone());
-    let client = StockClient::connect(cfg.stock()).await.unwrap();
+    let client = StockClient::connect(cfg.datapath.stock()).await.unwrap();
     let c = open_campaign(&pool, &client, 12_101, 10, 2, 1, 3600).await;
     assert_eq!(claim_all(&client, &c, users("tls", 4), 2).await.len(), 4);
     wait_rows(&pool, c.sku, 4, slack(Duration::from_secs(20))).await;

@@ -10,7 +10,7 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use crate::common::*;
-use consumer::stream::ShardStream;
+use shard_router::stream::ShardStream;
 use shard_router::{ClaimRequest, HomeOutcome, StockClient};
 use test_support::RedisCluster;
 
@@ -297,8 +297,8 @@ async fn failover_rollback_with_durability_none_is_bounded() {
         .map(|n| n.url())
         .collect();
     let mut check_cfg = s.cfg.clone();
-    check_cfg.redis = shard_router::RedisTarget::Cluster(live);
-    let check = StockClient::connect(check_cfg.stock())
+    check_cfg.datapath.redis = shard_router::RedisTarget::Cluster(live);
+    let check = StockClient::connect(check_cfg.datapath.stock())
         .await
         .expect("connect");
     let settle = Instant::now();

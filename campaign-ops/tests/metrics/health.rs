@@ -47,10 +47,10 @@ async fn healthz_follows_mysql_and_redis() {
     let _one = crate::common::one_at_a_time().await;
     let mut mysql = MariaDbServer::start();
     let mut s = Stack::start().await;
-    s.cfg.mysql_url = mysql.url();
+    s.cfg.datapath.mysql_url = mysql.url();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let (stop, rx) = consumer::signal::channel();
+    let (stop, rx) = plumbing::shutdown::channel();
     let task = tokio::spawn(campaign_ops::service::run(
         s.cfg.clone(),
         Some(listener),
@@ -89,7 +89,7 @@ async fn every_series_on_metrics_has_help() {
     let s = Stack::start().await;
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let (stop, rx) = consumer::signal::channel();
+    let (stop, rx) = plumbing::shutdown::channel();
     let task = tokio::spawn(campaign_ops::service::run(
         s.cfg.clone(),
         Some(listener),
@@ -115,7 +115,7 @@ async fn every_series_on_metrics_has_help() {
     for name in &types {
         assert!(help.contains(name), "{name} has no # HELP line:\n{text}");
     }
-    assert!(types.contains(&consumer::metrics::DB_UP), "{text}");
+    assert!(types.contains(&campaign_ops::metrics::DB_UP), "{text}");
     let _ = stop.send(true);
     let _ = tokio::time::timeout(Duration::from_secs(30), task).await;
 }

@@ -20,9 +20,9 @@ use tokio::task::JoinHandle;
 const HTTP_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// The drills' consumer configuration (`redis_loss::config`) on `cluster`.
-pub(crate) fn consumer_config(cluster: &RedisCluster, db: &str) -> consumer::Config {
+pub(crate) fn consumer_config(cluster: &RedisCluster, db: &str) -> campaign_ops::Config {
     let mut cfg = super::redis_loss::config(&cluster.urls()[0], db);
-    cfg.redis = RedisTarget::Cluster(cluster.urls());
+    cfg.datapath.redis = RedisTarget::Cluster(cluster.urls());
     cfg
 }
 

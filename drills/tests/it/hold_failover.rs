@@ -14,7 +14,7 @@
 use std::time::{Duration, Instant};
 
 use campaign_ops::service;
-use consumer::Config;
+use campaign_ops::Config;
 use shard_router::protocol::{self, ClaimOptions, LocalEmptyShards};
 use shard_router::test_util::{drain, split_sku};
 use shard_router::{
@@ -49,7 +49,7 @@ pub(crate) struct CutHome {
     master: usize,
     replica: usize,
     pub(crate) stop: watch::Sender<bool>,
-    pub(crate) service: Option<JoinHandle<Result<(), consumer::ConsumerError>>>,
+    pub(crate) service: Option<JoinHandle<Result<(), campaign_ops::OpsError>>>,
 }
 
 impl CutHome {
@@ -57,17 +57,21 @@ impl CutHome {
         let cluster = RedisCluster::start(3, 1);
         let db = TestDatabase::create();
         let mut cfg = Config::new(RedisTarget::Cluster(cluster.urls()), 16, db.url());
-        cfg.read_block = Duration::from_millis(200);
-        cfg.lease = Duration::from_millis(1500);
+        cfg.datapath.read_block = Duration::from_millis(200);
+        cfg.datapath.lease = Duration::from_millis(1500);
         cfg.reconcile_interval = Duration::from_secs(3600);
-        cfg.backoff_max = Duration::from_millis(500);
-        let client = StockClient::connect(cfg.stock()).await.expect("redis");
-        let pool = ledger::pool::connect(&cfg.mysql_url, T).await.expect("db");
+        cfg.datapath.backoff_max = Duration::from_millis(500);
+        let client = StockClient::connect(cfg.datapath.stock())
+            .await
+            .expect("redis");
+        let pool = ledger::pool::connect(&cfg.datapath.mysql_url, T)
+            .await
+            .expect("db");
         ledger::pool::migrate(&pool).await.expect("migrate");
         let sku = split_sku(&client, seed, |slot| cluster.master_of(slot));
         let c = open_campaign(sku, name, 10, 2, 1);
-        let meta = put_and_preheat(&pool, &client, &c, cfg.shards).await;
-        let (stop, rx) = consumer::signal::channel();
+        let meta = put_and_preheat(&pool, &client, &c, cfg.datapath.shards).await;
+        let (stop, rx) = plumbing::shutdown::channel();
         let service = tokio::spawn(service::run(cfg.clone(), None, rx));
         wait_reading(&pool).await;
         let shards = client.placement().shards_of(sku, 2);
@@ -129,7 +133,7 @@ impl CutHome {
     }
 
     pub(crate) fn resume(&mut self) {
-        let (stop, rx) = consumer::signal::channel();
+        let (stop, rx) = plumbing::shutdown::channel();
         self.stop = stop;
         self.service = Some(tokio::spawn(service::run(self.cfg.clone(), None, rx)));
     }

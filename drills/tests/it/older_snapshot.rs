@@ -81,12 +81,16 @@ async fn a_restart_from_an_older_snapshot_resells_nothing() {
     let mut redis = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "everysec"]);
     let db = TestDatabase::create();
     let cfg = config(&redis.url(), &db.url());
-    let client = StockClient::connect(cfg.stock()).await.expect("redis");
-    let pool = ledger::pool::connect(&cfg.mysql_url, T).await.expect("db");
+    let client = StockClient::connect(cfg.datapath.stock())
+        .await
+        .expect("redis");
+    let pool = ledger::pool::connect(&cfg.datapath.mysql_url, T)
+        .await
+        .expect("db");
     ledger::pool::migrate(&pool).await.expect("migrate");
     let c = open_campaign(1_301, "older_snapshot drill", STOCK, 2, 1);
-    let meta = put_and_preheat(&pool, &client, &c, cfg.shards).await;
-    let (stop, rx) = consumer::signal::channel();
+    let meta = put_and_preheat(&pool, &client, &c, cfg.datapath.shards).await;
+    let (stop, rx) = plumbing::shutdown::channel();
     let service = tokio::spawn(service::run(cfg.clone(), None, rx));
     wait_reading(&pool).await;
     let empties = LocalEmptyShards::default();

@@ -45,19 +45,23 @@ async fn a_master_and_its_replica_back_from_an_older_snapshot_resell_nothing() {
     let mut cluster = RedisCluster::start(3, 1);
     let db = TestDatabase::create();
     let cfg = consumer_config(&cluster, &db.url());
-    let client = StockClient::connect(cfg.stock()).await.expect("redis");
-    let pool = ledger::pool::connect(&cfg.mysql_url, T).await.expect("db");
+    let client = StockClient::connect(cfg.datapath.stock())
+        .await
+        .expect("redis");
+    let pool = ledger::pool::connect(&cfg.datapath.mysql_url, T)
+        .await
+        .expect("db");
     ledger::pool::migrate(&pool).await.expect("migrate");
     let c = open_campaign(1_311, "older_snapshot_cluster drill", STOCK, 1, 1);
-    let meta = put_and_preheat(&pool, &client, &c, cfg.shards).await;
+    let meta = put_and_preheat(&pool, &client, &c, cfg.datapath.shards).await;
     let shard = client.placement().shards_of(c.sku, 1)[0];
     let (master, replica) = tokio::task::block_in_place(|| {
         cluster.master_and_replica(slot_of_tag(client.placement().tag(shard)))
     });
-    let (stop, rx) = consumer::signal::channel();
+    let (stop, rx) = plumbing::shutdown::channel();
     let service = tokio::spawn(service::run(cfg.clone(), None, rx));
     wait_reading(&pool).await;
-    let gw = gateway(&cluster, cfg.shards, 1_000).await;
+    let gw = gateway(&cluster, cfg.datapath.shards, 1_000).await;
 
     // Half the stock, in the ledger, then the snapshot; the other half, in the ledger too.
     let mut first: HashMap<String, Claim> = HashMap::new();

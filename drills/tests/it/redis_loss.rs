@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use campaign_ops::campaign::{self, Campaign};
 use campaign_ops::service;
-use consumer::Config;
+use campaign_ops::Config;
 use drills::load::{self, Durability};
 use drills::verdict;
 use shard_router::{now_ms, ClaimRecord, RedisTarget, StockClient};
@@ -63,10 +63,10 @@ pub(crate) async fn put_and_preheat(
 
 pub(crate) fn config(redis: &str, db: &str) -> Config {
     let mut c = Config::new(RedisTarget::Single(redis.to_owned()), SHARDS, db);
-    c.read_block = Duration::from_millis(200);
-    c.lease = Duration::from_millis(1500);
+    c.datapath.read_block = Duration::from_millis(200);
+    c.datapath.lease = Duration::from_millis(1500);
     c.reconcile_interval = Duration::from_secs(3600);
-    c.backoff_max = Duration::from_millis(500);
+    c.datapath.backoff_max = Duration::from_millis(500);
     c
 }
 
@@ -136,8 +136,12 @@ async fn drill(loss: Loss) -> verdict::Figures {
     let mut redis = RedisServer::start();
     let db = TestDatabase::create();
     let cfg = config(&redis.url(), &db.url());
-    let client = StockClient::connect(cfg.stock()).await.expect("redis");
-    let pool = ledger::pool::connect(&cfg.mysql_url, T).await.expect("db");
+    let client = StockClient::connect(cfg.datapath.stock())
+        .await
+        .expect("redis");
+    let pool = ledger::pool::connect(&cfg.datapath.mysql_url, T)
+        .await
+        .expect("db");
     ledger::pool::migrate(&pool).await.expect("migrate");
     let now = now_ms();
     // Users come back for more than the limit, so the limit check across the loss bites.
@@ -158,7 +162,7 @@ async fn drill(loss: Loss) -> verdict::Figures {
         .expect("preheat");
     let meta = campaign_ops::sku::meta(&c);
 
-    let (stop, rx) = consumer::signal::channel();
+    let (stop, rx) = plumbing::shutdown::channel();
     let service = tokio::spawn(service::run(cfg.clone(), None, rx));
     wait_reading(&pool).await;
 

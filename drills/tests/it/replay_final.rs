@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use campaign_ops::campaign::{self, Campaign};
 use campaign_ops::service;
-use consumer::Config;
+use campaign_ops::Config;
 use shard_router::keys::{self, ShardKeys};
 use shard_router::protocol::{self, Acked, Confirmation, LocalEmptyShards};
 use shard_router::{
@@ -50,12 +50,14 @@ async fn rerouted_answers_stay_replayable_after_the_ledger_took_them() {
     let _replica = RedisServer::start_replica_of(&master);
     let db = TestDatabase::create();
     let mut cfg = Config::new(RedisTarget::Single(master.url()), SHARDS, db.url());
-    cfg.read_block = Duration::from_millis(200);
+    cfg.datapath.read_block = Duration::from_millis(200);
     cfg.reconcile_interval = Duration::from_secs(3600);
-    let mut stock_cfg = cfg.stock();
+    let mut stock_cfg = cfg.datapath.stock();
     stock_cfg.replica_ack = Some(Duration::from_millis(200));
     let gateway = StockClient::connect(stock_cfg).await.expect("redis");
-    let pool = ledger::pool::connect(&cfg.mysql_url, T).await.expect("db");
+    let pool = ledger::pool::connect(&cfg.datapath.mysql_url, T)
+        .await
+        .expect("db");
     ledger::pool::migrate(&pool).await.expect("migrate");
     let now = now_ms();
     let c = Campaign {
@@ -151,7 +153,7 @@ async fn rerouted_answers_stay_replayable_after_the_ledger_took_them() {
         qty: 1,
     };
 
-    let (stop, rx) = consumer::signal::channel();
+    let (stop, rx) = plumbing::shutdown::channel();
     let service = tokio::spawn(service::run(cfg.clone(), None, rx));
     // Both records committed and deleted from B's stream.
     let stream = keys::claims_stream(gateway.placement(), other);
@@ -221,12 +223,14 @@ async fn a_committed_reroute_left_tentative_is_made_final_by_the_next_owner() {
     let _replica = RedisServer::start_replica_of(&master);
     let db = TestDatabase::create();
     let mut cfg = Config::new(RedisTarget::Single(master.url()), SHARDS, db.url());
-    cfg.read_block = Duration::from_millis(200);
+    cfg.datapath.read_block = Duration::from_millis(200);
     cfg.reconcile_interval = Duration::from_secs(3600);
-    let mut stock_cfg = cfg.stock();
+    let mut stock_cfg = cfg.datapath.stock();
     stock_cfg.replica_ack = Some(Duration::from_millis(200));
     let gateway = StockClient::connect(stock_cfg).await.expect("redis");
-    let pool = ledger::pool::connect(&cfg.mysql_url, T).await.expect("db");
+    let pool = ledger::pool::connect(&cfg.datapath.mysql_url, T)
+        .await
+        .expect("db");
     ledger::pool::migrate(&pool).await.expect("migrate");
     let now = now_ms();
     let c = Campaign {
@@ -303,7 +307,7 @@ async fn a_committed_reroute_left_tentative_is_made_final_by_the_next_owner() {
         .await
         .expect("place");
 
-    let (stop, rx) = consumer::signal::channel();
+    let (stop, rx) = plumbing::shutdown::channel();
     let service = tokio::spawn(service::run(cfg.clone(), None, rx));
     let started = Instant::now();
     while answer_of(&master, &gateway, home, c.sku, &users[1]).starts_with('~') {

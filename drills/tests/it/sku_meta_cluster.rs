@@ -74,8 +74,12 @@ async fn the_master_holding_sku_metadata_loses_its_data() {
     let cluster = RedisCluster::start(3, 1);
     let db = TestDatabase::create();
     let cfg = consumer_config(&cluster, &db.url());
-    let client = StockClient::connect(cfg.stock()).await.expect("redis");
-    let pool = ledger::pool::connect(&cfg.mysql_url, T).await.expect("db");
+    let client = StockClient::connect(cfg.datapath.stock())
+        .await
+        .expect("redis");
+    let pool = ledger::pool::connect(&cfg.datapath.mysql_url, T)
+        .await
+        .expect("db");
     ledger::pool::migrate(&pool).await.expect("migrate");
     let ranges = tokio::task::block_in_place(|| cluster.slot_ranges());
     let master_of = |slot: u16| {
@@ -89,7 +93,10 @@ async fn the_master_holding_sku_metadata_loses_its_data() {
     let mut metas = HashMap::new();
     for sku in [apart, with] {
         let c = open_campaign(sku, "sku_meta_cluster drill", STOCK, WIDTH, 1);
-        metas.insert(sku, put_and_preheat(&pool, &client, &c, cfg.shards).await);
+        metas.insert(
+            sku,
+            put_and_preheat(&pool, &client, &c, cfg.datapath.shards).await,
+        );
     }
     let victim_shards: Vec<ShardId> = (0..client.placement().shard_count())
         .filter(|&s| master_of(slot_of_tag(client.placement().tag(s))) == victim)
@@ -97,10 +104,10 @@ async fn the_master_holding_sku_metadata_loses_its_data() {
     let placement = client.placement().clone();
     let homed_on_victim =
         move |sku: u64, user: &str| victim_shards.contains(&placement.home_shard(sku, WIDTH, user));
-    let (stop, rx) = consumer::signal::channel();
+    let (stop, rx) = plumbing::shutdown::channel();
     let service = tokio::spawn(service::run(cfg.clone(), None, rx));
     wait_reading(&pool).await;
-    let gw = gateway(&cluster, cfg.shards, CACHE_TTL_MS).await;
+    let gw = gateway(&cluster, cfg.datapath.shards, CACHE_TTL_MS).await;
 
     // Winners of both SKUs, in the ledger before the loss (the rebuild restores their
     // answers from it).

@@ -37,15 +37,19 @@ async fn promoted_replica(wait: Option<consumer::replica::ReplicaWait>) {
     let db = TestDatabase::create();
     let mut cfg = config(&m.url(), &db.url());
     if let Some(w) = wait {
-        cfg.replica_wait = w;
+        cfg.datapath.replica_wait = w;
     }
-    let client = StockClient::connect(cfg.stock()).await.expect("redis");
-    let pool = ledger::pool::connect(&cfg.mysql_url, T).await.expect("db");
+    let client = StockClient::connect(cfg.datapath.stock())
+        .await
+        .expect("redis");
+    let pool = ledger::pool::connect(&cfg.datapath.mysql_url, T)
+        .await
+        .expect("db");
     ledger::pool::migrate(&pool).await.expect("migrate");
     let c = open_campaign(1_401, "review: promoted replica", 10, 1, 1);
-    let meta = put_and_preheat(&pool, &client, &c, cfg.shards).await;
+    let meta = put_and_preheat(&pool, &client, &c, cfg.datapath.shards).await;
     let shard = client.placement().shards_of(c.sku, 1)[0];
-    let (stop, rx) = consumer::signal::channel();
+    let (stop, rx) = plumbing::shutdown::channel();
     let service = tokio::spawn(service::run(cfg.clone(), None, rx));
     wait_reading(&pool).await;
     let empties = LocalEmptyShards::default();

@@ -9,7 +9,7 @@ use sqlx::{MySql, MySqlPool, QueryBuilder, Row, Transaction};
 
 use super::{Entry, CHUNK};
 use crate::error::LedgerError;
-use crate::offsets::Offset;
+use crate::places::Place;
 use crate::pool::bounded;
 use crate::row_buckets::padded_rows;
 
@@ -38,8 +38,8 @@ const ENTRY_COLUMNS: &str = "CAST(user_id AS CHAR), priority, entry_id, shard, e
 pub async fn commit_entries(
     pool: &MySqlPool,
     stream: &str,
-    from: &Offset,
-    to: &Offset,
+    from: &Place,
+    to: &Place,
     entries: &[(u64, Entry)],
     t: Duration,
 ) -> Result<bool, LedgerError> {
@@ -70,8 +70,8 @@ pub async fn commit_entries(
 async fn advance(
     tx: &mut Transaction<'_, MySql>,
     stream: &str,
-    from: &Offset,
-    to: &Offset,
+    from: &Place,
+    to: &Place,
     t: Duration,
 ) -> Result<bool, LedgerError> {
     bounded(
@@ -189,8 +189,8 @@ async fn insert(
     Ok(())
 }
 
-/// Where the reader of `stream` stands ([`Offset::start`] before its first commit).
-pub async fn place(pool: &MySqlPool, stream: &str, t: Duration) -> Result<Offset, LedgerError> {
+/// Where the reader of `stream` stands ([`Place::start`] before its first commit).
+pub async fn place(pool: &MySqlPool, stream: &str, t: Duration) -> Result<Place, LedgerError> {
     let row: Option<(String, String)> = bounded(
         "stream place",
         t,
@@ -199,7 +199,7 @@ pub async fn place(pool: &MySqlPool, stream: &str, t: Duration) -> Result<Offset
             .fetch_optional(pool),
     )
     .await?;
-    Ok(row.map_or_else(Offset::start, |(last_id, repl_id)| Offset {
+    Ok(row.map_or_else(Place::start, |(last_id, repl_id)| Place {
         last_id,
         repl_id,
     }))

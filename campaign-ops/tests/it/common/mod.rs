@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use campaign_ops::campaign::{self, Campaign};
 use campaign_ops::service;
-use consumer::Config;
+use campaign_ops::Config;
 use futures::StreamExt;
 use shard_router::protocol::{self, ClaimOptions, LocalEmptyShards};
 use shard_router::{keys, ClaimOutcome, ClaimRequest, RedisTarget, StockClient};
@@ -26,12 +26,12 @@ pub(crate) const T: Duration = Duration::from_secs(10);
 /// Test-speed settings: short blocks, short leases.
 pub(crate) fn config(redis_url: &str, mysql_url: &str) -> Config {
     let mut c = Config::new(RedisTarget::Single(redis_url.to_owned()), SHARDS, mysql_url);
-    c.read_block = Duration::from_millis(200);
-    c.lease = Duration::from_millis(1500);
+    c.datapath.read_block = Duration::from_millis(200);
+    c.datapath.lease = Duration::from_millis(1500);
     c.release_interval = Duration::from_millis(200);
     c.reconcile_interval = Duration::from_secs(3600);
-    c.backoff_max = Duration::from_millis(500);
-    c.db_timeout = Duration::from_secs(3);
+    c.datapath.backoff_max = Duration::from_millis(500);
+    c.datapath.db_timeout = Duration::from_secs(3);
     c
 }
 
@@ -80,7 +80,7 @@ impl Stack {
 /// A consumer service run in-process; `stop` drains it like SIGTERM.
 pub(crate) struct Running {
     stop: watch::Sender<bool>,
-    task: JoinHandle<Result<(), consumer::ConsumerError>>,
+    task: JoinHandle<Result<(), campaign_ops::OpsError>>,
 }
 
 pub(crate) fn start_consumer(cfg: Config) -> Running {
@@ -89,7 +89,7 @@ pub(crate) fn start_consumer(cfg: Config) -> Running {
 
 /// [`start_consumer`] with its admin listener on `admin`.
 pub(crate) fn start_service(cfg: Config, admin: Option<tokio::net::TcpListener>) -> Running {
-    let (stop, rx) = consumer::signal::channel();
+    let (stop, rx) = plumbing::shutdown::channel();
     let task = tokio::spawn(service::run(cfg, admin, rx));
     Running { stop, task }
 }
@@ -168,8 +168,10 @@ pub(crate) async fn open_campaign(
 
 /// The stock client and the migrated ledger pool a stack's `cfg` names.
 async fn connect(cfg: &Config) -> (StockClient, MySqlPool) {
-    let client = StockClient::connect(cfg.stock()).await.expect("redis");
-    let pool = ledger::pool::connect(&cfg.mysql_url, T)
+    let client = StockClient::connect(cfg.datapath.stock())
+        .await
+        .expect("redis");
+    let pool = ledger::pool::connect(&cfg.datapath.mysql_url, T)
         .await
         .expect("mysql");
     ledger::pool::migrate(&pool).await.expect("migrate");
@@ -191,7 +193,7 @@ impl ClusterStack {
         let cluster = RedisCluster::start(3, replicas);
         let db = TestDatabase::create();
         let mut cfg = config("redis://unused", &db.url());
-        cfg.redis = RedisTarget::Cluster(cluster.urls());
+        cfg.datapath.redis = RedisTarget::Cluster(cluster.urls());
         let (client, pool) = connect(&cfg).await;
         Self {
             cluster,
@@ -269,8 +271,8 @@ pub(crate) async fn claim_all(
 pub(crate) async fn stream_depth(s: &Stack) -> (u64, u64) {
     let mut total = (0, 0);
     for shard in 0..SHARDS {
-        let st = consumer::stream::ShardStream::new(&s.client, shard);
-        let at = ledger::offsets::get(&s.pool, &st.key, T)
+        let st = shard_router::stream::ShardStream::new(&s.client, shard);
+        let at = ledger::places::get(&s.pool, &st.key, T)
             .await
             .expect("stream offset")
             .map(|(o, _, _)| o.last_id)
@@ -290,7 +292,7 @@ pub(crate) async fn stream_depth(s: &Stack) -> (u64, u64) {
 pub(crate) async fn stream_len(s: &Stack) -> u64 {
     let mut total = 0;
     for shard in 0..SHARDS {
-        let st = consumer::stream::ShardStream::new(&s.client, shard);
+        let st = shard_router::stream::ShardStream::new(&s.client, shard);
         total += st.len(&s.client).await.expect("xlen");
     }
     total
@@ -376,6 +378,8 @@ pub(crate) fn promote(replica: &RedisServer) {
 /// A client on `server`, with the stack's settings.
 pub(crate) async fn client_on(server: &RedisServer, s: &Stack) -> StockClient {
     let mut cfg = s.cfg.clone();
-    cfg.redis = RedisTarget::Single(server.url());
-    StockClient::connect(cfg.stock()).await.expect("redis")
+    cfg.datapath.redis = RedisTarget::Single(server.url());
+    StockClient::connect(cfg.datapath.stock())
+        .await
+        .expect("redis")
 }

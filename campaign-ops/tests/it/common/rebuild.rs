@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use campaign_ops::campaign::Campaign;
 use campaign_ops::rebuild::Options;
-use consumer::stream::{self, ShardStream};
 use shard_router::protocol::{self, ClaimOptions, LocalEmptyShards};
+use shard_router::stream::{self, ShardStream};
 use shard_router::{ClaimOutcome, ClaimRecord, ClaimRequest, StockClient};
 
 use super::{start_consumer, stream_depth, Running, Stack, T};
@@ -183,7 +183,7 @@ pub(crate) async fn rebuild_timed(
 /// waits).
 pub(crate) fn start_slow_writer(s: &Stack) -> Running {
     let mut cfg = s.cfg.clone();
-    cfg.batch_max_wait = Duration::from_secs(6);
+    cfg.datapath.batch_max_wait = Duration::from_secs(6);
     start_consumer(cfg)
 }
 

@@ -15,19 +15,21 @@ pub(crate) const SHARDS: u16 = 16;
 
 pub(crate) struct Ledger {
     _db: TestDatabase,
-    pub(crate) cfg: consumer::Config,
+    pub(crate) cfg: campaign_ops::Config,
     pub(crate) pool: MySqlPool,
     pub(crate) client: StockClient,
 }
 
 pub(crate) async fn ledger(redis: &RedisServer) -> Ledger {
     let db = TestDatabase::create();
-    let mut cfg = consumer::Config::new(RedisTarget::Single(redis.url()), SHARDS, db.url());
-    cfg.read_block = Duration::from_millis(200);
+    let mut cfg = campaign_ops::Config::new(RedisTarget::Single(redis.url()), SHARDS, db.url());
+    cfg.datapath.read_block = Duration::from_millis(200);
     cfg.reconcile_interval = Duration::from_secs(3600);
-    cfg.db_timeout = Duration::from_secs(3);
-    let client = StockClient::connect(cfg.stock()).await.expect("redis");
-    let pool = ledger::pool::connect(&cfg.mysql_url, T)
+    cfg.datapath.db_timeout = Duration::from_secs(3);
+    let client = StockClient::connect(cfg.datapath.stock())
+        .await
+        .expect("redis");
+    let pool = ledger::pool::connect(&cfg.datapath.mysql_url, T)
         .await
         .expect("mysql");
     ledger::pool::migrate(&pool).await.expect("migrate");
@@ -63,7 +65,7 @@ impl Ledger {
 /// Runs the consumer until the ledger holds `n` claims of `sku`, then confirms them all, so
 /// close-out finds nothing pending.
 pub(crate) async fn ingest_and_confirm(l: &Ledger, sku: u64, n: i64) {
-    let (stop, rx) = consumer::signal::channel();
+    let (stop, rx) = plumbing::shutdown::channel();
     let task = tokio::spawn(campaign_ops::service::run(l.cfg.clone(), None, rx));
     let deadline = Instant::now() + Duration::from_secs(20);
     let ids: Vec<String> = loop {

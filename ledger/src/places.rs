@@ -18,12 +18,12 @@ use crate::pool::bounded;
 /// A place in one stream: the newest entry committed, and the replication id of the master
 /// it was read under (`""` and `"0-0"` before the first commit).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Offset {
+pub struct Place {
     pub last_id: String,
     pub repl_id: String,
 }
 
-impl Offset {
+impl Place {
     /// The start of a stream no one has read yet.
     pub fn start() -> Self {
         Self {
@@ -38,7 +38,7 @@ impl Offset {
 pub struct Lease {
     pub stream: String,
     pub epoch: u64,
-    pub offset: Offset,
+    pub place: Place,
 }
 
 /// One stream's move in a batch: from the place the first read started at to the newest
@@ -47,8 +47,8 @@ pub struct Lease {
 pub struct Advance {
     pub stream: String,
     pub epoch: u64,
-    pub from: Offset,
-    pub to: Offset,
+    pub from: Place,
+    pub to: Place,
 }
 
 /// Takes `stream`'s lease for `owner` when it is free, expired (by MySQL's clock), or
@@ -61,7 +61,7 @@ pub async fn acquire(
     t: Duration,
 ) -> Result<Option<Lease>, LedgerError> {
     bounded(
-        "stream offset row",
+        "stream_offsets row",
         t,
         sqlx::query("INSERT IGNORE INTO stream_offsets (stream) VALUES (?)")
             .bind(stream)
@@ -106,7 +106,7 @@ pub async fn acquire(
     Ok(Some(Lease {
         stream: stream.to_owned(),
         epoch,
-        offset: Offset { last_id, repl_id },
+        place: Place { last_id, repl_id },
     }))
 }
 
@@ -171,7 +171,7 @@ pub async fn advance(
     t: Duration,
 ) -> Result<bool, LedgerError> {
     let n = bounded(
-        "advance stream offset",
+        "advance stream place",
         t,
         sqlx::query(
             "UPDATE stream_offsets SET last_id = ?, repl_id = ? \
@@ -196,9 +196,9 @@ pub async fn get(
     pool: &MySqlPool,
     stream: &str,
     t: Duration,
-) -> Result<Option<(Offset, u64, Option<String>)>, LedgerError> {
+) -> Result<Option<(Place, u64, Option<String>)>, LedgerError> {
     let row: Option<(String, String, u64, Option<String>)> = bounded(
-        "stream offset",
+        "stream place",
         t,
         sqlx::query_as(
             "SELECT last_id, repl_id, epoch, owner FROM stream_offsets WHERE stream = ?",
@@ -207,7 +207,7 @@ pub async fn get(
         .fetch_optional(pool),
     )
     .await?;
-    Ok(row.map(|(last_id, repl_id, epoch, owner)| (Offset { last_id, repl_id }, epoch, owner)))
+    Ok(row.map(|(last_id, repl_id, epoch, owner)| (Place { last_id, repl_id }, epoch, owner)))
 }
 
 /// The place of `stream` inside `tx` (a rebuild reads it under its campaign lock, without a

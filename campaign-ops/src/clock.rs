@@ -7,8 +7,8 @@
 
 use shard_router::{StockClient, StockError};
 
-use crate::config::Config;
 use crate::metrics as m;
+use crate::Config;
 
 /// Redis's clock, in ms since the epoch: `now` for hold resolution and payment timeouts.
 pub async fn redis_now(client: &StockClient) -> Result<i64, StockError> {

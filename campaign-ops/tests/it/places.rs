@@ -1,12 +1,12 @@
-//! The consumer's place in each stream, kept in the ledger (`ledger/src/offsets.rs`,
+//! The consumer's place in each stream, kept in the ledger (`ledger/src/places.rs`,
 //! `consumer/src/shard.rs`): the lease fences a consumer that lost it, a new master is read
 //! again from its start, and consumers hand shards over without losing or doubling a claim.
 
 use std::time::Duration;
 
-use consumer::stream::ShardStream;
 use ledger::claims::Written;
-use ledger::offsets::{self, Advance, Offset};
+use ledger::places::{self, Advance, Place};
+use shard_router::stream::ShardStream;
 use shard_router::ClaimRecord;
 
 use crate::common::*;
@@ -35,37 +35,37 @@ async fn a_consumer_that_lost_its_lease_commits_nothing() {
     let shard = s.client.placement().shards_of(c.sku, 1)[0];
     let stream = ShardStream::new(&s.client, shard).key;
     let short = Duration::from_millis(300);
-    let a = offsets::acquire(&s.pool, &stream, "a", short, T)
+    let a = places::acquire(&s.pool, &stream, "a", short, T)
         .await
         .unwrap()
         .expect("free");
     assert!(
-        offsets::acquire(&s.pool, &stream, "b", short, T)
+        places::acquire(&s.pool, &stream, "b", short, T)
             .await
             .unwrap()
             .is_none(),
         "held by a"
     );
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let b = offsets::acquire(&s.pool, &stream, "b", short, T)
+    let b = places::acquire(&s.pool, &stream, "b", short, T)
         .await
         .unwrap()
         .expect("a's lease ran out");
     assert!(b.epoch > a.epoch);
-    assert!(!offsets::renew(&s.pool, &stream, "a", a.epoch, short, T)
+    assert!(!places::renew(&s.pool, &stream, "a", a.epoch, short, T)
         .await
         .unwrap());
 
     let rec = record(c.sku, "zed", shard, "100-1");
     let rows = [consumer::rows::row(&rec)];
-    let to = Offset {
+    let to = Place {
         last_id: "100-1".into(),
         repl_id: "r".into(),
     };
-    let moved = |l: &offsets::Lease| Advance {
+    let moved = |l: &places::Lease| Advance {
         stream: stream.clone(),
         epoch: l.epoch,
-        from: l.offset.clone(),
+        from: l.place.clone(),
         to: to.clone(),
     };
     let zombie = ledger::claims::write_at(&s.pool, &rows, &[moved(&a)], &[], T)
@@ -85,7 +85,7 @@ async fn a_consumer_that_lost_its_lease_commits_nothing() {
         .unwrap();
     assert!(matches!(owner, Written::Committed(_)), "{owner:?}");
     assert_eq!(s.count("SELECT COUNT(*) FROM claims").await, 1);
-    let (at, _, _) = offsets::get(&s.pool, &stream, T).await.unwrap().unwrap();
+    let (at, _, _) = places::get(&s.pool, &stream, T).await.unwrap().unwrap();
     assert_eq!(at, to);
     // The same read again (a retry after a timeout that did commit) is refused: its place
     // is gone, and nothing is counted twice.
@@ -140,7 +140,7 @@ async fn consumers_hand_shards_over_without_losing_or_doubling_a_claim() {
     let c = campaign(&s, 14_003, 600, SHARDS, 1, 3600).await;
     let name = |n: &str| {
         let mut cfg = s.cfg.clone();
-        cfg.consumer_name = n.into();
+        cfg.datapath.consumer_name = n.into();
         cfg
     };
     let a = start_consumer(name("a"));
@@ -190,7 +190,7 @@ async fn reads_from_a_replica_cost_the_master_no_read() {
     let replica = test_support::RedisServer::start_replica_of(&s.redis);
     let c = campaign(&s, 14_004, 100, SHARDS, 1, 3600).await;
     let mut cfg = s.cfg.clone();
-    cfg.read_replica = Some(replica.url());
+    cfg.datapath.read_replica = Some(replica.url());
     let _: () = redis::cmd("CONFIG")
         .arg("RESETSTAT")
         .query(&mut s.redis.connection())
@@ -244,7 +244,7 @@ async fn on_a_cluster_reads_go_to_the_replicas() {
         "replicas listed in CLUSTER SLOTS"
     );
     let mut cfg = s.cfg.clone();
-    cfg.read_from_replicas = true;
+    cfg.datapath.read_from_replicas = true;
     let consumer = start_consumer(cfg);
     // A replica serves the reader's reads. Not all of them: redis-rs sends a share to the
     // masters (2 to 9 of 8 to 18 reads in this test over a dozen runs, 6 of 8 once in CI;
@@ -331,9 +331,7 @@ async fn the_rebuild_floor_covers_the_committed_place() {
 /// without the place (the new owner's place stands), not dropped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_whose_lease_moved_is_committed_without_its_place() {
-    use consumer::inflight::InFlight;
-    use consumer::shard::{Read, ShardLease};
-    use consumer::writer::Writer;
+    use consumer::{InFlight, Read, ShardLease, Writer};
     use std::collections::HashMap;
 
     let s = Stack::start().await;
@@ -347,11 +345,11 @@ async fn a_read_whose_lease_moved_is_committed_without_its_place() {
         .map(|(&sh, st)| (sh, ShardLease::new(sh, st)))
         .collect();
     let key = streams[&shard].key.clone();
-    let mine = offsets::acquire(&s.pool, &key, "me", Duration::from_millis(200), T)
+    let mine = places::acquire(&s.pool, &key, "me", Duration::from_millis(200), T)
         .await
         .unwrap()
         .expect("free");
-    leases[&shard].hold(mine.epoch, &mine.offset);
+    leases[&shard].hold(mine.epoch, &mine.place);
 
     let ids = claim_all(&s.client, &c, users("m", 1), 1).await;
     let (entries, under) = streams[&shard]
@@ -362,28 +360,28 @@ async fn a_read_whose_lease_moved_is_committed_without_its_place() {
     assert_eq!(batch.len(), 1);
     // The lease runs out and another consumer takes the shard; Redis loses everything.
     tokio::time::sleep(Duration::from_millis(400)).await;
-    offsets::acquire(&s.pool, &key, "other", Duration::from_secs(60), T)
+    places::acquire(&s.pool, &key, "other", Duration::from_secs(60), T)
         .await
         .unwrap()
         .expect("expired");
     crate::common::rebuild::flushall(&s);
 
     let writer = Writer {
-        cfg: s.cfg.clone(),
+        cfg: s.cfg.datapath.clone(),
         pool: s.pool.clone(),
         client: s.client.clone(),
         streams,
         leases,
         inflight: InFlight::default(),
-        stalls: consumer::stall::Stalls::new(1),
+        stalls: consumer::Stalls::new(1),
     };
     let (tx, rx) = tokio::sync::mpsc::channel(8);
     let running = tokio::spawn(writer.run(vec![rx]));
     tx.send(Read {
         shard,
         epoch: mine.epoch,
-        from: mine.offset.clone(),
-        to: Offset {
+        from: mine.place.clone(),
+        to: Place {
             last_id: batch[0].entry_id.clone(),
             repl_id: under.replid,
         },
@@ -399,7 +397,7 @@ async fn a_read_whose_lease_moved_is_committed_without_its_place() {
         .await
         .unwrap();
     assert_eq!(rows, ids, "the acknowledged claim is in the ledger");
-    let (at, _, owner) = offsets::get(&s.pool, &key, T).await.unwrap().unwrap();
+    let (at, _, owner) = places::get(&s.pool, &key, T).await.unwrap().unwrap();
     assert_eq!(
         (at.last_id.as_str(), owner.as_deref()),
         ("0-0", Some("other")),
