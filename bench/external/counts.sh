@@ -29,7 +29,7 @@
 # Needs a release build (`cargo build --release -p gateway -p bench`; BIN_DIR, default
 # $CARGO_TARGET_DIR/release or target/release), valgrind, strace, wrk, redis-server,
 # python3, curl. Every wait is bounded and every process started here is stopped on exit.
-# Raw results, wrk outputs, strace summaries and callgrind dumps stay in the printed
+# Raw results, wrk outputs, strace summaries and callgrind dumps (p<pass>-<row>.*) stay in the printed
 # directory (`callgrind_annotate --inclusive=yes <dump>` shows where they go).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -146,9 +146,9 @@ PY
 # $cgout.<pid>.N): callgrind_measure <key> <pid> <cgout> <url> <sku-warm> <sku> [tokens]
 callgrind_measure() {
   local key="$1" pid="$2" cgout="$3" url="$4" skuw="$5" sku="$6" tokens="${7:-}" n dump total
-  wrk_run "$work/$key.warm.wrk" "$url" 10 "$WARM_S" "$skuw" "$tokens" >/dev/null
+  wrk_run "$work/p$PASS-$key.warm.wrk" "$url" 10 "$WARM_S" "$skuw" "$tokens" >/dev/null
   timeout 30 callgrind_control -z "$pid" >/dev/null 2>&1
-  n="$(wrk_run "$work/$key.wrk" "$url" 10 "$WINDOW_S" "$sku" "$tokens")"
+  n="$(wrk_run "$work/p$PASS-$key.wrk" "$url" 10 "$WINDOW_S" "$sku" "$tokens")"
   timeout 30 callgrind_control -d "$pid" >/dev/null 2>&1
   dump=""
   for _ in $(seq 1 50); do
@@ -157,7 +157,7 @@ callgrind_measure() {
     sleep 0.2
   done
   total="$(awk '/^totals:/ {print $2}' "$dump")"
-  mv "$dump" "$work/$key.callgrind"
+  mv "$dump" "$work/p$PASS-$key.callgrind"
   record "$key.instructions" "$(python3 -c "print(f'{$total / $n / 1e3:.2f}')")"
   record "$key.instructions.answers" "$n"
 }
@@ -168,18 +168,18 @@ switches() { cat /proc/"$1"/task/*/status 2>/dev/null | awk '/ctxt_switches/ {s 
 sys_measure() {
   local key="$1" pid="$2" url="$3" c="$4" sku1="$5" sku2="$6" tokens="${7:-}" s0 s1 n spid calls
   s0="$(switches "$pid")"
-  n="$(wrk_run "$work/$key.c$c.sw.wrk" "$url" "$c" "$WINDOW_S" "$sku1" "$tokens")"
+  n="$(wrk_run "$work/p$PASS-$key.c$c.sw.wrk" "$url" "$c" "$WINDOW_S" "$sku1" "$tokens")"
   s1="$(switches "$pid")"
   record "$key.switches.c$c" "$(python3 -c "print(f'{($s1 - $s0) / $n:.2f}')")"
-  "${NICE[@]}" strace -c -f -q -p "$pid" -o "$work/$key.c$c.strace" 2>"$work/$key.c$c.strace.err" &
+  "${NICE[@]}" strace -c -f -q -p "$pid" -o "$work/p$PASS-$key.c$c.strace" 2>"$work/p$PASS-$key.c$c.strace.err" &
   spid=$!
   sleep 1.5
-  n="$(wrk_run "$work/$key.c$c.st.wrk" "$url" "$c" "$WINDOW_S" "$sku2" "$tokens")"
+  n="$(wrk_run "$work/p$PASS-$key.c$c.st.wrk" "$url" "$c" "$WINDOW_S" "$sku2" "$tokens")"
   kill -INT "$spid" 2>/dev/null || true
   for _ in $(seq 1 50); do kill -0 "$spid" 2>/dev/null || break; sleep 0.2; done
   kill -KILL "$spid" 2>/dev/null || true
   wait "$spid" 2>/dev/null || true
-  calls="$(awk '$NF == "total" {print $4}' "$work/$key.c$c.strace")"
+  calls="$(awk '$NF == "total" {print $4}' "$work/p$PASS-$key.c$c.strace")"
   [ -n "$calls" ] || { echo "$0: no strace summary in $work/$key.c$c.strace" >&2; return 1; }
   record "$key.syscalls.c$c" "$(python3 -c "print(f'{$calls / $n:.2f}')")"
   record "$key.syscalls.c$c.answers" "$n"
