@@ -204,6 +204,41 @@ impl Admin {
         )
     }
 
+    /// `PUT /v1/campaigns`: reads the body, fills what it leaves out from the ledger, stores
+    /// the campaign and how it sells.
+    async fn put_campaign(&self, req: Request<Incoming>, t: Duration) -> Resp {
+        let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
+            Ok(b) => b.to_bytes(),
+            Err(_) => {
+                return error(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "body too large or unreadable",
+                )
+            }
+        };
+        let parsed = match CampaignBody::parse(&body) {
+            Ok(p) => p,
+            Err(e) => return error(StatusCode::BAD_REQUEST, &e),
+        };
+        let sku = parsed.campaign.sku;
+        let stored = match (
+            ledger::draws::mode(&self.pool, sku, t).await,
+            ledger::draws::get(&self.pool, sku, t).await,
+        ) {
+            (Ok(m), Ok(d)) => (m, d),
+            (Err(e), _) | (_, Err(e)) => return respond::<()>(Err(e.into())),
+        };
+        let (c, sale) = match parsed.sale(stored.0, stored.1.as_ref()) {
+            Ok(x) => x,
+            Err(e) => return error(StatusCode::BAD_REQUEST, &e),
+        };
+        respond(
+            campaign::put_sale(&self.pool, &self.client, &c, sale, self.cfg.datapath.shards, t)
+                .await
+                .map(|()| serde_json::json!({"status": "ok", "sku": c.sku, "mode": sale.mode().as_str()})),
+        )
+    }
+
     /// Routes one request.
     pub async fn handle(&self, req: Request<Incoming>) -> Resp {
         let path: Vec<String> = req
@@ -234,33 +269,7 @@ impl Admin {
                 .map_err(|_| OpsError::Invalid(format!("bad sku {s:?}")))
         };
         match (&method, parts.as_slice()) {
-            (&Method::PUT | &Method::POST, ["v1", "campaigns"]) => {
-                let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
-                    Ok(b) => b.to_bytes(),
-                    Err(_) => return error(StatusCode::PAYLOAD_TOO_LARGE, "body too large or unreadable"),
-                };
-                let parsed = match CampaignBody::parse(&body) {
-                    Ok(p) => p,
-                    Err(e) => return error(StatusCode::BAD_REQUEST, &e),
-                };
-                let sku = parsed.campaign.sku;
-                let stored = match (
-                    ledger::draws::mode(&self.pool, sku, t).await,
-                    ledger::draws::get(&self.pool, sku, t).await,
-                ) {
-                    (Ok(m), Ok(d)) => (m, d),
-                    (Err(e), _) | (_, Err(e)) => return respond::<()>(Err(e.into())),
-                };
-                let (c, sale) = match parsed.sale(stored.0, stored.1.as_ref()) {
-                    Ok(x) => x,
-                    Err(e) => return error(StatusCode::BAD_REQUEST, &e),
-                };
-                respond(
-                    campaign::put_sale(&self.pool, &self.client, &c, sale, self.cfg.datapath.shards, t)
-                        .await
-                        .map(|()| serde_json::json!({"status": "ok", "sku": c.sku, "mode": sale.mode().as_str()})),
-                )
-            }
+            (&Method::PUT | &Method::POST, ["v1", "campaigns"]) => self.put_campaign(req, t).await,
             (&Method::GET, ["v1", "campaigns", s]) => respond(match sku(s) {
                 Ok(s) => campaign::status(&self.pool, &self.client, s, t).await,
                 Err(e) => Err(e),
