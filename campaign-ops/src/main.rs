@@ -39,6 +39,9 @@ fn main() {
     }
 }
 
+/// Runs the service or one command. Long because it is the CLI dispatch: one match arm per
+/// subcommand, each reading its flags and calling the library, so the whole CLI reads in
+/// one place.
 async fn real_main(cli: Cli) -> anyhow::Result<()> {
     let cfg = match cli.config() {
         Ok(c) => c,
