@@ -216,25 +216,55 @@ pub async fn step(
         .saturating_add(q.next.max(marks.next_hw));
     let mut want = marks.admitted;
     if left > 0 {
-        let held = memory.admitted_before(sku, admission.grace, Instant::now());
-        let aim = target(sold, left, held.min(marks.admitted).min(end));
-        // At most max_rate positions a second after the campaign's first step; a process
-        // with no step of its own yet takes one tick's worth.
-        let elapsed = match memory.last(sku) {
-            Some((at, _)) => at.elapsed(),
-            None => TICK,
-        };
-        want = if marks.admitted > 0 {
-            let cap = (elapsed.as_secs_f64() * admission.max_rate as f64).ceil() as u64;
-            aim.min(marks.admitted.saturating_add(cap.max(1)))
-        } else {
-            aim
-        }
-        // No further ahead of the queue's end than the units left: a crowd arriving next
-        // is not let in all at once beyond what the stock can serve.
-        .min(end.saturating_add(left))
-        .max(marks.admitted);
+        want = wanted(sku, sold, left, end, marks, admission, memory);
     }
+    raise(pool, client, sku, marks, want, admission, memory, t).await
+}
+
+/// The watermark to reach while units are left: the target, at most `max_rate` positions
+/// a second past the current watermark, never below it.
+fn wanted(
+    sku: u64,
+    sold: u64,
+    left: u64,
+    end: u64,
+    marks: Marks,
+    admission: Admission,
+    memory: &mut Memory,
+) -> u64 {
+    let held = memory.admitted_before(sku, admission.grace, Instant::now());
+    let aim = target(sold, left, held.min(marks.admitted).min(end));
+    // At most max_rate positions a second after the campaign's first step; a process
+    // with no step of its own yet takes one tick's worth.
+    let elapsed = match memory.last(sku) {
+        Some((at, _)) => at.elapsed(),
+        None => TICK,
+    };
+    (if marks.admitted > 0 {
+        let cap = (elapsed.as_secs_f64() * admission.max_rate as f64).ceil() as u64;
+        aim.min(marks.admitted.saturating_add(cap.max(1)))
+    } else {
+        aim
+    })
+    // No further ahead of the queue's end than the units left: a crowd arriving next
+    // is not let in all at once beyond what the stock can serve.
+    .min(end.saturating_add(left))
+    .max(marks.admitted)
+}
+
+/// Moves the watermark to `want` (the ledger, then Redis, then the ledger with what Redis
+/// holds) and remembers when.
+#[allow(clippy::too_many_arguments)]
+async fn raise(
+    pool: &MySqlPool,
+    client: &StockClient,
+    sku: u64,
+    marks: Marks,
+    want: u64,
+    admission: Admission,
+    memory: &mut Memory,
+    t: Duration,
+) -> Result<(), OpsError> {
     if want > marks.admitted {
         // The ledger first: a loss right after the Redis write must not bring back a
         // watermark below what gateways told clients.
