@@ -43,6 +43,48 @@ pub async fn run(
     };
 
     let mut background = JoinSet::new();
+    spawn_upkeep(&mut background, &cfg, &pool, &client, &shutdown);
+    spawn_sales(&mut background, &cfg, &pool, &client, &shutdown);
+    let health = Arc::new(Health::new(streams.stalls(), cfg.datapath.writer_stall));
+    background.spawn(health::run(
+        health.clone(),
+        pool.clone(),
+        client.clone(),
+        shutdown.clone(),
+    ));
+    if let Some(listener) = listener {
+        let admin = Admin {
+            cfg: cfg.clone(),
+            pool: pool.clone(),
+            client: client.clone(),
+            prom: crate::metrics::install(),
+            health,
+        };
+        background.spawn(admin::serve(admin, listener, shutdown.clone()));
+    }
+
+    plumbing::shutdown::stopped(&mut sd).await;
+    tracing::info!("shutdown: draining");
+    streams.drain().await;
+    let _ = tokio::time::timeout(Duration::from_secs(2), async {
+        while background.join_next().await.is_some() {}
+    })
+    .await;
+    background.abort_all();
+    pool.close().await;
+    tracing::info!("consumer stopped");
+    Ok(())
+}
+
+/// The upkeep loops: the release sweep, the rebuild watch, reconciliation, waves and the
+/// memory check.
+fn spawn_upkeep(
+    background: &mut JoinSet<()>,
+    cfg: &Config,
+    pool: &MySqlPool,
+    client: &StockClient,
+    shutdown: &watch::Receiver<bool>,
+) {
     background.spawn(release_loop(
         cfg.clone(),
         pool.clone(),
@@ -76,6 +118,16 @@ pub async fn run(
         pool.clone(),
         shutdown.clone(),
     ));
+}
+
+/// The loops of the draw and queue sales.
+fn spawn_sales(
+    background: &mut JoinSet<()>,
+    cfg: &Config,
+    pool: &MySqlPool,
+    client: &StockClient,
+    shutdown: &watch::Receiver<bool>,
+) {
     // Draw campaigns: entries into the ledger, the draw and its grants, and a lost shard's
     // draw restored (campaign-ops/src/draw.rs).
     background.spawn(crate::draw::entries::run(
@@ -108,35 +160,6 @@ pub async fn run(
         cfg.datapath.db_timeout,
         shutdown.clone(),
     ));
-    let health = Arc::new(Health::new(streams.stalls(), cfg.datapath.writer_stall));
-    background.spawn(health::run(
-        health.clone(),
-        pool.clone(),
-        client.clone(),
-        shutdown.clone(),
-    ));
-    if let Some(listener) = listener {
-        let admin = Admin {
-            cfg: cfg.clone(),
-            pool: pool.clone(),
-            client: client.clone(),
-            prom: crate::metrics::install(),
-            health,
-        };
-        background.spawn(admin::serve(admin, listener, shutdown.clone()));
-    }
-
-    plumbing::shutdown::stopped(&mut sd).await;
-    tracing::info!("shutdown: draining");
-    streams.drain().await;
-    let _ = tokio::time::timeout(Duration::from_secs(2), async {
-        while background.join_next().await.is_some() {}
-    })
-    .await;
-    background.abort_all();
-    pool.close().await;
-    tracing::info!("consumer stopped");
-    Ok(())
 }
 
 async fn release_loop(
