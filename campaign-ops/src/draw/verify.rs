@@ -10,7 +10,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use ledger::draws::{self, DrawState};
+use ledger::draws::{self, Draw, DrawState};
 use serde::Serialize;
 use shard_router::draw::{draw_order, priority, seed_digest};
 use shard_router::GRANT_REQUEST;
@@ -59,47 +59,11 @@ pub async fn verify(pool: &MySqlPool, sku: u64, t: Duration) -> Result<Verdict, 
     }
     let c = ledger::campaigns::get(pool, sku, t).await?;
     let k = (c.stock + u64::from(d.waitlist)) as usize;
-    let mut all: Vec<(String, u64)> = Vec::new();
-    let mut wrong = 0u64;
-    let mut after: Option<(u64, String)> = None;
-    loop {
-        let page = draws::entries_in_order(
-            pool,
-            sku,
-            after.as_ref().map(|(p, u)| (*p, u.as_str())),
-            PAGE,
-            t,
-        )
-        .await?;
-        let Some(last) = page.last() else { break };
-        after = Some((last.priority, last.user.clone()));
-        let full = page.len() == PAGE as usize;
-        for e in page {
-            let p = priority(&d.seed, sku, &e.user);
-            if p != e.priority {
-                wrong += 1;
-            }
-            all.push((e.user, p));
-        }
-        if !full {
-            break;
-        }
-    }
+    let (mut all, wrong) = recompute(pool, &d, t).await?;
     let entrants = all.len() as u64;
     all.sort_by(draw_order);
     all.truncate(k);
-    let mut recorded: Vec<String> = Vec::new();
-    let mut at = 0;
-    loop {
-        let page = draws::ranks(pool, sku, at, PAGE, t).await?;
-        let Some(last) = page.last() else { break };
-        at = last.rank;
-        let full = page.len() == PAGE as usize;
-        recorded.extend(page.into_iter().map(|r| r.user));
-        if !full {
-            break;
-        }
-    }
+    let recorded = recorded_ranks(pool, sku, t).await?;
     let ranks_match =
         recorded.len() == all.len() && recorded.iter().zip(&all).all(|(r, (u, _))| r == u);
     let ranked: HashSet<&str> = recorded.iter().map(String::as_str).collect();
@@ -142,4 +106,57 @@ pub async fn verify(pool: &MySqlPool, sku: u64, t: Duration) -> Result<Verdict, 
         other_claims,
         verified,
     })
+}
+
+/// Every entry of `d` with its priority recomputed from the revealed seed, and how many
+/// stored priorities differ from it.
+async fn recompute(
+    pool: &MySqlPool,
+    d: &Draw,
+    t: Duration,
+) -> Result<(Vec<(String, u64)>, u64), OpsError> {
+    let mut all: Vec<(String, u64)> = Vec::new();
+    let mut wrong = 0u64;
+    let mut after: Option<(u64, String)> = None;
+    loop {
+        let page = draws::entries_in_order(
+            pool,
+            d.sku,
+            after.as_ref().map(|(p, u)| (*p, u.as_str())),
+            PAGE,
+            t,
+        )
+        .await?;
+        let Some(last) = page.last() else { break };
+        after = Some((last.priority, last.user.clone()));
+        let full = page.len() == PAGE as usize;
+        for e in page {
+            let p = priority(&d.seed, d.sku, &e.user);
+            if p != e.priority {
+                wrong += 1;
+            }
+            all.push((e.user, p));
+        }
+        if !full {
+            break;
+        }
+    }
+    Ok((all, wrong))
+}
+
+/// The recorded ranks' users, in rank order.
+async fn recorded_ranks(pool: &MySqlPool, sku: u64, t: Duration) -> Result<Vec<String>, OpsError> {
+    let mut recorded: Vec<String> = Vec::new();
+    let mut at = 0;
+    loop {
+        let page = draws::ranks(pool, sku, at, PAGE, t).await?;
+        let Some(last) = page.last() else { break };
+        at = last.rank;
+        let full = page.len() == PAGE as usize;
+        recorded.extend(page.into_iter().map(|r| r.user));
+        if !full {
+            break;
+        }
+    }
+    Ok(recorded)
 }
