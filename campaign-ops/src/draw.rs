@@ -5,7 +5,7 @@
 //! the waitlist as units come back, into ordinary claims.
 //!
 //! - [`entries`]: each shard's entries stream into the ledger, with its place.
-//! - [`run`]: close, draw, mark, grant.
+//! - [`run`]: close, draw, mark, grant (marks in `mark.rs`, grants in `grant.rs`).
 //! - [`restore`]: a shard whose draw Redis lost gets it back from the ledger.
 //! - [`verify`]: anyone with the revealed seed recomputes the draw from the ledger.
 //! - [`over`]: at close-out, the winners' answers kept on the shards.
@@ -22,6 +22,8 @@ use sqlx::MySqlPool;
 use crate::OpsError;
 
 pub mod entries;
+mod grant;
+mod mark;
 pub mod over;
 pub mod restore;
 pub mod run;
