@@ -91,7 +91,7 @@ fn two_losses() -> DrawConfig {
 /// puts the entries back without the wins or the marks. The draw loop then marked the
 /// shard (`R|1`, never `W|`) and, its rank granted, never granted it again: the winner
 /// was told `won_pending` for good. The draw loop's marks now write the ledger's wins
-/// first (`campaign-ops/src/draw/run.rs`, `mark_shard`).
+/// first (`campaign-ops/src/draw/mark.rs`, `mark_shard`).
 #[test]
 fn two_losses_leave_no_winner_pending() {
     explore("one reader, two losses", two_losses());

@@ -1,4 +1,4 @@
-//! The draw service (`campaign-ops/src/draw/run.rs`), one step at a time: close every
+//! The draw service (`campaign-ops/src/draw/run.rs`, with `mark.rs` and `grant.rs`), one step at a time: close every
 //! shard and find its stream's last id, settle (wait for the readers), record the ranks,
 //! mark every shard, reveal the seed, then grant rank by rank.
 
