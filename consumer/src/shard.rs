@@ -24,13 +24,13 @@ use std::time::Duration;
 
 use ledger::places::{self, Place};
 use shard_router::stream::{Delivered, Poison, ShardStream};
-use shard_router::{ShardId, StockClient};
+use shard_router::{ReplicationInfo, ShardId, StockClient};
 use sqlx::MySqlPool;
 use tokio::sync::{mpsc, watch};
 
 use crate::backoff::Backoff;
 use crate::config::Config;
-use crate::inflight::InFlight;
+use crate::inflight::{InFlight, Reading};
 use crate::lease::{renew_lease, ShardLease};
 use crate::metrics as m;
 use crate::replica::{Replicated, ShardReplica};
@@ -228,143 +228,226 @@ impl ShardReader {
         backoff: &mut Backoff,
         shutdown: &mut watch::Receiver<bool>,
     ) -> bool {
-        let shard = self.lease.shard;
-        let linger = READ_LINGER.min(self.cfg.batch_max_wait);
-        // The place read up to (ahead of the one committed while the writer works).
-        let mut at = lease.place;
-        // Set when a read showed a new master: the next read starts from the beginning.
-        let mut from_start = false;
+        let mut cur = Cursor {
+            at: lease.place,
+            from_start: false,
+        };
         loop {
-            if *shutdown.borrow() {
-                return false;
-            }
-            if self.lease.lost() {
-                tracing::warn!(
-                    shard,
-                    epoch = lease.epoch,
-                    "shard lease lost; acquiring it again"
-                );
-                return true;
-            }
-            let after = if from_start {
-                "0-0"
-            } else {
-                at.last_id.as_str()
-            };
-            // Registered before the read is sent and kept until its entries are in flight,
-            // so a flush cut taken meanwhile waits for them (`inflight.rs`, `flush.rs`).
-            let reading = self.inflight.begin();
-            let asked = reading.asked;
-            let read = self
-                .stream
-                .read_after_under(
-                    &self.reader,
-                    after,
-                    self.cfg.read_count,
-                    self.cfg.read_block,
-                )
-                .await;
-            let (entries, under) = match read {
-                Ok(r) => {
-                    backoff.reset();
-                    r
-                }
-                Err(e) => {
-                    drop(reading);
-                    tracing::warn!(shard, error = %e, "xread failed; backing off");
-                    if !backoff.sleep(shutdown).await {
-                        return false;
-                    }
-                    continue;
-                }
-            };
-            // Asked on every read, empty ones too, so a replica seen once is remembered
-            // before the first entry needs it (see `replica.rs`).
-            let must_wait = self.replica.required(&under);
-            if !from_start && !at.repl_id.is_empty() && under.replid != at.repl_id {
-                metrics::counter!(m::NEW_MASTER_REREADS).increment(1);
-                tracing::warn!(shard, was = %at.repl_id, now = %under.replid, at = %at.last_id, "new master: reading the stream again from its start");
-                from_start = true;
-                continue;
-            }
-            if entries.is_empty() {
-                continue;
-            }
-            let read_len = entries.len();
-            let mut good = Vec::with_capacity(read_len);
-            let mut poison = Vec::new();
-            let mut last = None;
-            for e in entries {
-                match e {
-                    Ok(d) => {
-                        last = Some(d.entry_id.clone());
-                        good.push(d);
-                    }
-                    Err(p) => {
-                        tracing::warn!(shard, entry = %p.entry_id, reason = %p.reason, "poison entry: kept in the ledger");
-                        last = Some(p.entry_id.clone());
-                        poison.push(p);
-                    }
-                }
-            }
-            let to = Place {
-                last_id: last.unwrap_or_else(|| after.to_owned()),
-                repl_id: under.replid.clone(),
-            };
-            self.inflight
-                .add(shard, good.iter().map(|d| d.entry_id.as_str()), &reading);
-            drop(reading);
-            if must_wait {
-                match self
-                    .replica
-                    .confirm(&self.client, &under, backoff, shutdown)
-                    .await
-                {
-                    Replicated::Yes => backoff.reset(),
-                    Replicated::MasterChanged => {
-                        // Not committed; the place stays, and the next read, under the new
-                        // master's id, starts from the beginning.
-                        self.inflight
-                            .remove(shard, good.iter().map(|d| d.entry_id.as_str()));
-                        continue;
-                    }
-                    Replicated::Shutdown => {
-                        self.inflight
-                            .remove(shard, good.iter().map(|d| d.entry_id.as_str()));
-                        return false;
-                    }
-                }
-            }
-            let read = Read {
-                shard,
-                epoch: lease.epoch,
-                from: at.clone(),
-                to: to.clone(),
-                entries: good,
-                poison,
-            };
-            if let Err(gone) = tx.send(read).await {
-                // The writer loop is gone (it only ends once every reader stopped, so it
-                // died): nothing will commit this shard's reads. Their marks go, and so
-                // does the lease (`run`), or no other consumer could take the shard.
-                let r = gone.0;
-                self.inflight
-                    .remove(shard, r.entries.iter().map(|d| d.entry_id.as_str()));
-                self.lease.lose(r.epoch);
-                return false;
-            }
-            at = to;
-            from_start = false;
-            // A read that was not full took what had arrived: let the next one gather.
-            if read_len < self.cfg.read_count {
-                let until = tokio::time::Instant::from_std(asked + linger);
-                tokio::select! {
-                    _ = tokio::time::sleep_until(until) => {}
-                    _ = crate::signal::stopped(shutdown) => return false,
-                }
+            match self
+                .step(lease.epoch, &mut cur, tx, backoff, shutdown)
+                .await
+            {
+                Next::Read => {}
+                Next::Stop(again) => return again,
             }
         }
     }
+
+    /// One read of the lease, handed to the writer; says what to do next.
+    async fn step(
+        &self,
+        epoch: u64,
+        cur: &mut Cursor,
+        tx: &mpsc::Sender<Read>,
+        backoff: &mut Backoff,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> Next {
+        let shard = self.lease.shard;
+        if *shutdown.borrow() {
+            return Next::Stop(false);
+        }
+        if self.lease.lost() {
+            tracing::warn!(shard, epoch, "shard lease lost; acquiring it again");
+            return Next::Stop(true);
+        }
+        let after = if cur.from_start {
+            "0-0"
+        } else {
+            cur.at.last_id.as_str()
+        };
+        let (reading, entries, under) = match self.read(after, backoff, shutdown).await {
+            Ok(r) => r,
+            Err(next) => return next,
+        };
+        let asked = reading.asked;
+        // Asked on every read, empty ones too, so a replica seen once is remembered
+        // before the first entry needs it (see `replica.rs`).
+        let must_wait = self.replica.required(&under);
+        if !cur.from_start && !cur.at.repl_id.is_empty() && under.replid != cur.at.repl_id {
+            metrics::counter!(m::NEW_MASTER_REREADS).increment(1);
+            tracing::warn!(shard, was = %cur.at.repl_id, now = %under.replid, at = %cur.at.last_id, "new master: reading the stream again from its start");
+            cur.from_start = true;
+            return Next::Read;
+        }
+        if entries.is_empty() {
+            return Next::Read;
+        }
+        let read_len = entries.len();
+        let (good, poison, last) = sort_entries(shard, entries);
+        let to = Place {
+            last_id: last.unwrap_or_else(|| after.to_owned()),
+            repl_id: under.replid.clone(),
+        };
+        self.inflight
+            .add(shard, good.iter().map(|d| d.entry_id.as_str()), &reading);
+        drop(reading);
+        if must_wait {
+            if let Some(next) = self.confirm(&under, &good, backoff, shutdown).await {
+                return next;
+            }
+        }
+        let read = Read {
+            shard,
+            epoch,
+            from: cur.at.clone(),
+            to: to.clone(),
+            entries: good,
+            poison,
+        };
+        if !self.hand_over(tx, read).await {
+            return Next::Stop(false);
+        }
+        cur.at = to;
+        cur.from_start = false;
+        // A read that was not full took what had arrived: let the next one gather.
+        if read_len < self.cfg.read_count {
+            let linger = READ_LINGER.min(self.cfg.batch_max_wait);
+            let until = tokio::time::Instant::from_std(asked + linger);
+            tokio::select! {
+                _ = tokio::time::sleep_until(until) => {}
+                _ = crate::signal::stopped(shutdown) => return Next::Stop(false),
+            }
+        }
+        Next::Read
+    }
+
+    /// Reads the stream after `after`, marked in flight (see [`InFlight::begin`]); a read
+    /// that fails is backed off from, and `Err` says what to do next.
+    async fn read(
+        &self,
+        after: &str,
+        backoff: &mut Backoff,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> Result<(Reading, Vec<Result<Delivered, Poison>>, ReplicationInfo), Next> {
+        let shard = self.lease.shard;
+        // Registered before the read is sent and kept until its entries are in flight,
+        // so a flush cut taken meanwhile waits for them (`inflight.rs`, `flush.rs`).
+        let reading = self.inflight.begin();
+        let read = self
+            .stream
+            .read_after_under(
+                &self.reader,
+                after,
+                self.cfg.read_count,
+                self.cfg.read_block,
+            )
+            .await;
+        match read {
+            Ok((entries, under)) => {
+                backoff.reset();
+                Ok((reading, entries, under))
+            }
+            Err(e) => {
+                drop(reading);
+                tracing::warn!(shard, error = %e, "xread failed; backing off");
+                if !backoff.sleep(shutdown).await {
+                    return Err(Next::Stop(false));
+                }
+                Err(Next::Read)
+            }
+        }
+    }
+
+    /// Waits for a replica to hold the read (`replica.rs`); `Some`: it is not handed on,
+    /// its entries are no longer in flight, and this says what to do next.
+    async fn confirm(
+        &self,
+        under: &ReplicationInfo,
+        good: &[Delivered],
+        backoff: &mut Backoff,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> Option<Next> {
+        let shard = self.lease.shard;
+        match self
+            .replica
+            .confirm(&self.client, under, backoff, shutdown)
+            .await
+        {
+            Replicated::Yes => {
+                backoff.reset();
+                None
+            }
+            Replicated::MasterChanged => {
+                // Not committed; the place stays, and the next read, under the new
+                // master's id, starts from the beginning.
+                self.inflight
+                    .remove(shard, good.iter().map(|d| d.entry_id.as_str()));
+                Some(Next::Read)
+            }
+            Replicated::Shutdown => {
+                self.inflight
+                    .remove(shard, good.iter().map(|d| d.entry_id.as_str()));
+                Some(Next::Stop(false))
+            }
+        }
+    }
+
+    /// Hands a read to the writer; `false`: the writer is gone.
+    async fn hand_over(&self, tx: &mpsc::Sender<Read>, read: Read) -> bool {
+        let shard = self.lease.shard;
+        if let Err(gone) = tx.send(read).await {
+            // The writer loop is gone (it only ends once every reader stopped, so it
+            // died): nothing will commit this shard's reads. Their marks go, and so
+            // does the lease (`run`), or no other consumer could take the shard.
+            let r = gone.0;
+            self.inflight
+                .remove(shard, r.entries.iter().map(|d| d.entry_id.as_str()));
+            self.lease.lose(r.epoch);
+            return false;
+        }
+        true
+    }
+}
+
+/// A lease's entries as read: the claim records, the poison (kept in the ledger), and the
+/// id of the last of either.
+fn sort_entries(
+    shard: ShardId,
+    entries: Vec<Result<Delivered, Poison>>,
+) -> (Vec<Delivered>, Vec<Poison>, Option<String>) {
+    let mut good = Vec::with_capacity(entries.len());
+    let mut poison = Vec::new();
+    let mut last = None;
+    for e in entries {
+        match e {
+            Ok(d) => {
+                last = Some(d.entry_id.clone());
+                good.push(d);
+            }
+            Err(p) => {
+                tracing::warn!(shard, entry = %p.entry_id, reason = %p.reason, "poison entry: kept in the ledger");
+                last = Some(p.entry_id.clone());
+                poison.push(p);
+            }
+        }
+    }
+    (good, poison, last)
+}
+
+/// Where a lease's reads are.
+struct Cursor {
+    /// The place read up to (ahead of the one committed while the writer works).
+    at: Place,
+    /// Set when a read showed a new master: the next read starts from the beginning.
+    from_start: bool,
+}
+
+/// What a reader does after one step of its lease.
+enum Next {
+    /// Read again.
+    Read,
+    /// Stop reading under this lease: `true` to acquire it again, `false` to stop.
+    Stop(bool),
 }
 
 /// Every [`GAUGES_EVERY`] until `shutdown`, for each shard: the stream's length, the age of

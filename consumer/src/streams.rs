@@ -46,6 +46,51 @@ pub async fn connect_db(
     }
 }
 
+/// The heartbeat of `inflight`, registered; `None`: `shutdown` came first.
+async fn register(
+    cfg: &Config,
+    pool: &MySqlPool,
+    inflight: &InFlight,
+    sd: &mut watch::Receiver<bool>,
+) -> Option<Heartbeat> {
+    let mut beat = Heartbeat::new(
+        pool.clone(),
+        &cfg.consumer_name,
+        inflight.clone(),
+        cfg.db_timeout,
+    );
+    // Nothing is read before the row exists: a rebuild neither waits for nor names a
+    // consumer it cannot see, so what such a one read could commit late unnoticed.
+    let mut backoff = Backoff::new(cfg.backoff_min, cfg.backoff_max);
+    while let Err(e) = beat.register().await {
+        tracing::warn!(error = %e, "consumer not registered yet; retrying before any read");
+        if !backoff.sleep(sd).await {
+            return None;
+        }
+    }
+    Some(beat)
+}
+
+/// Starts the lag watch of every shard (`shard::watch`) among `feeders`.
+fn spawn_watch(
+    feeders: &mut JoinSet<Option<watch::Sender<bool>>>,
+    client: &StockClient,
+    shards: &[u16],
+    streams: &HashMap<u16, ShardStream>,
+    leases: &HashMap<u16, ShardLease>,
+    shutdown: &watch::Receiver<bool>,
+) {
+    let watched = shards
+        .iter()
+        .map(|s| (streams[s].clone(), leases[s].clone()))
+        .collect();
+    let (client_watch, watch_shutdown) = (client.clone(), shutdown.clone());
+    feeders.spawn(async move {
+        crate::shard::watch(client_watch, watched, watch_shutdown).await;
+        None
+    });
+}
+
 /// The running data path.
 pub struct Streams {
     cfg: Config,
@@ -81,21 +126,9 @@ impl Streams {
         let inflight = InFlight::default();
         // Registered before the first read, so a rebuild waits for whatever this process reads
         // (`flush.rs`); it beats until the writer drained, then deregisters.
-        let mut beat = Heartbeat::new(
-            pool.clone(),
-            &cfg.consumer_name,
-            inflight.clone(),
-            cfg.db_timeout,
-        );
-        // Nothing is read before the row exists: a rebuild neither waits for nor names a
-        // consumer it cannot see, so what such a one read could commit late unnoticed.
-        let mut backoff = Backoff::new(cfg.backoff_min, cfg.backoff_max);
-        while let Err(e) = beat.register().await {
-            tracing::warn!(error = %e, "consumer not registered yet; retrying before any read");
-            if !backoff.sleep(&mut sd).await {
-                return Ok(None);
-            }
-        }
+        let Some(beat) = register(cfg, pool, &inflight, &mut sd).await else {
+            return Ok(None);
+        };
         let (stop_beat, beat_stopped) = watch::channel(false);
         let mut heartbeat = JoinSet::new();
         heartbeat.spawn(beat.run(beat_stopped));
@@ -142,15 +175,7 @@ impl Streams {
             feeders.spawn(r.run(senders[usize::from(s) % loops].clone(), shutdown.clone()));
         }
         drop(senders);
-        let watched = shards
-            .iter()
-            .map(|s| (streams[s].clone(), leases[s].clone()))
-            .collect();
-        let (client_watch, watch_shutdown) = (client.clone(), shutdown.clone());
-        feeders.spawn(async move {
-            crate::shard::watch(client_watch, watched, watch_shutdown).await;
-            None
-        });
+        spawn_watch(&mut feeders, client, &shards, &streams, &leases, shutdown);
         Ok(Some(Self {
             cfg: cfg.clone(),
             pool: pool.clone(),

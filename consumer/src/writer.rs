@@ -155,59 +155,14 @@ impl Writer {
                             continue;
                         }
                     }
-                    let lost: Vec<(ShardId, u64)> = which
-                        .iter()
-                        .map(|&i| (moves[i].1, moves[i].0.epoch))
-                        .collect();
-                    for &(shard, epoch) in &lost {
-                        tracing::warn!(
-                            shard,
-                            epoch,
-                            "stream place moved under this consumer: its reads are dropped"
-                        );
-                        metrics::counter!(m::FENCED).increment(1);
-                        self.lease(shard).lose(epoch);
-                    }
-                    dropped.extend(drop_reads(&mut batch, |r| {
-                        lost.contains(&(r.shard, r.epoch))
-                    }));
+                    dropped.extend(self.lose_fenced(&moves, &which, &mut batch));
                 }
                 Err(e) => {
                     // Refused for its data (`Cause::RowFault`): find the rows MySQL refuses
                     // on their own (each written alone; rows are idempotent by claim id),
                     // keep those as poison, and commit the batch again with them passed.
                     stall.failed(records.len(), &e);
-                    let mut found = false;
-                    for r in &batch {
-                        for d in &r.entries {
-                            if let Err(e) = self.write_one(&d.record, stall).await {
-                                tracing::error!(claim = %d.record.claim_id, error = %e, "row refused by MySQL; kept as poison");
-                                refused.push(PoisonRow {
-                                    stream: self.lease(r.shard).stream.to_string(),
-                                    entry_id: d.entry_id.clone(),
-                                    reason: format!("row refused: {e}"),
-                                    fields: ledger::poison::fields_json(d.record.encode()),
-                                });
-                                found = true;
-                            }
-                        }
-                    }
-                    // By stream and id: ids repeat across shards.
-                    let refused_ids: Vec<(&str, &str)> = refused
-                        .iter()
-                        .map(|p| (p.stream.as_str(), p.entry_id.as_str()))
-                        .collect();
-                    for r in &mut batch {
-                        let stream = self.lease(r.shard).stream.clone();
-                        let inflight = &self.inflight;
-                        r.entries.retain(|d| {
-                            let keep = !refused_ids.contains(&(&*stream, d.entry_id.as_str()));
-                            if !keep {
-                                inflight.remove(r.shard, [d.entry_id.as_str()]);
-                            }
-                            keep
-                        });
-                    }
+                    let found = self.pass_refused(&mut batch, &mut refused, stall).await;
                     if !found {
                         // Every row alone went in: try the batch again (the rows are there).
                         tokio::time::sleep(stalled.step()).await;
@@ -221,6 +176,73 @@ impl Writer {
         if !batch.is_empty() {
             self.settle(batch, outcome, started, trimmed).await;
         }
+    }
+
+    /// The shards whose place `which` refused lose their leases (the place moved under this
+    /// consumer); their reads are taken out of `batch` and returned.
+    fn lose_fenced(
+        &self,
+        moves: &[(Advance, ShardId)],
+        which: &[usize],
+        batch: &mut Vec<Read>,
+    ) -> Vec<Read> {
+        let lost: Vec<(ShardId, u64)> = which
+            .iter()
+            .map(|&i| (moves[i].1, moves[i].0.epoch))
+            .collect();
+        for &(shard, epoch) in &lost {
+            tracing::warn!(
+                shard,
+                epoch,
+                "stream place moved under this consumer: its reads are dropped"
+            );
+            metrics::counter!(m::FENCED).increment(1);
+            self.lease(shard).lose(epoch);
+        }
+        drop_reads(batch, |r| lost.contains(&(r.shard, r.epoch)))
+    }
+
+    /// Writes each row of `batch` alone (rows are idempotent by claim id), keeps the ones
+    /// MySQL refuses on their own in `refused` as poison, and takes them out of `batch` and
+    /// out of flight. `true`: a row was refused.
+    async fn pass_refused(
+        &self,
+        batch: &mut [Read],
+        refused: &mut Vec<PoisonRow>,
+        stall: &mut Stall,
+    ) -> bool {
+        let mut found = false;
+        for r in batch.iter() {
+            for d in &r.entries {
+                if let Err(e) = self.write_one(&d.record, stall).await {
+                    tracing::error!(claim = %d.record.claim_id, error = %e, "row refused by MySQL; kept as poison");
+                    refused.push(PoisonRow {
+                        stream: self.lease(r.shard).stream.to_string(),
+                        entry_id: d.entry_id.clone(),
+                        reason: format!("row refused: {e}"),
+                        fields: ledger::poison::fields_json(d.record.encode()),
+                    });
+                    found = true;
+                }
+            }
+        }
+        // By stream and id: ids repeat across shards.
+        let refused_ids: Vec<(&str, &str)> = refused
+            .iter()
+            .map(|p| (p.stream.as_str(), p.entry_id.as_str()))
+            .collect();
+        for r in batch.iter_mut() {
+            let stream = self.lease(r.shard).stream.clone();
+            let inflight = &self.inflight;
+            r.entries.retain(|d| {
+                let keep = !refused_ids.contains(&(&*stream, d.entry_id.as_str()));
+                if !keep {
+                    inflight.remove(r.shard, [d.entry_id.as_str()]);
+                }
+                keep
+            });
+        }
+        found
     }
 
     /// Reads whose place was refused, or whose lease is gone: their records are claims

@@ -182,6 +182,12 @@ pub async fn write_at(
 /// `tx`: the one write of claims into the ledger, used by batches and by a rebuild for the
 /// claims it finds in flight. With `gens` (each SKU's rebuild generation, read under the
 /// campaign row lock), inserted rows of an older generation are marked late.
+///
+/// Long because it is one transaction's writes, read in their order: the insert, which rows
+/// it took (this batch's, redelivered, reused, colliding), the collisions kept, then the
+/// units taken and the late rows marked from exactly the rows inserted. Apart, what each
+/// step relies on from the one before (the same `batch_id`, the same `inserted`) would be
+/// out of sight.
 pub async fn store(
     tx: &mut Transaction<'_, MySql>,
     rows: &[ClaimRow<'_>],
