@@ -96,18 +96,7 @@ pub async fn resolve_stale_holds(
         // The settle names the hold read above by its generation: by now it may be gone
         // and, after a loss and its rebuild, another request's hold may have its
         // `user|seq`, which this decision is not about.
-        let how = match found {
-            Some((claim_id, shard, qty)) => Settlement::KeepOwn {
-                claim: Claim {
-                    claim_id,
-                    sku,
-                    shard,
-                    qty,
-                },
-                gen,
-            },
-            None => Settlement::UndoOwn { gen },
-        };
+        let how = settlement(found, sku, gen);
         let res = client
             .settle(sku, home, &user, seq, rid.as_deref(), &how)
             .await?
@@ -119,6 +108,23 @@ pub async fn resolve_stale_holds(
     }
     fence_settled(client, sku, &before, replicas, settled, &mut out).await;
     Ok(out)
+}
+
+/// Keep the hold of generation `gen` for the take `found` (claim id, shard, units), or
+/// undo it when there is none.
+fn settlement(found: Option<(String, ShardId, u32)>, sku: u64, gen: u64) -> Settlement {
+    match found {
+        Some((claim_id, shard, qty)) => Settlement::KeepOwn {
+            claim: Claim {
+                claim_id,
+                sku,
+                shard,
+                qty,
+            },
+            gen,
+        },
+        None => Settlement::UndoOwn { gen },
+    }
 }
 
 /// A stale hold as read from its home shard: `(home, user, user_seq, gen, request_id)`.
