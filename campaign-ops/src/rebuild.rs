@@ -69,9 +69,8 @@ use shard_router::StockClient;
 use sqlx::MySqlPool;
 
 use crate::OpsError;
-use consumer::late;
-use image::Known;
 pub(crate) use sources::in_flight;
+use steps::LedgerRead;
 
 /// Fences after the write before a rebuild gives up on a replica confirming it (each one
 /// bounded by the replica wait, a wait apart).
@@ -152,7 +151,6 @@ pub async fn rebuild(
     let shards = client.placement().shards_of(sku, c.width);
     let token = token();
 
-    // Look first, so a rebuild in progress is not disturbed by fencing its finished shards.
     let before = steps::fence(client, sku, &shards, &token, opts).await?;
     let _renewal = lease::Renewal::start(
         client.clone(),
@@ -167,55 +165,18 @@ pub async fn rebuild(
         tokio::time::sleep(opts.quiesce).await;
     }
 
-    // Read before the transaction, which keeps to its one connection (a draw does not
-    // change under a rebuild: its mode and seed are fixed at creation).
-    let mode = crate::sku::meta_of(pool, &c, t).await?;
-    let mut tx = ledger::rebuild::begin(pool, t).await?;
-    // Batches of this SKU wait from here to the commit (they take the row shared first).
-    // Everything below is read in this transaction, so the rebuild needs no second
-    // connection while batches wait on the row with theirs.
-    let locked = ledger::rebuild::lock_campaign(&mut tx, sku, t).await?;
-    let (gen, stock) = (locked.rebuild_gen + 1, locked.stock);
-    // A stock wave takes the campaign row too, so the stock read here and the applied
-    // waves below belong together.
-    c.stock = stock;
-    let meta = shard_router::SkuMeta {
-        mode: mode.mode,
-        ..crate::sku::meta(&c)
-    };
-    // The only wave ids a rebuilt wave hash keeps, so a wave half applied before the
-    // rebuild is applied again in full by its retry.
-    let applied_waves = ledger::rebuild::applied_waves(&mut tx, sku, t).await?;
+    let LedgerRead {
+        gen,
+        meta,
+        applied_waves,
+        in_flight_units,
+        late_counted,
+        claims,
+        floors,
+        holds,
+    } = steps::read_ledger(pool, client, &mut c, &shards, sku, opts, t).await?;
 
-    let in_flight_units = steps::store_in_flight(&mut tx, client, &shards, sku, t).await?;
-    ledger::rebuild::bump_gen(&mut tx, sku, gen, t).await?;
-    let late_counted = ledger::late::waiting(&mut tx, sku, t).await?;
-    let claims: Vec<Known> =
-        sources::ledger_claims(&mut tx, sku, opts.ledger_page.max(1), t).await?;
-    let mut floors = sources::stream_floors(&mut tx, &shards, t).await?;
-    // The consumer's committed place too: it passes poison entries, which are no claims, so
-    // the claims' top can sit below it; a new master handing out ids at or below the place
-    // would be read only through the new-master rule (`consumer/src/shard.rs`).
-    steps::consumer_floors(&mut tx, client, &shards, &mut floors, t).await?;
-
-    let holds = steps::holds(client, sku, &shards).await?;
-    ledger::rebuild::commit(tx, t).await?;
-
-    let shares: Vec<(u16, u64)> = shards.iter().copied().zip(meta.slices()).collect();
-    let request_ttl = client.config().request_ttl.as_millis() as i64;
-    let mut img = image::compute(
-        &shares,
-        &claims,
-        &holds,
-        shard_router::now_ms(),
-        request_ttl,
-    );
-
-    // A stream is its shard's, shared by every SKU placed there: the floor is read over all
-    // of them, this SKU's found in-flight claims included (stored above).
-    for sh in &mut img.shards {
-        sh.stream_floor = floors.get(&sh.shard).copied();
-    }
+    let img = steps::image_of(client, &shards, &meta, &claims, &holds, &floors);
     client.store_answers(sku, &img.answers).await?;
     steps::write_shards(client, sku, &meta, &token, &img.shards, &applied_waves, gen).await?;
     // A draw's shards first: a gateway that sees the metadata finds the draw open.
@@ -225,16 +186,7 @@ pub async fn rebuild(
     // Nothing relies on the write before a replica holds it: a failover would bring back
     // the fenced or the previous shard while the ledger took the late claims as counted.
     steps::confirm(client, sku, &before, opts.replica_wait).await?;
-    // Late claims that committed between this rebuild's commit and its write waited for
-    // the shards to carry this generation; count them now rather than at the next sweep.
-    let waiting = late::sweep_with(pool, client, Some(sku), t, opts.replica_wait).await?;
-    if waiting > 0 {
-        tracing::warn!(
-            sku,
-            waiting,
-            "rebuild: late claims still waiting for their shards"
-        );
-    }
+    steps::sweep_late(pool, client, sku, t, opts.replica_wait).await?;
 
     let report = Report {
         sku,

@@ -4,16 +4,19 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use consumer::commit;
 use consumer::replica::{self, ReplicaWait};
+use consumer::{commit, late};
 use shard_router::codec::EntryId;
 use shard_router::rebuild::{FenceOutcome, ShardImage};
 use shard_router::stream::ShardStream;
 use shard_router::{ReplicationInfo, SkuMeta, StockClient};
 use sqlx::{MySql, MySqlPool, Transaction};
 
+use super::image::{self, Images, Known};
+use super::sources;
 use super::{busy, in_flight, Options, Report, CONFIRM_ATTEMPTS};
 use crate::OpsError;
+use ledger::campaigns::Campaign;
 
 /// Fences every shard of `sku` for the rebuild holding `token`, unless another rebuild's
 /// fence stands; returns each master's replication id read before any write.
@@ -24,6 +27,7 @@ pub(super) async fn fence(
     token: &str,
     opts: &Options,
 ) -> Result<HashMap<u16, ReplicationInfo>, OpsError> {
+    // Look first, so a rebuild in progress is not disturbed by fencing its finished shards.
     let now = shard_router::now_ms();
     for &shard in shards {
         if let Some((holder, expires_ms)) = client.rebuild_fence(sku, shard).await? {
@@ -96,7 +100,7 @@ pub(super) async fn consumer_floors(
 }
 
 /// The `user|seq` field and generation of every hold of `sku` on each of `shards`.
-pub(super) async fn holds(
+pub(super) async fn standing_holds(
     client: &StockClient,
     sku: u64,
     shards: &[u16],
@@ -180,6 +184,118 @@ pub(super) async fn record_oversold(
             t,
         )
         .await?;
+    }
+    Ok(())
+}
+
+/// What the rebuild read in its one ledger transaction, and the holds standing before it
+/// committed.
+pub(super) struct LedgerRead {
+    pub(super) gen: u64,
+    pub(super) meta: SkuMeta,
+    pub(super) applied_waves: Vec<String>,
+    pub(super) in_flight_units: u64,
+    pub(super) late_counted: u64,
+    pub(super) claims: Vec<Known>,
+    pub(super) floors: HashMap<u16, EntryId>,
+    pub(super) holds: HashMap<u16, Vec<(String, u64)>>,
+}
+
+/// Reads what the images are made of in one transaction that holds the campaign row, the
+/// in-flight claims stored and the generation bumped in it; `c` takes the stock read there.
+pub(super) async fn read_ledger(
+    pool: &MySqlPool,
+    client: &StockClient,
+    c: &mut Campaign,
+    shards: &[u16],
+    sku: u64,
+    opts: &Options,
+    t: Duration,
+) -> Result<LedgerRead, OpsError> {
+    // Read before the transaction, which keeps to its one connection (a draw does not
+    // change under a rebuild: its mode and seed are fixed at creation).
+    let mode = crate::sku::meta_of(pool, c, t).await?;
+    let mut tx = ledger::rebuild::begin(pool, t).await?;
+    // Batches of this SKU wait from here to the commit (they take the row shared first).
+    // Everything below is read in this transaction, so the rebuild needs no second
+    // connection while batches wait on the row with theirs.
+    let locked = ledger::rebuild::lock_campaign(&mut tx, sku, t).await?;
+    let (gen, stock) = (locked.rebuild_gen + 1, locked.stock);
+    // A stock wave takes the campaign row too, so the stock read here and the applied
+    // waves below belong together.
+    c.stock = stock;
+    let meta = shard_router::SkuMeta {
+        mode: mode.mode,
+        ..crate::sku::meta(c)
+    };
+    // The only wave ids a rebuilt wave hash keeps, so a wave half applied before the
+    // rebuild is applied again in full by its retry.
+    let applied_waves = ledger::rebuild::applied_waves(&mut tx, sku, t).await?;
+
+    let in_flight_units = store_in_flight(&mut tx, client, shards, sku, t).await?;
+    ledger::rebuild::bump_gen(&mut tx, sku, gen, t).await?;
+    let late_counted = ledger::late::waiting(&mut tx, sku, t).await?;
+    let claims: Vec<Known> =
+        sources::ledger_claims(&mut tx, sku, opts.ledger_page.max(1), t).await?;
+    let mut floors = sources::stream_floors(&mut tx, shards, t).await?;
+    // The consumer's committed place too: it passes poison entries, which are no claims, so
+    // the claims' top can sit below it; a new master handing out ids at or below the place
+    // would be read only through the new-master rule (`consumer/src/shard.rs`).
+    consumer_floors(&mut tx, client, shards, &mut floors, t).await?;
+
+    let holds = standing_holds(client, sku, shards).await?;
+    ledger::rebuild::commit(tx, t).await?;
+    Ok(LedgerRead {
+        gen,
+        meta,
+        applied_waves,
+        in_flight_units,
+        late_counted,
+        claims,
+        floors,
+        holds,
+    })
+}
+
+/// Each shard's image from the ledger's claims and the standing holds, with its stream's
+/// floor.
+pub(super) fn image_of(
+    client: &StockClient,
+    shards: &[u16],
+    meta: &SkuMeta,
+    claims: &[Known],
+    holds: &HashMap<u16, Vec<(String, u64)>>,
+    floors: &HashMap<u16, EntryId>,
+) -> Images {
+    let shares: Vec<(u16, u64)> = shards.iter().copied().zip(meta.slices()).collect();
+    let request_ttl = client.config().request_ttl.as_millis() as i64;
+    let mut img = image::compute(&shares, claims, holds, shard_router::now_ms(), request_ttl);
+
+    // A stream is its shard's, shared by every SKU placed there: the floor is read over all
+    // of them, this SKU's found in-flight claims included (stored above).
+    for sh in &mut img.shards {
+        sh.stream_floor = floors.get(&sh.shard).copied();
+    }
+    img
+}
+
+/// Counts the late claims waiting for this rebuild's generation.
+pub(super) async fn sweep_late(
+    pool: &MySqlPool,
+    client: &StockClient,
+    sku: u64,
+    t: Duration,
+    replica_wait: ReplicaWait,
+) -> Result<(), OpsError> {
+    // Late claims that committed between this rebuild's commit and its write waited for
+    // the shards to carry this generation; count them now rather than at the next sweep.
+    let waiting = late::sweep_with(pool, client, Some(sku), t, replica_wait).await?;
+    if waiting > 0 {
+        tracing::warn!(
+            sku,
+            waiting,
+            "rebuild: late claims still waiting for their shards"
+        );
     }
     Ok(())
 }
