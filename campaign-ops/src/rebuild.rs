@@ -59,22 +59,18 @@ mod image;
 mod lease;
 
 mod sources;
+mod steps;
 pub mod watch;
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use serde::Serialize;
-use shard_router::rebuild::FenceOutcome;
 use shard_router::StockClient;
 use sqlx::MySqlPool;
 
 use crate::OpsError;
-use consumer::replica::{self, ReplicaWait};
-use consumer::{commit, late};
-use image::Known;
-use shard_router::stream::ShardStream;
 pub(crate) use sources::in_flight;
+use steps::LedgerRead;
 
 /// Fences after the write before a rebuild gives up on a replica confirming it (each one
 /// bounded by the replica wait, a wait apart).
@@ -155,30 +151,7 @@ pub async fn rebuild(
     let shards = client.placement().shards_of(sku, c.width);
     let token = token();
 
-    // Look first, so a rebuild in progress is not disturbed by fencing its finished shards.
-    let now = shard_router::now_ms();
-    for &shard in &shards {
-        if let Some((holder, expires_ms)) = client.rebuild_fence(sku, shard).await? {
-            if expires_ms > now {
-                return Err(busy(sku, shard, &holder, expires_ms));
-            }
-        }
-    }
-    // Each master's replication id before this rebuild writes anything, so the fence after
-    // its write can tell a failover in between (`replica::write_confirmed`).
-    let mut before = HashMap::new();
-    if opts.replica_wait != ReplicaWait::Off {
-        for &shard in &shards {
-            before.insert(shard, client.replication(shard).await?);
-        }
-    }
-    for &shard in &shards {
-        if let FenceOutcome::Busy { holder, expires_ms } =
-            client.fence_rebuild(sku, shard, &token, opts.lease).await?
-        {
-            return Err(busy(sku, shard, &holder, expires_ms));
-        }
-    }
+    let before = steps::fence(client, sku, &shards, &token, opts).await?;
     let _renewal = lease::Renewal::start(
         client.clone(),
         sku,
@@ -192,126 +165,28 @@ pub async fn rebuild(
         tokio::time::sleep(opts.quiesce).await;
     }
 
-    // Read before the transaction, which keeps to its one connection (a draw does not
-    // change under a rebuild: its mode and seed are fixed at creation).
-    let mode = crate::sku::meta_of(pool, &c, t).await?;
-    let mut tx = ledger::rebuild::begin(pool, t).await?;
-    // Batches of this SKU wait from here to the commit (they take the row shared first).
-    // Everything below is read in this transaction, so the rebuild needs no second
-    // connection while batches wait on the row with theirs.
-    let locked = ledger::rebuild::lock_campaign(&mut tx, sku, t).await?;
-    let (gen, stock) = (locked.rebuild_gen + 1, locked.stock);
-    // A stock wave takes the campaign row too, so the stock read here and the applied
-    // waves below belong together.
-    c.stock = stock;
-    let meta = shard_router::SkuMeta {
-        mode: mode.mode,
-        ..crate::sku::meta(&c)
-    };
-    // The only wave ids a rebuilt wave hash keeps, so a wave half applied before the
-    // rebuild is applied again in full by its retry.
-    let applied_waves = ledger::rebuild::applied_waves(&mut tx, sku, t).await?;
+    let LedgerRead {
+        gen,
+        meta,
+        applied_waves,
+        in_flight_units,
+        late_counted,
+        claims,
+        floors,
+        holds,
+    } = steps::read_ledger(pool, client, &mut c, &shards, sku, opts, t).await?;
 
-    let streams: Vec<ShardStream> = shards
-        .iter()
-        // Only XRANGE is used: every entry counts, whichever group holds it.
-        .map(|&s| ShardStream::new(client, s))
-        .collect();
-    let found = in_flight(client, &streams, sku).await?;
-    let refs: Vec<&shard_router::ClaimRecord> = found.iter().collect();
-    // In the ledger when this commits = counted by this rebuild (`consumer/src/late.rs`).
-    let mut in_flight_units = 0;
-    // In batch-sized statements: after a consumer outage the streams can be long.
-    for chunk in refs.chunks(consumer::config::MAX_BATCH_ROWS) {
-        in_flight_units += commit::store(&mut tx, chunk, None, t).await?.inserted_units;
-    }
-    ledger::rebuild::bump_gen(&mut tx, sku, gen, t).await?;
-    let late_counted = ledger::late::waiting(&mut tx, sku, t).await?;
-    let claims: Vec<Known> =
-        sources::ledger_claims(&mut tx, sku, opts.ledger_page.max(1), t).await?;
-    let mut floors = sources::stream_floors(&mut tx, &shards, t).await?;
-    // The consumer's committed place too: it passes poison entries, which are no claims, so
-    // the claims' top can sit below it; a new master handing out ids at or below the place
-    // would be read only through the new-master rule (`consumer/src/shard.rs`).
-    for &shard in &shards {
-        let key = shard_router::keys::claims_stream(client.placement(), shard);
-        let place = ledger::places::place_in(&mut tx, &key, t).await?;
-        let at = place.and_then(|id| shard_router::codec::parse_entry_id(&id));
-        // "0-0": nothing committed yet, no floor (XADD refuses an id of 0-0).
-        if let Some(at) = at.filter(|&at| at > (0, 0)) {
-            let f = floors.entry(shard).or_insert(at);
-            *f = (*f).max(at);
-        }
-    }
-
-    let mut holds = HashMap::new();
-    for &shard in &shards {
-        let fields = client
-            .holds(sku, shard)
-            .await?
-            .into_iter()
-            .map(|h| (format!("{}|{}", h.user, h.user_seq), h.gen))
-            .collect();
-        holds.insert(shard, fields);
-    }
-    ledger::rebuild::commit(tx, t).await?;
-
-    let shares: Vec<(u16, u64)> = shards.iter().copied().zip(meta.slices()).collect();
-    let request_ttl = client.config().request_ttl.as_millis() as i64;
-    let mut img = image::compute(
-        &shares,
-        &claims,
-        &holds,
-        shard_router::now_ms(),
-        request_ttl,
-    );
-
-    // A stream is its shard's, shared by every SKU placed there: the floor is read over all
-    // of them, this SKU's found in-flight claims included (stored above).
-    for sh in &mut img.shards {
-        sh.stream_floor = floors.get(&sh.shard).copied();
-    }
+    let img = steps::image_of(client, &shards, &meta, &claims, &holds, &floors);
     client.store_answers(sku, &img.answers).await?;
-    for shard in &img.shards {
-        if !client
-            .write_rebuild(&meta, &token, shard, &applied_waves, gen)
-            .await?
-        {
-            return Err(OpsError::Invalid(format!(
-                "sku {sku}: another rebuild took shard {} over (this one's lease ran out); \
-                 that one finishes the job",
-                shard.shard
-            )));
-        }
-    }
+    steps::write_shards(client, sku, &meta, &token, &img.shards, &applied_waves, gen).await?;
     // A draw's shards first: a gateway that sees the metadata finds the draw open.
     crate::draw::open(pool, client, &c, t).await?;
     client.write_sku_meta(&meta).await?;
     drop(_renewal);
     // Nothing relies on the write before a replica holds it: a failover would bring back
     // the fenced or the previous shard while the ledger took the late claims as counted.
-    for (&shard, b) in &before {
-        if !replica::write_confirmed_within(client, shard, opts.replica_wait, b, CONFIRM_ATTEMPTS)
-            .await
-        {
-            return Err(OpsError::Unconfirmed(format!(
-                "sku {sku}: the rebuild of shard {shard} is written but no replica holds it \
-                 yet; the late claims it counted stay waiting (the sweep marks them once it \
-                 is confirmed, or applies them if a failover rolled it back); running the \
-                 rebuild (or the preheat) again once the replica is back finishes it"
-            )));
-        }
-    }
-    // Late claims that committed between this rebuild's commit and its write waited for
-    // the shards to carry this generation; count them now rather than at the next sweep.
-    let waiting = late::sweep_with(pool, client, Some(sku), t, opts.replica_wait).await?;
-    if waiting > 0 {
-        tracing::warn!(
-            sku,
-            waiting,
-            "rebuild: late claims still waiting for their shards"
-        );
-    }
+    steps::confirm(client, sku, &before, opts.replica_wait).await?;
+    steps::sweep_late(pool, client, sku, t, opts.replica_wait).await?;
 
     let report = Report {
         sku,
@@ -328,18 +203,7 @@ pub async fn rebuild(
         flush,
     };
     let detail = serde_json::to_string(&report).unwrap_or_default();
-    if report.oversold > 0 {
-        tracing::error!(sku, %detail, "rebuild: more units taken than the stock");
-        ledger::anomalies::anomaly(
-            pool,
-            "oversold",
-            &format!("{sku}:{token}"),
-            Some(sku),
-            &detail,
-            t,
-        )
-        .await?;
-    }
+    steps::record_oversold(pool, sku, &token, &report, &detail, t).await?;
     metrics::counter!(crate::metrics::REBUILDS).increment(1);
     tracing::info!(sku, %detail, "rebuild: Redis written back from the ledger");
     Ok(report)

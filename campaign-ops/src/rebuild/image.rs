@@ -79,20 +79,7 @@ pub(super) fn compute(
                 rel_user.entry(r.home).or_default().push(r.claim_id.clone());
             }
         }
-        if let Some(rid) = &r.request_id {
-            let age = now_ms.saturating_sub(r.ts_ms).max(0);
-            if age < request_ttl_ms {
-                out.answers.push(ReplayAnswer {
-                    home: r.home,
-                    user: r.user.clone(),
-                    request_id: rid.clone(),
-                    claim_id: r.claim_id.clone(),
-                    shard: r.shard,
-                    qty: r.qty,
-                    ttl: std::time::Duration::from_millis((request_ttl_ms - age) as u64),
-                });
-            }
-        }
+        push_answer(&mut out.answers, r, now_ms, request_ttl_ms);
     }
     for &(shard, share) in shares {
         let t = taken.get(&shard).copied().unwrap_or(0);
@@ -100,15 +87,7 @@ pub(super) fn compute(
         // before the slice grows (`lua/release_stock.lua`, `lua/wave.lua`).
         let debt = t.saturating_sub(share);
         out.oversold += debt;
-        let matched_holds = holds
-            .get(&shard)
-            .map(|hs| {
-                hs.iter()
-                    .filter(|(field, gen)| claimed.contains(&(shard, field.clone(), *gen)))
-                    .map(|(field, _)| field.clone())
-                    .collect()
-            })
-            .unwrap_or_default();
+        let matched_holds = matched_holds(holds, &claimed, shard);
         out.shards.push(ShardImage {
             shard,
             slice: share.saturating_sub(t) as i64,
@@ -127,6 +106,41 @@ pub(super) fn compute(
         });
     }
     out
+}
+
+/// The replay answer of `r`'s request, while its request id still lives.
+fn push_answer(answers: &mut Vec<ReplayAnswer>, r: &ClaimRecord, now_ms: i64, request_ttl_ms: i64) {
+    if let Some(rid) = &r.request_id {
+        let age = now_ms.saturating_sub(r.ts_ms).max(0);
+        if age < request_ttl_ms {
+            answers.push(ReplayAnswer {
+                home: r.home,
+                user: r.user.clone(),
+                request_id: rid.clone(),
+                claim_id: r.claim_id.clone(),
+                shard: r.shard,
+                qty: r.qty,
+                ttl: std::time::Duration::from_millis((request_ttl_ms - age) as u64),
+            });
+        }
+    }
+}
+
+/// The `user|seq` fields of `shard`'s holds whose claim (of the same generation) is known.
+fn matched_holds(
+    holds: &HashMap<ShardId, Vec<(String, u64)>>,
+    claimed: &HashSet<(ShardId, String, u64)>,
+    shard: ShardId,
+) -> Vec<String> {
+    holds
+        .get(&shard)
+        .map(|hs| {
+            hs.iter()
+                .filter(|(field, gen)| claimed.contains(&(shard, field.clone(), *gen)))
+                .map(|(field, _)| field.clone())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

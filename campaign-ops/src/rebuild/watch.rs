@@ -21,7 +21,7 @@
 
 use std::time::Duration;
 
-use shard_router::{ShardId, StockClient};
+use shard_router::{ShardId, StockClient, StockError};
 use sqlx::MySqlPool;
 use tokio::sync::watch;
 
@@ -158,16 +158,9 @@ async fn check_sku(
     if missing.is_empty() || !super::ledger_has_claims(pool, sku, t).await.map_err(fail)? {
         return Ok(Checked::Fine);
     }
-    let mut fenced = false;
-    for &s in &missing {
-        if let Some((_, expires)) = client
-            .rebuild_fence(sku, s)
-            .await
-            .map_err(|e| fail(e.into()))?
-        {
-            fenced |= expires > shard_router::now_ms();
-        }
-    }
+    let fenced = fence_standing(client, sku, &missing)
+        .await
+        .map_err(|e| fail(e.into()))?;
     if fenced {
         return Ok(Checked::Pending(shards));
     }
@@ -192,6 +185,21 @@ async fn check_sku(
         }
         Err(e) => Err(fail(e)),
     }
+}
+
+/// Whether a rebuild fence still stands on any of `shards` (a rebuild under way there).
+async fn fence_standing(
+    client: &StockClient,
+    sku: u64,
+    shards: &[ShardId],
+) -> Result<bool, StockError> {
+    let mut fenced = false;
+    for &s in shards {
+        if let Some((_, expires)) = client.rebuild_fence(sku, s).await? {
+            fenced |= expires > shard_router::now_ms();
+        }
+    }
+    Ok(fenced)
 }
 
 /// Writes a live SKU's metadata (`fg:sku:<sku>`, `fg:skus`) back from the ledger when

@@ -89,16 +89,7 @@ pub fn account(before: &Before, snaps: &[ShardSnap], after: &After) -> Accountin
             expected: shares.get(i).copied().unwrap_or(0),
             ..Default::default()
         };
-        let mut unknown_waves = Vec::new();
-        for (wave, units) in &snap.waves {
-            if before.applied_waves.contains(wave) {
-                // Already in the stock read before.
-            } else if after.waves.contains(wave) {
-                f.expected += units;
-            } else {
-                unknown_waves.push(format!("{wave} ({units})"));
-            }
-        }
+        let unknown_waves = expected_waves(&mut f, snap, before, after);
         // Entries in the streams at the snapshot: taken, units out of the slice unless a
         // duplicate's units already went back (then the claim id is in the release set).
         let mut seen: HashSet<&str> = HashSet::new();
@@ -113,31 +104,8 @@ pub fn account(before: &Before, snaps: &[ShardSnap], after: &After) -> Accountin
                 f.in_flight += qty;
             }
         }
-        let (mut not_returned, mut returned_active, mut unreadable) = (vec![], vec![], vec![]);
-        for r in rows_by_shard.get(&snap.shard).into_iter().flatten() {
-            if seen.contains(r.claim_id.as_str()) {
-                continue;
-            }
-            let Some((_, entry)) = claim_entry(&r.claim_id) else {
-                unreadable.push(r.claim_id.clone());
-                continue;
-            };
-            if entry > snap.cutoff {
-                continue; // taken after the snapshot: its units are still in `slice`
-            }
-            if snap.released.contains(&r.claim_id) {
-                if r.active() {
-                    // Redis gave the units back, yet the ledger still sells them.
-                    f.active_ledger += r.qty;
-                    returned_active.push(r.claim_id.clone());
-                }
-            } else if before.released.contains(&r.claim_id) {
-                // Released in the ledger before the snapshot, but not back in the slice.
-                not_returned.push(r.claim_id.clone());
-            } else {
-                f.active_ledger += r.qty;
-            }
-        }
+        let (not_returned, returned_active, unreadable) =
+            ledger_rows(&mut f, snap, before, &rows_by_shard, &seen);
         // Late claims whose apply is still to come on this shard: unapplied at the anchor,
         // or committed after the snapshot's ledger reads (so after `T_s`). Whatever their
         // status (a released one's units went to the slice too), the apply takes them.
@@ -154,68 +122,15 @@ pub fn account(before: &Before, snaps: &[ShardSnap], after: &After) -> Accountin
         }
         f.drift = f.slice - f.late_pending + f.in_flight + f.active_ledger - f.debt - f.expected;
         let s = snap.shard;
-        if f.debt != 0 {
-            out.details.push(format!(
-                "shard {s}: debt {}: unit(s) sold beyond the slice (a late claim or a rebuild \
-                 found them sold again); the shard's next releases and waves pay it first{}",
-                f.debt,
-                if f.slice > 0 {
-                    " (yet the slice is above 0: it should have been paid)"
-                } else {
-                    ""
-                }
-            ));
-        }
-        if !unknown_waves.is_empty() {
-            out.details.push(format!(
-                "shard {s}: waves in Redis the ledger never scheduled: {}",
-                named(&unknown_waves)
-            ));
-        }
-        if !returned_active.is_empty() {
-            out.details.push(format!(
-                "shard {s}: units back in the slice for {} claim(s) the ledger still counts as sold: {}",
-                returned_active.len(),
-                named(&returned_active)
-            ));
-        }
-        if !not_returned.is_empty() {
-            out.details.push(format!(
-                "shard {s}: {} claim(s) released in the ledger whose units Redis never got back: {}",
-                not_returned.len(),
-                named(&not_returned)
-            ));
-        }
-        if !unreadable.is_empty() {
-            out.details.push(format!(
-                "shard {s}: claim ids that are not <shard>-<entry id>: {}",
-                named(&unreadable)
-            ));
-        }
-        if f.late_pending != 0 {
-            out.details.push(format!(
-                "shard {s}: {} unit(s) of late claims committed but not applied yet: still in the slice",
-                f.late_pending
-            ));
-        }
-        if f.drift != 0 {
-            out.details.push(format!(
-                "shard {s}: slice {}{} + in flight {} + ledger {} − debt {} = {} against {} released: {} {} unit(s)",
-                f.slice,
-                if f.late_pending != 0 {
-                    format!(" − late {}", f.late_pending)
-                } else {
-                    String::new()
-                },
-                f.in_flight,
-                f.active_ledger,
-                f.debt,
-                f.drift + f.expected,
-                f.expected,
-                if f.drift > 0 { "Redis holds" } else { "missing" },
-                f.drift.abs()
-            ));
-        }
+        describe(
+            &mut out,
+            &f,
+            s,
+            &unknown_waves,
+            &returned_active,
+            &not_returned,
+            &unreadable,
+        );
         out.shards.push(f);
     }
     let gap = (before.stock - before.available) - before.held_rows;
@@ -227,6 +142,139 @@ pub fn account(before: &Before, snaps: &[ShardSnap], after: &After) -> Accountin
         ));
     }
     out
+}
+
+/// Adds to `f.expected` the waves of `snap` the ledger scheduled after the stock read
+/// before; returns those it never scheduled.
+fn expected_waves(
+    f: &mut ShardFigures,
+    snap: &ShardSnap,
+    before: &Before,
+    after: &After,
+) -> Vec<String> {
+    let mut unknown_waves = Vec::new();
+    for (wave, units) in &snap.waves {
+        if before.applied_waves.contains(wave) {
+            // Already in the stock read before.
+        } else if after.waves.contains(wave) {
+            f.expected += units;
+        } else {
+            unknown_waves.push(format!("{wave} ({units})"));
+        }
+    }
+    unknown_waves
+}
+
+/// Adds to `f.active_ledger` the ledger rows of `snap`'s shard up to its cutoff that are not
+/// among the stream entries `seen`; returns the claims released in the ledger whose units
+/// Redis never got back, those back in the slice yet still sold, and unreadable claim ids.
+fn ledger_rows(
+    f: &mut ShardFigures,
+    snap: &ShardSnap,
+    before: &Before,
+    rows_by_shard: &HashMap<u16, Vec<&Row>>,
+    seen: &HashSet<&str>,
+) -> (Vec<String>, Vec<String>, Vec<String>) {
+    let (mut not_returned, mut returned_active, mut unreadable) = (vec![], vec![], vec![]);
+    for r in rows_by_shard.get(&snap.shard).into_iter().flatten() {
+        if seen.contains(r.claim_id.as_str()) {
+            continue;
+        }
+        let Some((_, entry)) = claim_entry(&r.claim_id) else {
+            unreadable.push(r.claim_id.clone());
+            continue;
+        };
+        if entry > snap.cutoff {
+            continue; // taken after the snapshot: its units are still in `slice`
+        }
+        if snap.released.contains(&r.claim_id) {
+            if r.active() {
+                // Redis gave the units back, yet the ledger still sells them.
+                f.active_ledger += r.qty;
+                returned_active.push(r.claim_id.clone());
+            }
+        } else if before.released.contains(&r.claim_id) {
+            // Released in the ledger before the snapshot, but not back in the slice.
+            not_returned.push(r.claim_id.clone());
+        } else {
+            f.active_ledger += r.qty;
+        }
+    }
+    (not_returned, returned_active, unreadable)
+}
+
+/// The lines of `out.details` that explain shard `s`'s figures `f`.
+fn describe(
+    out: &mut Accounting,
+    f: &ShardFigures,
+    s: u16,
+    unknown_waves: &[String],
+    returned_active: &[String],
+    not_returned: &[String],
+    unreadable: &[String],
+) {
+    if f.debt != 0 {
+        out.details.push(format!(
+            "shard {s}: debt {}: unit(s) sold beyond the slice (a late claim or a rebuild \
+             found them sold again); the shard's next releases and waves pay it first{}",
+            f.debt,
+            if f.slice > 0 {
+                " (yet the slice is above 0: it should have been paid)"
+            } else {
+                ""
+            }
+        ));
+    }
+    if !unknown_waves.is_empty() {
+        out.details.push(format!(
+            "shard {s}: waves in Redis the ledger never scheduled: {}",
+            named(unknown_waves)
+        ));
+    }
+    if !returned_active.is_empty() {
+        out.details.push(format!(
+            "shard {s}: units back in the slice for {} claim(s) the ledger still counts as sold: {}",
+            returned_active.len(),
+            named(returned_active)
+        ));
+    }
+    if !not_returned.is_empty() {
+        out.details.push(format!(
+            "shard {s}: {} claim(s) released in the ledger whose units Redis never got back: {}",
+            not_returned.len(),
+            named(not_returned)
+        ));
+    }
+    if !unreadable.is_empty() {
+        out.details.push(format!(
+            "shard {s}: claim ids that are not <shard>-<entry id>: {}",
+            named(unreadable)
+        ));
+    }
+    if f.late_pending != 0 {
+        out.details.push(format!(
+            "shard {s}: {} unit(s) of late claims committed but not applied yet: still in the slice",
+            f.late_pending
+        ));
+    }
+    if f.drift != 0 {
+        out.details.push(format!(
+            "shard {s}: slice {}{} + in flight {} + ledger {} − debt {} = {} against {} released: {} {} unit(s)",
+            f.slice,
+            if f.late_pending != 0 {
+                format!(" − late {}", f.late_pending)
+            } else {
+                String::new()
+            },
+            f.in_flight,
+            f.active_ledger,
+            f.debt,
+            f.drift + f.expected,
+            f.expected,
+            if f.drift > 0 { "Redis holds" } else { "missing" },
+            f.drift.abs()
+        ));
+    }
 }
 
 #[cfg(test)]

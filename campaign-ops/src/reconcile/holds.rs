@@ -48,32 +48,14 @@ pub async fn resolve_stale_holds(
     t: Duration,
     replicas: ReplicaWait,
 ) -> Result<Resolution, OpsError> {
-    let mut stale = Vec::new();
-    for &home in shards {
-        for h in client.holds(sku, home).await? {
-            if h.expires_ms < now_ms {
-                stale.push((home, h.user, h.user_seq, h.gen, h.request_id));
-            }
-        }
-    }
+    let stale = stale_holds(client, sku, shards, now_ms).await?;
     if stale.is_empty() {
         return Ok(Resolution::default());
     }
     // Each master's replication id before its streams are read and its holds settled (a
     // hold read from a master that failed over since is settled, or found gone, on the new
     // one: the script decides on what that master has).
-    let mut before: HashMap<ShardId, ReplicationInfo> = HashMap::new();
-    if replicas != ReplicaWait::Off {
-        for s in shards
-            .iter()
-            .copied()
-            .chain(streams.iter().map(|s| s.shard))
-        {
-            if let std::collections::hash_map::Entry::Vacant(e) = before.entry(s) {
-                e.insert(client.replication(s).await?);
-            }
-        }
-    }
+    let before = replication_before(client, streams, shards, replicas).await?;
     let pending: HashMap<(String, u64), ClaimRecord> = in_flight(client, streams, sku)
         .await?
         .into_iter()
@@ -98,19 +80,8 @@ pub async fn resolve_stale_holds(
                 // A take on the home shard shares the settle's fate (one master, in order),
                 // and the fence below covers both.
                 Some(r) if r.shard != home => {
-                    let ok = match confirmed.get(&r.shard) {
-                        Some(&ok) => ok,
-                        None => {
-                            let ok = match before.get(&r.shard) {
-                                Some(b) => {
-                                    replica::write_confirmed(client, r.shard, replicas, b).await
-                                }
-                                None => true,
-                            };
-                            confirmed.insert(r.shard, ok);
-                            ok
-                        }
-                    };
+                    let ok =
+                        take_on_replica(client, &mut confirmed, &before, r.shard, replicas).await;
                     if !ok {
                         tracing::warn!(sku, user = %user, seq, shard = r.shard, "stale hold left: its take is not on a replica yet");
                         out.unconfirmed += 1;
@@ -125,18 +96,7 @@ pub async fn resolve_stale_holds(
         // The settle names the hold read above by its generation: by now it may be gone
         // and, after a loss and its rebuild, another request's hold may have its
         // `user|seq`, which this decision is not about.
-        let how = match found {
-            Some((claim_id, shard, qty)) => Settlement::KeepOwn {
-                claim: Claim {
-                    claim_id,
-                    sku,
-                    shard,
-                    qty,
-                },
-                gen,
-            },
-            None => Settlement::UndoOwn { gen },
-        };
+        let how = settlement(found, sku, gen);
         let res = client
             .settle(sku, home, &user, seq, rid.as_deref(), &how)
             .await?
@@ -146,6 +106,102 @@ pub async fn resolve_stale_holds(
             tracing::warn!(sku, user = %user, seq, keep = matches!(how, Settlement::KeepOwn { .. }), "stale hold resolved");
         }
     }
+    fence_settled(client, sku, &before, replicas, settled, &mut out).await;
+    Ok(out)
+}
+
+/// Keep the hold of generation `gen` for the take `found` (claim id, shard, units), or
+/// undo it when there is none.
+fn settlement(found: Option<(String, ShardId, u32)>, sku: u64, gen: u64) -> Settlement {
+    match found {
+        Some((claim_id, shard, qty)) => Settlement::KeepOwn {
+            claim: Claim {
+                claim_id,
+                sku,
+                shard,
+                qty,
+            },
+            gen,
+        },
+        None => Settlement::UndoOwn { gen },
+    }
+}
+
+/// A stale hold as read from its home shard: `(home, user, user_seq, gen, request_id)`.
+type StaleHold = (ShardId, String, u64, u64, Option<String>);
+
+/// Holds of `sku` on `shards` past their expiry at `now_ms`.
+async fn stale_holds(
+    client: &StockClient,
+    sku: u64,
+    shards: &[u16],
+    now_ms: i64,
+) -> Result<Vec<StaleHold>, OpsError> {
+    let mut stale = Vec::new();
+    for &home in shards {
+        for h in client.holds(sku, home).await? {
+            if h.expires_ms < now_ms {
+                stale.push((home, h.user, h.user_seq, h.gen, h.request_id));
+            }
+        }
+    }
+    Ok(stale)
+}
+
+/// The replication id of every home and stream shard (none when no replica is required).
+async fn replication_before(
+    client: &StockClient,
+    streams: &[ShardStream],
+    shards: &[u16],
+    replicas: ReplicaWait,
+) -> Result<HashMap<ShardId, ReplicationInfo>, OpsError> {
+    let mut before: HashMap<ShardId, ReplicationInfo> = HashMap::new();
+    if replicas != ReplicaWait::Off {
+        for s in shards
+            .iter()
+            .copied()
+            .chain(streams.iter().map(|s| s.shard))
+        {
+            if let std::collections::hash_map::Entry::Vacant(e) = before.entry(s) {
+                e.insert(client.replication(s).await?);
+            }
+        }
+    }
+    Ok(before)
+}
+
+/// Whether a replica confirmed what was read from `shard`, asked once per round and
+/// remembered in `confirmed`.
+async fn take_on_replica(
+    client: &StockClient,
+    confirmed: &mut HashMap<ShardId, bool>,
+    before: &HashMap<ShardId, ReplicationInfo>,
+    shard: ShardId,
+    replicas: ReplicaWait,
+) -> bool {
+    match confirmed.get(&shard) {
+        Some(&ok) => ok,
+        None => {
+            let ok = match before.get(&shard) {
+                Some(b) => replica::write_confirmed(client, shard, replicas, b).await,
+                None => true,
+            };
+            confirmed.insert(shard, ok);
+            ok
+        }
+    }
+}
+
+/// One fence per home shard over the holds settled on it: confirmed ones count as
+/// resolved, the rest as unconfirmed.
+async fn fence_settled(
+    client: &StockClient,
+    sku: u64,
+    before: &HashMap<ShardId, ReplicationInfo>,
+    replicas: ReplicaWait,
+    settled: HashMap<ShardId, usize>,
+    out: &mut Resolution,
+) {
     for (home, n) in settled {
         let ok = match before.get(&home) {
             Some(b) => replica::write_confirmed(client, home, replicas, b).await,
@@ -164,7 +220,6 @@ pub async fn resolve_stale_holds(
             out.unconfirmed += n;
         }
     }
-    Ok(out)
 }
 
 /// Whether a replica holds everything the masters of `shards` wrote so far (resolutions of

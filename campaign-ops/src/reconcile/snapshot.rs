@@ -12,6 +12,7 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
+use shard_router::audit::Anchor;
 use shard_router::codec::{ClaimId, EntryId};
 use shard_router::{ShardId, StockClient};
 use sqlx::MySqlPool;
@@ -81,6 +82,42 @@ pub async fn take(
     client
         .scan_released(shard, sku, page, &mut released)
         .await?;
+    let a = anchor(pool, client, sku, shard, page, t, &mut released).await?;
+    let (a, late_known, late_unapplied) = a.ok_or_else(|| {
+        OpsError::Invalid(format!(
+            "shard {shard}: the release set or the late claims of sku {sku} kept changing under {ANCHOR_ATTEMPTS} anchors; try again"
+        ))
+    })?;
+    // Step 4: entries taken up to the cutoff, still in the claims stream.
+    let entries = client.units_taken(shard, sku, a.cutoff, page).await?;
+    Ok(ShardSnap {
+        shard,
+        slice: a.slice,
+        cutoff: a.cutoff,
+        epoch: a.epoch,
+        entries,
+        released,
+        waves: a.waves,
+        held: a.held,
+        debt: a.debt,
+        gen: a.gen,
+        late_known,
+        late_unapplied,
+    })
+}
+
+/// Steps 2–3, tried up to [`ANCHOR_ATTEMPTS`] times: the anchor with the late claims the
+/// ledger listed around it and those of them unapplied at `T_s`, growing `released` with
+/// every member seen (`None`: the set or the late claims kept moving).
+async fn anchor(
+    pool: &MySqlPool,
+    client: &StockClient,
+    sku: u64,
+    shard: ShardId,
+    page: usize,
+    t: Duration,
+    released: &mut HashSet<String>,
+) -> Result<Option<(Anchor, HashSet<String>, HashSet<String>)>, OpsError> {
     let mut a = None;
     for _ in 0..ANCHOR_ATTEMPTS {
         let late = ledger::books::late_of_shard(pool, sku, shard, t).await?;
@@ -91,20 +128,9 @@ pub async fn take(
             .map(|(id, _)| id.clone())
             .collect();
         client
-            .released_now(shard, sku, &unseen, page, &mut released)
+            .released_now(shard, sku, &unseen, page, released)
             .await?;
-        // Still unseen: releases not done yet (`releasing` first), or lost by Redis.
-        let mut ask: Vec<(&String, bool)> = started
-            .iter()
-            .filter(|(id, _)| !released.contains(id))
-            .map(|(id, releasing)| (id, *releasing))
-            .collect();
-        ask.sort_by_key(|(_, releasing)| !releasing);
-        let ask: Vec<String> = ask
-            .into_iter()
-            .take(page)
-            .map(|(id, _)| id.clone())
-            .collect();
+        let ask = still_unseen(&started, released, page);
         // Late claims unapplied in the ledger: the anchor tells which ones Redis counted by
         // `T_s` (their mark). One applied since this read is marked; one committed since is
         // not in the list, and the read after the anchor catches it.
@@ -144,29 +170,27 @@ pub async fn take(
             known = released.len() + got.found.len(),
             "release set moved under the snapshot's anchor; reading it again"
         );
-        client
-            .scan_released(shard, sku, page, &mut released)
-            .await?;
+        client.scan_released(shard, sku, page, released).await?;
     }
-    let (a, late_known, late_unapplied) = a.ok_or_else(|| {
-        OpsError::Invalid(format!(
-            "shard {shard}: the release set or the late claims of sku {sku} kept changing under {ANCHOR_ATTEMPTS} anchors; try again"
-        ))
-    })?;
-    // Step 4: entries taken up to the cutoff, still in the claims stream.
-    let entries = client.units_taken(shard, sku, a.cutoff, page).await?;
-    Ok(ShardSnap {
-        shard,
-        slice: a.slice,
-        cutoff: a.cutoff,
-        epoch: a.epoch,
-        entries,
-        released,
-        waves: a.waves,
-        held: a.held,
-        debt: a.debt,
-        gen: a.gen,
-        late_known,
-        late_unapplied,
-    })
+    Ok(a)
+}
+
+/// Of the ledger's `started` releases, at most a page of those not in `released` to ask
+/// the anchor about.
+fn still_unseen(
+    started: &[(String, bool)],
+    released: &HashSet<String>,
+    page: usize,
+) -> Vec<String> {
+    // Still unseen: releases not done yet (`releasing` first), or lost by Redis.
+    let mut ask: Vec<(&String, bool)> = started
+        .iter()
+        .filter(|(id, _)| !released.contains(id))
+        .map(|(id, releasing)| (id, *releasing))
+        .collect();
+    ask.sort_by_key(|(_, releasing)| !releasing);
+    ask.into_iter()
+        .take(page)
+        .map(|(id, _)| id.clone())
+        .collect()
 }
