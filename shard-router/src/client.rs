@@ -16,8 +16,8 @@ use crate::conn::{RedisConn, RedisTarget, Timeouts};
 use crate::error::StockError;
 use crate::guard::{Guards, Selling};
 use crate::keys::ShardKeys;
+use crate::outcome::Confirmation;
 use crate::placement::{Placement, ShardId};
-use crate::protocol::Confirmation;
 use crate::reply::Reply;
 use crate::scripts;
 

@@ -277,3 +277,48 @@ pub struct ReleaseRequest {
     /// The user's home shard (holds the count).
     pub home: u16,
 }
+
+/// What replica durability (`StockConfig::replica_ack`) confirmed about a claim or replay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Confirmation {
+    /// No replica durability configured.
+    NotAsked,
+    /// A replica acknowledged every write the claim made (on the connections that made
+    /// them): it survives a failover.
+    Confirmed,
+    /// Taken on the primary, not (yet) confirmed: must not be acknowledged.
+    Unconfirmed,
+}
+
+impl Confirmation {
+    /// What a batch's WAIT counted (`None`: no replica durability).
+    pub(crate) fn of(acked: Option<u32>) -> Self {
+        match acked {
+            None => Self::NotAsked,
+            Some(n) if n >= 1 => Self::Confirmed,
+            Some(_) => Self::Unconfirmed,
+        }
+    }
+
+    /// Both confirmed, unless either was not asked.
+    pub(crate) fn and(self, other: Self) -> Self {
+        match (self, other) {
+            (Self::NotAsked, o) | (o, Self::NotAsked) => o,
+            (Self::Confirmed, Self::Confirmed) => Self::Confirmed,
+            _ => Self::Unconfirmed,
+        }
+    }
+
+    /// True unless replica durability is on and did not confirm.
+    pub fn acknowledgeable(self) -> bool {
+        self != Self::Unconfirmed
+    }
+}
+
+/// An outcome and what replica durability confirmed of the writes behind it: of one
+/// script's batch (`StockClient::claim_home`, `take`, `settle`), or of a whole claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Acked<T> {
+    pub outcome: T,
+    pub confirmation: Confirmation,
+}

@@ -9,6 +9,8 @@ use std::sync::Mutex;
 use crate::client::StockClient;
 use crate::error::StockError;
 use crate::outcome::*;
+// Also here, beside the claim that answers them.
+pub use crate::outcome::{Acked, Confirmation};
 use crate::placement::ShardId;
 
 /// What a caller knows about empty slices. The gateway backs this with its moka cache;
@@ -77,50 +79,6 @@ impl<'a> ClaimOptions<'a> {
             ..self
         }
     }
-}
-
-/// What replica durability (`StockConfig::replica_ack`) confirmed about a claim or replay.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Confirmation {
-    /// No replica durability configured.
-    NotAsked,
-    /// A replica acknowledged every write the claim made (on the connections that made
-    /// them): it survives a failover.
-    Confirmed,
-    /// Taken on the primary, not (yet) confirmed: must not be acknowledged.
-    Unconfirmed,
-}
-
-impl Confirmation {
-    /// What a batch's WAIT counted (`None`: no replica durability).
-    pub(crate) fn of(acked: Option<u32>) -> Self {
-        match acked {
-            None => Self::NotAsked,
-            Some(n) if n >= 1 => Self::Confirmed,
-            Some(_) => Self::Unconfirmed,
-        }
-    }
-
-    fn and(self, other: Self) -> Self {
-        match (self, other) {
-            (Self::NotAsked, o) | (o, Self::NotAsked) => o,
-            (Self::Confirmed, Self::Confirmed) => Self::Confirmed,
-            _ => Self::Unconfirmed,
-        }
-    }
-
-    /// True unless replica durability is on and did not confirm.
-    pub fn acknowledgeable(self) -> bool {
-        self != Self::Unconfirmed
-    }
-}
-
-/// An outcome and what replica durability confirmed of the writes behind it: of one
-/// script's batch (`StockClient::claim_home`, `take`, `settle`), or of a whole claim.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Acked<T> {
-    pub outcome: T,
-    pub confirmation: Confirmation,
 }
 
 /// Runs one claim end to end: its outcome, and what replica durability confirmed (the

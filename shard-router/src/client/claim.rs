@@ -7,9 +7,9 @@ use super::StockClient;
 use crate::error::StockError;
 use crate::guard::Selling;
 use crate::keys;
+use crate::outcome::Acked;
 use crate::outcome::*;
 use crate::placement::ShardId;
-use crate::protocol::Acked;
 use crate::scripts::code;
 
 impl StockClient {
