@@ -8,8 +8,8 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use clap::{ArgAction, Args, CommandFactory, FromArgMatches, Parser};
-use consumer::config::millis;
+use clap::{ArgAction, Args};
+use consumer::config::{millis, parsed_defaults};
 use shard_router::RedisTarget;
 
 /// Reconciliation runs kept in the ledger per SKU when not configured.
@@ -75,19 +75,7 @@ impl Config {
 
     /// Every setting at its default, whatever the `FLASHGATE_*` variables say.
     pub fn defaults() -> Self {
-        #[derive(Parser)]
-        struct Defaults {
-            #[command(flatten)]
-            cfg: Config,
-        }
-        let cmd = Defaults::command().mut_args(|a| a.env(None::<&str>));
-        let parsed = cmd
-            .try_get_matches_from(["consumer"])
-            .and_then(|m| Defaults::from_arg_matches(&m));
-        // Only a default that does not parse gets here; the unit tests parse them all.
-        let mut cfg = parsed
-            .unwrap_or_else(|e| panic!("consumer defaults: {e}"))
-            .cfg;
+        let mut cfg = parsed_defaults::<Self>();
         cfg.datapath = cfg.datapath.named();
         cfg
     }

@@ -114,20 +114,7 @@ impl Config {
 
     /// Every setting at its default, whatever the `FLASHGATE_*` variables say.
     pub fn defaults() -> Self {
-        #[derive(Parser)]
-        struct Defaults {
-            #[command(flatten)]
-            cfg: Config,
-        }
-        let cmd = Defaults::command().mut_args(|a| a.env(None::<&str>));
-        let parsed = cmd
-            .try_get_matches_from(["consumer"])
-            .and_then(|m| Defaults::from_arg_matches(&m));
-        // Only a default that does not parse gets here; the unit tests parse them all.
-        let cfg = parsed
-            .unwrap_or_else(|e| panic!("consumer defaults: {e}"))
-            .cfg;
-        cfg.named()
+        parsed_defaults::<Self>().named()
     }
 
     /// Gives an unnamed consumer its default name.
@@ -213,6 +200,25 @@ pub(crate) fn default_consumer_name() -> String {
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "consumer".into());
     format!("{host}-{}-{}", std::process::id(), shard_router::now_ms())
+}
+
+/// A settings group `C` at its defaults, whatever the `FLASHGATE_*` variables say: parsed
+/// from an empty command line with every variable switched off, so the defaults stated on
+/// the fields are the only ones (campaign-ops' settings use it too).
+pub fn parsed_defaults<C: Args + FromArgMatches>() -> C {
+    #[derive(Parser)]
+    struct Defaults<C: Args> {
+        #[command(flatten)]
+        cfg: C,
+    }
+    let cmd = Defaults::<C>::command().mut_args(|a| a.env(None::<&str>));
+    let parsed = cmd
+        .try_get_matches_from(["consumer"])
+        .and_then(|m| Defaults::<C>::from_arg_matches(&m));
+    // Only a default that does not parse gets here; the unit tests parse them all.
+    parsed
+        .unwrap_or_else(|e| panic!("consumer defaults: {e}"))
+        .cfg
 }
 
 #[cfg(test)]
