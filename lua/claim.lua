@@ -10,10 +10,13 @@
 --                           (`gen`, this shard's rebuild generation, names the hold: see the
 --                           hold below)
 -- KEYS[6] claims stream     {T}:claims
--- KEYS[7] request result    {T}:req:<sku>:<len>:<user>:<rid>  (unused when ARGV[5] == "")
+-- KEYS[7] request result    {T}:req:<sku>:<len>:<user>:<rid>  (with a request id only)
 -- ARGV[1] sku   ARGV[2] user   ARGV[3] qty (>= 1)   ARGV[4] now_ms (gateway clock)
--- ARGV[5] request id or ""   ARGV[6] this shard id   ARGV[7] hold ttl ms (0 = no hold)
--- ARGV[8] request result ttl s   ARGV[9] events channel
+-- ARGV[5] this shard id   ARGV[6] hold ttl ms (0 = no hold)
+-- ARGV[7] request id, ARGV[8] request result ttl s: both absent without a request id
+-- Every argument costs Redis work on every call, so the ones a claim without a request id
+-- does not use are not sent, and the events channel is the one constant `fg:events`
+-- (shard-router/src/keys.rs EVENTS_CHANNEL).
 -- Returns (never nil):
 --   {1, claim_id, user_seq, remaining}   CLAIMED
 --   {2, claim_id, shard, qty}            REPLAY of an earlier success under this request id
@@ -23,11 +26,20 @@
 --   {10, remaining}                      SOLD_OUT on this shard (no hold wanted)
 --   {11, held}                           LIMIT_REACHED
 --   {12} NOT_STARTED   {13} ENDED   {14} NOT_PREHEATED   {15} BAD_ARGUMENT
+--
+-- Numbers: a value read from Redis is a string, turned into a number by arithmetic (`+ 0`,
+-- one conversion) rather than `tonumber` (a function call that converts twice); counts go
+-- back to Redis as the caller's strings (ARGV[3]), since a Lua number is formatted with
+-- printf on every call. Both showed in Redis's profile of the claim path
+-- (bench/external/redis_instructions.sh).
 
--- qty must be a plain positive integer: its string is written as is below.
-local qty = string.match(ARGV[3], '^[1-9]%d*$') and tonumber(ARGV[3])
-local now = tonumber(ARGV[4])
-if not qty or not now then
+-- qty's string is written as is below, so it must be a plain integer: the first write,
+-- HINCRBY of the user's count, refuses any other form (an error, nothing written), and a
+-- qty below 1 is refused here. now_ms or a qty that is not a number at all is an error
+-- with nothing written either (arithmetic on such a string).
+local qty = ARGV[3] + 0
+local now = ARGV[4] + 0
+if qty < 1 then
   return {15}
 end
 
@@ -36,11 +48,10 @@ local stock = redis.call('GET', KEYS[1])
 if not stock or not meta[1] then
   return {14}
 end
-stock = tonumber(stock)
 
 -- Replay first: a retried success gets its first answer, even once the window closed.
 local user = ARGV[2]
-local rid = ARGV[5]
+local rid = ARGV[7] or ''
 if rid ~= '' then
   local seen = redis.call('GET', KEYS[7])
   if seen == 'P' then
@@ -52,31 +63,30 @@ if rid ~= '' then
     -- A leading `~` marks a reroute not yet confirmed on its shard (settle.lua): the
     -- caller checks that shard before acknowledging (shard-router/src/replay.rs).
     local claim_id, shard, q = string.match(seen, '^~?([^|]+)|([^|]+)|([^|]+)$')
-    return {2, claim_id, tonumber(shard), tonumber(q)}
+    return {2, claim_id, shard + 0, q + 0}
   end
 end
 
-if now < tonumber(meta[2]) then
+if now < meta[2] + 0 then
   return {12}
 end
-if now >= tonumber(meta[3]) then
+if now >= meta[3] + 0 then
   return {13}
 end
 
-local held = tonumber(redis.call('HGET', KEYS[3], user) or '0')
-if held + qty > tonumber(meta[1]) then
+local held = (redis.call('HGET', KEYS[3], user) or 0) + 0
+if held + qty > meta[1] + 0 then
   return {11, held}
 end
 
-local hold_ttl = tonumber(ARGV[7])
-if stock < qty and hold_ttl == 0 then
+stock = stock + 0
+if stock < qty and ARGV[6] == '0' then
   return {10, stock}
 end
 
--- Counts go to Redis as the caller's strings (ARGV[3]): a Lua number would be formatted
--- with printf on every call, which showed in Redis's profile of the claim path.
 redis.call('HINCRBY', KEYS[3], user, ARGV[3])
 local seq = redis.call('HINCRBY', KEYS[4], user, '1')
+local gen = meta[4] or '0'
 
 if stock < qty then
   -- '%d': `..` would write seq as 1e+14 from 10^14 on, a hold settle could not find.
@@ -85,11 +95,11 @@ if stock < qty then
   -- and fenced until then: lua/guard.lua). Settles and late applies act only on the hold
   -- they name.
   redis.call('HSET', KEYS[5], user .. '|' .. string.format('%d', seq),
-    qty .. '|' .. (now + hold_ttl) .. ':' .. (meta[4] or '0') .. '|' .. rid)
+    ARGV[3] .. '|' .. string.format('%d', now + ARGV[6]) .. ':' .. gen .. '|' .. rid)
   if rid ~= '' then
     redis.call('SET', KEYS[7], 'P', 'EX', ARGV[8])
   end
-  return {3, seq, stock, tonumber(meta[4] or '0')}
+  return {3, seq, stock, gen + 0}
 end
 
 local remaining = redis.call('DECRBY', KEYS[1], ARGV[3])
@@ -98,13 +108,13 @@ local remaining = redis.call('DECRBY', KEYS[1], ARGV[3])
 -- unescaped. `seq` is a Lua number: '%d' writes it whole, where `..` would write 1e+14 from
 -- 10^14 on.
 local id = redis.call('XADD', KEYS[6], '*', 'c1', ARGV[1] .. ',' .. ARGV[3] .. ','
-  .. string.format('%d', seq) .. ',' .. ARGV[6] .. ',' .. ARGV[6] .. ',' .. ARGV[4] .. ','
-  .. (meta[4] or '0') .. ',' .. #user .. ',' .. user .. rid)
-local claim_id = ARGV[6] .. '-' .. id
+  .. string.format('%d', seq) .. ',' .. ARGV[5] .. ',' .. ARGV[5] .. ',' .. ARGV[4] .. ','
+  .. gen .. ',' .. #user .. ',' .. user .. rid)
+local claim_id = ARGV[5] .. '-' .. id
 if remaining == 0 then
-  redis.call('PUBLISH', ARGV[9], 'empty ' .. ARGV[1] .. ' ' .. ARGV[6])
+  redis.call('PUBLISH', 'fg:events', 'empty ' .. ARGV[1] .. ' ' .. ARGV[5])
 end
 if rid ~= '' then
-  redis.call('SET', KEYS[7], claim_id .. '|' .. ARGV[6] .. '|' .. ARGV[3], 'EX', ARGV[8])
+  redis.call('SET', KEYS[7], claim_id .. '|' .. ARGV[5] .. '|' .. ARGV[3], 'EX', ARGV[8])
 end
 return {1, claim_id, seq, remaining}

@@ -37,16 +37,18 @@ local hold = redis.call('HGET', KEYS[2], field)
 if not hold then
   return {31}
 end
-local qty = tonumber(string.match(hold, '^(%d+)|'))
+-- One match reads the hold's qty and generation (numbers by arithmetic, as claim.lua says).
+local qty, gen = string.match(hold, '^(%d+)|%-?%d+:(%d+)|')
 if not qty or (ARGV[3] ~= 'keep' and ARGV[3] ~= 'undo') then
   return {15}
 end
+qty = qty + 0
 if ARGV[7] and ARGV[7] ~= '' then
   local named = tonumber(ARGV[7])
   if not named then
     return {15}
   end
-  if tonumber(string.match(hold, '^%d+|%-?%d+:(%d+)|')) ~= named then
+  if gen + 0 ~= named then
     return {31}
   end
 end

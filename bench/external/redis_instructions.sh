@@ -214,16 +214,19 @@ try:
         return took
     def claim(u):
         h = HOME
-        return ["EVALSHA", sha["claim"], 7, key(h, "stock", u["sku"]), key(h, "meta", u["sku"]),
-                key(h, "users", u["sku"]), key(h, "useq", u["sku"]), key(h, "holds", u["sku"]),
-                f"{{{h[0]}}}:claims", req(u), u["sku"], u["user"], 1, NOW, u["rid"], h[1],
-                HOLD_TTL, TTL, "fg:events"]
+        keys = [key(h, "stock", u["sku"]), key(h, "meta", u["sku"]), key(h, "users", u["sku"]),
+                key(h, "useq", u["sku"]), key(h, "holds", u["sku"]), f"{{{h[0]}}}:claims"]
+        argv = [u["sku"], u["user"], 1, NOW, h[1], HOLD_TTL]
+        if u["rid"]:
+            keys.append(req(u))
+            argv += [u["rid"], TTL]
+        return ["EVALSHA", sha["claim"], len(keys), *keys, *argv]
     def take(u):
         o, seq, gen = OTHER, u["last"][1], u["last"][3]
         u["seq"] = seq
         return ["EVALSHA", sha["take"], 3, key(o, "stock", u["sku"]), key(o, "meta", u["sku"]),
                 f"{{{o[0]}}}:claims", u["sku"], u["user"], 1, NOW, seq, HOME[1], u["rid"],
-                o[1], "fg:events", NOW + 10**10, gen]
+                o[1], NOW + 10**10, gen]
     def settle(u):
         h = HOME
         return ["EVALSHA", sha["settle"], 4, key(h, "users", u["sku"]), key(h, "holds", u["sku"]),

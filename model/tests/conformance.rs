@@ -72,14 +72,12 @@ fn the_model_does_what_the_scripts_do() {
 #[test]
 fn a_script_change_the_model_does_not_share_fails() {
     let mut sources = Sources::repo();
-    let check = "held + qty > tonumber(meta[1])";
+    let check = "held + qty > meta[1] + 0";
     assert!(
         sources.claim.contains(check),
         "claim.lua's limit check moved"
     );
-    sources.claim = sources
-        .claim
-        .replace(check, "held + qty > tonumber(meta[1]) + 1");
+    sources.claim = sources.claim.replace(check, "held + qty > meta[1] + 1");
     let cfg = Config {
         seed: SEED,
         steps: 2_000,
@@ -108,7 +106,7 @@ fn changes_seen_only_in_keys_or_events_fail() {
             "ARGV[8] .. ',' .. ARGV[8] .. ','",
         ),
         // claim.lua's hold expires a millisecond late.
-        ("claim", "(now + hold_ttl)", "(now + hold_ttl + 1)"),
+        ("claim", "now + ARGV[6])", "now + ARGV[6] + 1)"),
         // settle.lua's undo leaves the stored `P`.
         (
             "settle",

@@ -43,26 +43,29 @@ impl Run<'_> {
         match step {
             Step::Claim { args } => {
                 let k = Keys::new(args.shard);
-                let keys = [
+                let mut keys = vec![
                     k.stock(),
                     k.meta(),
                     k.users(),
                     k.useq(),
                     k.holds(),
                     k.claims(),
-                    k.req(args.user, args.rid),
                 ];
-                let argv = [
+                let mut argv = vec![
                     SKU.to_string(),
                     keys::user_name(args.user),
                     args.qty.to_string(),
                     args.now.to_string(),
-                    keys::rid_name(args.rid),
                     args.shard.to_string(),
                     args.hold_ttl.to_string(),
-                    REQ_TTL_S.to_string(),
-                    CHANNEL.to_owned(),
                 ];
+                // The request's key and arguments only with a request id, as shard-router
+                // sends them (lua/claim.lua).
+                let rid = keys::rid_name(args.rid);
+                if !rid.is_empty() {
+                    keys.push(k.req(args.user, args.rid));
+                    argv.extend([rid, REQ_TTL_S.to_string()]);
+                }
                 let real = match lua::eval(&mut self.con, &self.scripts.claim, &keys, &argv) {
                     Ok(v) => lua::claim_reply(&v, &mut self.ids),
                     Err(e) => Reply::Unreadable(e),
@@ -88,7 +91,6 @@ impl Run<'_> {
                     args.home.to_string(),
                     keys::rid_name(args.rid),
                     args.shard.to_string(),
-                    CHANNEL.to_owned(),
                     args.deadline.to_string(),
                     args.hold_gen.to_string(),
                 ];

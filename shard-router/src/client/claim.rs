@@ -32,23 +32,26 @@ impl StockClient {
         let request_ttl = self.cfg.request_ttl.as_secs().max(1);
         let (r, confirmation) = self
             .script_batched("claim", home, Selling::Claim, |cmd| {
-                cmd.arg(7)
+                // The request's key and arguments only with a request id (lua/claim.lua).
+                cmd.arg(if rid.is_some() { 7 } else { 6 })
                     .arg(k.stock())
                     .arg(k.meta())
                     .arg(k.users())
                     .arg(k.user_seq())
                     .arg(k.holds())
-                    .arg(keys::claims_stream(&self.placement, home))
-                    .arg(k.request(&req.user, rid))
-                    .arg(req.sku)
+                    .arg(keys::claims_stream(&self.placement, home));
+                if let Some(rid) = rid {
+                    cmd.arg(k.request(&req.user, Some(rid)));
+                }
+                cmd.arg(req.sku)
                     .arg(&req.user)
                     .arg(req.qty)
                     .arg(now_ms)
-                    .arg(rid.unwrap_or(""))
                     .arg(home)
-                    .arg(hold_ttl)
-                    .arg(request_ttl)
-                    .arg(keys::EVENTS_CHANNEL);
+                    .arg(hold_ttl);
+                if let Some(rid) = rid {
+                    cmd.arg(rid).arg(request_ttl);
+                }
             })
             .await?;
         let outcome = match r.code {
@@ -116,7 +119,6 @@ impl StockClient {
                     .arg(home)
                     .arg(req.request_id.as_deref().unwrap_or(""))
                     .arg(shard)
-                    .arg(keys::EVENTS_CHANNEL)
                     .arg(deadline)
                     .arg(hold_gen);
             })
