@@ -299,3 +299,6 @@ fn send_all(replies: Vec<oneshot::Sender<RedisResult<BatchReply>>>, e: &RedisErr
 fn io_error(kind: std::io::ErrorKind, msg: &str) -> RedisError {
     RedisError::from(std::io::Error::new(kind, msg.to_owned()))
 }
+
+#[cfg(test)]
+mod tests;
