@@ -362,3 +362,77 @@ async fn reads_follow_the_place_and_the_trim_keeps_what_is_not_committed() {
         Some(50)
     );
 }
+
+/// `bench/redis_claim_batch.sh` (the harness behind docs/BENCHMARKS.md's Redis CPU per
+/// claim) runs `lua/claim.lua` with its own `claim_keys` and `claim_args`: the claim it
+/// measures must be a real one, whose record the consumer reads, naming the bench's shard
+/// (0, tag `{fg:0:1}`) and its request id. With the arguments in another order than the
+/// script's header, the record is poison and the bench measures some other path.
+#[test]
+fn bench_claim_batch_runs_claim_lua_with_its_argument_order() {
+    use shard_router::ClaimRecord;
+    let sh = include_str!("../../../bench/redis_claim_batch.sh");
+    let value = |name: &str| {
+        sh.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .unwrap_or_else(|| panic!("{name} in the bench"))
+            .trim_matches('\'')
+            .to_owned()
+    };
+    let (tag, sku) = (value("tag="), value("sku="));
+    let now = shard_router::now_ms().to_string();
+    let subst = |t: &str| {
+        t.trim_matches('"')
+            .replace("$tag", &tag)
+            .replace("$sku", &sku)
+            .replace("$1", &now)
+            .replace("__rand_int__", "7")
+    };
+    let keys_text = sh.split("claim_keys=(").nth(1).expect("claim_keys");
+    let keys: Vec<String> = keys_text[..keys_text.find(')').unwrap()]
+        .split_whitespace()
+        .map(subst)
+        .collect();
+    let args_line = sh
+        .split("claim_args() {")
+        .nth(1)
+        .and_then(|s| s.lines().find(|l| l.trim_start().starts_with("echo")))
+        .expect("claim_args");
+    let args: Vec<String> = args_line.split_whitespace().skip(1).map(subst).collect();
+
+    let env = Env::single();
+    let mut conn = env.node_connections().remove(0);
+    // The bench's preheat: stock that never runs out, a high limit, an open window.
+    let _: redis::Value = redis::Script::new(include_str!("../../../lua/preheat.lua"))
+        .key(&keys[0])
+        .key(&keys[1])
+        .arg("1000000000000")
+        .arg("1000000000")
+        .arg("0")
+        .arg("9000000000000")
+        .invoke(&mut conn)
+        .expect("preheat");
+    let reply: redis::Value = redis::Script::new(include_str!("../../../lua/claim.lua"))
+        .key(keys.clone())
+        .arg(args.clone())
+        .invoke(&mut conn)
+        .unwrap_or_else(|e| panic!("claim.lua with the bench's {keys:?} {args:?}: {e}"));
+    let entries: Vec<(String, Vec<(String, Vec<u8>)>)> = redis::cmd("XRANGE")
+        .arg(&keys[5])
+        .arg("-")
+        .arg("+")
+        .query(&mut conn)
+        .expect("XRANGE");
+    assert_eq!(entries.len(), 1, "one record for the bench's claim ({reply:?})");
+    let (id, fields) = &entries[0];
+    let record = ClaimRecord::decode(
+        id,
+        fields.iter().map(|(n, v)| (n.as_str(), v.as_slice())),
+    )
+    .unwrap_or_else(|e| panic!("the bench's claim wrote poison ({args:?}): {e}"));
+    assert_eq!(
+        (record.shard, record.home, record.user.as_str(), record.request_id.as_deref()),
+        (0, 0, "u7", Some("r7")),
+        "the bench's claim as claim.lua took it ({args:?})"
+    );
+}
