@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Redis CPU per claim: N claim scripts pipelined (what group commit sends, shard-router/src/
 # batch.rs) against one batch script running the same N claims in one EVALSHA (the issue's
-# candidate: claim.lua's body as a Lua function, each claim its own 7 keys and 9 args, under
+# candidate: claim.lua's body as a Lua function, each claim its own 7 keys and 8 args, under
 # pcall). A private redis-server (reniced to -20) on a free port, one SKU preheated on one
 # shard with stock that never runs out and 1 000 users already counted; each claim has its
 # own user and request id, like bench/external/claims.lua. redis-benchmark is the client
@@ -14,7 +14,7 @@
 #   CALLGRIND=1 ...    # redis-server under callgrind: user-space instructions per claim,
 #                      # the same count however loaded the machine is (use CLAIMS=4000)
 #   EMPTY=1 ...        # scripts that only return: the fixed cost of an EVALSHA with a
-#                      # claim's 16 arguments, the most a batch script could save
+#                      # claim's 15 arguments, the most a batch script could save
 #   FLOOR=1 ...        # the least any claim script could do (take the unit, count the
 #                      # user, one-field record, remember the request id; no checks): the
 #                      # floor under Redis's CPU per claim (docs/BENCHMARKS.md, "Floors")
@@ -51,7 +51,7 @@ if [[ $FLOOR == 1 ]]; then
 local left = redis.call('DECRBY', KEYS[1], ARGV[3])
 local held = redis.call('HINCRBY', KEYS[3], ARGV[2], ARGV[3])
 local id = redis.call('XADD', KEYS[6], '*', 'c1',
-  ARGV[1] .. '|' .. ARGV[2] .. '|' .. ARGV[3] .. '|' .. ARGV[5] .. '|' .. ARGV[4])
+  ARGV[1] .. '|' .. ARGV[2] .. '|' .. ARGV[3] .. '|' .. ARGV[7] .. '|' .. ARGV[4])
 redis.call('SET', KEYS[7], id, 'EX', ARGV[8])
 return {1, id, held, left}
 LUA
@@ -69,11 +69,10 @@ if [[ -z ${BATCH:-} ]]; then
 end
 local out = {}
 for i = 0, #KEYS / 7 - 1 do
-  local k, a = i * 7, i * 9
+  local k, a = i * 7, i * 8
   local ok, r = pcall(claim,
     {KEYS[k+1], KEYS[k+2], KEYS[k+3], KEYS[k+4], KEYS[k+5], KEYS[k+6], KEYS[k+7]},
-    {ARGV[a+1], ARGV[a+2], ARGV[a+3], ARGV[a+4], ARGV[a+5], ARGV[a+6], ARGV[a+7], ARGV[a+8],
-     ARGV[a+9]})
+    {ARGV[a+1], ARGV[a+2], ARGV[a+3], ARGV[a+4], ARGV[a+5], ARGV[a+6], ARGV[a+7], ARGV[a+8]})
   if ok then
     out[i + 1] = r
   else
@@ -146,11 +145,11 @@ preheat() {
     redis.call('HSET', KEYS[2], 'p' .. i, 1) end" 2 "$tag:users:$sku" "$tag:useq:$sku" >/dev/null
 }
 
-# One claim's 7 keys and 9 args (lua/claim.lua's header; the batch above cuts ARGV by it), fresh user and request id per request (__rand_int__).
+# One claim's 7 keys and 8 args, with a request id (lua/claim.lua's header; the batch above cuts ARGV by it), fresh user and request id per request (__rand_int__).
 claim_keys=("$tag:stock:$sku" "$tag:meta:$sku" "$tag:users:$sku" "$tag:useq:$sku"
   "$tag:holds:$sku" "$tag:claims" "$tag:req:$sku:13:u__rand_int__:r__rand_int__")
 claim_args() { # now_ms
-  echo "$sku" u__rand_int__ 1 "$1" r__rand_int__ 0 30000 86400 fg:events
+  echo "$sku" u__rand_int__ 1 "$1" 0 30000 r__rand_int__ 86400
 }
 
 if [[ $CALLGRIND == 1 ]]; then

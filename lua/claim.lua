@@ -33,13 +33,15 @@
 -- printf on every call. Both showed in Redis's profile of the claim path
 -- (bench/external/redis_instructions.sh).
 
--- qty's string is written as is below, so it must be a plain integer: the first write,
--- HINCRBY of the user's count, refuses any other form (an error, nothing written), and a
--- qty below 1 is refused here. now_ms or a qty that is not a number at all is an error
--- with nothing written either (arithmetic on such a string).
+-- qty is a u32 of at least 1 (BAD_ARGUMENT otherwise, nan and inf included). Its string
+-- is written as is below, so it must also be spelled as a plain integer: the first write,
+-- HINCRBY of the user's count, refuses any other spelling ("01", "1e3": an error, nothing
+-- written), though a check that writes nothing may answer for its value first. now_ms or
+-- a qty that is not a number at all is an error with nothing written (arithmetic on such
+-- a string). shard-router sends both as integers.
 local qty = ARGV[3] + 0
 local now = ARGV[4] + 0
-if qty < 1 then
+if not (qty >= 1 and qty <= 4294967295 and qty % 1 == 0) then
   return {15}
 end
 
