@@ -54,6 +54,10 @@ enum Cmd {
         /// Make one EVALSHA round trip to this Redis per request (the Redis baseline).
         #[arg(long)]
         redis_url: Option<String>,
+        /// With `--redis-url`: run lua/claim.lua on the user's home shard among this many
+        /// shards instead (the claim floor, bench/src/stack/baseline_claim.rs).
+        #[arg(long, requires = "redis_url")]
+        claim_shards: Option<u16>,
     },
 }
 
@@ -128,11 +132,17 @@ async fn dispatch(cmd: Cmd) -> anyhow::Result<()> {
             }
         }
         Cmd::Stack { opts, for_s } => stack(&opts, for_s).await?,
-        Cmd::ServeBaseline { listen, redis_url } => {
-            bench::stack::baseline::serve(listen, redis_url)
-                .await
-                .with_context(|| format!("baseline server on {listen}"))?
+        Cmd::ServeBaseline {
+            listen,
+            redis_url,
+            claim_shards,
+        } => match (redis_url, claim_shards) {
+            (Some(url), Some(shards)) => {
+                bench::stack::baseline_claim::serve(listen, url, shards).await
+            }
+            (url, _) => bench::stack::baseline::serve(listen, url).await,
         }
+        .with_context(|| format!("baseline server on {listen}"))?,
     }
     Ok(())
 }

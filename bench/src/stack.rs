@@ -4,6 +4,7 @@
 //! and CPU time per answer of each process by its role ([`cpu`]).
 
 pub mod baseline;
+pub mod baseline_claim;
 pub mod cpu;
 pub mod external;
 pub mod mysql;

@@ -76,7 +76,9 @@ pub(crate) struct RunOpts {
     pub(crate) compare_baseline: bool,
     /// Which baseline `--compare-baseline` drives: `bare` (hyper alone, the sold-out
     /// path's ceiling) or `redis` (hyper + one redis-rs EVALSHA round trip to the run's
-    /// Redis, the floor of a claim; a single Redis only).
+    /// Redis, the floor of a claim's client side; a single Redis only) or `claim` (hyper +
+    /// lua/claim.lua on the user's home shard, on a copy of the SKUs: the floor of a claim
+    /// with Redis's work in it; a single Redis only).
     #[arg(long, value_enum, default_value_t = BaselineKind::Bare)]
     pub(crate) baseline_kind: BaselineKind,
     /// After the run, drive the same stack with external clients (`--external-client`)
@@ -319,15 +321,19 @@ pub(crate) async fn against_system(
 }
 
 mod external;
+mod floor;
 
 /// The Redis URL the chosen baseline talks to (`None`: the bare one).
 fn baseline_redis(o: &RunOpts, sys: &SystemArgs) -> anyhow::Result<Option<String>> {
     match o.baseline_kind {
         BaselineKind::Bare => Ok(None),
-        BaselineKind::Redis if sys.redis.redis_cluster => {
-            anyhow::bail!("--baseline-kind redis needs a single Redis, not a cluster")
+        BaselineKind::Redis | BaselineKind::Claim if sys.redis.redis_cluster => {
+            anyhow::bail!("--baseline-kind redis or claim needs a single Redis, not a cluster")
         }
-        BaselineKind::Redis => {
+        BaselineKind::Claim if o.external => {
+            anyhow::bail!("--baseline-kind claim does not run with --external")
+        }
+        BaselineKind::Redis | BaselineKind::Claim => {
             Ok(Some(sys.redis.redis.clone().unwrap_or_else(|| {
                 shard_router::args::DEFAULT_REDIS.to_owned()
             })))
@@ -357,9 +363,11 @@ pub(crate) async fn run(o: &RunOpts) -> anyhow::Result<Report> {
     };
     let base = if o.compare_baseline {
         let redis = baseline_redis(o, &sys)?;
-        let kind = baseline_kind(redis.as_deref());
-        eprintln!("baseline: {}, same load ...", kind.server_name());
-        let mut b = baseline(&s, !o.quiet, redis.clone()).await?;
+        eprintln!("baseline: {}, same load ...", o.baseline_kind.server_name());
+        let mut b = match (o.baseline_kind, &redis) {
+            (BaselineKind::Claim, Some(url)) => floor::drive(&sys, &s, !o.quiet, url).await?,
+            _ => baseline(&s, !o.quiet, redis.clone()).await?,
+        };
         if o.external {
             let d = std::time::Duration::from_secs_f64(b.measured_s.max(1.0));
             for &c in &o.external_client {

@@ -43,6 +43,9 @@ pub enum BaselineKind {
     Bare,
     /// Read the body, one EVALSHA round trip, answer 201.
     Redis,
+    /// Read the body, run `lua/claim.lua` on the user's home shard, answer its outcome
+    /// (`baseline_claim.rs`).
+    Claim,
 }
 
 impl BaselineKind {
@@ -51,6 +54,7 @@ impl BaselineKind {
         match self {
             Self::Bare => "bare hyper server",
             Self::Redis => "hyper + one redis-rs round trip",
+            Self::Claim => "hyper + one redis-rs round trip running claim.lua",
         }
     }
 }
@@ -160,6 +164,12 @@ impl BaselineProc {
 
     /// The Redis baseline against `redis` (a single Redis URL), or a bare one.
     pub fn start_with(redis: Option<&str>) -> Result<Self, ServerError> {
+        let args = redis.map(|url| vec!["--redis-url".to_owned(), url.to_owned()]);
+        Self::start_args(&args.unwrap_or_default())
+    }
+
+    /// A baseline server given these `bench serve-baseline` arguments besides `--listen`.
+    pub fn start_args(args: &[String]) -> Result<Self, ServerError> {
         let port = free_port();
         let addr = SocketAddr::from(([127, 0, 0, 1], port));
         let exe = std::env::current_exe().map_err(|source| ServerError::Spawn {
@@ -168,9 +178,7 @@ impl BaselineProc {
         })?;
         let mut cmd = Command::new(exe);
         cmd.args(["serve-baseline", "--listen", &addr.to_string()]);
-        if let Some(url) = redis {
-            cmd.args(["--redis-url", url]);
-        }
+        cmd.args(args);
         let child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::null())
