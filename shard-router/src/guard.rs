@@ -48,11 +48,23 @@ impl Body {
     }
 }
 
+/// A selling script's body as it is loaded on the Redis process `run_id` names:
+/// `lua/guard.lua` under that run_id, then the script.
+fn guarded(run_id: &str, src: &str) -> String {
+    format!("local SERVER = '{run_id}'\n{GUARD}{src}")
+}
+
+/// `lua/claim.lua` as this client loads it on the process `run_id` names (for a floor that
+/// runs the same script without the client: `bench/src/stack/baseline_claim.rs`).
+pub fn claim_body(run_id: &str) -> String {
+    guarded(run_id, include_str!("../../lua/claim.lua"))
+}
+
 impl Guarded {
     fn new(run_id: &str) -> Self {
-        let body = |src: &str| Body::new(format!("local SERVER = '{run_id}'\n{GUARD}{src}"));
+        let body = |src: &str| Body::new(guarded(run_id, src));
         Self {
-            claim: body(include_str!("../../lua/claim.lua")),
+            claim: Body::new(claim_body(run_id)),
             take: body(include_str!("../../lua/take.lua")),
             settle: body(include_str!("../../lua/settle.lua")),
         }

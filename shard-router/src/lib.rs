@@ -56,6 +56,7 @@ pub use args::RedisArgs;
 pub use client::{Joined, ServerIdentity, StockClient, StockConfig, GRANT_REQUEST};
 pub use conn::{RedisConn, RedisTarget, Timeouts};
 pub use error::StockError;
+pub use guard::claim_body;
 pub use health::ShardHealth;
 pub use outcome::*;
 pub use placement::{Placement, ShardId};

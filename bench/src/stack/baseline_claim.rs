@@ -10,10 +10,9 @@
 //! run this same single script when the home shard has stock, so their latency over this
 //! one's is the gateway's own cost on a claim.
 //!
-//! The body is loaded as the gateway loads it (`shard-router/src/guard.rs`): `lua/guard.lua`
-//! in front, under the process's run_id, so a shard the consumer has vouched for runs it.
-//! `shard_router` keeps that assembly private (`Guarded::new`); its one line is repeated
-//! here rather than made public for a benchmark. A single Redis only.
+//! The body is the one the gateway loads (`shard_router::claim_body`): `lua/guard.lua` in
+//! front, under the process's run_id, so a shard the consumer has vouched for runs it. A
+//! single Redis only.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -29,8 +28,6 @@ use redis::aio::MultiplexedConnection;
 use shard_router::keys::{self, ShardKeys};
 use shard_router::{Placement, StockClient, StockConfig};
 
-const GUARD: &str = include_str!("../../../lua/guard.lua");
-const CLAIM: &str = include_str!("../../../lua/claim.lua");
 /// Request bodies larger than this are cut, as the gateway caps them.
 const MAX_BODY: usize = 4096;
 
@@ -106,7 +103,7 @@ impl Floor {
             .await?;
         let sha: String = redis::cmd("SCRIPT")
             .arg("LOAD")
-            .arg(format!("local SERVER = '{run_id}'\n{GUARD}{CLAIM}"))
+            .arg(shard_router::claim_body(&run_id))
             .query_async(&mut conn)
             .await?;
         Ok(Self {

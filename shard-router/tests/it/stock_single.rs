@@ -438,7 +438,8 @@ fn bench_claim_batch_runs_claim_lua_with_its_argument_order() {
         .arg(args.clone())
         .invoke(&mut conn)
         .unwrap_or_else(|e| panic!("claim.lua with the bench's {keys:?} {args:?}: {e}"));
-    let entries: Vec<(String, Vec<(String, Vec<u8>)>)> = redis::cmd("XRANGE")
+    type Entry = (String, Vec<(String, Vec<u8>)>);
+    let entries: Vec<Entry> = redis::cmd("XRANGE")
         .arg(&keys[5])
         .arg("-")
         .arg("+")
