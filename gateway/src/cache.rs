@@ -36,6 +36,10 @@ pub(crate) struct SkuState {
     shards: Vec<ShardId>,
     /// Parallel to `shards`.
     empty: Vec<AtomicBool>,
+    /// Position in `shards` by shard id, `u16::MAX` for a shard outside the SKU: every
+    /// claim asks about each shard of its SKU (`Placement::walkable`), and a search of
+    /// `shards` per ask was most of that cost.
+    index: Vec<u16>,
     /// Who may have a stored answer, once every shard is empty (`replay_filter.rs`).
     pub(crate) replay: ReplayFilter,
 }
@@ -43,17 +47,23 @@ pub(crate) struct SkuState {
 impl SkuState {
     fn new(meta: SkuMeta, shards: Vec<ShardId>) -> Self {
         let empty = shards.iter().map(|_| AtomicBool::new(false)).collect();
+        let ids = shards.iter().max().map_or(0, |&m| usize::from(m) + 1);
+        let mut index = vec![u16::MAX; ids];
+        for (i, &s) in shards.iter().enumerate() {
+            index[usize::from(s)] = i as u16;
+        }
         Self {
             meta,
             shards,
             empty,
+            index,
             replay: ReplayFilter::default(),
         }
     }
 
     fn slot(&self, shard: ShardId) -> Option<&AtomicBool> {
-        let i = self.shards.iter().position(|&s| s == shard)?;
-        self.empty.get(i)
+        let i = *self.index.get(usize::from(shard))?;
+        self.empty.get(usize::from(i))
     }
 
     /// Marks a shard empty or not; shards outside the SKU are ignored. A shard found with

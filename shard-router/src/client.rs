@@ -15,7 +15,7 @@ use crate::batch::Batcher;
 use crate::conn::{RedisConn, RedisTarget, Timeouts};
 use crate::error::StockError;
 use crate::guard::{Guards, Selling};
-use crate::keys::ShardKeys;
+use crate::keys::{CachedKeys, KeyCache};
 use crate::outcome::Confirmation;
 use crate::placement::{Placement, ShardId};
 use crate::reply::Reply;
@@ -73,6 +73,8 @@ pub struct StockClient {
     batcher: Arc<Batcher>,
     /// The selling scripts loaded on each process, naming it (`guard.rs`).
     guards: Arc<Guards>,
+    /// The key names of the (SKU, shard) pairs named lately, built once each.
+    keys: Arc<KeyCache>,
 }
 
 impl StockClient {
@@ -89,6 +91,7 @@ impl StockClient {
                 cfg.replica_ack,
             )),
             guards: Arc::new(Guards::new(cfg.shards)),
+            keys: Arc::default(),
             cfg: Arc::new(cfg),
         })
     }
@@ -260,8 +263,9 @@ impl StockClient {
         first_err.map_or(Ok(()), Err)
     }
 
-    pub(crate) fn keys(&self, shard: ShardId, sku: u64) -> ShardKeys {
-        ShardKeys::new(&self.placement, shard, sku)
+    /// The names of `shard`'s keys for `sku`, from the client's cache.
+    pub(crate) fn keys(&self, shard: ShardId, sku: u64) -> Arc<CachedKeys> {
+        self.keys.get(&self.placement, shard, sku)
     }
 }
 

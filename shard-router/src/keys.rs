@@ -1,6 +1,9 @@
 //! Key naming for every Redis key flashgate uses. All per-shard keys carry the shard's hash
 //! tag, so one Lua script can touch all of them on Redis Cluster.
 
+use std::collections::HashMap;
+use std::sync::{Arc, PoisonError, RwLock};
+
 use crate::placement::{Placement, ShardId};
 
 /// Pub/Sub channel for shard events (`empty <sku> <shard>`, `restock <sku> <shard>`) and
@@ -123,17 +126,155 @@ impl ShardKeys {
     pub fn request(&self, user: &str, request_id: Option<&str>) -> String {
         match request_id {
             Some(rid) => {
-                let mut key = tagged(&self.tag, "req", self.sku, user.len() + rid.len() + 24);
-                key.push(':');
-                push_u64(&mut key, user.len() as u64);
-                key.push(':');
-                key.push_str(user);
-                key.push(':');
-                key.push_str(rid);
-                key
+                let key = tagged(&self.tag, "req", self.sku, user.len() + rid.len() + 24);
+                with_request(key, user, rid)
             }
             None => format!("{{{}}}:req:-", self.tag),
         }
+    }
+}
+
+/// `key` (a request key's `{tag}:req:<sku>`) followed by `:<user's length>:<user>:<rid>`.
+fn with_request(mut key: String, user: &str, rid: &str) -> String {
+    key.push(':');
+    push_u64(&mut key, user.len() as u64);
+    key.push(':');
+    key.push_str(user);
+    key.push(':');
+    key.push_str(rid);
+    key
+}
+
+/// A key's name built once and shared: a clone counts a reference instead of copying it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyName(Arc<str>);
+
+impl KeyName {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::ops::Deref for KeyName {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<String> for KeyName {
+    fn from(name: String) -> Self {
+        Self(name.into())
+    }
+}
+
+impl redis::ToRedisArgs for KeyName {
+    fn write_redis_args<W>(&self, out: &mut W)
+    where
+        W: ?Sized + redis::RedisWrite,
+    {
+        out.write_arg(self.0.as_bytes())
+    }
+}
+
+impl redis::ToSingleRedisArg for KeyName {}
+
+/// The fixed key names of one shard for one SKU, as [`ShardKeys`] names them, built once
+/// per (SKU, shard) by [`KeyCache`] and shared by every call that names them: a claim
+/// names eight keys, and building them per claim was a tenth of the claim path's
+/// instructions in the gateway (docs/BENCHMARKS.md "Counted per answer").
+#[derive(Debug)]
+pub struct CachedKeys {
+    names: [KeyName; 14],
+    /// `{tag}:req:<sku>`, what every request key of the pair starts with.
+    request_prefix: String,
+    no_request: String,
+}
+
+/// The accessors of [`CachedKeys`], each named as the [`ShardKeys`] method it caches.
+macro_rules! cached_names {
+    ($($i:literal $name:ident),* $(,)?) => {
+        impl CachedKeys {
+            fn new(keys: &ShardKeys) -> Self {
+                Self {
+                    names: [$(keys.$name().into()),*],
+                    request_prefix: tagged(&keys.tag, "req", keys.sku, 0),
+                    no_request: keys.request("", None),
+                }
+            }
+            $(
+                #[doc = concat!("[`ShardKeys::", stringify!($name), "`], shared.")]
+                pub fn $name(&self) -> KeyName {
+                    self.names[$i].clone()
+                }
+            )*
+        }
+    };
+}
+
+cached_names! {
+    0 stock, 1 debt, 2 meta, 3 users, 4 user_seq, 5 holds, 6 released_stock,
+    7 released_user, 8 waves, 9 fix_epoch, 10 draw_meta, 11 entrants, 12 top_k, 13 winners,
+}
+
+impl CachedKeys {
+    /// [`ShardKeys::campaign_keys`], shared.
+    pub fn campaign_keys(&self) -> [KeyName; 12] {
+        [
+            self.entrants(),
+            self.top_k(),
+            self.meta(),
+            self.users(),
+            self.user_seq(),
+            self.holds(),
+            self.released_stock(),
+            self.released_user(),
+            self.waves(),
+            self.fix_epoch(),
+            self.debt(),
+            self.stock(),
+        ]
+    }
+
+    /// [`ShardKeys::request`], from the pair's prefix.
+    pub fn request(&self, user: &str, request_id: Option<&str>) -> String {
+        match request_id {
+            Some(rid) => {
+                let cap = self.request_prefix.len() + user.len() + rid.len() + 24;
+                let mut key = String::with_capacity(cap);
+                key.push_str(&self.request_prefix);
+                with_request(key, user, rid)
+            }
+            None => self.no_request.clone(),
+        }
+    }
+}
+
+/// Bound on the (SKU, shard) pairs a [`KeyCache`] keeps: past it, it starts again empty.
+/// Claims name the pairs of the preheated SKUs; other calls (audits, rebuilds) may name
+/// many more, once each.
+const CACHED_PAIRS: usize = 4096;
+
+/// The [`CachedKeys`] of the (SKU, shard) pairs a client named lately, at most
+/// [`CACHED_PAIRS`] of them.
+#[derive(Debug, Default)]
+pub struct KeyCache(RwLock<HashMap<(u64, ShardId), Arc<CachedKeys>>>);
+
+impl KeyCache {
+    /// The names of `shard`'s keys for `sku`, built on the first call for the pair.
+    pub fn get(&self, placement: &Placement, shard: ShardId, sku: u64) -> Arc<CachedKeys> {
+        let read = self.0.read().unwrap_or_else(PoisonError::into_inner);
+        if let Some(keys) = read.get(&(sku, shard)) {
+            return keys.clone();
+        }
+        drop(read);
+        let keys = Arc::new(CachedKeys::new(&ShardKeys::new(placement, shard, sku)));
+        let mut map = self.0.write().unwrap_or_else(PoisonError::into_inner);
+        if map.len() >= CACHED_PAIRS {
+            map.clear();
+        }
+        map.insert((sku, shard), keys.clone());
+        keys
     }
 }
 
@@ -238,11 +379,60 @@ mod tests {
                 );
             }
             assert_eq!(k.request("u", None), "{fg:3}:req:-");
+            // The cached names are the same bytes.
+            let c = CachedKeys::new(&k);
+            let pairs = [
+                (c.stock(), k.stock()),
+                (c.debt(), k.debt()),
+                (c.meta(), k.meta()),
+                (c.users(), k.users()),
+                (c.user_seq(), k.user_seq()),
+                (c.holds(), k.holds()),
+                (c.released_stock(), k.released_stock()),
+                (c.released_user(), k.released_user()),
+                (c.waves(), k.waves()),
+                (c.fix_epoch(), k.fix_epoch()),
+                (c.draw_meta(), k.draw_meta()),
+                (c.entrants(), k.entrants()),
+                (c.top_k(), k.top_k()),
+                (c.winners(), k.winners()),
+            ];
+            for (cached, built) in pairs {
+                assert_eq!(cached.as_str(), built);
+            }
+            let campaign = c.campaign_keys().map(|n| n.as_str().to_owned());
+            assert_eq!(campaign, k.campaign_keys());
+            for (user, rid) in [("", Some("r-1")), ("ü-名", Some("")), ("u", None)] {
+                assert_eq!(c.request(user, rid), k.request(user, rid));
+            }
         }
         let p = Placement::new(16).unwrap();
         for shard in 0..16 {
             let want = format!("{{{}}}:claims", p.tag(shard));
             assert_eq!(claims_stream(&p, shard), want);
         }
+    }
+
+    /// A pair's names are built once and shared; other pairs get their own; the cache
+    /// stays within its bound.
+    #[test]
+    fn the_cache_shares_a_pairs_names_within_its_bound() {
+        let p = Placement::new(16).unwrap();
+        let cache = KeyCache::default();
+        let a = cache.get(&p, 3, 7);
+        assert!(Arc::ptr_eq(&a, &cache.get(&p, 3, 7)));
+        assert_eq!(a.stock().as_str(), ShardKeys::new(&p, 3, 7).stock());
+        assert_eq!(
+            cache.get(&p, 4, 7).stock().as_str(),
+            ShardKeys::new(&p, 4, 7).stock()
+        );
+        assert_eq!(
+            cache.get(&p, 3, 8).meta().as_str(),
+            ShardKeys::new(&p, 3, 8).meta()
+        );
+        for sku in 0..2 * CACHED_PAIRS as u64 {
+            cache.get(&p, 0, sku);
+        }
+        assert!(cache.0.read().unwrap().len() <= CACHED_PAIRS);
     }
 }

@@ -118,6 +118,49 @@ impl Placement {
         );
         order
     }
+
+    /// Which of the SKU's shards but `home` `is_empty` does not report, each asked once:
+    /// what a claim knows of its walk when it begins, and all it needs before its home
+    /// shard answers (whether it may hold). [`Self::second_chances`] over it gives the
+    /// walk's order, which only a claim that holds needs.
+    pub fn walkable(
+        &self,
+        sku: u64,
+        width: u16,
+        home: ShardId,
+        is_empty: impl Fn(ShardId) -> bool,
+    ) -> Walkable {
+        let shards = self.shards_fn(sku);
+        let mut open = Walkable::default();
+        for s in (0..usize::from(width)).map(shards) {
+            if s != home && !is_empty(s) {
+                open.bits[usize::from(s) / 64] |= 1 << (s % 64);
+                open.any = true;
+            }
+        }
+        open
+    }
+}
+
+/// A set of shards a walk may visit ([`Placement::walkable`]): a bit per shard, on the stack.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Walkable {
+    bits: [u64; MAX_SHARDS as usize / 64],
+    any: bool,
+}
+
+impl Walkable {
+    /// Whether no shard is in the set.
+    pub fn is_empty(&self) -> bool {
+        !self.any
+    }
+
+    /// Whether `shard` is in the set.
+    pub fn contains(&self, shard: ShardId) -> bool {
+        self.bits
+            .get(usize::from(shard) / 64)
+            .is_some_and(|w| w & (1 << (shard % 64)) != 0)
+    }
 }
 
 fn home_index(user: &str, width: u16) -> usize {

@@ -11,7 +11,7 @@ use crate::error::StockError;
 use crate::outcome::*;
 // Also here, beside the claim that answers them.
 pub use crate::outcome::{Acked, Confirmation};
-use crate::placement::ShardId;
+use crate::placement::{ShardId, Walkable};
 
 /// What a caller knows about empty slices. The gateway backs this with its moka cache;
 /// [`LocalEmptyShards`] is a plain in-process set.
@@ -105,15 +105,16 @@ pub async fn claim(
     }
     let placement = client.placement();
     let home = placement.home_shard(meta.sku, meta.width, &req.user);
-    let others = if opts.second_chance {
-        placement.second_chances(meta.sku, meta.width, &req.user, |s| {
+    // The shards the walk may visit, not yet its order: most claims end at home.
+    let walkable = if opts.second_chance {
+        placement.walkable(meta.sku, meta.width, home, |s| {
             opts.empties.is_empty(meta.sku, s)
         })
     } else {
-        Vec::new()
+        Walkable::default()
     };
     let at_home = client
-        .claim_home(req, home, opts.now_ms, !others.is_empty())
+        .claim_home(req, home, opts.now_ms, !walkable.is_empty())
         .await?;
     let (user_seq, gen) = match at_home.outcome.end(opts.empties, meta, req, home) {
         Ok(end) => {
@@ -139,6 +140,8 @@ pub async fn claim(
         hold.undo_or_leave("of an unconfirmed hold").await;
         return Err(StockError::Unconfirmed { op: "hold" });
     }
+    let others =
+        placement.second_chances(meta.sku, meta.width, &req.user, |s| !walkable.contains(s));
     take_elsewhere(&hold, others, opts).await
 }
 

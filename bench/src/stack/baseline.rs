@@ -7,10 +7,12 @@
 //! - [`BaselineKind::Bare`]: the sold-out path's ceiling (no Redis call).
 //! - [`BaselineKind::Redis`]: "hyper + one redis-rs round trip": after reading the body,
 //!   one `EVALSHA` through redis-rs's multiplexed connection, on the same runtime, then
-//!   201. The script does nothing (`return 1`), so Redis's own work is not in it; the
-//!   command carries as many keys and values as a claim's (19, `shard-router/src/client.rs`),
-//!   all but one as values so that it stays on one node, so the client side encodes about
-//!   what a claim's does. It is the honest floor of the gateway's CPU per claim.
+//!   201. The script does nothing but answer a constant shaped like `lua/claim.lua`'s
+//!   answer to a claim (`{1, claim id, user seq, remaining}`), so Redis's own work is not
+//!   in it while the client decodes what a claim's does; the command carries as many keys
+//!   and values as a claim's (19, `shard-router/src/client/claim.rs`), all but one as
+//!   values so that it stays on one node, so the client side encodes about what a claim's
+//!   does. It is the honest floor of the gateway's CPU per claim.
 //!
 //! They run as a child process (`bench serve-baseline`), like the gateway, so the load
 //! generator and the server compete for the cores the same way in both measurements.
@@ -59,8 +61,9 @@ impl BaselineKind {
     }
 }
 
-/// The script the Redis baseline runs: nothing, so only the round trip is measured.
-const NOOP: &str = "return 1";
+/// The script the Redis baseline runs: no work, so only the round trip is measured, and
+/// an answer of the shape of a claim's (code CLAIMED, claim id, user seq, units left).
+const NOOP: &str = "return {1, '3-1700000000000-0', 1, 99}";
 /// The one key it names, and the 18 values after it: a claim's 19 keys and values.
 const KEY: &str = "{fg-baseline}:noop";
 const VALUES: [&str; 18] = [
@@ -140,14 +143,25 @@ async fn connect(url: &str) -> anyhow::Result<(MultiplexedConnection, String)> {
     Ok((conn, sha))
 }
 
-/// One EVALSHA with a claim's arguments, built per request as the gateway builds its own.
+/// One EVALSHA with a claim's arguments, built per request as the gateway builds its own,
+/// and its answer decoded as the gateway decodes a claim's: an array of code, claim id,
+/// user seq and units left.
 async fn round_trip(conn: &mut MultiplexedConnection, sha: &str) -> redis::RedisResult<()> {
     let mut cmd = redis::cmd("EVALSHA");
     cmd.arg(sha).arg(1).arg(KEY);
     for v in VALUES {
         cmd.arg(v);
     }
-    cmd.query_async::<i64>(conn).await.map(drop)
+    let (code, _claim_id, _user_seq, _remaining) =
+        cmd.query_async::<(i64, String, u64, i64)>(conn).await?;
+    if code == 1 {
+        Ok(())
+    } else {
+        Err(redis::RedisError::from((
+            redis::ErrorKind::Client,
+            "baseline script answered another code",
+        )))
+    }
 }
 
 /// The baseline server as a child process on a free port, killed on drop.

@@ -29,8 +29,10 @@ fn sold_out_only_when_every_shard_is_empty() {
     assert_eq!(s.empty_shards(), vec![3]);
     s.rebuild(&[(3, None)]);
     assert!(!s.is_empty(7, 3), "a missing slice is not read as empty");
-    s.set(9, true); // not a shard of the SKU
+    s.set(9, true); // not a shard of the SKU, above its shards' ids
+    s.set(0, true); // nor below them
     assert!(!s.all_empty());
+    assert!(!s.is_empty(7, 9) && !s.is_empty(7, 0));
 }
 
 /// A view over a real cache whose entry, while one walk is under way, goes through

@@ -78,6 +78,31 @@ fn second_chances_skip_home_and_empty() {
     assert!(p.second_chances(42, 1, "alice", |_| false).is_empty());
 }
 
+/// A claim takes `walkable` before its home answers and builds the walk from it only when
+/// it holds: the walk is the one `second_chances` plans with the same view.
+#[test]
+fn the_walk_from_walkable_is_the_planned_walk() {
+    let p = Placement::new(16).unwrap();
+    for width in [1, 2, 3, 8, 16] {
+        for u in 0..200 {
+            let user = format!("user-{u}");
+            let home = p.home_shard(42, width, &user);
+            let shards = p.shards_of(42, width);
+            // Every shard of the SKU but one (u-th) empty, then all, none, every other.
+            let lone = shards[u % shards.len()];
+            let filters: [&dyn Fn(u16) -> bool; 4] =
+                [&|s| s != lone, &|_| true, &|_| false, &|s| s % 2 == 0];
+            for empty in filters {
+                let planned = p.second_chances(42, width, &user, empty);
+                let open = p.walkable(42, width, home, empty);
+                assert_eq!(open.is_empty(), planned.is_empty(), "{user} at {width}");
+                let walk = p.second_chances(42, width, &user, |s| !open.contains(s));
+                assert_eq!(walk, planned, "{user} at width {width}");
+            }
+        }
+    }
+}
+
 #[test]
 fn homes_spread_over_the_width() {
     let p = Placement::new(16).unwrap();

@@ -35,31 +35,46 @@ impl Claimed {
 }
 
 impl From<Claimed> for Reply {
-    /// 201 for a new claim, 200 for its replay, the same body for both. Rendered straight
-    /// from a struct: this is the answer of the claim path.
+    /// 201 for a new claim, 200 for its replay, the same body for both.
     fn from(c: Claimed) -> Self {
-        #[derive(serde::Serialize)]
-        struct Body<'a> {
-            status: ApiStatus,
-            claim_id: &'a str,
-            sku: u64,
-            shard: u16,
-            qty: u32,
-        }
         let status = match c.origin {
             ClaimOrigin::Fresh | ClaimOrigin::Rerouted => StatusCode::CREATED,
             ClaimOrigin::Replay => StatusCode::OK,
         };
-        Reply::rendered(
-            status,
-            &Body {
-                status: ApiStatus::Claimed,
-                claim_id: &c.claim.claim_id,
-                sku: c.claim.sku,
-                shard: c.claim.shard,
-                qty: c.claim.qty,
-            },
-        )
+        Reply::raw(status, claim_body(&c.claim))
+    }
+}
+
+/// The claim's answer, `{"status":"claimed","claim_id":..,"sku":..,"shard":..,"qty":..}`,
+/// written straight into its bytes: this is the answer of the claim path, and serde's
+/// serializer cost more than the writing (docs/BENCHMARKS.md "Counted per answer"). The
+/// bytes are serde_json's for the same fields in this order (`refusal/tests.rs` pins them).
+fn claim_body(claim: &Claim) -> Vec<u8> {
+    let mut out = Vec::with_capacity(96 + claim.claim_id.len());
+    out.extend_from_slice(b"{\"status\":\"");
+    out.extend_from_slice(ApiStatus::Claimed.as_str().as_bytes());
+    out.extend_from_slice(b"\",\"claim_id\":");
+    json_string(&mut out, &claim.claim_id);
+    let mut num = itoa::Buffer::new();
+    out.extend_from_slice(b",\"sku\":");
+    out.extend_from_slice(num.format(claim.sku).as_bytes());
+    out.extend_from_slice(b",\"shard\":");
+    out.extend_from_slice(num.format(claim.shard).as_bytes());
+    out.extend_from_slice(b",\"qty\":");
+    out.extend_from_slice(num.format(claim.qty).as_bytes());
+    out.push(b'}');
+    out
+}
+
+/// `s` as a JSON string. Claim ids need no escaping (digits and dashes); anything that
+/// would is left to serde_json, so the bytes stay its own.
+fn json_string(out: &mut Vec<u8>, s: &str) {
+    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.push(b'"');
+        out.extend_from_slice(s.as_bytes());
+        out.push(b'"');
+    } else if serde_json::to_writer(&mut *out, s).is_err() {
+        out.extend_from_slice(b"\"\"");
     }
 }
 

@@ -366,3 +366,46 @@ fn sold_out_renders_the_bytes_of_the_generic_error_shape() {
         assert_eq!(bytes(rendered), bytes(generic), "sku {sku}");
     }
 }
+
+/// The claim's body is written by hand: its bytes are those serde_json wrote for the
+/// struct it replaced, for plain claim ids and for ids that would need escaping.
+#[test]
+fn the_claim_body_is_serde_jsons_bytes() {
+    #[derive(serde::Serialize)]
+    struct Body<'a> {
+        status: ApiStatus,
+        claim_id: &'a str,
+        sku: u64,
+        shard: u16,
+        qty: u32,
+    }
+    let ids = [
+        "3-1700000000000-0",
+        "",
+        "a\"b\\c",
+        "tab\there\u{1}",
+        "ü-名\u{7f}",
+    ];
+    for id in ids {
+        for (sku, shard, qty) in [(0, 0, 0), (7, 1, 2), (u64::MAX, u16::MAX, u32::MAX)] {
+            let claim = Claim {
+                claim_id: id.into(),
+                sku,
+                shard,
+                qty,
+            };
+            let want = serde_json::to_vec(&Body {
+                status: ApiStatus::Claimed,
+                claim_id: id,
+                sku,
+                shard,
+                qty,
+            })
+            .unwrap();
+            assert_eq!(
+                String::from_utf8(claim_body(&claim)).unwrap(),
+                String::from_utf8(want).unwrap()
+            );
+        }
+    }
+}
