@@ -55,47 +55,10 @@ results="$work/results.tsv"
 : >"$results"
 NICE=(nice -n 19)
 
-# Process groups started here (each with setsid), stopped on exit: SIGTERM to the leader
-# (bench stack stops its gateway and Redis itself), SIGKILL to the group after a bound.
-groups=()
-stop_group() {
-  local pid="$1"
-  kill -TERM "$pid" 2>/dev/null || return 0
-  for _ in $(seq 1 75); do
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.2
-  done
-  kill -KILL -- "-$pid" 2>/dev/null || true
-  wait "$pid" 2>/dev/null || true
-}
-cleanup() {
-  local g
-  for g in "${groups[@]}"; do stop_group "$g"; done
-  groups=()
-}
-# Stops one group and forgets it.
-stop() {
-  local g kept=()
-  stop_group "$1"
-  for g in "${groups[@]}"; do [ "$g" = "$1" ] || kept+=("$g"); done
-  groups=("${kept[@]}")
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-# Waits (bounded) until `cmd` succeeds.
-wait_for() {
-  local what="$1" limit="$2"
-  shift 2
-  for _ in $(seq 1 $((limit * 5))); do
-    "$@" >/dev/null 2>&1 && return 0
-    sleep 0.2
-  done
-  echo "$0: $what not ready after ${limit}s ($work)" >&2
-  return 1
-}
-listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+# Process groups (bench stack stops its gateway and Redis itself on SIGTERM), free ports
+# and bounded waits.
+# shellcheck source=bench/external/procs.sh
+source bench/external/procs.sh
 record() { printf '%s\t%s\t%s\n' "$PASS" "$1" "$2" >>"$results"; }
 
 # `user Bearer <token>` lines for claims.lua, HS256 with the stack's secret, the claims

@@ -68,45 +68,10 @@ BIN_DIR="$(realpath "$BIN_DIR")"
 work="$(mktemp -d /tmp/flashgate-ledger-counts.XXXXXX)"
 NICE=(nice -n 19)
 
-# Process groups started here (each with setsid), stopped on exit: SIGCONT and SIGTERM to
-# the leader, SIGKILL to the group after a bound.
-groups=()
-stop_group() {
-  local pid="$1"
-  kill -CONT "$pid" 2>/dev/null || true
-  kill -TERM "$pid" 2>/dev/null || return 0
-  for _ in $(seq 1 150); do
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.2
-  done
-  kill -KILL -- "-$pid" 2>/dev/null || true
-  wait "$pid" 2>/dev/null || true
-}
-cleanup() {
-  local g
-  for g in "${groups[@]}"; do stop_group "$g"; done
-  groups=()
-}
-stop() {
-  local g kept=()
-  stop_group "$1"
-  for g in "${groups[@]}"; do [ "$g" = "$1" ] || kept+=("$g"); done
-  groups=("${kept[@]}")
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_for() {
-  local what="$1" limit="$2"
-  shift 2
-  for _ in $(seq 1 $((limit * 5))); do
-    "$@" >/dev/null 2>&1 && return 0
-    sleep 0.2
-  done
-  echo "$0: $what not ready after ${limit}s ($work)" >&2
-  return 1
-}
+# Process groups, free ports and bounded waits; the consumer and MariaDB get 30 s to stop.
+STOP_WAIT_S=30
+# shellcheck source=bench/external/procs.sh
+source bench/external/procs.sh
 now() { date +%s.%N; }
 calc() { python3 -c "print($1)"; }
 
