@@ -34,6 +34,8 @@ struct Sent {
     sent: Instant,
     at: Instant,
     home: ShardId,
+    /// Which gateway answered (1 or 2).
+    gateway: u8,
     status: Option<StatusCode>,
     kind: Option<ApiStatus>,
 }
@@ -150,6 +152,7 @@ async fn master_failover_keeps_gateways_ready_and_other_shards_selling() {
                     sent: sent_at,
                     at,
                     home,
+                    gateway: if n.is_multiple_of(2) { 1 } else { 2 },
                     status,
                     kind: v["status"].as_str().and_then(|k| k.parse().ok()),
                 });
@@ -183,24 +186,27 @@ async fn master_failover_keeps_gateways_ready_and_other_shards_selling() {
         })
     };
 
-    // Run until the victim's shards sell again (its replica took over), then a little more.
-    let recovered = loop {
-        let first = sent
-            .lock()
+    // Run until the victim's shards sell again through each gateway (its replica took
+    // over; each gateway learns the new master and its vouch on its own), then a little more.
+    let first_sale = |gateway: u8| {
+        sent.lock()
             .unwrap()
             .iter()
             .find(|s| {
                 s.sent > killed
+                    && s.gateway == gateway
                     && victim_shards.contains(&s.home)
                     && s.status == Some(StatusCode::CREATED)
             })
-            .map(|s| s.at);
-        if let Some(at) = first {
-            break at;
+            .map(|s| s.at)
+    };
+    let (recovered, recovered_last) = loop {
+        if let (Some(g1), Some(g2)) = (first_sale(1), first_sale(2)) {
+            break (g1.min(g2), g1.max(g2));
         }
         assert!(
             killed.elapsed() < Duration::from_secs(40),
-            "the victim's shards never sold again"
+            "the victim's shards never sold again through both gateways"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
@@ -236,8 +242,8 @@ async fn master_failover_keeps_gateways_ready_and_other_shards_selling() {
                 && matches!(s.kind, Some(ApiStatus::Unavailable | ApiStatus::Restoring))
         })
         .count();
-    // Well after the takeover, the victim's shards sell like the others.
-    let settled = recovered + drills::scaled(Duration::from_millis(500));
+    // Well after the takeover reached both gateways, the victim's shards sell like the others.
+    let settled = recovered_last + drills::scaled(Duration::from_millis(500));
     let victim_after: Vec<&Sent> = sent
         .iter()
         .filter(|s| s.at > settled && victim_shards.contains(&s.home))
@@ -257,8 +263,9 @@ async fn master_failover_keeps_gateways_ready_and_other_shards_selling() {
     let left = slices_left(&check, &meta).await;
     let recorded_units: u64 = v.records.iter().map(|r| u64::from(r.qty)).sum();
     println!(
-        "{} gateways=2 victim_shards={} readyz_polls={} readyz_not_ready={} other_shards_during={} other_shards_ok_during={} victim_during={} victim_503_during={} victim_after={} victim_after_ok={}",
+        "{} gateways=2 second_gateway_ms={} victim_shards={} readyz_polls={} readyz_not_ready={} other_shards_during={} other_shards_ok_during={} victim_during={} victim_503_during={} victim_after={} victim_after_ok={}",
         v.figures,
+        recovered_last.duration_since(recovered).as_millis(),
         victim_shards.len(),
         polls.load(Ordering::Relaxed),
         not_ready.load(Ordering::Relaxed),
@@ -292,10 +299,23 @@ async fn master_failover_keeps_gateways_ready_and_other_shards_selling() {
         "the victim's shards answer 503 unavailable or restoring until the takeover and the vouch"
     );
     assert!(!victim_after.is_empty());
+    let victim_after_failed: Vec<String> = victim_after
+        .iter()
+        .filter(|s| s.status != Some(StatusCode::CREATED))
+        .map(|s| {
+            format!(
+                "gw{} {:?} {:?} +{}ms",
+                s.gateway,
+                s.status.map(|c| c.as_u16()),
+                s.kind,
+                s.at.duration_since(recovered).as_millis()
+            )
+        })
+        .collect();
     assert_eq!(
         victim_after_ok,
         victim_after.len(),
-        "the victim's shards sell again after the takeover"
+        "the victim's shards sell again after the takeover; failed: {victim_after_failed:?}"
     );
     assert_eq!(v.figures.oversold, 0);
     assert_eq!(v.figures.duplicated, 0);
