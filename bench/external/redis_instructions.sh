@@ -33,6 +33,10 @@
 # the rest (reading the request, finding the script, writing the reply, the event loop);
 # it is left out when a name is missing from the profile.
 #
+# CANDIDATE=<lua file> adds two rows: that script with the key layout of bench/external/
+# ablation/keyspace_candidate.lua (guarded like claim.lua; CANDIDATE_GUARD=0 leaves the
+# guard off), without and with a request id.
+#
 # REDIS_ARGS are more redis-server arguments (the test suite's short form
 # shrinks the listpacks with them). DUMPS=<dir> keeps each window's dump there, for
 # callgrind_annotate. Installs valgrind when it is missing.
@@ -50,13 +54,14 @@ work="$(mktemp -d /tmp/flashgate-redis-instructions.XXXXXX)"
 trap 'rm -rf "$work"' EXIT
 
 python3 - "$work" "${N:-20000}" "${SMALL:-2048}" "${WARM:-1000}" "${CLIENTS:-4}" \
-  "${IDLE_S:-3}" "${DUMPS:-}" "${REDIS_ARGS:-}" <<'PY'
+  "${IDLE_S:-3}" "${DUMPS:-}" "${REDIS_ARGS:-}" "${CANDIDATE:-}" "${CANDIDATE_GUARD:-1}" <<'PY'
 import glob, os, re, socket, subprocess, sys, time
 
 work = sys.argv[1]
 n, small, warm, clients = (int(x) for x in sys.argv[2:6])
 idle_s = float(sys.argv[6])
 dumps, redis_args = sys.argv[7], sys.argv[8].split()
+candidate, candidate_guard = sys.argv[9], sys.argv[10] != "0"
 TIMEOUT = 300   # s, any one reply or dump (valgrind runs Redis ~50x slower)
 # Shards 0 and 1 of 16 (their tags pinned in shard-router/src/placement/tests.rs).
 HOME, OTHER = ("fg:0:7", 0), ("fg:1:0", 1)
@@ -188,6 +193,9 @@ try:
     listpack = int(admin.call("CONFIG", "GET", "hash-max-listpack-entries")[1])
     sha = {s: admin.call("SCRIPT", "LOAD", guarded(s)) for s in ("claim", "take", "settle")}
     sha["peer"] = admin.call("SCRIPT", "LOAD", open("bench/peer/seckill.lua").read())
+    if candidate:
+        guard = f"local SERVER = '{run_id}'\n{lua('guard')}" if candidate_guard else ""
+        sha["candidate"] = admin.call("SCRIPT", "LOAD", guard + open(candidate).read())
     for tag, _ in (HOME, OTHER):
         r = admin.call("EVAL", lua("vouch"), 2, f"{{{tag}}}:vouch", f"{{{tag}}}:claims", "init")
         assert r == [18], f"vouch init on {tag}: {r}"
@@ -221,6 +229,18 @@ try:
             keys.append(req(u))
             argv += [u["rid"], TTL]
         return ["EVALSHA", sha["claim"], len(keys), *keys, *argv]
+    def candidate_claim(u):
+        h = HOME
+        keys = [key(h, "meta", u["sku"]), key(h, "users", u["sku"]), key(h, "holds", u["sku"]),
+                f"{{{h[0]}}}:claims"]
+        argv = [u["sku"], u["user"], 1, NOW, h[1], HOLD_TTL, -1, 2**32 + 1]
+        if u["rid"]:
+            keys.append(req(u))
+            argv += [u["rid"], TTL]
+        return ["EVALSHA", sha["candidate"], len(keys), *keys, *argv]
+    def candidate_preheat(sku):
+        admin.call("HSET", key(HOME, "meta", sku), "stock", BIG, "limit", 1, "start", 0,
+                   "end", NOW + 10**10)
     def take(u):
         o, seq, gen = OTHER, u["last"][1], u["last"][3]
         u["seq"] = seq
@@ -248,6 +268,10 @@ try:
         ("claim.lua, request id", lambda s: preheat(s, BIG), True,
          [("", [(claim, expect(1))])]),
     ]
+    for rid in (False, True) if candidate else ():
+        with_rid = "request id" if rid else "no request id"
+        rows.append((f"candidate ({os.path.basename(candidate)}), {with_rid}",
+                     candidate_preheat, rid, [("", [(candidate_claim, expect(1))])]))
     for rid in (False, True):
         with_rid = "request id" if rid else "no request id"
         rows.append((f"reroute, {with_rid}", lambda s: preheat(s, 0), rid,
