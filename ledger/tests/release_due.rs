@@ -115,6 +115,26 @@ async fn the_scan_returns_what_the_join_returned() {
     }
     claims(&pool, 99, 1, 4, 0, false, "pending").await;
     claims(&pool, 99, 101, 4, NOW, false, "releasing").await;
+    // More campaigns than one statement takes (ledger/src/releases/scan.rs), timeouts 0 to
+    // 6 s, each with a pending claim at its cutoff at NOW and one just after.
+    sqlx::query(
+        "INSERT INTO campaigns (sku, stock, width, per_user_limit, start_ms, end_ms, \
+         payment_timeout_s) SELECT 1000 + seq, 10, 4, 1, 0, ?, seq % 7 FROM seq_0_to_599",
+    )
+    .bind(NOW * 2)
+    .execute(&pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO claims (claim_id, sku, user_id, user_seq, qty, shard, home, claimed_ms, \
+         status, batch_id) SELECT CONCAT(seq % 4, '-', 1000 + seq DIV 2, '-', seq), \
+         1000 + seq DIV 2, CONCAT('u', seq), 1, 1, seq % 4, (seq + 1) % 4, \
+         ? - (seq DIV 2 % 7) * 1000 + seq % 2, 'pending', 1 FROM seq_0_to_1199",
+    )
+    .bind(NOW)
+    .execute(&pool)
+    .await
+    .unwrap();
 
     let nows = [
         i64::MIN,
@@ -132,7 +152,7 @@ async fn the_scan_returns_what_the_join_returned() {
         for skip in skips {
             let skip: HashSet<u16> = skip.iter().copied().collect();
             let all = sorted(old_due(&pool, now, &skip, 10_000).await);
-            for limit in [10_000, 7, 1, 0] {
+            for limit in [10_000, 600, 7, 1, 0] {
                 let got = sorted(
                     ledger::releases::due(&pool, now, &skip, limit, T)
                         .await
@@ -147,12 +167,13 @@ async fn the_scan_returns_what_the_join_returned() {
             }
         }
     }
-    assert_eq!(compared, 8 * 4 * 4);
-    // The table covers the edges: at NOW each pending cutoff splits 5 due from 4 not due.
+    assert_eq!(compared, 8 * 4 * 5);
+    // The table covers the edges: at NOW each pending cutoff splits 5 due from 4 not due
+    // (1 from 1 for the 600).
     let at_now = old_due(&pool, NOW, &HashSet::new(), 10_000).await;
     assert_eq!(
         at_now.len(),
-        6 * 5 + 6 * 9,
+        6 * 5 + 6 * 9 + 600,
         "pending due at NOW, and every releasing"
     );
 }
