@@ -28,12 +28,12 @@
 # left is per claim. The consumer is zeroed just before its SIGSTOP (the seconds it stands
 # stopped count no instructions and are left out of its window's length), MariaDB just
 # before the SIGCONT. The consumer runs with `--lease-ms` LEASE_MS (default 60 000) so that
-# it keeps its leases across the stop; a lease renewal is idle cost. Its rounds whose cost
-# grows with the claims already in the ledger, not with the claims written, are moved out
-# of the windows (one hour): reconciliation (`--reconcile-interval-ms`, default a minute)
-# and the payment-timeout scan (`--release-interval-ms`, default 5 s; ledger/src/releases.rs
-# `due` reads every claim of every open campaign, so left on it would charge the second
-# pass for the first pass's claims). RELEASE_MS=5000 puts the default back.
+# it keeps its leases across the stop; a lease renewal is idle cost. Its rounds that write
+# no claims are moved out of the windows (one hour): reconciliation
+# (`--reconcile-interval-ms`, default a minute; its cost grows with the claims already in
+# the ledger, so left on it would charge the second pass for the first pass's claims) and
+# the payment-timeout scan (`--release-interval-ms`, default 5 s; ledger/src/releases/scan.rs,
+# its own counts in bench/external/due_scan_reads.sh). RELEASE_MS=5000 puts the default back.
 #
 # Needs a release build (`cargo build --release -p gateway -p campaign-ops -p bench`;
 # BIN_DIR, default $CARGO_TARGET_DIR/release or target/release), redis-server, mariadbd,

@@ -3,13 +3,16 @@
 //! Redis step between `releasing` and `released`, and why the steps are ordered so, are the
 //! campaign operations' (`campaign-ops/src/release.rs`).
 
-use std::collections::HashSet;
 use std::time::Duration;
 
-use sqlx::{MySql, MySqlPool, QueryBuilder};
+use sqlx::MySqlPool;
 
 use crate::error::LedgerError;
 use crate::pool::bounded;
+
+mod scan;
+
+pub use scan::due;
 
 /// Why a claim is released.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,33 +134,4 @@ pub async fn mark_released(
     .await?
     .rows_affected();
     Ok(moved == 1)
-}
-
-/// Up to `limit` due claims (pending past their campaign's payment timeout at `now_ms`, or
-/// left `releasing`) as `(claim id, shard, home)`, none with its shard or home in `skip`.
-pub async fn due(
-    pool: &MySqlPool,
-    now_ms: i64,
-    skip: &HashSet<u16>,
-    limit: i64,
-    t: Duration,
-) -> Result<Vec<(String, u16, u16)>, LedgerError> {
-    let mut q = QueryBuilder::<MySql>::new(
-        "SELECT c.claim_id, c.shard, c.home FROM claims c JOIN campaigns p ON p.sku = c.sku \
-         WHERE ((c.status = 'pending' AND c.claimed_ms + p.payment_timeout_s * 1000 <= ",
-    );
-    q.push_bind(now_ms);
-    q.push(") OR c.status = 'releasing')");
-    if !skip.is_empty() {
-        for col in ["c.shard", "c.home"] {
-            q.push(format!(" AND {col} NOT IN ("));
-            let mut list = q.separated(", ");
-            for s in skip {
-                list.push_bind(*s);
-            }
-            q.push(")");
-        }
-    }
-    q.push(" LIMIT ").push_bind(limit);
-    bounded("due claims", t, q.build_query_as().fetch_all(pool)).await
 }
