@@ -133,7 +133,10 @@ restart_service() {
   podman stop -t 20 "$c" >/dev/null
   t=$((($(date +%s%N) - t) / 1000000))
   code=$(podman inspect --format '{{.State.ExitCode}}' "$c")
-  [ "$code" = 0 ] || die "$svc exited $code on SIGTERM (137: killed after the grace period)"
+  if [ "$code" != 0 ]; then
+    podman logs --tail 40 "$c" >"$WORK/$svc-stop.log" 2>&1 || true
+    die "$svc exited $code on SIGTERM after $t ms (137: killed after the grace period; its last lines: $WORK/$svc-stop.log)"
+  fi
   podman start "$c" >/dev/null
   case "$svc" in
     gateway-*)

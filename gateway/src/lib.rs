@@ -44,6 +44,7 @@ mod waiting_room;
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use identity::Identity;
 use tokio::net::TcpListener;
@@ -64,6 +65,9 @@ pub struct Listeners {
     pub api: TcpListener,
     pub admin: TcpListener,
 }
+
+/// How long the background tasks get to stop once the listeners have drained.
+const BACKGROUND_STOP: Duration = Duration::from_secs(2);
 
 /// Runs the gateway until `shutdown` resolves, then drains: readiness goes false, after
 /// `--drain-delay-ms` the listeners close, in-flight requests get `--shutdown-grace-ms`
@@ -106,7 +110,21 @@ pub async fn run(
         }
     }
     let _ = bg_tx.send(true);
-    while background.join_next().await.is_some() {}
+    // Bounded like every wait: a task caught in a slow call (a connect, a read) past this
+    // is aborted, so drain delay + grace + this stay inside a balancer's or an
+    // orchestrator's kill timeout (deploy/compose/docker-compose.yml: 20 s).
+    let stopping = async { while background.join_next().await.is_some() {} };
+    if tokio::time::timeout(BACKGROUND_STOP, stopping)
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            left = background.len(),
+            "background tasks did not stop in time; aborting them"
+        );
+        background.abort_all();
+        while background.join_next().await.is_some() {}
+    }
     tracing::info!("gateway stopped");
     Ok(())
 }

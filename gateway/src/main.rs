@@ -2,6 +2,7 @@
 //! until SIGTERM or SIGINT.
 
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
@@ -53,7 +54,11 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match rt.block_on(serve(cfg)) {
+    let served = rt.block_on(serve(cfg));
+    // Dropping a runtime waits for its blocking tasks without bound (a name lookup of a
+    // Redis host is one): the drain already ended, so give them a moment, not forever.
+    rt.shutdown_timeout(Duration::from_secs(1));
+    match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("{NAME}: {e:#}");
