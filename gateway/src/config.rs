@@ -192,10 +192,11 @@ pub struct Config {
         default_value_t = 1_000_000
     )]
     pub replay_filter_total_users: u64,
-    /// Where the Redis connection's tasks run: `own` (a thread of their own, so a
-    /// saturated request runtime does not delay Redis replies) or `shared` (the request
-    /// runtime: no cross-thread hop per claim; for measuring it, see docs/BENCHMARKS.md).
-    #[arg(long, env = "FLASHGATE_REDIS_RUNTIME", value_enum, default_value_t = RedisRuntime::Own)]
+    /// Where the Redis connection's tasks run: `adaptive` (a thread of their own, so a
+    /// saturated request runtime does not delay Redis replies, and claim batches on the
+    /// request runtime while it has an idle worker), `own` (the thread for every call) or
+    /// `shared` (the request runtime only; see `gateway/src/redis_runtime.rs`).
+    #[arg(long, env = "FLASHGATE_REDIS_RUNTIME", value_enum, default_value_t = RedisRuntime::Adaptive)]
     pub redis_runtime: RedisRuntime,
     /// Runtime worker threads; 0 = one per core. On a box shared with Redis, fewer threads
     /// than cores cost less switching (see docs/BENCHMARKS.md).

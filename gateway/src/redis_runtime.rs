@@ -14,9 +14,17 @@
 //! for the process (a static: a runtime cannot be dropped from async code); its tasks end
 //! when the last handle of the connection is dropped, and it then idles.
 //!
-//! That hop between the two runtimes costs cross-thread wake-ups on every claim.
-//! `--redis-runtime shared` connects on the request runtime instead, so that the hop can
-//! be measured (docs/BENCHMARKS.md); `own` stays the default for the reason above.
+//! That hop between the two runtimes costs cross-thread wake-ups on every claim batch:
+//! about as many system calls per claim as the claim's own I/O at low load
+//! (docs/BENCHMARKS.md "system calls per claim"). So by default (`adaptive`) the client
+//! also gets a second connection made on the request runtime, and a claim batch goes
+//! through it, with its flush task on the request runtime, while one of that runtime's
+//! workers is parked or parked within 2 ms: then its queues were empty, and no claim
+//! crosses threads. While every worker stays busy, batches take the own runtime's
+//! connection as above (`shard-router/src/batch.rs`, `Batcher::attach_near`).
+//! `--redis-runtime own` is the hop for every batch; `shared` connects only on the
+//! request runtime (no hop, and no shelter: under the saturated runtime of
+//! `gateway/tests/it/redis_runtime.rs` it answered 503, docs/BENCHMARKS.md).
 
 use std::sync::OnceLock;
 
@@ -25,8 +33,11 @@ use shard_router::{StockClient, StockConfig, StockError};
 /// Where the Redis connection's tasks run (`--redis-runtime`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum RedisRuntime {
-    /// A runtime thread of their own (see the module doc).
+    /// A runtime thread of their own, and claim batches on the request runtime while it
+    /// has an idle worker (see the module doc).
     #[default]
+    Adaptive,
+    /// A runtime thread of their own, for every call.
     Own,
     /// The request runtime: no hop, but behind every HTTP connection task in a rush.
     Shared,
@@ -70,6 +81,11 @@ pub(crate) async fn connect(cfg: StockConfig, on: RedisRuntime) -> Result<StockC
         return StockClient::connect(cfg).await;
     }
     let task = runtime()?.spawn(StockClient::connect(cfg));
-    task.await
-        .unwrap_or_else(|e| Err(unavailable(format!("connect task failed: {e}"))))
+    let client = task
+        .await
+        .unwrap_or_else(|e| Err(unavailable(format!("connect task failed: {e}"))))?;
+    if on == RedisRuntime::Adaptive {
+        client.connect_near().await?;
+    }
+    Ok(client)
 }

@@ -32,7 +32,7 @@
 //! before it holds the master's data, and a failover does not prefer it.
 
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use redis::{Cmd, RedisError, RedisResult, Value};
@@ -41,6 +41,7 @@ use tokio::sync::oneshot;
 use crate::conn::RedisConn;
 use crate::placement::ShardId;
 use crate::replication::ReplicationInfo;
+use near::Near;
 
 /// Most scripts in one pipeline, which bounds one batch's reply and the wait of its last
 /// claim behind the others.
@@ -135,6 +136,9 @@ pub(crate) struct Batcher {
     /// connection's own tasks (the gateway gives those a runtime of their own, so a
     /// saturated request runtime does not delay every batch by a pass of its queue).
     spawner: tokio::runtime::Handle,
+    /// A second connection made on the callers' runtime ([`Batcher::attach_near`]): a
+    /// batch goes through it, its flush task there too, while that runtime is idle.
+    near: OnceLock<Near>,
 }
 
 impl Batcher {
@@ -147,7 +151,28 @@ impl Batcher {
             wait: wait.map(|w| w.max(Duration::from_millis(1))),
             replicas: (0..shards).map(|_| AtomicU32::new(0)).collect(),
             spawner: tokio::runtime::Handle::current(),
+            near: OnceLock::new(),
         }
+    }
+
+    /// Sends batches through `conn`, made on the current runtime, while that runtime is
+    /// idle ([`Near::idle`]: a worker parked now or within 2 ms, so its queues were
+    /// empty). A batch then runs where its callers run and no claim crosses threads: the
+    /// cross-thread wake-ups of a hop to the client's runtime and back cost about as many
+    /// system calls per claim as the claim's own I/O (docs/BENCHMARKS.md "system calls
+    /// per claim"). While every worker stays busy, batches go through the client's
+    /// connection on its own runtime, as without `conn`: there a reply does not wait
+    /// behind the busy workers' queues (`gateway/src/redis_runtime.rs`). Each batch
+    /// chooses; one pipeline (and its WAIT) always goes on one connection, and a shard's
+    /// batches still go one after another.
+    pub(crate) fn attach_near(&self, conn: RedisConn) {
+        let _ = self.near.set(Near::new(conn));
+    }
+
+    /// The near connection when its runtime is idle enough ([`Near::idle`]).
+    fn near_if_idle(&self) -> Option<&RedisConn> {
+        let near = self.near.get()?;
+        near.idle().then_some(&near.conn)
     }
 
     /// Records how many replicas `shard`'s master counts online (`health.rs`).
@@ -184,8 +209,7 @@ impl Batcher {
         let (tx, rx) = oneshot::channel();
         if queue.push(Pending { cmd, reply: tx }) {
             // Its own task: a caller dropped mid-flush must not strand the others' replies.
-            self.spawner
-                .spawn(Arc::clone(self).flush(conn.clone(), shard));
+            self.start_flush(conn.clone(), shard, self.near_if_idle().is_some());
         }
         rx.await.unwrap_or_else(|_| {
             Err(io_error(
@@ -195,13 +219,40 @@ impl Batcher {
         })
     }
 
-    async fn flush(self: Arc<Self>, mut conn: RedisConn, shard: ShardId) {
+    /// Starts a flush task for `shard`: on the callers' runtime through the near
+    /// connection when `near`, else on the client's runtime through `conn`.
+    fn start_flush(self: &Arc<Self>, conn: RedisConn, shard: ShardId, near: bool) {
+        let this = Arc::clone(self);
+        let task = async move {
+            if let Some(near) = this.flush(&conn, shard, near).await {
+                this.start_flush(conn, shard, near);
+            }
+        };
+        match self.near.get().filter(|_| near) {
+            Some(n) => drop(n.rt.spawn(task)),
+            None => drop(self.spawner.spawn(task)),
+        }
+    }
+
+    /// Flushes `shard`'s queue until it is empty (`None`), each batch through the near
+    /// connection while its runtime is idle enough, else through `conn`. When that choice
+    /// changes, the task stops, the queue still owned, and answers where the flush goes
+    /// on (`start_flush`): a batch's task runs beside its connection, so a reply crosses
+    /// no thread to reach it.
+    async fn flush(&self, conn: &RedisConn, shard: ShardId, on_near: bool) -> Option<bool> {
         let queue = &self.queues[usize::from(shard)];
         let owner = queue.own();
         loop {
+            let near = self.near_if_idle();
+            if near.is_some() != on_near {
+                // The queue goes on with the next task: it stays owned.
+                std::mem::forget(owner);
+                return Some(near.is_some());
+            }
+            let mut conn = near.unwrap_or(conn).clone();
             let Some(batch) = queue.next(MAX_BATCH) else {
                 std::mem::forget(owner);
-                return;
+                return None;
             };
             let mut pipe = redis::pipe();
             pipe.ignore_errors();
@@ -300,5 +351,6 @@ fn io_error(kind: std::io::ErrorKind, msg: &str) -> RedisError {
     RedisError::from(std::io::Error::new(kind, msg.to_owned()))
 }
 
+mod near;
 #[cfg(test)]
 mod tests;

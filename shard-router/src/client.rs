@@ -96,6 +96,16 @@ impl StockClient {
         })
     }
 
+    /// Makes a second connection on the current runtime for the claim batches, used while
+    /// that runtime is idle (`batch.rs`, `Batcher::attach_near`). For a client connected
+    /// on a runtime of its own, called on the runtime its callers run on.
+    pub async fn connect_near(&self) -> Result<(), StockError> {
+        let cfg = &self.cfg;
+        let conn = RedisConn::connect(&cfg.target, cfg.timeouts, cfg.read_from_replicas).await?;
+        self.batcher.attach_near(conn);
+        Ok(())
+    }
+
     /// True on Redis Cluster (shards on several masters), false on a single Redis.
     pub fn is_cluster(&self) -> bool {
         self.conn.is_cluster()

@@ -287,6 +287,64 @@ async fn a_claim_given_up_before_its_batch_left_is_not_sent() {
     );
 }
 
+/// Group commit: the caller whose claim started its shard's batch gives up while that
+/// batch is in flight; the claims queued behind it are still sent and answered. The flush
+/// must not live and die with that caller (`shard-router/src/batch.rs`), on either of the
+/// client's connections (`StockClient::connect_near`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_whose_first_caller_gave_up_still_answers_the_others() {
+    use crate::common::users_with_home;
+    use std::time::Duration;
+    let env = Env::single();
+    let mut cfg = shard_router::StockConfig::new(env.target(), crate::common::SHARDS);
+    cfg.timeouts.response = Duration::from_secs(5);
+    let client = shard_router::StockClient::connect(cfg)
+        .await
+        .expect("connect");
+    client.connect_near().await.expect("near connection");
+    let meta = crate::common::open_meta(1089, 10, 1, 1);
+    client.preheat(&meta).await.expect("preheat");
+    client.load_scripts().await.expect("scripts");
+    let home = client.placement().shards_of(meta.sku, 1)[0];
+    let users = users_with_home(&client, &meta, home, "g", 3);
+    let mut admin = env.node_connections().remove(0);
+    let claim = |user: &str| {
+        let (client, r) = (client.clone(), crate::common::req(meta.sku, user, None));
+        tokio::spawn(async move {
+            client
+                .claim_home(&r, home, shard_router::now_ms(), false)
+                .await
+                .map(|a| a.outcome)
+        })
+    };
+
+    // Park the first batch in Redis: writes pause for a second.
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(1000)
+        .arg("WRITE")
+        .query(&mut admin)
+        .expect("CLIENT PAUSE");
+    let first = claim(&users[0]);
+    // Long enough for the first claim's batch to leave, even on a loaded machine.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let behind = [claim(&users[1]), claim(&users[2])];
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    first.abort();
+    for t in behind {
+        let got = tokio::time::timeout(Duration::from_secs(4), t)
+            .await
+            .expect("a claim queued behind a given-up caller is answered")
+            .expect("task");
+        assert!(
+            matches!(got, Ok(shard_router::HomeOutcome::Claimed { .. })),
+            "{got:?}"
+        );
+    }
+    // The given-up caller's claim had left with its batch: it ran.
+    assert_eq!(crate::common::slices_total(&client, &meta).await, 7);
+}
+
 /// The consumer's stream operations: a read after a place returns only what follows it,
 /// under the master's replication id; the trim removes entries below the committed place
 /// and keeps the place itself, and does nothing on a stream whose history went back below
