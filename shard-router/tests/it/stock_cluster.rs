@@ -130,3 +130,97 @@ async fn shard_info_comes_from_the_shards_own_master() {
     }
     assert_eq!(ports.len(), 3, "the shards live on all three masters");
 }
+
+/// Review (adaptive runtime): after a graceful failover (`CLUSTER FAILOVER` on the replica,
+/// the old master staying up as a replica), claim batches on the near connection reach the
+/// promoted master and answer NOSCRIPT; the relearn goes through the client's own
+/// connection, whose slot map still names the old master (a keyless INFO and SCRIPT LOAD
+/// there raise no MOVED), so it learns the old process again and the retry through the
+/// near connection answers NOSCRIPT again. With one connection the first claim's MOVED
+/// refreshed the map that learn uses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn review_claims_recover_after_a_graceful_failover_with_a_near_connection() {
+    graceful_failover(true).await;
+}
+
+/// Control: the same with the client's one connection passes (one MOVED, then claims).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn review_claims_recover_after_a_graceful_failover_own_connection_only() {
+    graceful_failover(false).await;
+}
+
+async fn graceful_failover(near: bool) {
+    use shard_router::placement::slot_of_tag;
+    use std::time::Duration;
+    let cluster = test_support::RedisCluster::start(3, 1);
+    let target = shard_router::RedisTarget::Cluster(cluster.urls());
+    let client = shard_router::StockClient::connect(shard_router::StockConfig::new(
+        target,
+        crate::common::SHARDS,
+    ))
+    .await
+    .expect("connect");
+    if near {
+        client.connect_near().await.expect("near connection");
+    }
+    let meta = crate::common::open_meta(1090, 1000, 1, 1);
+    client.preheat(&meta).await.expect("preheat");
+    client.load_scripts().await.expect("scripts");
+    let home = client.placement().shards_of(meta.sku, 1)[0];
+    let users = crate::common::users_with_home(&client, &meta, home, "f", 40);
+    let claim = |user: &str| {
+        let (client, r) = (client.clone(), crate::common::req(meta.sku, user, None));
+        async move {
+            client
+                .claim_home(&r, home, shard_router::now_ms(), false)
+                .await
+                .map(|a| a.outcome)
+        }
+    };
+    // Learned on the first master, through both connections' maps.
+    let got = claim(&users[0]).await;
+    assert!(matches!(got, Ok(shard_router::HomeOutcome::Claimed { .. })), "{got:?}");
+
+    let slot = slot_of_tag(client.placement().tag(home));
+    let (_master, replica) = cluster.master_and_replica(slot);
+    let _: String = redis::cmd("CLUSTER")
+        .arg("FAILOVER")
+        .query(&mut cluster.nodes()[replica].connection())
+        .expect("CLUSTER FAILOVER");
+    let port = cluster.nodes()[replica].port();
+    for _ in 0..100 {
+        if cluster.master_of(slot) == port {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(cluster.master_of(slot), port, "the replica took over");
+    cluster.wait_ok();
+    // The consumer's vouch for the promoted master (as after its rebuild).
+    let mut p = cluster.nodes()[replica].connection();
+    let info: String = redis::cmd("INFO").arg("server").query(&mut p).expect("INFO");
+    let run_id = info
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("run_id:"))
+        .expect("run_id")
+        .to_owned();
+    let _: () = redis::cmd("SET")
+        .arg(shard_router::keys::vouch(client.placement(), home))
+        .arg(&run_id)
+        .query(&mut p)
+        .expect("vouch");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let mut answers = Vec::new();
+    for u in &users[1..] {
+        let got = claim(u).await;
+        let ok = matches!(got, Ok(shard_router::HomeOutcome::Claimed { .. }));
+        answers.push(format!("{got:?}"));
+        if ok {
+            eprintln!("recovered after {answers:#?}");
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("no claim recovered after the failover: {answers:#?}");
+}
