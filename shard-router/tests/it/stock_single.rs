@@ -522,3 +522,61 @@ fn bench_claim_batch_runs_claim_lua_with_its_argument_order() {
         "the bench's claim as claim.lua took it ({args:?})"
     );
 }
+
+/// Review (adaptive runtime): Redis closes connections idle past `timeout`; the client's own
+/// connection stays busy with health probes, the near connection idles between claims. The
+/// first claim after the idle spell goes through the closed near connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn review_first_claim_after_an_idle_spell_with_a_near_connection() {
+    idle_spell(true).await;
+}
+
+/// Control: the same with the client's one connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn review_first_claim_after_an_idle_spell_own_connection_only() {
+    idle_spell(false).await;
+}
+
+async fn idle_spell(near: bool) {
+    use std::time::Duration;
+    let server = test_support::RedisServer::start_with(&["--timeout", "1"]);
+    let cfg = shard_router::StockConfig::new(
+        shard_router::RedisTarget::Single(server.url()),
+        crate::common::SHARDS,
+    );
+    let client = shard_router::StockClient::connect(cfg).await.expect("connect");
+    if near {
+        client.connect_near().await.expect("near connection");
+    }
+    let meta = crate::common::open_meta(1091, 10, 1, 1);
+    client.preheat(&meta).await.expect("preheat");
+    client.load_scripts().await.expect("scripts");
+    let home = client.placement().shards_of(meta.sku, 1)[0];
+    let users = crate::common::users_with_home(&client, &meta, home, "i", 2);
+    let claim = |user: &str| {
+        let (client, r) = (client.clone(), crate::common::req(meta.sku, user, None));
+        async move {
+            client
+                .claim_home(&r, home, shard_router::now_ms(), false)
+                .await
+                .map(|a| a.outcome)
+        }
+    };
+    let got = claim(&users[0]).await;
+    assert!(matches!(got, Ok(shard_router::HomeOutcome::Claimed { .. })), "{got:?}");
+    // The gateway's probe, every 300 ms, on the client's own connection.
+    let probe = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            loop {
+                let h = client.shard_health().await;
+                assert!(h.unreachable.is_empty(), "health says fine");
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let got = claim(&users[1]).await;
+    probe.abort();
+    assert!(matches!(got, Ok(shard_router::HomeOutcome::Claimed { .. })), "{got:?}");
+}
