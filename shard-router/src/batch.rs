@@ -78,16 +78,27 @@ impl<T: Waiting> GroupQueue<T> {
     }
 
     /// The next group (at most `max`, callers that gave up dropped), or `None` once none
-    /// is left, which releases the queue.
-    fn next(&self, max: usize) -> Option<Vec<T>> {
+    /// is left, which releases the queue. Items may name a key (`key`): the group's key is
+    /// its first item's, else `default`, and the group stops before an item naming another.
+    fn next<K: Copy + PartialEq>(
+        &self,
+        max: usize,
+        key: impl Fn(&T) -> Option<K>,
+        default: K,
+    ) -> Option<(K, Vec<T>)> {
         let mut q = self.lock();
         q.0.retain(T::is_open);
-        if q.0.is_empty() {
+        let Some(first) = q.0.first() else {
             q.1 = false;
             return None;
-        }
-        let n = q.0.len().min(max);
-        Some(q.0.drain(..n).collect())
+        };
+        let k = key(first).unwrap_or(default);
+        let n =
+            q.0.iter()
+                .take(max)
+                .take_while(|t| key(t).is_none_or(|x| x == k))
+                .count();
+        Some((k, q.0.drain(..n).collect()))
     }
 
     /// The flush task's hold on the queue, released on any exit (see [`Owner`]).
@@ -113,9 +124,24 @@ impl<T: Waiting> Drop for Owner<'_, T> {
 /// counted (`None` without durability).
 pub(crate) type BatchReply = (Value, Option<u32>);
 
+/// Which of the client's connections carried a batch: its own, or the near one
+/// ([`Batcher::attach_near`]). On a cluster the two keep slot maps of their own, so after
+/// a failover they can reach different processes for a while: a NOSCRIPT is answered by
+/// the process behind the connection that carried it, and is learned through that one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Via {
+    Own,
+    Near,
+}
+
+/// What a caller gets: the connection that carried its batch, and its reply.
+pub(crate) type Carried = (Via, RedisResult<BatchReply>);
+
 struct Pending {
     cmd: Cmd,
-    reply: oneshot::Sender<RedisResult<BatchReply>>,
+    /// Goes through this connection, whatever the runtime's load (a retry after NOSCRIPT).
+    pin: Option<Via>,
+    reply: oneshot::Sender<Carried>,
 }
 
 impl Waiting for Pending {
@@ -166,13 +192,35 @@ impl Batcher {
     /// chooses; one pipeline (and its WAIT) always goes on one connection, and a shard's
     /// batches still go one after another.
     pub(crate) fn attach_near(&self, conn: RedisConn) {
-        let _ = self.near.set(Near::new(conn));
+        let _ = self.near.set(Near::new(conn, self.queues.len()));
     }
 
-    /// The near connection when its runtime is idle enough ([`Near::idle`]).
-    fn near_if_idle(&self) -> Option<&RedisConn> {
+    /// The near connection when its last probe of `shard` answered ([`Near::usable`]) and
+    /// its runtime is idle enough ([`Near::idle`]).
+    fn near_if_idle(&self, shard: ShardId) -> Option<&RedisConn> {
         let near = self.near.get()?;
-        near.idle().then_some(&near.conn)
+        (near.usable(shard) && near.idle()).then_some(&near.conn)
+    }
+
+    /// The near connection, if one is attached (for the health probe).
+    pub(crate) fn near_conn(&self) -> Option<RedisConn> {
+        self.near.get().map(|n| n.conn.clone())
+    }
+
+    /// Records whether the near connection answered the probe of `shard`: while it does
+    /// not, `shard`'s batches go through the client's own connection (`health.rs`).
+    pub(crate) fn set_near_ok(&self, shard: ShardId, ok: bool) {
+        if let Some(n) = self.near.get() {
+            n.set_usable(shard, ok);
+        }
+    }
+
+    /// The connection `via` names (`own` is the client's own).
+    pub(crate) fn conn_via(&self, via: Via, own: &RedisConn) -> RedisConn {
+        match (via, self.near.get()) {
+            (Via::Near, Some(n)) => n.conn.clone(),
+            _ => own.clone(),
+        }
     }
 
     /// Records how many replicas `shard`'s master counts online (`health.rs`).
@@ -190,32 +238,34 @@ impl Batcher {
             .max(1)
     }
 
-    /// Sends `cmd` with the next batch of `shard` and waits for its own reply. The caller
-    /// bounds the wait; a caller that gave up before its batch left is not sent at all.
+    /// Sends `cmd` with the next batch of `shard` and waits for its own reply, and which
+    /// connection carried it; through the one `pin` names, if any. The caller bounds the
+    /// wait; a caller that gave up before its batch left is not sent at all.
     pub(crate) async fn call(
         self: &Arc<Self>,
         conn: &RedisConn,
         shard: ShardId,
         cmd: Cmd,
-    ) -> RedisResult<BatchReply> {
+        pin: Option<Via>,
+    ) -> Carried {
         // One Redis serves every shard: one queue, so claims of all shards share a pipeline.
         let shard = if conn.is_cluster() { shard } else { 0 };
         let Some(queue) = self.queues.get(usize::from(shard)) else {
-            return Err(RedisError::from((
-                redis::ErrorKind::Client,
-                "no such shard",
-            )));
+            let e = RedisError::from((redis::ErrorKind::Client, "no such shard"));
+            return (Via::Own, Err(e));
         };
         let (tx, rx) = oneshot::channel();
-        if queue.push(Pending { cmd, reply: tx }) {
+        if queue.push(Pending {
+            cmd,
+            pin,
+            reply: tx,
+        }) {
             // Its own task: a caller dropped mid-flush must not strand the others' replies.
-            self.start_flush(conn.clone(), shard, self.near_if_idle().is_some());
+            self.start_flush(conn.clone(), shard, self.near_if_idle(shard).is_some());
         }
         rx.await.unwrap_or_else(|_| {
-            Err(io_error(
-                std::io::ErrorKind::ConnectionAborted,
-                "claim batch dropped",
-            ))
+            let e = io_error(std::io::ErrorKind::ConnectionAborted, "claim batch dropped");
+            (pin.unwrap_or(Via::Own), Err(e))
         })
     }
 
@@ -243,17 +293,21 @@ impl Batcher {
         let queue = &self.queues[usize::from(shard)];
         let owner = queue.own();
         loop {
-            let near = self.near_if_idle();
+            let near = self.near_if_idle(shard);
             if near.is_some() != on_near {
                 // The queue goes on with the next task: it stays owned.
                 std::mem::forget(owner);
                 return Some(near.is_some());
             }
-            let mut conn = near.unwrap_or(conn).clone();
-            let Some(batch) = queue.next(MAX_BATCH) else {
+            let chosen = if near.is_some() { Via::Near } else { Via::Own };
+            // A pinned claim (a retry after NOSCRIPT) goes where it is pinned, from this
+            // task's runtime too: rare, and only the hop it saves is lost. A batch holds
+            // claims for one connection only.
+            let Some((via, batch)) = queue.next(MAX_BATCH, |p| p.pin, chosen) else {
                 std::mem::forget(owner);
                 return None;
             };
+            let mut conn = self.conn_via(via, conn);
             let mut pipe = redis::pipe();
             pipe.ignore_errors();
             let mut replies = Vec::with_capacity(batch.len());
@@ -279,7 +333,7 @@ impl Batcher {
                         .wait
                         .map(|_| self.replicas_acked(shard, need, &mut values));
                     for (tx, v) in replies.into_iter().zip(values) {
-                        let _ = tx.send(v.map(|v| (v, acked)));
+                        let _ = tx.send((via, v.map(|v| (v, acked))));
                     }
                 }
                 Ok(Ok(values)) => {
@@ -287,25 +341,39 @@ impl Batcher {
                         std::io::ErrorKind::InvalidData,
                         &format!("{} replies to {expected} commands", values.len()),
                     );
-                    send_all(replies, &e);
+                    send_all(replies, via, &e);
                 }
                 // A pipeline that fails as a whole (a dropped connection; on a cluster, one
                 // MOVED or CLUSTERDOWN reply fails them all) may have run some of its
                 // scripts: for more than one (or one and its WAIT), nobody can say
                 // "nothing was taken".
                 Ok(Err(e)) if expected > 1 => {
+                    self.near_failed(via, shard, &e);
                     let e = io_error(
                         std::io::ErrorKind::ConnectionAborted,
                         &format!("claim batch failed, some scripts may have run: {e}"),
                     );
-                    send_all(replies, &e);
+                    send_all(replies, via, &e);
                 }
-                Ok(Err(e)) => send_all(replies, &e),
-                Err(_) => send_all(
-                    replies,
-                    &io_error(std::io::ErrorKind::TimedOut, "claim batch timed out"),
-                ),
+                Ok(Err(e)) => {
+                    self.near_failed(via, shard, &e);
+                    send_all(replies, via, &e);
+                }
+                Err(_) => {
+                    let e = io_error(std::io::ErrorKind::TimedOut, "claim batch timed out");
+                    self.near_failed(via, shard, &e);
+                    send_all(replies, via, &e);
+                }
             }
+        }
+    }
+
+    /// A batch through the near connection that failed on the connection itself (closed,
+    /// timed out): `shard`'s next batches go through the client's own one until the near
+    /// connection answers a probe again (`health.rs`). A MOVED or a script error does not.
+    fn near_failed(&self, via: Via, shard: ShardId, e: &RedisError) {
+        if via == Via::Near && (e.is_io_error() || e.is_connection_dropped() || e.is_timeout()) {
+            self.set_near_ok(shard, false);
         }
     }
 
@@ -341,9 +409,9 @@ impl Batcher {
     }
 }
 
-fn send_all(replies: Vec<oneshot::Sender<RedisResult<BatchReply>>>, e: &RedisError) {
+fn send_all(replies: Vec<oneshot::Sender<Carried>>, via: Via, e: &RedisError) {
     for tx in replies {
-        let _ = tx.send(Err(e.clone()));
+        let _ = tx.send((via, Err(e.clone())));
     }
 }
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use redis::{ScriptInvocation, Value};
 
-use crate::batch::Batcher;
+use crate::batch::{Batcher, Via};
 use crate::conn::{RedisConn, RedisTarget, Timeouts};
 use crate::error::StockError;
 use crate::guard::{Guards, Selling};
@@ -106,6 +106,21 @@ impl StockClient {
         Ok(())
     }
 
+    /// PINGs `shard`'s master through the near connection, if there is one, and records
+    /// whether it answered (`Batcher::set_near_ok`): the probe keeps it from idling past a
+    /// server `timeout`, and finds it closed before a claim does (`health.rs`).
+    pub(crate) async fn probe_near(&self, shard: ShardId) {
+        let Some(mut conn) = self.batcher.near_conn() else {
+            return;
+        };
+        let slot = crate::placement::slot_of_tag(self.placement.tag(shard));
+        let ping = conn.on_slot_master(redis::cmd("PING"), slot);
+        let ok = self.bounded("ping near", ping).await.is_ok();
+        // One queue serves every shard of a single Redis (`batch.rs`).
+        let queue = if self.conn.is_cluster() { shard } else { 0 };
+        self.batcher.set_near_ok(queue, ok);
+    }
+
     /// True on Redis Cluster (shards on several masters), false on a single Redis.
     pub fn is_cluster(&self) -> bool {
         self.conn.is_cluster()
@@ -155,18 +170,24 @@ impl StockClient {
         }
     }
 
-    /// Sends `cmd` with `shard`'s next claim batch (see `batch.rs`), under the timeout
-    /// (plus the batch's WAIT): the reply, and what the batch's WAIT counted.
+    /// Sends `cmd` with `shard`'s next claim batch (see `batch.rs`), through the connection
+    /// `pin` names if any, under the timeout (plus the batch's WAIT): the connection that
+    /// carried it, the reply, and what the batch's WAIT counted.
     async fn batched(
         &self,
         op: &'static str,
         shard: ShardId,
         cmd: redis::Cmd,
-    ) -> Result<(Value, Option<u32>), StockError> {
+        pin: Option<Via>,
+    ) -> (Via, Result<(Value, Option<u32>), StockError>) {
         let after = self.cfg.timeouts.response + self.cfg.replica_ack.unwrap_or_default();
-        match tokio::time::timeout(after, self.batcher.call(&self.conn, shard, cmd)).await {
-            Ok(r) => r.map_err(|source| StockError::Redis { op, source }),
-            Err(_) => Err(StockError::Timeout { op, after }),
+        let call = self.batcher.call(&self.conn, shard, cmd, pin);
+        match tokio::time::timeout(after, call).await {
+            Ok((via, r)) => (via, r.map_err(|source| StockError::Redis { op, source })),
+            Err(_) => (
+                pin.unwrap_or(Via::Own),
+                Err(StockError::Timeout { op, after }),
+            ),
         }
     }
 
@@ -174,7 +195,10 @@ impl StockClient {
     /// next batch, as loaded on the shard's master (`guard.rs`). NOSCRIPT means the script
     /// did not run: the call reached a process this client has not loaded it on (a restart,
     /// a failover, a `SCRIPT FLUSH`). Learn that process and send the same call once more,
-    /// both within one more response timeout. The guard's refusal is
+    /// both within one more response timeout, and both through the connection that answered
+    /// NOSCRIPT: after a failover the client's two connections (`Batcher::attach_near`) may
+    /// route the shard's slot to different nodes until a MOVED corrects one, and only the
+    /// one that answered reached the process to learn. The guard's refusal is
     /// [`StockError::Restoring`]. Answers the reply with what replica durability confirmed
     /// of the batch.
     async fn script_batched(
@@ -184,32 +208,33 @@ impl StockClient {
         which: Selling,
         args: impl Fn(&mut redis::Cmd),
     ) -> Result<(Reply, Confirmation), StockError> {
-        let call = |sha: &str| {
+        let call = |sha: &str, pin: Option<Via>| {
             // Sized for the claim, the largest call (19 arguments, ~450 bytes with ids of
             // 64 bytes): growing from empty was 7 reallocations per claim.
             let mut cmd = redis::Cmd::with_capacity(CALL_ARGS, CALL_BYTES);
             cmd.arg("EVALSHA").arg(sha);
             args(&mut cmd);
-            self.batched(op, shard, cmd)
+            self.batched(op, shard, cmd, pin)
         };
         let guarded = self.guarded(shard).await?;
-        let (value, acked) = match call(guarded.script(which).get_hash()).await {
-            Err(StockError::Redis { source, .. })
+        let (value, acked) = match call(guarded.script(which).get_hash(), None).await {
+            (via, Err(StockError::Redis { source, .. }))
                 if source.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
             {
                 let after = self.cfg.timeouts.response;
                 let retry = async {
+                    let conn = self.batcher.conn_via(via, &self.conn);
                     let again = self
                         .guards
-                        .relearn(&self.conn, &self.placement, shard, Some(&guarded))
+                        .relearn(&conn, &self.placement, shard, Some(&guarded))
                         .await?;
-                    call(again.script(which).get_hash()).await
+                    call(again.script(which).get_hash(), Some(via)).await.1
                 };
                 tokio::time::timeout(after, retry)
                     .await
                     .unwrap_or(Err(StockError::Timeout { op, after }))?
             }
-            r => r?,
+            (_, r) => r?,
         };
         let reply = Reply::parse(op, value)?;
         if reply.code == scripts::code::RESTORING {

@@ -82,6 +82,12 @@ impl Guarded {
 
 /// Per process slot (one on a single Redis, one per shard on a cluster): the scripts
 /// loaded there, and a lock so that one caller learns a new process while the others wait.
+/// A slot is shared by the client's two connections (`batch.rs`, `Via`), which after a
+/// cluster failover may reach different processes for the slot until a MOVED corrects one.
+/// Its body names one process and runs only there, so a body learned through one
+/// connection answers NOSCRIPT through the other, never runs unguarded, and is replaced
+/// only if still current (`relearn`'s `stale`) by learning through the connection that
+/// answered (`StockClient::script_batched`).
 pub(crate) struct Guards {
     current: Vec<Mutex<Option<Arc<Guarded>>>>,
     learning: Vec<tokio::sync::Mutex<()>>,

@@ -30,10 +30,13 @@ impl StockClient {
     /// Redis serves every shard, so one PING stands for all of them. With replica
     /// durability the probe is `INFO replication` instead, and each master's count of
     /// online replicas (past their sync) becomes what the claim batches' WAIT asks for (`batch.rs`).
+    /// The claim batches' near connection, if any, is PINGed beside it (its answer says
+    /// only whether batches may use it: `StockClient::probe_near`).
     pub async fn shard_health(&self) -> ShardHealth {
         let total = self.placement().shard_count();
         if !self.conn().is_cluster() {
-            let unreachable = match self.probe_shard(0).await {
+            let (own, ()) = tokio::join!(self.probe_shard(0), self.probe_near(0));
+            let unreachable = match own {
                 Ok(n) => {
                     (0..total).for_each(|s| self.set_replicas(s, n));
                     Vec::new()
@@ -45,7 +48,10 @@ impl StockClient {
         let mut pings = tokio::task::JoinSet::new();
         for shard in 0..total {
             let client = self.clone();
-            pings.spawn(async move { (shard, client.probe_shard(shard).await) });
+            pings.spawn(async move {
+                let (own, ()) = tokio::join!(client.probe_shard(shard), client.probe_near(shard));
+                (shard, own)
+            });
         }
         let mut unreachable = Vec::new();
         while let Some(done) = pings.join_next().await {

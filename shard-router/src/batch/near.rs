@@ -1,10 +1,11 @@
 //! The claim batches' second connection, made on the callers' runtime, and whether that
 //! runtime is idle enough to carry a batch (see `Batcher::attach_near`).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::conn::RedisConn;
+use crate::placement::ShardId;
 
 /// A worker that parked this recently means that the runtime's queues were empty then:
 /// short, so that a batch sent on the callers' runtime meets at most the backlog of this
@@ -21,11 +22,15 @@ pub(super) struct Near {
     read_at: AtomicU64,
     /// No later than the last park seen (µs after `since`).
     parked_at: AtomicU64,
+    /// Per queue: the connection failed its last probe or batch there. It idles between
+    /// batches while the client's own one serves the probes, so a server `timeout` closes
+    /// it unseen unless the probe pings it too (`health.rs`).
+    failing: Vec<AtomicBool>,
 }
 
 impl Near {
-    /// `conn` was made on the current runtime.
-    pub(super) fn new(conn: RedisConn) -> Self {
+    /// `conn` was made on the current runtime; `queues`: the batcher's queue count.
+    pub(super) fn new(conn: RedisConn, queues: usize) -> Self {
         Self {
             conn,
             rt: tokio::runtime::Handle::current(),
@@ -33,6 +38,20 @@ impl Near {
             parks: AtomicU64::new(0),
             read_at: AtomicU64::new(0),
             parked_at: AtomicU64::new(0),
+            failing: (0..queues).map(|_| AtomicBool::new(false)).collect(),
+        }
+    }
+
+    /// False while the connection failed the last probe or batch of queue `shard`.
+    pub(super) fn usable(&self, shard: ShardId) -> bool {
+        self.failing
+            .get(usize::from(shard))
+            .is_some_and(|f| !f.load(Ordering::Relaxed))
+    }
+
+    pub(super) fn set_usable(&self, shard: ShardId, ok: bool) {
+        if let Some(f) = self.failing.get(usize::from(shard)) {
+            f.store(!ok, Ordering::Relaxed);
         }
     }
 

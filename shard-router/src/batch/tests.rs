@@ -85,3 +85,30 @@ async fn the_info_read_sets_the_next_batches_wait() {
     b.replicas_acked(0, 1, &mut values);
     assert_eq!(b.replicas_to_wait(0), 2);
 }
+
+/// A queued item naming the connection it must go through (`Pending::pin`), or none.
+struct Pinned(Option<char>);
+
+impl super::Waiting for Pinned {
+    fn is_open(&self) -> bool {
+        true
+    }
+}
+
+#[test]
+fn a_group_holds_items_for_one_connection_only() {
+    let q = super::GroupQueue::new();
+    for pin in [None, Some('n'), None, Some('o'), Some('o'), None] {
+        q.push(Pinned(pin));
+    }
+    let next = |max| {
+        q.next(max, |p: &Pinned| p.0, 'o')
+            .map(|(k, g)| (k, g.len()))
+    };
+    // The first item names none: the default, up to the item naming another.
+    assert_eq!(next(64), Some(('o', 1)));
+    assert_eq!(next(64), Some(('n', 2)));
+    assert_eq!(next(2), Some(('o', 2)));
+    assert_eq!(next(64), Some(('o', 1)));
+    assert_eq!(next(64), None, "empty: the queue is released");
+}

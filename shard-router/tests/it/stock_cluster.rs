@@ -131,21 +131,20 @@ async fn shard_info_comes_from_the_shards_own_master() {
     assert_eq!(ports.len(), 3, "the shards live on all three masters");
 }
 
-/// Review (adaptive runtime): after a graceful failover (`CLUSTER FAILOVER` on the replica,
-/// the old master staying up as a replica), claim batches on the near connection reach the
-/// promoted master and answer NOSCRIPT; the relearn goes through the client's own
-/// connection, whose slot map still names the old master (a keyless INFO and SCRIPT LOAD
-/// there raise no MOVED), so it learns the old process again and the retry through the
-/// near connection answers NOSCRIPT again. With one connection the first claim's MOVED
-/// refreshed the map that learn uses.
+/// Adaptive runtime: after a graceful failover (`CLUSTER FAILOVER` on the replica, the old
+/// master staying up as a replica), claim batches on the near connection reach the
+/// promoted master and answer NOSCRIPT while the client's own connection's slot map still
+/// names the old master (a keyless INFO and SCRIPT LOAD there raise no MOVED). Claims
+/// recover only if the relearn and the retry go through the connection that answered
+/// NOSCRIPT (`StockClient::script_batched`); through the own one they loop on NOSCRIPT.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn review_claims_recover_after_a_graceful_failover_with_a_near_connection() {
+async fn claims_recover_after_a_graceful_failover_with_a_near_connection() {
     graceful_failover(true).await;
 }
 
 /// Control: the same with the client's one connection passes (one MOVED, then claims).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn review_claims_recover_after_a_graceful_failover_own_connection_only() {
+async fn claims_recover_after_a_graceful_failover_own_connection_only() {
     graceful_failover(false).await;
 }
 
@@ -179,7 +178,10 @@ async fn graceful_failover(near: bool) {
     };
     // Learned on the first master, through both connections' maps.
     let got = claim(&users[0]).await;
-    assert!(matches!(got, Ok(shard_router::HomeOutcome::Claimed { .. })), "{got:?}");
+    assert!(
+        matches!(got, Ok(shard_router::HomeOutcome::Claimed { .. })),
+        "{got:?}"
+    );
 
     let slot = slot_of_tag(client.placement().tag(home));
     let (_master, replica) = cluster.master_and_replica(slot);
@@ -198,7 +200,10 @@ async fn graceful_failover(near: bool) {
     cluster.wait_ok();
     // The consumer's vouch for the promoted master (as after its rebuild).
     let mut p = cluster.nodes()[replica].connection();
-    let info: String = redis::cmd("INFO").arg("server").query(&mut p).expect("INFO");
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query(&mut p)
+        .expect("INFO");
     let run_id = info
         .lines()
         .find_map(|l| l.trim().strip_prefix("run_id:"))

@@ -523,17 +523,18 @@ fn bench_claim_batch_runs_claim_lua_with_its_argument_order() {
     );
 }
 
-/// Review (adaptive runtime): Redis closes connections idle past `timeout`; the client's own
-/// connection stays busy with health probes, the near connection idles between claims. The
-/// first claim after the idle spell goes through the closed near connection.
+/// Adaptive runtime: Redis closes connections idle past `timeout`; the near connection
+/// carries no probe of its own and idles between claims. The health probe must PING it
+/// too (`StockClient::probe_near`), or the first claim after an idle spell goes through a
+/// closed connection and fails with a broken pipe.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn review_first_claim_after_an_idle_spell_with_a_near_connection() {
+async fn first_claim_after_an_idle_spell_succeeds_with_a_near_connection() {
     idle_spell(true).await;
 }
 
 /// Control: the same with the client's one connection.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn review_first_claim_after_an_idle_spell_own_connection_only() {
+async fn first_claim_after_an_idle_spell_succeeds_own_connection_only() {
     idle_spell(false).await;
 }
 
@@ -544,7 +545,9 @@ async fn idle_spell(near: bool) {
         shard_router::RedisTarget::Single(server.url()),
         crate::common::SHARDS,
     );
-    let client = shard_router::StockClient::connect(cfg).await.expect("connect");
+    let client = shard_router::StockClient::connect(cfg)
+        .await
+        .expect("connect");
     if near {
         client.connect_near().await.expect("near connection");
     }
@@ -563,7 +566,10 @@ async fn idle_spell(near: bool) {
         }
     };
     let got = claim(&users[0]).await;
-    assert!(matches!(got, Ok(shard_router::HomeOutcome::Claimed { .. })), "{got:?}");
+    assert!(
+        matches!(got, Ok(shard_router::HomeOutcome::Claimed { .. })),
+        "{got:?}"
+    );
     // The gateway's probe, every 300 ms, on the client's own connection.
     let probe = {
         let client = client.clone();
@@ -578,5 +584,8 @@ async fn idle_spell(near: bool) {
     tokio::time::sleep(Duration::from_secs(4)).await;
     let got = claim(&users[1]).await;
     probe.abort();
-    assert!(matches!(got, Ok(shard_router::HomeOutcome::Claimed { .. })), "{got:?}");
+    assert!(
+        matches!(got, Ok(shard_router::HomeOutcome::Claimed { .. })),
+        "{got:?}"
+    );
 }
