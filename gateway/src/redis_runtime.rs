@@ -84,8 +84,12 @@ pub(crate) async fn connect(cfg: StockConfig, on: RedisRuntime) -> Result<StockC
     let client = task
         .await
         .unwrap_or_else(|e| Err(unavailable(format!("connect task failed: {e}"))))?;
+    // Without its second connection the client is `own`: every batch takes the hop. A
+    // gateway that could reach Redis once must not stay unready for want of the second.
     if on == RedisRuntime::Adaptive {
-        client.connect_near().await?;
+        if let Err(e) = client.connect_near().await {
+            tracing::warn!(error = %e, "second redis connection failed; every claim batch takes the hop");
+        }
     }
     Ok(client)
 }
