@@ -4,7 +4,10 @@
 //! home shard emptied).
 
 use crate::protocol::{self, ClaimOptions, LocalEmptyShards};
-use crate::{now_ms, ClaimOutcome, ClaimRequest, RedisTarget, SkuMeta, StockClient, StockConfig};
+use crate::{
+    now_ms, ClaimOutcome, ClaimRequest, HomeOutcome, RedisTarget, ShardId, SkuMeta, StockClient,
+    StockConfig, StockError,
+};
 
 /// Connects with the default settings and loads the scripts.
 pub async fn stock_client(target: RedisTarget, shards: u16) -> StockClient {
@@ -59,6 +62,20 @@ pub async fn claim_once(client: &StockClient, meta: &SkuMeta, r: &ClaimRequest) 
         .await
         .expect("claim")
         .outcome
+}
+
+/// `user`'s one-unit claim (no request id) on its home shard `home`, no hold: the outcome,
+/// or the error.
+pub async fn claim_at_home(
+    client: &StockClient,
+    sku: u64,
+    user: &str,
+    home: ShardId,
+) -> Result<HomeOutcome, StockError> {
+    client
+        .claim_home(&req(sku, user, None), home, now_ms(), false)
+        .await
+        .map(|a| a.outcome)
 }
 
 /// Sum of every slice of a SKU; panics when one is missing.

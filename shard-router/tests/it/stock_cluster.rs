@@ -167,17 +167,8 @@ async fn graceful_failover(near: bool) {
     client.load_scripts().await.expect("scripts");
     let home = client.placement().shards_of(meta.sku, 1)[0];
     let users = crate::common::users_with_home(&client, &meta, home, "f", 40);
-    let claim = |user: &str| {
-        let (client, r) = (client.clone(), crate::common::req(meta.sku, user, None));
-        async move {
-            client
-                .claim_home(&r, home, shard_router::now_ms(), false)
-                .await
-                .map(|a| a.outcome)
-        }
-    };
     // Learned on the first master, through both connections' maps.
-    let got = claim(&users[0]).await;
+    let got = crate::common::claim_at_home(&client, meta.sku, &users[0], home).await;
     assert!(
         matches!(got, Ok(shard_router::HomeOutcome::Claimed { .. })),
         "{got:?}"
@@ -218,7 +209,7 @@ async fn graceful_failover(near: bool) {
 
     let mut answers = Vec::new();
     for u in &users[1..] {
-        let got = claim(u).await;
+        let got = crate::common::claim_at_home(&client, meta.sku, u, home).await;
         let ok = matches!(got, Ok(shard_router::HomeOutcome::Claimed { .. }));
         answers.push(format!("{got:?}"));
         if ok {

@@ -249,16 +249,10 @@ async fn a_claim_given_up_before_its_batch_left_is_not_sent() {
         .query(&mut admin)
         .expect("CLIENT PAUSE");
     let first = {
-        let (client, r) = (
-            client.clone(),
-            crate::common::req(meta.sku, &users[0], None),
-        );
-        tokio::spawn(async move {
-            client
-                .claim_home(&r, home, shard_router::now_ms(), false)
-                .await
-                .map(|a| a.outcome)
-        })
+        let (client, user) = (client.clone(), users[0].clone());
+        tokio::spawn(
+            async move { crate::common::claim_at_home(&client, meta.sku, &user, home).await },
+        )
     };
     // Long enough for the first claim's batch to leave, even on a loaded machine.
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -309,13 +303,10 @@ async fn a_batch_whose_first_caller_gave_up_still_answers_the_others() {
     let users = users_with_home(&client, &meta, home, "g", 3);
     let mut admin = env.node_connections().remove(0);
     let claim = |user: &str| {
-        let (client, r) = (client.clone(), crate::common::req(meta.sku, user, None));
-        tokio::spawn(async move {
-            client
-                .claim_home(&r, home, shard_router::now_ms(), false)
-                .await
-                .map(|a| a.outcome)
-        })
+        let (client, user) = (client.clone(), user.to_owned());
+        tokio::spawn(
+            async move { crate::common::claim_at_home(&client, meta.sku, &user, home).await },
+        )
     };
 
     // Park the first batch in Redis: writes pause for a second.
@@ -556,16 +547,7 @@ async fn idle_spell(near: bool) {
     client.load_scripts().await.expect("scripts");
     let home = client.placement().shards_of(meta.sku, 1)[0];
     let users = crate::common::users_with_home(&client, &meta, home, "i", 2);
-    let claim = |user: &str| {
-        let (client, r) = (client.clone(), crate::common::req(meta.sku, user, None));
-        async move {
-            client
-                .claim_home(&r, home, shard_router::now_ms(), false)
-                .await
-                .map(|a| a.outcome)
-        }
-    };
-    let got = claim(&users[0]).await;
+    let got = crate::common::claim_at_home(&client, meta.sku, &users[0], home).await;
     assert!(
         matches!(got, Ok(shard_router::HomeOutcome::Claimed { .. })),
         "{got:?}"
@@ -582,7 +564,7 @@ async fn idle_spell(near: bool) {
         })
     };
     tokio::time::sleep(Duration::from_secs(4)).await;
-    let got = claim(&users[1]).await;
+    let got = crate::common::claim_at_home(&client, meta.sku, &users[1], home).await;
     probe.abort();
     assert!(
         matches!(got, Ok(shard_router::HomeOutcome::Claimed { .. })),

@@ -2,7 +2,7 @@
 //! Redis and on a private 3-master Redis Cluster.
 
 pub(crate) use shard_router::test_util::{
-    claim_once, open_meta, req, slices_total, users_with_home,
+    claim_at_home, claim_once, open_meta, req, slices_total, users_with_home,
 };
 use shard_router::{RedisTarget, SkuMeta, StockClient, StockConfig};
 use test_support::{RedisCluster, RedisServer};
