@@ -45,19 +45,11 @@ sql flashgate -e "INSERT INTO campaigns (sku, stock, width, per_user_limit, star
 
 # Instructions per statement set: K times `$1` in one session, between a zero and a dump.
 per_scan() {
-  local f=""
   timeout 120 callgrind_control -z "$MDB_PID" >/dev/null 2>&1
   for _ in $(seq 1 "$K"); do echo "$1"; done | sql flashgate >/dev/null
-  timeout 120 callgrind_control -d "$MDB_PID" >/dev/null 2>&1
-  for _ in $(seq 1 600); do
-    f="$(ls -t "$work/cg.$MDB_PID".* 2>/dev/null | head -1 || true)"
-    [ -n "$f" ] && grep -q '^totals:' "$f" && break
-    f=""
-    sleep 0.2
-  done
-  [ -n "$f" ] || { echo "$0: no callgrind dump ($work)" >&2; exit 1; }
-  mv "$f" "$work/$2.callgrind"
-  awk -v k="$K" '/^totals:/ {printf "%.0f\n", $2 / k}' "$work/$2.callgrind"
+  local total
+  total="$(dump "$MDB_PID" "$2")" || exit 1
+  echo $((total / K))
 }
 skip=" AND c.shard NOT IN (7) AND c.home NOT IN (7)"
 before="SELECT c.claim_id, c.shard, c.home FROM claims c JOIN campaigns p ON p.sku = c.sku

@@ -75,21 +75,6 @@ source bench/external/procs.sh
 now() { date +%s.%N; }
 calc() { python3 -c "print($1)"; }
 
-# Instructions since the last zero of `pid` under callgrind (dumps $work/cg.<pid>.N),
-# its dump kept as $work/<name>.callgrind.
-dump() {
-  local pid="$1" name="$2" f=""
-  timeout 120 callgrind_control -d "$pid" >/dev/null 2>&1
-  for _ in $(seq 1 600); do
-    f="$(ls -t "$work/cg.$pid".* 2>/dev/null | head -1 || true)"
-    [ -n "$f" ] && grep -q '^totals:' "$f" && break
-    f=""
-    sleep 0.2
-  done
-  [ -n "$f" ] || { echo "$0: no callgrind dump of $pid" >&2; return 1; }
-  mv "$f" "$work/$name.callgrind"
-  awk '/^totals:/ {print $2}' "$work/$name.callgrind"
-}
 zero() { timeout 120 callgrind_control -z "$1" >/dev/null 2>&1; }
 
 # Redis, and MariaDB under callgrind on a fresh datadir.

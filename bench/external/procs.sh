@@ -45,3 +45,20 @@ wait_for() {
   return 1
 }
 listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# Instructions since the last zero of `pid` under callgrind (run with
+# --callgrind-out-file=$work/cg.%p; dumps $work/cg.<pid>.N),
+# its dump kept as $work/<name>.callgrind.
+dump() {
+  local pid="$1" name="$2" f=""
+  timeout 120 callgrind_control -d "$pid" >/dev/null 2>&1
+  for _ in $(seq 1 600); do
+    f="$(ls -t "$work/cg.$pid".* 2>/dev/null | head -1 || true)"
+    [ -n "$f" ] && grep -q '^totals:' "$f" && break
+    f=""
+    sleep 0.2
+  done
+  [ -n "$f" ] || { echo "$0: no callgrind dump of $pid" >&2; return 1; }
+  mv "$f" "$work/$name.callgrind"
+  awk '/^totals:/ {print $2}' "$work/$name.callgrind"
+}
